@@ -1,0 +1,59 @@
+"""The ``Modulefile`` component: the stack's modulefile, written last (it publishes the stack)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import modules
+from ..plan import MODULE, WriteFile
+from .base import PlanContext
+
+HELP = """\
+{full_name}: {whatis}
+
+Load it with `module load {full_name}`; it loads {base} first (depends-on).
+The stack lives in {prefix} ({root_variable}); its python is on PATH and its
+site-packages on PYTHONPATH.
+
+Your own packages on top of the stack: make a venv and extend it, e.g.
+    module load {full_name}
+    python -m venv ~/myvenv
+    extend-venv-activate ~/myvenv
+Then `source ~/myvenv/bin/activate` loads this module (if it is not loaded yet) and
+puts the venv first, and `deactivate` unloads it again (only if activate loaded it).
+`extend-venv-activate --help` says more; `extend-venv-activate --undo ~/myvenv`
+restores the venv's original activate scripts."""
+
+
+@dataclass(frozen=True)
+class Modulefile:
+    """Render the stack's modulefile (Tcl, or Lua for Lmod sites) and write it atomically.
+
+    It ``depends-on`` the site's base Python module and runtime modules, prepends the stack's
+    ``bin/`` and the venv's ``bin/`` to PATH and its site-packages to PYTHONPATH, sets
+    ``HPCSTACK_<NAME>_ROOT``, and has ``conflict``/``family`` on the name. Nothing from the build
+    environment (CUDA stubs, compilers) reaches it.
+
+    Example:
+        ``Modulefile()``
+    """
+
+    def context(self, ctx: PlanContext) -> modules.ModuleContext:
+        """Return the template context for this stack."""
+        r, site = ctx.recipe, ctx.site
+        root_var = modules.root_variable(r.name)
+        help_text = HELP.format(full_name=r.full_name, whatis=r.whatis, base=site.modules.base,
+                                prefix=ctx.prefix, root_variable=root_var)
+        return modules.ModuleContext(
+            name=r.name, version=r.version, whatis=r.whatis, help_lines=help_text.splitlines(),
+            prefix=ctx.prefix, root_variable=root_var,
+            depends_on=[site.modules.base, *site.modules.runtime],
+            # prepend-path puts each entry first, so the last listed ends up first on PATH
+            path_prepend=[ctx.bin_dir, f"{ctx.venv}/bin"],
+            pythonpath_prepend=[ctx.site_packages],
+            recipe=r.full_name, site=site.name)
+
+    def contribute(self, ctx: PlanContext) -> dict[str, list]:
+        """Return ``{step name: actions}`` for this component."""
+        text = modules.render_modulefile(self.context(ctx), ctx.site.modules.syntax)
+        return {MODULE: [WriteFile(ctx.modulefile, text)]}

@@ -1,0 +1,45 @@
+"""The ``StackTools`` component: the stack's own ``bin/``: extend-venv-activate and the trainer."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .. import data_root
+from ..plan import INSTALL, SANITYCHECK, Run, WriteFile
+from .base import PlanContext
+
+TRAINER = "hpcstack-train-benchmark"
+
+
+@dataclass(frozen=True)
+class StackTools:
+    """Install ``<prefix>/bin/extend-venv-activate`` and ``<prefix>/bin/hpcstack-train-benchmark``.
+
+    ``extend-venv-activate`` is rendered for this stack's module and the site's module tool (see
+    :func:`hpcstack.activate.render_extend_venv_activate`); the training program is the one
+    ``hpcstack validate`` runs (``scripts/hpcstack-train-benchmark.py``). Both run with the stack's
+    python. The sanity check runs ``extend-venv-activate --help``.
+
+    Example:
+        ``StackTools()``
+    """
+
+    def contribute(self, ctx: PlanContext) -> dict[str, list]:
+        """Return ``{step name: actions}`` for this component."""
+        from ..activate import render_extend_venv_activate
+
+        extend = os.path.join(ctx.bin_dir, "extend-venv-activate")
+        trainer_src = data_root() / "scripts" / f"{TRAINER}.py"
+        trainer = trainer_src.read_text()
+        shebang = f"#!{ctx.python}\n"
+        if trainer.startswith("#!"):
+            trainer = trainer.split("\n", 1)[1]
+        return {
+            INSTALL: [
+                WriteFile(extend, render_extend_venv_activate(
+                    ctx.recipe.full_name, dict(ctx.site.modules.init), ctx.python), 0o755),
+                WriteFile(os.path.join(ctx.bin_dir, TRAINER), shebang + trainer, 0o755),
+            ],
+            SANITYCHECK: [Run((extend, "--help"))],
+        }

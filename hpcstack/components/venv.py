@@ -1,0 +1,24 @@
+"""The ``Venv`` component: the stack's venv, on top of the site's Python module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..plan import VENV, Run
+from .base import PlanContext
+
+
+@dataclass(frozen=True)
+class Venv:
+    """Create ``<prefix>/venv`` with the ``python3`` of the site's base module.
+
+    ``--clear`` makes a redone step start from an empty venv, so nothing of an earlier attempt
+    survives (the steps after it are redone too).
+
+    Example:
+        ``Venv()``
+    """
+
+    def contribute(self, ctx: PlanContext) -> dict[str, list]:
+        """Return ``{step name: actions}`` for this component."""
+        return {VENV: [Run(("python3", "-m", "venv", "--clear", ctx.venv))]}

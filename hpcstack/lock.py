@@ -1,0 +1,83 @@
+"""``hpcstack lock``: regenerate a recipe's lock file with uv (one lock per package index).
+
+``uv pip compile --generate-hashes --universal`` (https://docs.astral.sh/uv/pip/compile/) pins
+every transitive package with the sha256 of every file, for every Python version the recipe
+supports; ``--emit-index-annotation`` records the index each pin comes from; ``--exclude-newer``
+resolves as of the recipe's date, so a re-lock gives the same set.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .components.wheels import PipWheels
+from .errors import ConfigError, HpcstackError
+
+#: Index URLs per ``python.index`` of a site. The PyTorch index holds the ``+cu121`` builds;
+#: packages it lacks come from PyPI.
+INDEXES = {
+    "pypi": ["--index-url", "https://pypi.org/simple"],
+    "cu121": ["--index-url", "https://download.pytorch.org/whl/cu121",
+              "--extra-index-url", "https://pypi.org/simple"],
+}
+
+
+def lock_command(source: Path, output: Path, index: str, python_version: str,
+                 exclude_newer: str | None) -> list[str]:
+    """Return the ``uv pip compile`` command line for a lock.
+
+    Args:
+        source (Path): the ``.in`` file of top-level requirements.
+        output (Path): the lock file to write.
+        index (str): a key of :data:`INDEXES`.
+        python_version (str): the lowest ``X.Y`` the universal lock must support.
+        exclude_newer (str | None): ``YYYY-MM-DD``; ignore files uploaded after it.
+    """
+    cmd = [shutil.which("uv") or "uv", "pip", "compile", "--quiet", "--no-config", *INDEXES[index],
+           "--universal", "--python-version", python_version, "--generate-hashes",
+           "--emit-index-annotation", "--emit-index-url", "--no-header"]
+    if exclude_newer:
+        cmd += ["--exclude-newer", exclude_newer]
+    return cmd + [str(source), "-o", str(output)]
+
+
+def write_lock(recipe, site) -> Path:
+    """Write ``<stem>.<index>.lock`` next to the recipe, atomically.
+
+    Args:
+        recipe (hpcstack.recipe.Recipe): a recipe with a :class:`PipWheels` component.
+        site (hpcstack.site.Site): gives the index (``python.index``).
+
+    Returns:
+        Path: the lock file.
+
+    Raises:
+        ConfigError: the recipe has no PipWheels component or no ``<stem>.in``.
+        HpcstackError: uv is missing or fails (no network, an unsatisfiable pin).
+    """
+    wheels = [c for c in recipe.components if isinstance(c, PipWheels)]
+    if not wheels:
+        raise ConfigError([f"recipe {recipe.full_name} has no PipWheels component: nothing to lock"])
+    stem = wheels[0].stem
+    source = Path(recipe.directory) / f"{stem}.in"
+    if not source.is_file():
+        raise ConfigError([f"{source}: missing (the top-level requirements to lock)"])
+    output = Path(recipe.directory) / f"{stem}.{site.index}.lock"
+    with tempfile.TemporaryDirectory(dir=output.parent) as tmp:
+        tmp_out = Path(tmp) / output.name
+        cmd = lock_command(source, tmp_out, site.index, wheels[0].min_python, wheels[0].exclude_newer)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except FileNotFoundError:
+            raise HpcstackError("uv not found: pip install uv")
+        if proc.returncode != 0:
+            raise HpcstackError(f"uv pip compile failed: {proc.stderr.strip().splitlines()[-1:]}")
+        header = (f"# Lock file of recipe {recipe.full_name} for index '{site.index}', written by\n"
+                  f"#   hpcstack lock {recipe.full_name} --site {site.name}\n"
+                  f"# with: uv {' '.join(cmd[1:-3])} {source.name}\n"
+                  "# Every package is pinned with its sha256; each pin says which index it comes from.\n")
+        output.write_text(header + tmp_out.read_text())
+    return output

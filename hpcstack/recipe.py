@@ -1,0 +1,103 @@
+"""Recipes: ``recipes/<name>/<version>.py`` files that define ``recipe(site) -> Recipe``.
+
+A recipe reads like a shopping list (hpccm): a docstring, then one component per line. The
+components contribute actions to the standard steps (:data:`hpcstack.plan.STEP_ORDER`);
+:func:`hpcstack.resolve.resolve` turns recipe + site into one plan.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import data_root
+from .errors import ConfigError
+
+
+@dataclass
+class Recipe:
+    """What a recipe returns.
+
+    Args:
+        name (str): the module name, e.g. ``"pytorch"``.
+        version (str): the module version, e.g. ``"2.3.1-gpu"``.
+        whatis (str): one line describing the stack (``module-whatis``).
+        components (list): component objects from :mod:`hpcstack.components`, in order.
+        directory (Path | None): the recipe's directory (for lock files and patches); set by
+            :func:`load_recipe`.
+    """
+
+    name: str
+    version: str
+    whatis: str
+    components: list = field(default_factory=list)
+    directory: Path | None = None
+
+    @property
+    def full_name(self) -> str:
+        """``name/version``, e.g. ``pytorch/2.3.1-gpu``."""
+        return f"{self.name}/{self.version}"
+
+
+def recipe_path(spec: str) -> Path:
+    """Resolve a recipe spec (``pytorch/2.3.1-gpu`` or a path to a ``.py`` file).
+
+    Raises:
+        ConfigError: no such recipe (the known ones are listed).
+    """
+    candidate = Path(spec)
+    if candidate.suffix == ".py" and candidate.is_file():
+        return candidate.resolve()
+    path = data_root() / "recipes" / f"{spec}.py"
+    if path.is_file():
+        return path
+    raise ConfigError([f"unknown recipe '{spec}' (known: {', '.join(known_recipes()) or 'none'})"])
+
+
+def known_recipes() -> list[str]:
+    """Return the recipe specs under ``recipes/`` (``name/version``)."""
+    root = data_root() / "recipes"
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.glob("*/*.py"))
+
+
+def load_recipe(spec: str, site) -> Recipe:
+    """Load a recipe file and call its ``recipe(site)``.
+
+    Args:
+        spec (str): ``name/version`` or a path to a recipe file.
+        site (hpcstack.site.Site): the site to build for.
+
+    Returns:
+        Recipe: with ``directory`` set.
+
+    Raises:
+        ConfigError: the file is missing, has a syntax error (file and line given), raises, or
+            does not return a :class:`Recipe`.
+    """
+    path = recipe_path(spec)
+    module_name = "hpcstack_recipe_" + "".join(c if c.isalnum() else "_" for c in str(path))
+    try:
+        source = path.read_text()
+        code = compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise ConfigError([f"{path}:{exc.lineno}: syntax error in recipe: {exc.msg}"])
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(module_name, loader=None))
+    module.__file__ = str(path)
+    try:
+        exec(code, module.__dict__)
+        func = getattr(module, "recipe", None)
+        if not callable(func):
+            raise ConfigError([f"{path}: defines no function recipe(site)"])
+        result = func(site)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        frame = traceback.extract_tb(sys.exc_info()[2])[-1]
+        raise ConfigError([f"{path}:{frame.lineno}: recipe failed: {type(exc).__name__}: {exc}"])
+    if not isinstance(result, Recipe):
+        raise ConfigError([f"{path}: recipe(site) returned {type(result).__name__}, not a Recipe"])
+    result.directory = path.parent
+    return result

@@ -1,0 +1,36 @@
+"""PyTorch 2.3.1 (CUDA 12.1 build) with Horovod 0.28.1, for GPU nodes; CPU-only where the site says.
+
+The package set of the Cirrus install by hand (shared/seeds/002): torch, torchvision, torchaudio,
+torchmetrics, torchtext and the tensorboard packages, then Horovod built from source against the
+site's MPI (and NCCL and CUDA on GPU sites).
+"""
+
+from hpcstack.components import (HorovodBuild, Imports, Modulefile, Patch, PipWheels, StackTools,
+                                  Venv)
+from hpcstack.recipe import Recipe
+
+
+def recipe(site):
+    return Recipe("pytorch", "2.3.1-gpu",
+                  whatis="PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard",
+                  components=[
+        # a venv on the site's Python module (python/3.12.1-gpu on Cirrus)
+        Venv(),
+        # every wheel pinned with hashes in 2.3.1-gpu.<index>.lock, one resolution;
+        # resolved as of the Cirrus install (mid 2024), so the set works with torch 2.3.1
+        PipWheels("2.3.1-gpu", exclude_newer="2024-08-01"),
+        # Horovod 0.28.1 from the PyPI sdist, with our C++17 patch for torch >= 2.1
+        # (upstream horovod PR #3998, merged after the last release)
+        HorovodBuild(
+            "horovod", "0.28.1",
+            url="https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz",
+            sha256="92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0",
+            patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="PATCH_SHA256"),)),
+        # extend-venv-activate and the validation trainer in <prefix>/bin
+        StackTools(),
+        # sanity check: everything imports (horovodrun --check-build runs in HorovodBuild)
+        Imports(("torch", "torchvision", "torchaudio", "torchmetrics", "torchtext", "tensorboard",
+                 "horovod.torch")),
+        # the modulefile pytorch/2.3.1-gpu, written last
+        Modulefile(),
+    ])

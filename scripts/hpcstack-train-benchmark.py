@@ -1,0 +1,915 @@
+#!/usr/bin/env python3
+"""Distributed training benchmark and convergence check shipped inside the hpcstack PyTorch stack.
+
+The program validates an installed PyTorch + Horovod stack on N ranks in two phases:
+
+1. Benchmark, in the manner of Horovod's ``examples/pytorch/pytorch_synthetic_benchmark.py``
+   (v0.28.1): fixed random images and labels, warm-up batches, then timed iterations of N batches;
+   images per second per rank and per iteration; mean +- 1.96 sigma per rank and in total.
+2. Convergence: a learnable synthetic task (a fixed random "teacher" labels each image) trained
+   with the distributed optimizer from a freshly broadcast model. The check passes when the loss,
+   averaged over all ranks, ends below ``--loss-threshold`` and below its initial value, and when
+   the sha256 digests of the parameter bytes agree on every rank.
+
+Records go out as JSON lines from rank 0 (stdout, or ``--output``); a short summary goes to
+stderr. Exit status 0 only when the convergence checks pass, 1 when they fail, 2 on a usage error.
+
+Only the standard library, torch, torchvision (for models other than ``tiny``) and, for the
+Horovod backend, horovod are needed: the script is installed on its own and never imports hpcstack.
+
+Examples (2 ranks on one CPU node; root needs OMPI_ALLOW_RUN_AS_ROOT=1 and
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun)::
+
+    mpirun -np 2 python hpcstack-train-benchmark.py --backend ddp
+    torchrun --nproc-per-node 2 hpcstack-train-benchmark.py --backend ddp
+    horovodrun -np 2 -H localhost:2 --gloo python hpcstack-train-benchmark.py --backend horovod
+    srun --mpi=pmix -n 8 python hpcstack-train-benchmark.py --backend horovod --model resnet50 \\
+        --batch-size 32 --device cuda --precision amp --output result.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Mapping, Optional, Sequence, TextIO
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SCRIPT_NAME = "hpcstack-train-benchmark"
+SCRIPT_VERSION = "1.0"
+METHOD_SOURCE = "horovod examples/pytorch/pytorch_synthetic_benchmark.py v0.28.1"
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MASTER_PORT = 29500
+TINY_MODEL = "tiny"
+# Per-model defaults: a 2-core CPU node for ``tiny``; Horovod's benchmark for torchvision models.
+TINY_IMAGE_SIZE = 32
+TORCHVISION_IMAGE_SIZE = 224
+TINY_NUM_CLASSES = 10
+TORCHVISION_NUM_CLASSES = 1000
+
+
+class UsageError(Exception):
+    """A command-line value or launch environment the program cannot run with (exit status 2)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Launch environment (DDP backend)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchEnv:
+    """Where this process sits in the job, as a launcher described it.
+
+    Attributes:
+        rank: global rank, 0 .. world_size-1.
+        world_size: number of ranks.
+        local_rank: rank among the ranks on this node.
+        local_size: number of ranks on this node.
+        master_addr: host of rank 0's rendezvous store (``MASTER_ADDR``).
+        master_port: TCP port of that store (``MASTER_PORT``).
+        launcher: ``torchrun``, ``openmpi`` or ``slurm``: which variables were read.
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_size: int
+    master_addr: str
+    master_port: int
+    launcher: str
+
+
+def first_host_of_nodelist(nodelist: str) -> str:
+    """First host name of a Slurm hostlist expression, without asking Slurm.
+
+    Used when ``scontrol`` is not on PATH. Each bracket group is replaced by its first value,
+    keeping zero padding.
+
+    Args:
+        nodelist: a Slurm hostlist such as ``node[01-04,07],gpu5`` (``SLURM_JOB_NODELIST``).
+
+    Returns:
+        The first host, e.g. ``node01``.
+
+    Raises:
+        UsageError: if the expression is empty.
+
+    Example:
+        >>> first_host_of_nodelist("rack[2-3]-n[007-9],x1")
+        'rack2-n007'
+    """
+    depth = 0
+    first = ""
+    for char in nodelist.strip():
+        if char == "," and depth == 0:
+            break
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        first += char
+    if not first:
+        raise UsageError(f"empty Slurm node list {nodelist!r}")
+    return re.sub(r"\[([^\]]*)\]", lambda m: re.split(r"[-,]", m.group(1))[0], first)
+
+
+def slurm_first_host(nodelist: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
+    """First host of a Slurm node list: ``scontrol show hostnames`` if available, else parsed.
+
+    Args:
+        nodelist: ``SLURM_JOB_NODELIST``.
+        run: ``subprocess.run`` or a stand-in (tests).
+
+    Returns:
+        The host name rank 0 of a block-distributed ``srun`` step runs on.
+    """
+    try:
+        done = run(["scontrol", "show", "hostnames", nodelist],
+                   capture_output=True, text=True, timeout=30, check=False)
+        hosts = done.stdout.split() if done.returncode == 0 else []
+        if hosts:
+            return hosts[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return first_host_of_nodelist(nodelist)
+
+
+def _tasks_on_node(tasks_per_node: str, node_id: int) -> int:
+    """Number of tasks on node ``node_id`` from ``SLURM_TASKS_PER_NODE`` (e.g. ``2(x3),1``)."""
+    counts: list[int] = []
+    for part in tasks_per_node.split(","):
+        match = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", part)
+        if not match:
+            raise UsageError(f"cannot parse SLURM_TASKS_PER_NODE={tasks_per_node!r}")
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    if not 0 <= node_id < len(counts):
+        raise UsageError(f"SLURM_NODEID={node_id} outside SLURM_TASKS_PER_NODE={tasks_per_node!r}")
+    return counts[node_id]
+
+
+def resolve_launch_env(environ: Mapping[str, str],
+                       run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> LaunchEnv:
+    """Rank, world size, local rank/size and rendezvous address for ``torch.distributed``.
+
+    Looked up in this order (the first launcher whose variables are present wins):
+
+    1. torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
+       ``MASTER_ADDR``, ``MASTER_PORT``.
+    2. Open MPI (``mpirun``): ``OMPI_COMM_WORLD_RANK``, ``_SIZE``, ``_LOCAL_RANK``,
+       ``_LOCAL_SIZE``. Checked before Slurm because ``mpirun`` inside an allocation leaves the
+       batch step's ``SLURM_PROCID=0`` in every rank's environment.
+    3. Slurm (``srun``): ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``,
+       ``SLURM_TASKS_PER_NODE`` with ``SLURM_NODEID``.
+
+    ``MASTER_ADDR`` defaults to 127.0.0.1 when all ranks are on this node; otherwise to the first
+    host of ``SLURM_JOB_NODELIST`` (via ``scontrol show hostnames`` if available). ``MASTER_PORT``
+    defaults to 29500.
+
+    Args:
+        environ: the process environment (``os.environ``).
+        run: ``subprocess.run`` or a stand-in (tests), used for ``scontrol``.
+
+    Returns:
+        A LaunchEnv.
+
+    Raises:
+        UsageError: no launcher variables, malformed values, or a multi-node job with no way to
+            find rank 0's host.
+    """
+    def integer(name: str) -> int:
+        try:
+            return int(environ[name])
+        except ValueError:
+            raise UsageError(f"{name}={environ[name]!r} is not an integer") from None
+
+    if "RANK" in environ and "WORLD_SIZE" in environ:
+        launcher = "torchrun"
+        rank, world_size = integer("RANK"), integer("WORLD_SIZE")
+        local_rank = integer("LOCAL_RANK") if "LOCAL_RANK" in environ else 0
+        local_size = integer("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in environ else world_size
+    elif "OMPI_COMM_WORLD_RANK" in environ and "OMPI_COMM_WORLD_SIZE" in environ:
+        launcher = "openmpi"
+        rank, world_size = integer("OMPI_COMM_WORLD_RANK"), integer("OMPI_COMM_WORLD_SIZE")
+        local_rank = integer("OMPI_COMM_WORLD_LOCAL_RANK")
+        local_size = integer("OMPI_COMM_WORLD_LOCAL_SIZE")
+    elif "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ:
+        launcher = "slurm"
+        rank, world_size = integer("SLURM_PROCID"), integer("SLURM_NTASKS")
+        local_rank = integer("SLURM_LOCALID")
+        local_size = _tasks_on_node(environ.get("SLURM_TASKS_PER_NODE", str(world_size)),
+                                    integer("SLURM_NODEID") if "SLURM_NODEID" in environ else 0)
+    else:
+        raise UsageError("no launcher environment found for --backend ddp: run under torchrun, "
+                         "srun or mpirun (RANK/WORLD_SIZE, SLURM_PROCID/SLURM_NTASKS or "
+                         "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE)")
+    if not (0 <= rank < world_size and 0 <= local_rank < local_size <= world_size):
+        raise UsageError(f"inconsistent {launcher} ranks: rank {rank} of {world_size}, "
+                         f"local rank {local_rank} of {local_size}")
+
+    master_addr = environ.get("MASTER_ADDR", "")
+    if not master_addr:
+        if local_size == world_size:
+            master_addr = DEFAULT_MASTER_ADDR
+        elif environ.get("SLURM_JOB_NODELIST"):
+            master_addr = slurm_first_host(environ["SLURM_JOB_NODELIST"], run=run)
+        else:
+            raise UsageError("ranks span several nodes and MASTER_ADDR is not set: export it "
+                             "to rank 0's host (mpirun -x MASTER_ADDR=host)")
+    master_port = integer("MASTER_PORT") if environ.get("MASTER_PORT") else DEFAULT_MASTER_PORT
+    return LaunchEnv(rank, world_size, local_rank, local_size, master_addr, master_port, launcher)
+
+
+def threads_per_rank(local_size: int, cpu_count: Optional[int] = None,
+                     affinity: Optional[int] = None) -> int:
+    """Intra-op threads for one rank, so that the ranks on a node do not oversubscribe it.
+
+    ``max(1, cores // local_size)``, further capped by the cores this process is bound to
+    (``mpirun`` binds each of 2 ranks to one core by default).
+
+    Args:
+        local_size: ranks on this node.
+        cpu_count: cores of the node; ``os.cpu_count()`` when None.
+        affinity: cores this process may run on; ``len(os.sched_getaffinity(0))`` when None.
+
+    Returns:
+        The thread count, at least 1.
+    """
+    cpu_count = cpu_count or os.cpu_count() or 1
+    if affinity is None:
+        affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpu_count
+    return max(1, min(affinity, cpu_count // max(1, local_size)))
+
+
+# --------------------------------------------------------------------------------------------
+# Communication backends: one small class each, same interface
+# --------------------------------------------------------------------------------------------
+
+
+class Comm:
+    """What the benchmark needs from a distributed backend.
+
+    Attributes:
+        name: ``horovod`` or ``ddp``.
+        rank, size, local_rank, local_size: this process's place in the job.
+        device: the torch.device models and data live on.
+        transport: what carries the collectives (``gloo``, ``nccl``, ``mpi``, ...).
+        launcher: what started the ranks, as far as the backend can tell.
+    """
+
+    name = "base"
+
+    def __init__(self) -> None:
+        self.rank = 0
+        self.size = 1
+        self.local_rank = 0
+        self.local_size = 1
+        self.device = torch.device("cpu")
+        self.transport = "none"
+        self.launcher = "none"
+
+    def prepare(self, model: nn.Module,
+                make_optimizer: Callable[[Sequence[nn.Parameter]], torch.optim.Optimizer]
+                ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """Move ``model`` to the device, make its rank-0 copy everyone's, wrap it for training.
+
+        Returns the model to call and the optimizer to step.
+        """
+        raise NotImplementedError
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """The plain module behind a prepared model (for evaluation and hashing)."""
+        return model
+
+    def scaled_step(self, optimizer: torch.optim.Optimizer, scaler) -> None:
+        """``optimizer.step()`` through a GradScaler after ``scaler.scale(loss).backward()``."""
+        scaler.step(optimizer)
+
+    def allgather(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        """Stack every rank's ``tensor`` (same shape on all ranks) along a new first axis."""
+        raise NotImplementedError
+
+    def allreduce_mean(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        """Mean of ``tensor`` over the ranks, returned on every rank."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Release the backend."""
+
+
+class HorovodComm(Comm):
+    """Horovod: ``hvd.init()``, ``hvd.DistributedOptimizer``, parameter/optimizer broadcast.
+
+    Under ``horovodrun``, ``mpirun`` or ``srun``. With CUDA each rank pins the GPU of its local
+    rank, as Horovod's examples do.
+    """
+
+    name = "horovod"
+
+    def __init__(self, device_request: str) -> None:
+        super().__init__()
+        try:
+            import horovod
+            import horovod.torch as hvd
+        except ImportError as err:
+            raise UsageError(f"--backend horovod needs horovod.torch: {err}") from None
+        self.hvd = hvd
+        self.version = horovod.__version__
+        hvd.init()
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
+        self.device = pick_device(device_request, self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        controller = ("gloo" if _call(hvd, "gloo_enabled") else
+                      "mpi" if _call(hvd, "mpi_enabled") else "unknown")
+        self.transport = f"horovod-{controller}" + ("+nccl" if self.device.type == "cuda"
+                                                    and _call(hvd, "nccl_built") else "")
+        self.launcher = ("horovodrun-gloo" if controller == "gloo" else
+                         "openmpi" if "OMPI_COMM_WORLD_RANK" in os.environ else
+                         "slurm" if "SLURM_PROCID" in os.environ else controller)
+
+    def prepare(self, model, make_optimizer):
+        hvd = self.hvd
+        model.to(self.device)
+        optimizer = hvd.DistributedOptimizer(make_optimizer(list(model.parameters())),
+                                             named_parameters=model.named_parameters(),
+                                             op=hvd.Average)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, optimizer
+
+    def scaled_step(self, optimizer, scaler):
+        # Horovod's AMP recipe: finish the allreduces, unscale, then step without a second sync.
+        optimizer.synchronize()
+        scaler.unscale_(optimizer)
+        with optimizer.skip_synchronize():
+            scaler.step(optimizer)
+
+    def allgather(self, tensor, name):
+        return self.hvd.allgather(tensor.detach().cpu().unsqueeze(0), name=name)
+
+    def allreduce_mean(self, tensor, name):
+        return self.hvd.allreduce(tensor.detach().cpu(), op=self.hvd.Average, name=name)
+
+    def shutdown(self):
+        self.hvd.shutdown()
+
+
+class DdpComm(Comm):
+    """``torch.distributed`` with DistributedDataParallel: NCCL on CUDA, Gloo on CPU.
+
+    Rank and rendezvous come from torchrun, Open MPI or Slurm variables (resolve_launch_env).
+    """
+
+    name = "ddp"
+
+    def __init__(self, device_request: str, launch: LaunchEnv) -> None:
+        super().__init__()
+        import torch.distributed as dist
+        self.dist = dist
+        self.version = torch.__version__
+        self.rank, self.size = launch.rank, launch.world_size
+        self.local_rank, self.local_size = launch.local_rank, launch.local_size
+        self.launcher = launch.launcher
+        self.device = pick_device(device_request, self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.transport = "nccl" if self.device.type == "cuda" else "gloo"
+        os.environ["MASTER_ADDR"] = launch.master_addr
+        os.environ["MASTER_PORT"] = str(launch.master_port)
+        dist.init_process_group(self.transport, init_method="env://",
+                                rank=self.rank, world_size=self.size)
+
+    def prepare(self, model, make_optimizer):
+        from torch.nn.parallel import DistributedDataParallel
+        model.to(self.device)
+        # DDP broadcasts rank 0's parameters and buffers when it wraps the model.
+        wrapped = DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return wrapped, make_optimizer(list(wrapped.parameters()))
+
+    def unwrap(self, model):
+        return model.module
+
+    def allgather(self, tensor, name):
+        tensor = tensor.detach().to(self.device).contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(self.size)]
+        self.dist.all_gather(parts, tensor)
+        return torch.stack(parts).cpu()
+
+    def allreduce_mean(self, tensor, name):
+        tensor = tensor.detach().to(self.device).clone()
+        self.dist.all_reduce(tensor)
+        return (tensor / self.size).cpu()
+
+    def shutdown(self):
+        self.dist.destroy_process_group()
+
+
+def _call(module, function: str) -> bool:
+    """``module.function()`` if Horovod has it (builds differ), else False."""
+    found = getattr(module, function, None)
+    return bool(found()) if callable(found) else False
+
+
+def pick_device(request: str, local_rank: int) -> torch.device:
+    """The device for this rank: ``auto`` means CUDA when available, else CPU.
+
+    Args:
+        request: ``auto``, ``cpu`` or ``cuda``.
+        local_rank: rank on this node; CUDA ranks use GPU ``local_rank % device_count``.
+
+    Raises:
+        UsageError: ``cuda`` requested but torch sees no GPU.
+    """
+    if request == "cpu" or (request == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda requested but torch.cuda.is_available() is False")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def open_comm(backend: str, device_request: str,
+              environ: Mapping[str, str] = os.environ) -> Comm:
+    """Initialise the requested backend (``horovod`` or ``ddp``) and return its Comm."""
+    if backend == "horovod":
+        return HorovodComm(device_request)
+    return DdpComm(device_request, resolve_launch_env(environ))
+
+
+# --------------------------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------------------------
+
+
+def build_model(name: str, num_classes: int) -> nn.Module:
+    """A randomly initialised classifier for 3-channel images.
+
+    Args:
+        name: ``tiny`` (two 3x3 convolutions, ~5k parameters, a few ms per batch of 16 32x32
+            images on one CPU core) or any torchvision classification model name
+            (``resnet50``, ``vgg16``, ...), built with ``weights=None``.
+        num_classes: outputs of the last layer.
+
+    Raises:
+        UsageError: unknown model name.
+    """
+    if name == TINY_MODEL:
+        return nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes))
+    try:
+        import torchvision.models as models
+    except ImportError as err:
+        raise UsageError(f"--model {name} needs torchvision: {err}") from None
+    if name not in models.list_models(module=models):
+        raise UsageError(f"unknown model {name!r}: use {TINY_MODEL} or a torchvision "
+                         "classification model (resnet50, vgg16, ...)")
+    return models.get_model(name, weights=None, num_classes=num_classes)
+
+
+def logits_of(output) -> torch.Tensor:
+    """Main logits of a model output (inception_v3 and googlenet return named tuples)."""
+    return getattr(output, "logits", output)
+
+
+def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, comm: Comm,
+                    precision: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """One forward/backward/step on a batch, as in Horovod's ``benchmark_step``.
+
+    Args:
+        model, optimizer: as returned by Comm.prepare.
+        comm: the backend (its AMP step differs for Horovod).
+        precision: ``fp32``, or ``amp``: autocast to float16 with a GradScaler on CUDA, to
+            bfloat16 (no scaler) on CPU.
+
+    Returns:
+        ``step(images, labels) -> loss`` (a 0-dim tensor, not synchronised).
+    """
+    device_type = comm.device.type
+    use_amp = precision == "amp"
+    amp_dtype = torch.float16 if device_type == "cuda" else torch.bfloat16
+    scaler = None
+    if use_amp and device_type == "cuda":
+        scaler = torch.amp.GradScaler("cuda") if hasattr(torch.amp, "GradScaler") \
+            else torch.cuda.amp.GradScaler()
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        with torch.autocast(device_type, dtype=amp_dtype, enabled=use_amp):
+            loss = F.cross_entropy(logits_of(model(images)), labels)
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            comm.scaled_step(optimizer, scaler)
+            scaler.update()
+        return loss
+
+    return step
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------------------------
+# Phase 1: throughput
+# --------------------------------------------------------------------------------------------
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and 1.96 x population standard deviation, as Horovod's benchmark reports them.
+
+    (``np.mean`` and ``1.96 * np.std`` in pytorch_synthetic_benchmark.py v0.28.1.)
+    """
+    return statistics.fmean(values), 1.96 * statistics.pstdev(values)
+
+
+def run_benchmark(comm: Comm, args: argparse.Namespace) -> list[float]:
+    """Throughput of synthetic training on this rank, in images per second per iteration.
+
+    Method of Horovod's ``examples/pytorch/pytorch_synthetic_benchmark.py`` (v0.28.1): a model
+    with random weights, broadcast from rank 0; SGD with lr 0.01 x world size wrapped by the
+    distributed optimizer; one fixed batch of random images (N(0,1), 3 x image_size^2) and random
+    labels; ``num_warmup_batches`` untimed steps; then ``num_iters`` timed iterations of
+    ``num_batches_per_iter`` steps, each giving ``batch_size * num_batches_per_iter / seconds``.
+    Differences: on CUDA the device is synchronised before each clock reading, and the model keeps
+    its own normalisation layers.
+
+    Args:
+        comm: the initialised backend.
+        args: parsed command line (model, num_classes, image_size, batch_size, precision,
+            num_warmup_batches, num_batches_per_iter, num_iters, seed).
+
+    Returns:
+        Images per second of this rank, one value per timed iteration.
+    """
+    torch.manual_seed(derive_seed(args.seed, "benchmark-model", 0))
+    model, optimizer = comm.prepare(
+        build_model(args.model, args.num_classes),
+        lambda params: torch.optim.SGD(params, lr=0.01 * comm.size))
+    generator = torch.Generator().manual_seed(derive_seed(args.seed, "benchmark-data", comm.rank))
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
+                         generator=generator).to(comm.device)
+    labels = torch.randint(0, args.num_classes, (args.batch_size,),
+                           generator=generator).to(comm.device)
+    step = make_train_step(model, optimizer, comm, args.precision)
+    model.train()
+    for _ in range(args.num_warmup_batches):
+        step(images, labels)
+    img_secs = []
+    for _ in range(args.num_iters):
+        _synchronize(comm.device)
+        start = time.perf_counter()
+        for _ in range(args.num_batches_per_iter):
+            step(images, labels)
+        _synchronize(comm.device)
+        img_secs.append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start))
+    return img_secs
+
+
+# --------------------------------------------------------------------------------------------
+# Phase 2: convergence on a learnable synthetic task
+# --------------------------------------------------------------------------------------------
+
+
+def derive_seed(seed: int, purpose: str, rank: int) -> int:
+    """A 63-bit seed for one purpose and rank, derived from ``--seed`` by sha256."""
+    digest = hashlib.sha256(f"{seed}:{purpose}:{rank}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class ChannelMeanTeacher:
+    """A fixed random labelling that any convolutional classifier can learn.
+
+    Images are N(0,1) pixel noise plus a random N(0,1) offset per image and channel. The label is
+    ``argmax(W @ m)``, where ``m`` is the image's per-channel mean (3 values) and ``W`` a fixed
+    random ``num_classes x 3`` matrix drawn from ``--seed`` alone, so every rank holds the same
+    teacher while drawing its own images. Channel means survive global pooling, so a student
+    must learn a function of its input; predicting the label frequencies alone leaves the loss
+    near their entropy (about 1.6 nats for 10 classes, 6 of them reachable).
+    """
+
+    def __init__(self, num_classes: int, seed: int, device: torch.device) -> None:
+        generator = torch.Generator().manual_seed(derive_seed(seed, "teacher", 0))
+        self.weight = torch.randn(num_classes, 3, generator=generator).to(device)
+        self.device = device
+
+    def sample(self, count: int, image_size: int,
+               generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """``count`` images (count x 3 x image_size x image_size) and their labels."""
+        noise = torch.randn(count, 3, image_size, image_size, generator=generator,
+                            device=self.device)
+        offset = torch.randn(count, 3, 1, 1, generator=generator, device=self.device)
+        images = noise + offset
+        labels = (images.mean(dim=(2, 3)) @ self.weight.t()).argmax(dim=1)
+        return images, labels
+
+
+def parameter_digest(model: nn.Module) -> bytes:
+    """sha256 of the concatenated bytes of ``model.parameters()`` (in order, on the host).
+
+    Buffers (BatchNorm running statistics) are left out: Horovod does not synchronise them.
+    """
+    digest = hashlib.sha256()
+    for param in model.parameters():
+        data = param.detach().reshape(-1).contiguous().cpu()
+        digest.update(data.view(torch.uint8).numpy().tobytes())
+    return digest.digest()
+
+
+def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
+    """Train a fresh model on the teacher task with the distributed optimizer; check the result.
+
+    A model is built and broadcast from rank 0; SGD (momentum 0.9, lr ``--convergence-lr``, not
+    scaled with world size) wrapped by the backend trains for ``--convergence-steps`` steps of
+    ``--batch-size`` images per rank, each rank drawing different images. The loss is measured
+    before and after on a held-out set of 4 batches per rank, in eval mode, and averaged over the
+    ranks. Then each rank hashes its parameters (parameter_digest) and the digests are gathered
+    to every rank.
+
+    Args:
+        comm: the initialised backend.
+        args: parsed command line.
+
+    Returns:
+        The fields of the ``convergence`` record: initial_loss, final_loss, threshold, steps,
+        loss_fell (final < initial), below_threshold (final < threshold), params_identical,
+        param_hashes (hex, by rank), seconds.
+    """
+    started = time.perf_counter()
+    torch.manual_seed(derive_seed(args.seed, "convergence-model", 0))
+    model, optimizer = comm.prepare(
+        build_model(args.model, args.convergence_classes),
+        lambda params: torch.optim.SGD(params, lr=args.convergence_lr, momentum=0.9))
+    plain = comm.unwrap(model)
+    teacher = ChannelMeanTeacher(args.convergence_classes, args.seed, comm.device)
+
+    def generator(purpose: str) -> torch.Generator:
+        return torch.Generator(device=comm.device).manual_seed(
+            derive_seed(args.seed, purpose, comm.rank))
+
+    eval_generator = generator("convergence-eval")
+    eval_set = [teacher.sample(args.batch_size, args.image_size, eval_generator) for _ in range(4)]
+    autocast = dict(device_type=comm.device.type, enabled=args.precision == "amp",
+                    dtype=torch.float16 if comm.device.type == "cuda" else torch.bfloat16)
+
+    def mean_eval_loss(name: str) -> float:
+        plain.eval()
+        with torch.no_grad(), torch.autocast(**autocast):
+            losses = [F.cross_entropy(logits_of(plain(x)), y).float() for x, y in eval_set]
+        plain.train()
+        return float(comm.allreduce_mean(torch.stack(losses).mean().cpu(), name))
+
+    initial_loss = mean_eval_loss("convergence.initial_loss")
+    step = make_train_step(model, optimizer, comm, args.precision)
+    train_generator = generator("convergence-train")
+    for _ in range(args.convergence_steps):
+        step(*teacher.sample(args.batch_size, args.image_size, train_generator))
+    final_loss = mean_eval_loss("convergence.final_loss")
+
+    if args.inject_param_mismatch and comm.rank == comm.size - 1 and comm.size > 1:
+        with torch.no_grad():
+            next(plain.parameters()).view(-1)[0] += 1.0
+    digest = torch.tensor(list(parameter_digest(plain)), dtype=torch.int64)
+    hashes = [bytes(row.tolist()).hex()
+              for row in comm.allgather(digest, "convergence.param_digest")]
+    return {
+        "initial_loss": initial_loss,
+        "final_loss": final_loss,
+        "threshold": args.loss_threshold,
+        "steps": args.convergence_steps,
+        "loss_fell": final_loss < initial_loss,
+        "below_threshold": final_loss < args.loss_threshold,
+        "params_identical": len(set(hashes)) == 1,
+        "param_hashes": hashes,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def failure_reasons(convergence: dict) -> list[str]:
+    """Human-readable reasons the convergence record fails its checks (empty when it passes)."""
+    reasons = []
+    if not math.isfinite(convergence["final_loss"]):
+        reasons.append(f"final loss is {convergence['final_loss']}")
+    if not convergence["loss_fell"]:
+        reasons.append(f"loss did not fall: {convergence['initial_loss']:.4f} -> "
+                       f"{convergence['final_loss']:.4f}")
+    if not convergence["below_threshold"]:
+        reasons.append(f"final loss {convergence['final_loss']:.4f} not below threshold "
+                       f"{convergence['threshold']}")
+    if not convergence["params_identical"]:
+        distinct = len(set(convergence["param_hashes"]))
+        reasons.append(f"parameters differ between ranks: {distinct} distinct sha256 digests "
+                       f"on {len(convergence['param_hashes'])} ranks")
+    return reasons
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------------------------
+
+
+class Report:
+    """JSON lines (one object per record) and a stderr summary, written by rank 0 only.
+
+    Args:
+        enabled: True on rank 0.
+        path: JSON-lines file to write (truncated), or None for stdout.
+    """
+
+    def __init__(self, enabled: bool, path: Optional[str]) -> None:
+        self.enabled = enabled
+        self.stream: Optional[TextIO] = None
+        if enabled:
+            self.stream = open(path, "w", encoding="utf-8") if path else sys.stdout
+
+    def record(self, kind: str, **fields) -> None:
+        """Write ``{"record": kind, **fields}`` as one line."""
+        if self.enabled:
+            self.stream.write(json.dumps({"record": kind, **fields}, sort_keys=False) + "\n")
+            self.stream.flush()
+
+    def say(self, text: str) -> None:
+        """One line of the human-readable summary on stderr."""
+        if self.enabled:
+            print(f"{SCRIPT_NAME}: {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.stream is not None and self.stream is not sys.stdout:
+            self.stream.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    """Parse the command line; fill the model-dependent defaults (image size, classes).
+
+    Defaults suit a 2-core CPU node (``tiny``, 32x32 images, batch 16 per rank): 2 ranks finish
+    in a few seconds. For a GPU node use e.g. ``--model resnet50 --batch-size 32``, which takes
+    Horovod's benchmark settings (224x224 images, 1000 classes).
+    """
+    parser = argparse.ArgumentParser(
+        prog=SCRIPT_NAME, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Synthetic training benchmark (after " + METHOD_SOURCE + ") and "
+                    "convergence check for Horovod or PyTorch DDP on N ranks.")
+    add = parser.add_argument
+    add("--backend", choices=["horovod", "ddp"], default="horovod",
+        help="distributed backend: horovod (hvd.DistributedOptimizer) or ddp "
+             "(torch DistributedDataParallel, NCCL on CUDA, Gloo on CPU)")
+    add("--model", default=TINY_MODEL,
+        help=f"'{TINY_MODEL}' (small CNN for CPUs) or a torchvision model name, e.g. resnet50")
+    add("--image-size", type=_positive, default=None,
+        help=f"image side in pixels (default {TINY_IMAGE_SIZE} for {TINY_MODEL}, "
+             f"{TORCHVISION_IMAGE_SIZE} otherwise)")
+    add("--num-classes", type=_positive, default=None,
+        help=f"classes of the benchmark model (default {TINY_NUM_CLASSES} for {TINY_MODEL}, "
+             f"{TORCHVISION_NUM_CLASSES} otherwise, as in Horovod's benchmark)")
+    add("--batch-size", type=_positive, default=16, help="images per batch per rank")
+    add("--num-warmup-batches", type=int, default=10,
+        help="untimed batches before the benchmark")
+    add("--num-batches-per-iter", type=_positive, default=10,
+        help="batches per timed iteration")
+    add("--num-iters", type=_positive, default=10, help="timed iterations")
+    add("--precision", choices=["fp32", "amp"], default="fp32",
+        help="amp: autocast float16 + GradScaler on CUDA, bfloat16 on CPU")
+    add("--device", choices=["auto", "cpu", "cuda"], default="auto",
+        help="auto: CUDA (GPU = local rank) when available, else CPU")
+    add("--threads", type=int, default=0,
+        help="torch intra-op threads per rank; 0: max(1, cores // ranks per node), capped by "
+             "the cores the rank is bound to")
+    add("--convergence-steps", type=_positive, default=100,
+        help="training steps of the convergence check")
+    add("--convergence-classes", type=_positive, default=10,
+        help="classes of the synthetic teacher task")
+    add("--convergence-lr", type=float, default=0.01,
+        help="SGD learning rate (momentum 0.9) of the convergence check, not scaled by ranks")
+    add("--loss-threshold", type=float, default=1.0,
+        help="the mean held-out cross-entropy (nats) must end below this; starts near "
+             "ln(classes) = 2.30 for 10 classes")
+    add("--output", default=None,
+        help="JSON-lines file written by rank 0 (default: stdout of rank 0)")
+    add("--seed", type=int, default=42, help="seed of models, data and teacher")
+    add("--inject-param-mismatch", action="store_true",
+        help="testing aid: the last rank perturbs a parameter before hashing, so the "
+             "identical-parameters check must fail")
+    args = parser.parse_args(argv)
+    if args.num_warmup_batches < 0:
+        parser.error("--num-warmup-batches must be >= 0")
+    if args.threads < 0:
+        parser.error("--threads must be >= 0")
+    tiny = args.model == TINY_MODEL
+    if args.image_size is None:
+        args.image_size = TINY_IMAGE_SIZE if tiny else TORCHVISION_IMAGE_SIZE
+    if args.num_classes is None:
+        args.num_classes = TINY_NUM_CLASSES if tiny else TORCHVISION_NUM_CLASSES
+    return args
+
+
+def _versions(comm: Comm) -> dict:
+    versions = {"python": sys.version.split()[0], "torch": torch.__version__}
+    try:
+        import torchvision
+        versions["torchvision"] = torchvision.__version__
+    except ImportError:
+        versions["torchvision"] = None
+    versions["horovod"] = getattr(comm, "version", None) if comm.name == "horovod" else None
+    return versions
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run both phases and report. Returns the exit status (0 ok, 1 checks failed, 2 usage)."""
+    started = time.perf_counter()
+    args = parse_args(argv)
+    try:
+        comm = open_comm(args.backend, args.device)
+    except UsageError as err:
+        print(f"{SCRIPT_NAME}: error: {err}", file=sys.stderr)
+        return 2
+    threads = args.threads or threads_per_rank(comm.local_size)
+    torch.set_num_threads(threads)
+    if comm.device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    report = Report(comm.rank == 0, args.output)
+    try:
+        kind = "GPU" if comm.device.type == "cuda" else "CPU"
+        report.record(
+            "config", tool=SCRIPT_NAME, tool_version=SCRIPT_VERSION, method=METHOD_SOURCE,
+            timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            backend=comm.name, transport=comm.transport, launcher=comm.launcher,
+            world_size=comm.size, local_size=comm.local_size, device=kind.lower(),
+            device_name=(torch.cuda.get_device_name(comm.device) if kind == "GPU" else None),
+            threads_per_rank=threads, model=args.model, image_size=args.image_size,
+            num_classes=args.num_classes, batch_size=args.batch_size,
+            num_warmup_batches=args.num_warmup_batches,
+            num_batches_per_iter=args.num_batches_per_iter, num_iters=args.num_iters,
+            precision=args.precision, convergence_steps=args.convergence_steps,
+            convergence_classes=args.convergence_classes, convergence_lr=args.convergence_lr,
+            loss_threshold=args.loss_threshold, seed=args.seed, versions=_versions(comm))
+        report.say(f"backend {comm.name} ({comm.transport}), {comm.size} {kind} rank(s), "
+                   f"model {args.model}, batch {args.batch_size}, {args.image_size}px, "
+                   f"{args.precision}, {threads} thread(s) per rank")
+
+        img_secs = run_benchmark(comm, args)
+        gathered = comm.allgather(torch.tensor(img_secs, dtype=torch.float64), "benchmark.img_secs")
+        totals = []
+        for rank, row in enumerate(gathered.tolist()):
+            mean, ci95 = mean_ci95(row)
+            totals.append((mean, ci95))
+            report.record("throughput", rank=rank, img_per_sec_mean=mean, img_per_sec_ci95=ci95,
+                          img_per_sec_iters=row, batch_size=args.batch_size, unit="img/s")
+        total = sum(mean for mean, _ in totals)
+        total_ci95 = sum(ci95 for _, ci95 in totals)
+        report.record("throughput_total", img_per_sec=total, img_per_sec_ci95=total_ci95,
+                      img_per_sec_per_rank=total / comm.size, world_size=comm.size, unit="img/s")
+        report.say(f"Img/sec per {kind}: {totals[0][0]:.1f} +-{totals[0][1]:.1f} (rank 0); "
+                   + ", ".join(f"rank {r}: {m:.1f}" for r, (m, _) in enumerate(totals)))
+        report.say(f"Total img/sec on {comm.size} {kind}(s): {total:.1f} +-{total_ci95:.1f}")
+
+        convergence = run_convergence(comm, args)
+        report.record("convergence", **convergence)
+        reasons = failure_reasons(convergence)
+        report.say(f"convergence: loss {convergence['initial_loss']:.4f} -> "
+                   f"{convergence['final_loss']:.4f} (threshold {args.loss_threshold}) in "
+                   f"{args.convergence_steps} steps, {convergence['seconds']:.1f} s; parameters "
+                   + ("identical" if convergence["params_identical"] else "DIFFER")
+                   + f" on {comm.size} rank(s) (sha256 {convergence['param_hashes'][0][:16]}...)")
+        ok = not reasons
+        wall = time.perf_counter() - started
+        report.record("result", ok=ok, reasons=reasons, wall_seconds=wall)
+        report.say(f"result: OK in {wall:.1f} s" if ok else "result: FAILED: " + "; ".join(reasons))
+        return 0 if ok else 1
+    except UsageError as err:
+        report.say(f"error: {err}")
+        return 2
+    finally:
+        report.close()
+        comm.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
