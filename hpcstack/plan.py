@@ -106,6 +106,8 @@ class Run:
             variable is already non-empty (never an empty element, which means "current dir").
         cwd (str | None): working directory.
         unset (tuple[str, ...]): variables removed from this command's environment.
+        inputs (tuple[str, ...]): files the command reads whose content, not only their path,
+            decides whether its step is up to date (e.g. a lock file).
 
     Raises:
         HpcstackError: from :meth:`execute` when the command is missing or exits non-zero; the
@@ -117,6 +119,7 @@ class Run:
     prepend: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     unset: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()
 
     def to_bash(self) -> str:
         words = []
@@ -247,7 +250,15 @@ class Unpack:
         subprocess.run(["rm", "-rf", self.dest], check=True)
         os.makedirs(self.dest)
         with tarfile.open(self.archive) as tar:
-            tar.extractall(self.dest, filter="data")
+            members = tar.getmembers()
+            for m in members:  # the checks of tarfile's "data" filter (absent before Python 3.11.4)
+                target = os.path.realpath(os.path.join(self.dest, m.name))
+                link = os.path.realpath(os.path.join(self.dest, os.path.dirname(m.name), m.linkname))
+                if (not target.startswith(os.path.realpath(self.dest) + os.sep)
+                        or (m.issym() or m.islnk()) and not link.startswith(os.path.realpath(self.dest))
+                        or m.isdev()):
+                    raise HpcstackError(f"{self.archive}: unsafe member {m.name!r}; refusing to unpack")
+            tar.extractall(self.dest, members=members)
 
 
 @dataclass(frozen=True)
@@ -335,6 +346,13 @@ class Step:
     actions: list = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
 
+    def fingerprint(self) -> str:
+        """Return the text that decides whether the step is up to date: its script, and the
+        sha256 of every input file its actions declare (so an edited lock file redoes it)."""
+        digests = [f"{p}={sha256_file(Path(p)) if os.path.isfile(p) else 'missing'}"
+                   for a in self.actions for p in getattr(a, "inputs", ())]
+        return self.to_bash() + "\n" + "\n".join(digests)
+
     def to_bash(self) -> str:
         """Return the step as a commented block of bash."""
         lines = [f"# --- step {self.name}: {self.description}"]
@@ -371,7 +389,7 @@ class Plan:
         """
         hashes, running = {}, hashlib.sha256(self.preamble().encode())
         for step in self.steps:
-            running.update(step.to_bash().encode())
+            running.update(step.fingerprint().encode())
             hashes[step.name] = running.hexdigest()
         return hashes
 

@@ -80,9 +80,9 @@ class SourceBuild:
         """Return ``{step name: actions}`` for this component."""
         src, dist = self.src_dir(ctx), self.dist_dir(ctx)
         return {
-            FETCH: [Fetch(self.url, self.sha256, self.sdist(ctx))]
-                   + [VerifySha256(self.patch_path(ctx, p), p.sha256) for p in self.patches],
-            PATCH: [Unpack(self.sdist(ctx), os.path.dirname(src))]
+            FETCH: [Fetch(self.url, self.sha256, self.sdist(ctx))],
+            PATCH: [VerifySha256(self.patch_path(ctx, p), p.sha256) for p in self.patches]
+                   + [Unpack(self.sdist(ctx), os.path.dirname(src))]
                    + [Run(("patch", "-p1", "-i", self.patch_path(ctx, p)), cwd=src) for p in self.patches],
             BUILD: [Run(("rm", "-rf", dist)),
                     Run(ctx.pip("wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",

@@ -49,6 +49,7 @@ class PipWheels:
                                f"(run: hpcstack lock {ctx.recipe.full_name} --site {ctx.site.name})"])
         cache = os.path.join(ctx.cache_dir, "pip")
         return {
-            WHEELS: [Run(ctx.pip("install", "--require-hashes", "--cache-dir", cache, "-r", lock))],
+            WHEELS: [Run(ctx.pip("install", "--require-hashes", "--cache-dir", cache, "-r", lock),
+                         inputs=(lock,))],
             SANITYCHECK: [Run(ctx.pip("check"))],
         }

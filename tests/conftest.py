@@ -1,0 +1,124 @@
+"""Shared fixtures: the real tools the tests need, and a tiny recipe that goes through every step.
+
+Tests that need a tool skip with the reason when it is missing; the README's test command
+(scripts/run-tests) installs every tool, so nothing skips in CI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_MODULES = Path("/opt/hpcstack/base-modulefiles")
+MODULES_INIT = Path("/usr/share/modules/init/bash")
+
+
+def hpcstack(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the real ``hpcstack`` command (this interpreter's package) and capture its output."""
+    return subprocess.run([sys.executable, "-m", "hpcstack", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
+
+
+def bash_modules(script: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``script`` in bash with Environment Modules initialised (BASH_ENV cleared: facts.md)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "BASH_ENV"}
+    full_env.update(env or {})
+    return subprocess.run(["bash", "--norc", "--noprofile", "-c", f"source {MODULES_INIT}\n{script}"],
+                          capture_output=True, text=True, env=full_env, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def modules_tool():
+    """Environment Modules, installed by scripts/localhost-setup."""
+    if not MODULES_INIT.is_file():
+        pytest.skip(f"Environment Modules missing ({MODULES_INIT}); run scripts/localhost-setup")
+
+
+@pytest.fixture(scope="session")
+def localhost_ready(modules_tool):
+    """The localhost site's prerequisites: base python module, MPI compilers, cmake."""
+    if not any(BASE_MODULES.glob("python/*")):
+        pytest.skip(f"no base python module in {BASE_MODULES}; run scripts/localhost-setup")
+    for tool in ("mpicc", "mpirun", "cmake", "patch"):
+        if not shutil.which(tool):
+            pytest.skip(f"{tool} missing; run scripts/localhost-setup")
+
+
+def make_sdist(dest: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
+    """Write a tiny sdist (a setuptools package with one module) and return its path."""
+    src = dest / f"{name}-{version}"
+    (src / name).mkdir(parents=True)
+    (src / name / "__init__.py").write_text("GREETING = 'hello'\n")
+    (src / "setup.py").write_text(textwrap.dedent(f"""\
+        from setuptools import setup
+        setup(name={name!r}, version={version!r}, packages=[{name!r}])
+        """))
+    archive = dest / f"{name}-{version}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src, arcname=src.name)
+    shutil.rmtree(src)
+    return archive
+
+
+TINY_PATCH = """\
+--- a/tinypkg/__init__.py
++++ b/tinypkg/__init__.py
+@@ -1 +1,2 @@
+ GREETING = 'hello'
++PATCHED = True
+"""
+
+TINY_LOCK = """\
+--index-url https://pypi.org/simple
+six==1.16.0 \\
+    --hash=sha256:1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926 \\
+    --hash=sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254
+wheel==0.43.0 \\
+    --hash=sha256:465ef92c69fa5c5da2d1cf8ac40559a8c940886afcef87dcf14b9470862f1d85 \\
+    --hash=sha256:55c570405f142630c6b9f72fe09d9b67cf1477fcf543ae5b8dcb1f5b7377da81
+setuptools==72.1.0 \\
+    --hash=sha256:5a03e1860cf56bb6ef48ce186b0e557fdba433237481a9a625176c2831be15d1 \\
+    --hash=sha256:8d243eff56d095e5817f796ede6ae32941278f542e0f941867cc05ae52b162ec
+"""
+
+
+def write_tiny_recipe(root: Path, sdist: Path, patch_text: str = TINY_PATCH) -> Path:
+    """Write ``root/tiny/1.0.py`` (+ lock, patch): Venv, PipWheels, SourceBuild, tools, Imports, Modulefile.
+
+    It goes through the same steps as the PyTorch recipe, with tiny wheels and a tiny source build.
+    """
+    import hashlib
+
+    rdir = root / "tiny"
+    (rdir / "patches").mkdir(parents=True)
+    (rdir / "patches" / "tiny.patch").write_text(patch_text)
+    (rdir / "1.0.pypi.lock").write_text(TINY_LOCK)
+    sdist_sha = hashlib.sha256(sdist.read_bytes()).hexdigest()
+    patch_sha = hashlib.sha256(patch_text.encode()).hexdigest()
+    path = rdir / "1.0.py"
+    path.write_text(textwrap.dedent(f'''\
+        """A tiny stack for tests: the steps of the PyTorch recipe with tiny inputs."""
+        from hpcstack.components import (Imports, Modulefile, Patch, PipWheels, SourceBuild, StackTools,
+                                          Venv)
+        from hpcstack.recipe import Recipe
+
+        def recipe(site):
+            return Recipe("tiny", "1.0", whatis="a tiny test stack", components=[
+                Venv(),
+                PipWheels("1.0"),
+                SourceBuild("tinypkg", "1.0", url={sdist.as_uri()!r}, sha256={sdist_sha!r},
+                            patches=(Patch("tiny.patch", {patch_sha!r}),)),
+                StackTools(),
+                Imports(("six", "tinypkg")),
+                Modulefile(),
+            ])
+        '''))
+    return path

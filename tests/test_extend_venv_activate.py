@@ -1,0 +1,554 @@
+"""Tests for the users' `extend-venv-activate` tool (hpcstack.activate + its Jinja template).
+
+Integration tests: real shells (bash, zsh, dash, fish, tcsh), the real Environment Modules and
+real venvs from `/usr/bin/python3 -m venv` (and virtualenv when installed). Each test skips,
+with the reason, when a tool it needs is missing.
+
+The venv lives in a directory named `my venv & x'$z"q`: spaces, &, quotes and $ (CPython's venv
+refuses a `:` in a venv path, since it separates PATH entries, so `:` is exercised through the
+module init scripts' directory instead).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hpcstack.activate import render_extend_venv_activate
+
+MODULE = "testpkg/1.0"
+SYSTEM_PYTHON = "/usr/bin/python3"
+MODULES_INIT_DIR = Path("/usr/share/modules/init")
+INIT_SHELLS = ("bash", "zsh", "sh", "fish", "csh")
+VENV_NAME = "my venv & x'$z\"q"
+ODD_DIR = "init dir & x:y'$z\"q"
+UNSET = None
+BASE_PATH = "/usr/bin:/bin"
+# Module bookkeeping and venv save slots: allowed to differ before activation / after deactivation.
+IGNORED_VARS = re.compile(r"^(LOADEDMODULES|_LMFILES_|MODULES_LM\w*|__MODULES_\w*|_OLD_VIRTUAL_\w*|_)$")
+PY_PROBE = ("import sys, json, stackmod, shadow; print(json.dumps({'exe': sys.executable, "
+            "'stackmod': stackmod.__file__, 'shadow': shadow.VERSION}))")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shells
+# ---------------------------------------------------------------------------------------------
+
+def quote_fish(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_csh(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+@dataclass(frozen=True)
+class ShellCase:
+    """How to drive one shell: command line, its scripts and a few shell-specific commands."""
+
+    name: str
+    argv: tuple[str, ...]
+    init: str              # key into the module init scripts
+    activate: str          # activation script in VENV/bin
+    quote: object
+    rc: str                # writes the last status to $T_OUT/rc
+    module_list: str       # writes `module list -t` to $T_OUT/list
+    leftovers: str         # writes hpcstack variables/functions still defined to $T_OUT/left
+    prologue: str = ""
+
+    def missing(self) -> str | None:
+        """Why this shell cannot be tested here, or None."""
+        return None if shutil.which(self.argv[0]) else f"{self.argv[0]} is not installed"
+
+
+_SH_LEFT = ('set | grep -i _hpcstack_ > "$T_OUT/left"; '
+            'typeset -f _hpcstack_restore >> "$T_OUT/left" 2>/dev/null')
+BASH = ShellCase("bash", ("bash", "--norc", "--noprofile"), "bash", "activate", shlex.quote,
+                 'echo $? > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"', _SH_LEFT)
+ZSH = ShellCase("zsh", ("zsh", "-f"), "zsh", "activate", shlex.quote,
+                'echo $? > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"', _SH_LEFT)
+DASH = ShellCase("dash", ("dash",), "sh", "activate", shlex.quote,
+                 'echo $? > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"', _SH_LEFT)
+FISH = ShellCase("fish", ("fish", "--no-config"), "fish", "activate.fish", quote_fish,
+                 'echo $status > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"',
+                 'set -n | grep -i _hpcstack_ > "$T_OUT/left"; '
+                 'functions -q _hpcstack_restore; and echo _hpcstack_restore >> "$T_OUT/left"')
+TCSH = ShellCase("tcsh", ("tcsh", "-f"), "csh", "activate.csh", quote_csh,
+                 'echo $status > "$T_OUT/rc"', '( module list -t ) >& "$T_OUT/list"',
+                 'set | grep -i _hpcstack_ > "$T_OUT/left"; alias | grep -i _hpcstack_ >> "$T_OUT/left"',
+                 prologue="set prompt = '> '")  # CPython's activate.csh reads $prompt
+
+SHELLS = [pytest.param(s, id=s.name) for s in (BASH, ZSH, FISH, TCSH)]
+SHELLS_WITH_DASH = SHELLS + [pytest.param(DASH, id="dash")]
+
+
+def needs(shell: ShellCase) -> None:
+    """Skip the calling test when ``shell`` is missing."""
+    reason = shell.missing()
+    if reason:
+        pytest.skip(reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures: module tree, rendered tool, venvs
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Stack:
+    modulepath: Path
+    bin: Path
+    py: Path
+    init: dict[str, str]   # module init scripts, copied under a directory with odd characters
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory) -> Stack:
+    """A `testpkg/1.0` Tcl modulefile over a tiny stack, with the real Environment Modules."""
+    if not (MODULES_INIT_DIR / "bash").is_file():
+        pytest.skip(f"Environment Modules not installed ({MODULES_INIT_DIR}/bash missing)")
+    probe = subprocess.run(["bash", "--norc", "-c", f"source {MODULES_INIT_DIR}/bash && module --version"],
+                           env={"PATH": BASE_PATH, "HOME": "/tmp"}, capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"`module` does not work: {probe.stderr.strip()}")
+    root = tmp_path_factory.mktemp("stack")
+    stack_bin, stack_py = root / "bin", root / "site"
+    stack_bin.mkdir()
+    stack_py.mkdir()
+    (stack_py / "stackmod.py").write_text("NAME = 'stackmod'\n")
+    (stack_py / "shadow.py").write_text("VERSION = 'stack'\n")
+    modfile = root / "modulefiles" / "testpkg" / "1.0"
+    modfile.parent.mkdir(parents=True)
+    modfile.write_text(f"#%Module\nprepend-path PATH {stack_bin}\n"
+                       f"prepend-path PYTHONPATH {stack_py}\nsetenv TESTPKG_ROOT {root}\n")
+    odd = root / ODD_DIR
+    odd.mkdir()
+    init = {}
+    for shell in INIT_SHELLS:
+        shutil.copy(MODULES_INIT_DIR / shell, odd / shell)
+        init[shell] = str(odd / shell)
+    return Stack(root / "modulefiles", stack_bin, stack_py, init)
+
+
+def render_tool(where: Path, module: str, init: dict[str, str]) -> Path:
+    """Render the tool with hpcstack's render function and install it as an executable."""
+    where.mkdir(parents=True, exist_ok=True)
+    tool = where / "extend-venv-activate"
+    tool.write_text(render_extend_venv_activate(module, init, SYSTEM_PYTHON))
+    tool.chmod(0o755)
+    return tool
+
+
+@pytest.fixture(scope="session")
+def tool(stack, tmp_path_factory) -> Path:
+    return render_tool(tmp_path_factory.mktemp("tool"), MODULE, stack.init)
+
+
+def run_tool(tool: Path, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(tool), *map(str, args)], capture_output=True, text=True,
+                          env={"PATH": BASE_PATH, "HOME": "/tmp"})
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def make_venv(parent: Path, kind: str = "venv", python: str = SYSTEM_PYTHON,
+              name: str = VENV_NAME) -> Path:
+    """Create a venv (``kind`` "venv" or "virtualenv") without pip, for speed."""
+    venv = parent / name
+    if kind == "virtualenv":
+        if subprocess.run([sys.executable, "-m", "virtualenv", "--version"],
+                          capture_output=True).returncode != 0:
+            pytest.skip("virtualenv is not installed")
+        cmd = [sys.executable, "-m", "virtualenv", "-q", "--no-seed", "-p", python, str(venv)]
+    else:
+        cmd = [python, "-m", "venv", "--without-pip", str(venv)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return venv
+
+
+def site_packages(venv: Path) -> str:
+    code = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    return subprocess.run([str(venv / "bin" / "python"), "-c", code], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mode under ``directory`` (symlinks by target)."""
+    return {str(p.relative_to(directory)): (os.readlink(p).encode() if p.is_symlink() else p.read_bytes(),
+                                            p.lstat().st_mode)
+            for p in sorted(directory.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+@pytest.fixture(params=["venv", "virtualenv"])
+def venv_kind(request) -> str:
+    return request.param
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a shell session: env before / while active / after deactivate
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class Session:
+    rc: int
+    before: dict[str, str]
+    active: dict[str, str]
+    after: dict[str, str]
+    module_list: str
+    probe: dict
+    leftovers: str
+    proc: subprocess.CompletedProcess
+
+
+def read_env(path: Path) -> dict[str, str]:
+    items = path.read_bytes().decode().split("\0")
+    return dict(item.split("=", 1) for item in items if item)
+
+
+def filtered(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if not IGNORED_VARS.match(k)}
+
+
+def run_session(shell: ShellCase, stack: Stack, venv: Path, out: Path, *,
+                pythonpath: str | None = UNSET, preload: bool = False,
+                twice: bool = False) -> Session:
+    """Initialise modules, then activate (once or twice) and deactivate ``venv`` in ``shell``."""
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [shell.prologue,
+             'source "$T_INIT"',
+             'module use "$T_MODS"',
+             f"module load {MODULE}" if preload else "",
+             'env -0 > "$T_OUT/before"',
+             'source "$T_ACT"',
+             shell.rc,
+             'source "$T_ACT"' if twice else "",
+             'env -0 > "$T_OUT/active"',
+             shell.module_list,
+             'python -c "$T_PY" > "$T_OUT/probe"',
+             "deactivate",
+             'env -0 > "$T_OUT/after"',
+             shell.leftovers]
+    script = out / f"session.{shell.name}"
+    script.write_text("\n".join(line for line in lines if line) + "\n")
+    env = {"PATH": BASE_PATH, "HOME": str(out), "LC_ALL": "C.UTF-8", "T_OUT": str(out),
+           "T_INIT": stack.init[shell.init], "T_MODS": str(stack.modulepath),
+           "T_ACT": str(venv / "bin" / shell.activate), "T_PY": PY_PROBE}
+    if pythonpath is not UNSET:
+        env["PYTHONPATH"] = pythonpath
+    proc = subprocess.run([*shell.argv, str(script)], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=out)
+    probe = (out / "probe").read_text()
+    return Session(rc=int((out / "rc").read_text()), before=read_env(out / "before"),
+                   active=read_env(out / "active"), after=read_env(out / "after"),
+                   module_list=(out / "list").read_text(),
+                   probe=json.loads(probe) if probe else {}, leftovers=(out / "left").read_text(),
+                   proc=proc)
+
+
+def assert_clean_pythonpath(value: str) -> None:
+    parts = value.split(":")
+    assert all(parts), f"empty element (current directory) in PYTHONPATH={value!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Behaviour in real shells
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("pythonpath", [UNSET, "", "/opt/user lib"], ids=["unset", "empty", "set"])
+def test_activate_deactivate_roundtrip(shell, pythonpath, venv_kind, stack, tool, tmp_path):
+    needs(shell)
+    venv = make_venv(tmp_path, venv_kind)
+    run_tool(tool, venv)
+    site = site_packages(venv)
+    s = run_session(shell, stack, venv, tmp_path / "out", pythonpath=pythonpath)
+    assert s.rc == 0, s.proc.stderr
+
+    # while active: module loaded, venv python first, venv site-packages first on PYTHONPATH
+    assert MODULE in s.module_list.split(), s.module_list
+    assert s.active["TESTPKG_ROOT"]
+    assert s.active["PATH"].split(":")[0] == str(venv / "bin")
+    assert s.probe["exe"] == str(venv / "bin" / "python")
+    assert s.probe["stackmod"] == str(stack.py / "stackmod.py")
+    assert s.probe["shadow"] == "stack"
+    expected = [site, str(stack.py)] + ([pythonpath] if pythonpath else [])
+    assert s.active["PYTHONPATH"] == ":".join(expected)
+    assert_clean_pythonpath(s.active["PYTHONPATH"])
+
+    # after deactivate: everything back, PYTHONPATH exactly (unset / empty / set)
+    assert filtered(s.after) == filtered(s.before)
+    assert s.after.get("PYTHONPATH") == pythonpath
+    assert MODULE not in s.after.get("LOADEDMODULES", "")
+    assert s.leftovers == "", s.leftovers
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_package_installed_in_venv_wins_over_stack(shell, stack, tool, tmp_path):
+    needs(shell)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    Path(site_packages(venv), "shadow.py").write_text("VERSION = 'venv'\n")
+    s = run_session(shell, stack, venv, tmp_path / "out")
+    assert s.rc == 0, s.proc.stderr
+    assert s.probe["shadow"] == "venv"
+    assert s.probe["stackmod"] == str(stack.py / "stackmod.py")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_preloaded_module_stays_loaded(shell, stack, tool, tmp_path):
+    needs(shell)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    s = run_session(shell, stack, venv, tmp_path / "out", preload=True)
+    assert s.rc == 0, s.proc.stderr
+    assert MODULE in s.before["LOADEDMODULES"].split(":")
+    assert s.active["PYTHONPATH"] == f"{site_packages(venv)}:{stack.py}"
+    assert MODULE in s.after["LOADEDMODULES"].split(":"), "deactivate unloaded a user's module"
+    assert s.after == s.before
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_activating_twice_then_deactivating_restores(shell, stack, tool, tmp_path):
+    needs(shell)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    s = run_session(shell, stack, venv, tmp_path / "out", pythonpath="/a", twice=True)
+    assert s.active["PYTHONPATH"] == f"{site_packages(venv)}:{stack.py}:/a"
+    assert s.active["PATH"].split(":").count(str(venv / "bin")) == 1
+    assert filtered(s.after) == filtered(s.before)
+    assert s.leftovers == ""
+
+
+def env_i_command(shell: ShellCase, venv: Path, body: str) -> list[str]:
+    """`env -i SHELL -c 'source VENV/bin/activate ...'`: no module function, MODULEPATH only."""
+    act = shell.quote(str(venv / "bin" / shell.activate))
+    flags = [a for a in shell.argv[1:]]
+    return ["env", "-i", f"PATH={BASE_PATH}", *shell_env_i_extra(shell), shell.argv[0], *flags,
+            "-c", f"source {act}\n{body}" if shell is not DASH else f". {act}\n{body}"]
+
+
+def shell_env_i_extra(shell: ShellCase) -> list[str]:
+    return []
+
+
+@pytest.mark.parametrize("shell", SHELLS_WITH_DASH)
+def test_env_i_activation_initialises_modules(shell, stack, tool, tmp_path):
+    needs(shell)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    out = tmp_path / "out"
+    out.mkdir()
+    body = "\n".join([shell.prologue, shell.rc, shell.module_list,
+                      'python -c "$T_PY" > "$T_OUT/probe"'])
+    cmd = env_i_command(shell, venv, body)
+    cmd[2:2] = [f"MODULEPATH={stack.modulepath}", f"T_OUT={out}", f"T_PY={PY_PROBE}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert (out / "rc").read_text().strip() == "0", proc.stderr
+    assert MODULE in (out / "list").read_text().split()
+    assert json.loads((out / "probe").read_text())["exe"] == str(venv / "bin" / "python")
+
+
+def test_env_i_bash_literal_command(stack, tool, tmp_path):
+    """The exact form from batch jobs: env -i bash --norc -c 'source VENV/bin/activate'."""
+    needs(BASH)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    act = shlex.quote(str(venv / "bin" / "activate"))
+    proc = subprocess.run(["env", "-i", f"MODULEPATH={stack.modulepath}", "bash", "--norc", "-c",
+                           f"source {act} && module list -t && python -c 'import stackmod'"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert MODULE in proc.stderr.split()
+
+
+@pytest.mark.parametrize("shell", SHELLS_WITH_DASH)
+def test_missing_module_command_is_an_error(shell, stack, tmp_path):
+    needs(shell)
+    bogus = {key: f"/nonexistent/modules/init/{key}" for key in INIT_SHELLS}
+    tool = render_tool(tmp_path / "tool", MODULE, bogus)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    out = tmp_path / "out"
+    out.mkdir()
+    body = "\n".join([shell.rc, 'env -0 > "$T_OUT/env"'])
+    cmd = env_i_command(shell, venv, body)
+    cmd[2:2] = [f"MODULEPATH={stack.modulepath}", f"T_OUT={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "'module' command is missing" in proc.stderr
+    assert "/nonexistent/modules/init/" in proc.stderr
+    if shell is not TCSH:  # csh's `source` cannot report a status; activation is skipped
+        assert (out / "rc").read_text().strip() != "0"
+    env = read_env(out / "env")
+    assert "VIRTUAL_ENV" not in env and str(venv) not in env["PATH"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_failed_module_load_is_an_error(shell, stack, tmp_path):
+    needs(shell)
+    tool = render_tool(tmp_path / "tool", "nosuchpkg/9.9", stack.init)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    out = tmp_path / "out"
+    out.mkdir()
+    script = out / "s"
+    script.write_text("\n".join([shell.prologue, 'source "$T_INIT"', 'module use "$T_MODS"',
+                                 'env -0 > "$T_OUT/before"', 'source "$T_ACT"', shell.rc,
+                                 'env -0 > "$T_OUT/after"', shell.leftovers]) + "\n")
+    env = {"PATH": BASE_PATH, "HOME": str(out), "PYTHONPATH": "/keep", "T_OUT": str(out),
+           "T_INIT": stack.init[shell.init], "T_MODS": str(stack.modulepath),
+           "T_ACT": str(venv / "bin" / shell.activate)}
+    proc = subprocess.run([*shell.argv, str(script)], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=out)
+    assert "'module load' nosuchpkg/9.9 failed" in proc.stderr
+    if shell is not TCSH:
+        assert (out / "rc").read_text().strip() != "0"
+    before, after = read_env(out / "before"), read_env(out / "after")
+    assert after["PYTHONPATH"] == "/keep"
+    assert "VIRTUAL_ENV" not in after
+    assert filtered(after) == filtered(before)
+    assert (out / "left").read_text().strip() in ("", "_hpcstack_restore", "_hpcstack_restore ()")
+
+
+# ---------------------------------------------------------------------------------------------
+# Patching itself: idempotent, reversible, refuses unknown layouts
+# ---------------------------------------------------------------------------------------------
+
+def test_patch_is_idempotent(venv_kind, tool, tmp_path):
+    venv = make_venv(tmp_path, venv_kind)
+    run_tool(tool, venv)
+    once = snapshot(venv / "bin")
+    second = run_tool(tool, venv)
+    assert snapshot(venv / "bin") == once
+    assert "nothing to do" in second.stdout
+
+
+def test_patch_records_module_and_site_packages(venv_kind, tool, tmp_path):
+    venv = make_venv(tmp_path, venv_kind)
+    run_tool(tool, venv)
+    activate = (venv / "bin" / "activate").read_text()
+    assert f"# >>> hpcstack {MODULE} >>>" in activate
+    assert f"module load {MODULE}" in activate
+    assert shlex.quote(site_packages(venv)) in activate
+    for name in ("activate.fish", "activate.csh"):
+        assert f"# <<< hpcstack {MODULE} <<<" in (venv / "bin" / name).read_text()
+
+
+def test_undo_restores_bytes_exactly(venv_kind, tool, tmp_path):
+    venv = make_venv(tmp_path, venv_kind)
+    pristine = snapshot(venv / "bin")
+    run_tool(tool, venv)
+    assert snapshot(venv / "bin") != pristine
+    run_tool(tool, venv, "--undo")
+    assert snapshot(venv / "bin") == pristine
+    again = run_tool(tool, venv, "--undo")
+    assert "nothing to do" in again.stdout
+    assert snapshot(venv / "bin") == pristine
+
+
+@pytest.mark.parametrize("mutation", [
+    pytest.param(("deactivate nondestructive\n", "deactivate_all\n"), id="no-load-anchor"),
+    pytest.param(('if [ ! "${1:-}" = "nondestructive" ] ; then', 'if true ; then'),
+                 id="no-unload-anchor"),
+    pytest.param(('_OLD_VIRTUAL_PATH="$PATH"', 'OLDP="$PATH"'), id="path-not-saved-after-load"),
+])
+def test_unknown_layout_is_refused_untouched(mutation, tool, tmp_path):
+    venv = make_venv(tmp_path)
+    activate = venv / "bin" / "activate"
+    old, new = mutation
+    assert old in activate.read_text()
+    activate.write_text(activate.read_text().replace(old, new))
+    before = snapshot(venv / "bin")
+    proc = run_tool(tool, venv, check=False)
+    assert proc.returncode == 1
+    assert "activate" in proc.stderr and "unchanged" in proc.stderr
+    assert snapshot(venv / "bin") == before
+
+
+def test_does_not_depend_on_marker_comments(stack, tool, tmp_path):
+    """3.11 writes '# you cannot...', 3.12 '# You cannot...'; without either it still works."""
+    needs(BASH)
+    venv = make_venv(tmp_path)
+    activate = venv / "bin" / "activate"
+    text = activate.read_text()
+    assert "# you cannot run it directly" in text
+    activate.write_text(text.replace("# you cannot run it directly\n", ""))
+    run_tool(tool, venv)
+    s = run_session(BASH, stack, venv, tmp_path / "out")
+    assert s.rc == 0 and MODULE in s.module_list.split()
+    assert filtered(s.after) == filtered(s.before)
+
+
+def other_pythons() -> list:
+    """CPython interpreters besides /usr/bin/python3 found here (3.8 ... 3.13)."""
+    found = {}
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(8, 14)]
+    candidates += sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.*/bin/python3"))
+    for exe in filter(None, candidates):
+        probe = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            found.setdefault(probe.stdout.strip(), exe)
+    return [pytest.param(exe, id=version) for version, exe in sorted(found.items())] or [
+        pytest.param(None, marks=pytest.mark.skip(reason="no other CPython 3.x found"))]
+
+
+@pytest.mark.parametrize("python", other_pythons())
+def test_other_python_versions(python, stack, tool, tmp_path):
+    """venv layouts of other CPython versions; plain path, as older venvs do not quote '$"."""
+    needs(BASH)
+    venv = make_venv(tmp_path, python=python, name="plain venv & x")
+    pristine = snapshot(venv / "bin")
+    run_tool(tool, venv)
+    for shell in (BASH, FISH, TCSH):
+        if shell.missing() is None:
+            s = run_session(shell, stack, venv, tmp_path / f"out-{shell.name}", pythonpath="")
+            assert s.rc == 0 and MODULE in s.module_list.split(), s.proc.stderr
+            assert s.probe["exe"] == str(venv / "bin" / "python")
+            assert filtered(s.after) == filtered(s.before)
+    run_tool(tool, venv, "--undo")
+    assert snapshot(venv / "bin") == pristine
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line and rendering
+# ---------------------------------------------------------------------------------------------
+
+def test_help_explains_usage(tool):
+    text = run_tool(tool, "--help").stdout
+    for needle in ("usage: extend-venv-activate", "--undo", MODULE, "PYTHONPATH", "deactivate",
+                   "bash", "zsh", "fish", "csh", "# >>> hpcstack"):
+        assert needle in text
+
+
+def test_not_a_venv_is_an_error(tool, tmp_path):
+    proc = run_tool(tool, tmp_path, check=False)
+    assert proc.returncode == 1 and "is it a venv" in proc.stderr.replace(f"{tmp_path} ", "it ")
+
+
+def test_rendered_script_is_standalone(tool):
+    text = tool.read_text()
+    assert text.startswith(f"#!{SYSTEM_PYTHON}\n")
+    assert "hpcstack." not in text.replace("hpcstack.activate", "")
+    assert not re.search(r"^\s*(import|from)\s+(hpcstack|jinja2)", text, re.M)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"module_name": "bad name"},
+    {"module_name": "x'; rm -rf /"},
+    {"python": "python3"},
+    {"python": "/opt/my python/bin/python"},
+    {"module_init": {"bash": "relative/init"}},
+])
+def test_render_rejects_unsafe_values(kwargs):
+    args = {"module_name": MODULE, "module_init": {"bash": "/x"}, "python": SYSTEM_PYTHON}
+    with pytest.raises(ValueError):
+        render_extend_venv_activate(**{**args, **kwargs})

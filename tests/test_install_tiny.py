@@ -1,0 +1,133 @@
+"""The install machinery end to end with a tiny recipe: real venv, real pip, real patch and build,
+real Environment Modules. Exercises resume, up-to-date re-runs, changed inputs and bad downloads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import bash_modules, hpcstack, make_sdist, write_tiny_recipe
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, localhost_ready):
+    """A tiny recipe installed once into a temporary prefix and module root."""
+    root = tmp_path_factory.mktemp("tiny")
+    sdist = make_sdist(root)
+    recipe = write_tiny_recipe(root / "recipes", sdist)
+    args = ["--site", "localhost", "--prefix", str(root / "sw"), "--module-root", str(root / "mf")]
+    proc = hpcstack("install", str(recipe), *args)
+    assert proc.returncode == 0, proc.stderr
+    return {"root": root, "recipe": recipe, "args": args, "first": proc,
+            "prefix": root / "sw" / "tiny" / "1.0", "modulefile": root / "mf" / "tiny" / "1.0"}
+
+
+def test_install_runs_every_step_and_writes_the_modulefile(tiny):
+    for step in ("fetch", "venv", "wheels", "patch", "build", "install", "sanitycheck", "permissions",
+                 "module"):
+        assert f"] {step}:" in tiny["first"].stderr
+    text = tiny["modulefile"].read_text()
+    assert "depends-on python" in text
+    assert str(tiny["prefix"]) in text
+    recorded = json.loads((tiny["prefix"] / ".hpcstack" / "steps" / "module.json").read_text())
+    assert len(recorded["hash"]) == 64
+
+
+def test_module_load_gives_the_patched_package_and_unload_restores(tiny):
+    script = f"""
+    module use {tiny['root'] / 'mf'}
+    before=$(env | grep -v -E '^(_|OLDPWD|SHLVL)=' | sort)
+    module load tiny/1.0
+    python -c 'import tinypkg, six; assert tinypkg.PATCHED; print(tinypkg.__file__)'
+    command -v extend-venv-activate
+    module unload tiny/1.0
+    module unload python
+    after=$(env | grep -v -E '^(_|OLDPWD|SHLVL)=' | sort)
+    diff <(echo "$before" | grep -v -E '^(LOADEDMODULES|_LMFILES_|__MODULES_)') \
+         <(echo "$after" | grep -v -E '^(LOADEDMODULES|_LMFILES_|__MODULES_)') && echo SAME
+    """
+    proc = bash_modules(script)
+    assert proc.returncode == 0, proc.stderr
+    assert str(tiny["prefix"]) in proc.stdout
+    assert str(tiny["prefix"] / "bin" / "extend-venv-activate") in proc.stdout
+    assert "SAME" in proc.stdout, proc.stdout
+
+
+def test_rerun_is_up_to_date_and_changes_nothing(tiny):
+    mf = tiny["modulefile"]
+    before = (mf.stat().st_mtime_ns, mf.read_text())
+    proc = hpcstack("install", str(tiny["recipe"]), *tiny["args"])
+    assert proc.returncode == 0, proc.stderr
+    assert "up to date" in proc.stderr
+    assert (mf.stat().st_mtime_ns, mf.read_text()) == before
+
+
+def test_nothing_world_writable_and_everything_readable(tiny):
+    for path in tiny["prefix"].rglob("*"):
+        if path.is_symlink():
+            continue
+        mode = path.stat().st_mode
+        assert not mode & 0o002, path
+        assert mode & 0o004, path
+
+
+def test_tampered_sdist_is_refused_and_nothing_is_published(localhost_ready, tmp_path):
+    sdist = make_sdist(tmp_path)
+    recipe = write_tiny_recipe(tmp_path / "recipes", sdist)
+    with open(sdist, "ab") as f:
+        f.write(b"tampered")
+    proc = hpcstack("install", str(recipe), "--site", "localhost", "--prefix", str(tmp_path / "sw"),
+                    "--module-root", str(tmp_path / "mf"))
+    assert proc.returncode == 1
+    assert "sha256 mismatch" in proc.stderr and "expected" in proc.stderr and "got" in proc.stderr
+    assert "step fetch" in proc.stderr
+    assert not (tmp_path / "mf" / "tiny" / "1.0").exists()
+
+
+def test_tampered_patch_is_refused(localhost_ready, tmp_path):
+    sdist = make_sdist(tmp_path)
+    recipe = write_tiny_recipe(tmp_path / "recipes", sdist)
+    patch = recipe.parent / "patches" / "tiny.patch"
+    patch.write_text(patch.read_text() + "\n")
+    proc = hpcstack("install", str(recipe), "--site", "localhost", "--prefix", str(tmp_path / "sw"),
+                    "--module-root", str(tmp_path / "mf"), "--stop-after", "patch")
+    assert proc.returncode == 1
+    assert "sha256 mismatch" in proc.stderr and str(patch) in proc.stderr
+    assert "step patch" in proc.stderr
+
+
+def test_stop_after_leaves_no_modulefile_and_resume_finishes(localhost_ready, tmp_path):
+    sdist = make_sdist(tmp_path)
+    recipe = write_tiny_recipe(tmp_path / "recipes", sdist)
+    args = ["--site", "localhost", "--prefix", str(tmp_path / "sw"), "--module-root", str(tmp_path / "mf")]
+    proc = hpcstack("install", str(recipe), *args, "--stop-after", "wheels")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "mf" / "tiny" / "1.0").exists()
+    proc = hpcstack("install", str(recipe), *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "wheels: done before, skipped" in proc.stderr
+    assert (tmp_path / "mf" / "tiny" / "1.0").is_file()
+
+
+def test_changed_patch_redoes_patch_and_later_steps_only(tiny):
+    """Last of the tests on the shared install: it edits the recipe's patch in place."""
+    import hashlib
+
+    patch = Path(tiny["recipe"]).parent / "patches" / "tiny.patch"
+    old_sha = hashlib.sha256(patch.read_bytes()).hexdigest()
+    patch.write_text(patch.read_text().replace("PATCHED = True", "PATCHED = 2"))
+    new_sha = hashlib.sha256(patch.read_bytes()).hexdigest()
+    recipe = Path(tiny["recipe"])
+    recipe.write_text(recipe.read_text().replace(old_sha, new_sha))
+    proc = hpcstack("install", str(recipe), *tiny["args"])
+    assert proc.returncode == 0, proc.stderr
+    assert "venv: done before, skipped" in proc.stderr
+    assert "wheels: done before, skipped" in proc.stderr
+    assert "] patch: " in proc.stderr and "] build: " in proc.stderr
+    check = bash_modules(f"module use {tiny['root'] / 'mf'}; module load tiny/1.0; "
+                         "python -c 'import tinypkg; print(tinypkg.PATCHED)'")
+    assert check.stdout.strip() == "2", check.stderr
