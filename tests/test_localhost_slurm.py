@@ -38,6 +38,7 @@ def _which(name: str) -> str | None:
 _missing = [b for b in NEEDED if _which(b) is None]
 
 pytestmark = [
+    pytest.mark.integration,
     pytest.mark.skipif(os.geteuid() != 0,
                        reason="localhost-slurm tests need root (network namespaces, daemons)"),
     pytest.mark.skipif(bool(_missing),

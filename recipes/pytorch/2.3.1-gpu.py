@@ -25,7 +25,7 @@ def recipe(site):
             "horovod", "0.28.1",
             url="https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz",
             sha256="92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0",
-            patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="PATCH_SHA256"),)),
+            patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"),)),
         # extend-venv-activate and the validation trainer in <prefix>/bin
         StackTools(),
         # sanity check: everything imports (horovodrun --check-build runs in HorovodBuild)

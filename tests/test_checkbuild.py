@@ -1,0 +1,51 @@
+"""Parsing ``horovodrun --check-build`` and naming the flags that are missing."""
+
+from conftest import REPO  # noqa: F401  (puts the repo on sys.path)
+from hpcstack.checkbuild import missing_flags, parse_check_build
+
+CIRRUS_OUTPUT = """\
+Horovod v0.28.1:
+
+Available Frameworks:
+    [ ] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [X] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [X] NCCL
+    [ ] DDL
+    [ ] CCL
+    [X] MPI
+    [X] Gloo
+"""
+
+CPU_OUTPUT = CIRRUS_OUTPUT.replace("[X] NCCL", "[ ] NCCL")
+
+
+def test_parse_sections():
+    flags = parse_check_build(CIRRUS_OUTPUT)
+    assert flags["Frameworks"] == {"TensorFlow": False, "PyTorch": True, "MXNet": False}
+    assert flags["Controllers"] == {"MPI": True, "Gloo": True}
+    assert flags["Operations"]["NCCL"] is True and flags["Operations"]["DDL"] is False
+
+
+def test_cirrus_flags_all_present():
+    assert missing_flags(parse_check_build(CIRRUS_OUTPUT), ["PyTorch", "MPI", "Gloo", "NCCL"]) == []
+
+
+def test_missing_nccl_is_named():
+    assert missing_flags(parse_check_build(CPU_OUTPUT), ["PyTorch", "MPI", "Gloo", "NCCL"]) == ["Operations:NCCL"]
+
+
+def test_a_name_must_hold_in_every_section_that_lists_it():
+    text = CIRRUS_OUTPUT.replace("Available Controllers:\n    [X] MPI", "Available Controllers:\n    [ ] MPI")
+    assert missing_flags(parse_check_build(text), ["MPI"]) == ["Controllers:MPI"]
+    assert missing_flags(parse_check_build(text), ["Operations:MPI"]) == []
+
+
+def test_unknown_flag_is_missing():
+    assert missing_flags(parse_check_build(CIRRUS_OUTPUT), ["Frameworks:JAX"]) == ["Frameworks:JAX"]

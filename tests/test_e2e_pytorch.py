@@ -1,0 +1,111 @@
+"""The real thing on localhost: install pytorch/2.3.1-gpu (real torch download, real Horovod build),
+load its module, check the build, validate on 2 ranks, extend a user's venv.
+
+The stack is installed once per test session under $HPCSTACK_E2E_ROOT (default
+/var/tmp/hpcstack-e2e); a later session reuses it (the re-run is then the up-to-date check).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import bash_modules, hpcstack
+
+pytestmark = pytest.mark.e2e
+
+E2E_ROOT = Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"))
+ARGS = ["--site", "localhost", "--prefix", str(E2E_ROOT / "software"), "--module-root", str(E2E_ROOT / "modulefiles")]
+PREFIX = E2E_ROOT / "software" / "pytorch" / "2.3.1-gpu"
+USE = f"module use /opt/hpcstack/base-modulefiles {E2E_ROOT / 'modulefiles'}"
+
+
+@pytest.fixture(scope="module")
+def installed(localhost_ready):
+    start = time.monotonic()
+    proc = hpcstack("install", "pytorch/2.3.1-gpu", *ARGS, timeout=3600)
+    print(proc.stdout, proc.stderr, f"install took {time.monotonic() - start:.0f} s", sep="\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_install_records_every_step(installed):
+    steps = {p.stem for p in (PREFIX / ".hpcstack" / "steps").glob("*.json")}
+    assert steps == {"fetch", "venv", "wheels", "patch", "build", "install", "sanitycheck", "permissions", "module"}
+    assert (E2E_ROOT / "modulefiles" / "pytorch" / "2.3.1-gpu").is_file()
+
+
+def test_module_load_gives_torch_and_horovod_and_unload_restores(installed):
+    proc = bash_modules(f"""
+    {USE}
+    filter() {{ env | sort | grep -v -E '^(_|SHLVL|OLDPWD|LOADEDMODULES|_LMFILES_|__MODULES_[A-Z_]*)='; }}
+    before=$(filter)
+    module load pytorch/2.3.1-gpu || exit 1
+    python -c 'import torch, torchvision, torchaudio, torchmetrics, torchtext, horovod.torch as hvd; print("TORCH", torch.__version__, torch.__file__)'
+    module unload pytorch/2.3.1-gpu
+    [ "$before" = "$(filter)" ] && echo RESTORED
+    """)
+    assert "TORCH 2.3.1" in proc.stdout and str(PREFIX) in proc.stdout, proc.stderr
+    assert "RESTORED" in proc.stdout
+
+
+def test_check_build_under_the_module_shows_pytorch_mpi_gloo(installed):
+    proc = bash_modules(f"{USE}; module load pytorch/2.3.1-gpu && horovodrun --check-build")
+    assert proc.returncode == 0, proc.stderr
+    from hpcstack.checkbuild import missing_flags, parse_check_build
+
+    flags = parse_check_build(proc.stdout)
+    assert missing_flags(flags, ["PyTorch", "MPI", "Gloo"]) == []
+    assert flags["Operations"]["NCCL"] is False  # CPU operations only on localhost
+
+
+def test_rerun_is_up_to_date(installed):
+    mf = E2E_ROOT / "modulefiles" / "pytorch" / "2.3.1-gpu"
+    before = mf.stat().st_mtime_ns
+    start = time.monotonic()
+    proc = hpcstack("install", "pytorch/2.3.1-gpu", *ARGS)
+    print(f"up-to-date re-run: {time.monotonic() - start:.2f} s")
+    assert proc.returncode == 0 and "up to date" in proc.stderr, proc.stderr
+    assert mf.stat().st_mtime_ns == before
+
+
+def test_validate_trains_on_two_ranks(installed):
+    proc = hpcstack("validate", "pytorch/2.3.1-gpu", *ARGS, "--json", timeout=900)
+    print(proc.stdout[-3000:], proc.stderr[-3000:])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
+    assert result["ok"] is True
+    records = result["records"]
+    ranks = {r["rank"] for r in records if r["record"] == "throughput"}
+    assert ranks == {0, 1}
+    conv = next(r for r in records if r["record"] == "convergence")
+    assert conv["loss_fell"] and conv["params_identical"]
+
+
+def test_extend_venv_activate_loads_and_unloads_the_module(installed, tmp_path):
+    venv = tmp_path / "my venv"
+    proc = bash_modules(f"""
+    {USE}
+    /usr/bin/python3 -m venv "{venv}"
+    module load pytorch/2.3.1-gpu
+    extend-venv-activate "{venv}" || exit 1
+    module unload pytorch/2.3.1-gpu
+    source "{venv}/bin/activate"
+    echo "LOADED=$LOADEDMODULES"
+    echo "PYTHON=$(command -v python)"
+    python -c 'import torch, horovod.torch; print("OK", torch.__version__)'
+    echo "PP=$PYTHONPATH"
+    deactivate
+    echo "AFTER=$LOADEDMODULES"
+    """)
+    out = proc.stdout
+    assert "pytorch/2.3.1-gpu" in out.split("LOADED=")[1].splitlines()[0], proc.stderr
+    assert f"PYTHON={venv}/bin/python" in out
+    assert "OK 2.3.1" in out
+    pp = out.split("PP=")[1].splitlines()[0]
+    assert "" not in pp.split(":"), pp
+    assert "pytorch" not in out.split("AFTER=")[1].splitlines()[0]

@@ -1,0 +1,99 @@
+"""Site configs: the shipped ones validate; broken ones give one line per problem, exit 2, write nothing."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import REPO, hpcstack
+from hpcstack.errors import ConfigError
+from hpcstack.site import load_site, validate
+
+SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_shipped_site_configs_are_valid(name):
+    site = load_site(name)
+    assert site.name == name
+    assert site.horovod.required_flags
+
+
+def test_cirrus_is_faithful_to_the_instructions():
+    site = load_site("cirrus")
+    assert site.install_root == "/work/y07/shared/cirrus-software"
+    assert site.modules.base == "python/3.12.1-gpu"
+    assert "cmake/3.25.2" in site.modules.build
+    h = site.horovod
+    assert (h.cc, h.cxx, h.fc) == ("mpicc", "mpicxx", "mpifort")
+    assert h.cuda_home == "${NVHPC_ROOT}/cuda/12.4"
+    assert h.nccl_home == "${NVHPC_ROOT}/comm_libs/nccl"
+    assert h.cuda_cc_list == [70]
+    assert (h.cpu_operations, h.gpu_operations, h.gpu) == ("MPI", "NCCL", "CUDA")
+    assert "NCCL" in h.required_flags
+    assert site.slurm["partition"] == "gpu" and site.slurm["gpus_per_node"] == 4
+    assert site.index == "cu121"
+
+
+def _localhost() -> dict:
+    return yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda d: d.update(colour="blue"), "colour: unknown key"),
+    (lambda d: d["horovod"].update(cpu_operation="MPI"), "horovod.cpu_operation: unknown key"),
+    (lambda d: d["modules"].pop("base"), "modules.base: missing key"),
+    (lambda d: d.pop("launcher"), "launcher: missing key"),
+    (lambda d: d["launcher"].update(ranks="two"), "launcher.ranks: 'two' is not of type 'integer'"),
+    (lambda d: d["horovod"].update(cuda_cc_list=["70"]), "horovod.cuda_cc_list.0: '70' is not of type"),
+    (lambda d: d["modules"].update(tool="spack"), "modules.tool: 'spack' is not one of"),
+    (lambda d: d["slurm"].update(time_limit="10 minutes"), "slurm.time_limit: '10 minutes' does not match"),
+])
+def test_each_problem_is_one_line_with_its_key_path(mutate, expected):
+    data = copy.deepcopy(_localhost())
+    mutate(data)
+    problems = validate(data, "x.yaml")
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("x.yaml: ") and expected in problems[0]
+
+
+def test_several_problems_give_several_lines():
+    data = _localhost()
+    data["colour"] = 1
+    data["modules"]["syntax"] = "yaml"
+    del data["horovod"]["required_flags"]
+    assert len(validate(data, "x.yaml")) == 3
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmodules: [unclosed\n")
+    with pytest.raises(ConfigError) as err:
+        load_site(str(bad))
+    assert "line" in err.value.problems[0] and "not valid YAML" in err.value.problems[0]
+
+
+def test_cli_bad_site_exits_2_and_writes_nothing(tmp_path):
+    data = _localhost()
+    data["horovod"]["cpu_operations"] = "FOO"
+    data["launcher"]["nodes"] = 3
+    bad = tmp_path / "broken.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    prefix = tmp_path / "prefix"
+    proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", str(bad), "--prefix", str(prefix),
+                    "--module-root", str(tmp_path / "mf"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2, lines
+    assert any("horovod.cpu_operations: 'FOO' is not one of" in line for line in lines)
+    assert any("launcher.nodes: unknown key" in line for line in lines)
+    assert "Traceback" not in proc.stderr
+    assert not prefix.exists() and not (tmp_path / "mf").exists()
+
+
+def test_unknown_site_lists_the_known_ones():
+    proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", "nowhere", "--dry-run")
+    assert proc.returncode == 2
+    assert "unknown site 'nowhere'" in proc.stderr and "cirrus" in proc.stderr
