@@ -20,21 +20,26 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from hpcstack.activate import render_extend_venv_activate
 
 MODULE = "testpkg/1.0"
+PLAIN_MODULE = "plainpkg/1.0"
 SYSTEM_PYTHON = "/usr/bin/python3"
 MODULES_INIT_DIR = Path("/usr/share/modules/init")
 INIT_SHELLS = ("bash", "zsh", "sh", "fish", "csh")
 VENV_NAME = "my venv & x'$z\"q"
 ODD_DIR = "init dir & x:y'$z\"q"
 UNSET = None
+# Every subprocess gets an environment built from scratch: no BASH_ENV (Lmod's profile script
+# exports one that would switch non-interactive bash to Lmod), no inherited module state.
 BASE_PATH = "/usr/bin:/bin"
 # Module bookkeeping and venv save slots: allowed to differ before activation / after deactivation.
-IGNORED_VARS = re.compile(r"^(LOADEDMODULES|_LMFILES_|MODULES_LM\w*|__MODULES_\w*|_OLD_VIRTUAL_\w*|_)$")
+IGNORED_VARS = re.compile(
+    r"^(LOADEDMODULES|_LMFILES_|MODULES_LM\w*|__MODULES_\w*|_OLD_VIRTUAL_\w*|_)$")
 PY_PROBE = ("import sys, json, stackmod, shadow; print(json.dumps({'exe': sys.executable, "
             "'stackmod': stackmod.__file__, 'shadow': shadow.VERSION}))")
 
@@ -52,6 +57,16 @@ def quote_csh(value: str) -> str:
 
 
 @dataclass(frozen=True)
+class Stack:
+    """The test module tree: `module use` MODULEPATH to get testpkg/1.0."""
+
+    modulepath: Path
+    bin: Path
+    py: Path
+    init: dict[str, str]   # module init scripts, copied under a directory with odd characters
+
+
+@dataclass(frozen=True)
 class ShellCase:
     """How to drive one shell: command line, its scripts and a few shell-specific commands."""
 
@@ -59,19 +74,23 @@ class ShellCase:
     argv: tuple[str, ...]
     init: str              # key into the module init scripts
     activate: str          # activation script in VENV/bin
-    quote: object
+    quote: Callable[[str], str]
     rc: str                # writes the last status to $T_OUT/rc
     module_list: str       # writes `module list -t` to $T_OUT/list
     leftovers: str         # writes hpcstack variables/functions still defined to $T_OUT/left
     prologue: str = ""
     source: str = "source"
 
-    def missing(self) -> str | None:
+    def missing(self, stack: Stack) -> str | None:
         """Why this shell cannot be tested here, or None."""
-        return None if shutil.which(self.argv[0]) else f"{self.argv[0]} is not installed"
+        if not shutil.which(self.argv[0]):
+            return f"{self.argv[0]} is not installed"
+        if self.init not in stack.init:
+            return f"no Environment Modules init script for {self.init}"
+        return None
 
 
-_SH_LEFT = ('set | grep -i _hpcstack_ > "$T_OUT/left"; '
+_SH_LEFT = ('set | grep -i "^_hpcstack_" > "$T_OUT/left"; '
             'typeset -f _hpcstack_restore >> "$T_OUT/left" 2>/dev/null')
 BASH = ShellCase("bash", ("bash", "--norc", "--noprofile"), "bash", "activate", shlex.quote,
                  'echo $? > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"', _SH_LEFT)
@@ -82,20 +101,20 @@ DASH = ShellCase("dash", ("dash",), "sh", "activate", shlex.quote,
                  source=".")
 FISH = ShellCase("fish", ("fish", "--no-config"), "fish", "activate.fish", quote_fish,
                  'echo $status > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"',
-                 'set -n | grep -i _hpcstack_ > "$T_OUT/left"; '
+                 'set -n | grep -i "^_hpcstack_" > "$T_OUT/left"; '
                  'functions -q _hpcstack_restore; and echo _hpcstack_restore >> "$T_OUT/left"')
 TCSH = ShellCase("tcsh", ("tcsh", "-f"), "csh", "activate.csh", quote_csh,
                  'echo $status > "$T_OUT/rc"', '( module list -t ) >& "$T_OUT/list"',
-                 'set | grep -i _hpcstack_ > "$T_OUT/left"; alias | grep -i _hpcstack_ >> "$T_OUT/left"',
+                 'set | grep -i "^_hpcstack_" > "$T_OUT/left"',
                  prologue="set prompt = '> '")  # CPython's activate.csh reads $prompt
 
 SHELLS = [pytest.param(s, id=s.name) for s in (BASH, ZSH, FISH, TCSH)]
 SHELLS_WITH_DASH = SHELLS + [pytest.param(DASH, id="dash")]
 
 
-def needs(shell: ShellCase) -> None:
-    """Skip the calling test when ``shell`` is missing."""
-    reason = shell.missing()
+def needs(shell: ShellCase, stack: Stack) -> None:
+    """Skip the calling test when ``shell`` or its module init script is missing."""
+    reason = shell.missing(stack)
     if reason:
         pytest.skip(reason)
 
@@ -104,39 +123,41 @@ def needs(shell: ShellCase) -> None:
 # Fixtures: module tree, rendered tool, venvs
 # ---------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Stack:
-    modulepath: Path
-    bin: Path
-    py: Path
-    init: dict[str, str]   # module init scripts, copied under a directory with odd characters
-
-
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory) -> Stack:
     """A `testpkg/1.0` Tcl modulefile over a tiny stack, with the real Environment Modules."""
     if not (MODULES_INIT_DIR / "bash").is_file():
         pytest.skip(f"Environment Modules not installed ({MODULES_INIT_DIR}/bash missing)")
-    probe = subprocess.run(["bash", "--norc", "-c", f"source {MODULES_INIT_DIR}/bash && module --version"],
-                           env={"PATH": BASE_PATH, "HOME": "/tmp"}, capture_output=True, text=True)
+    probe = subprocess.run(
+        ["bash", "--norc", "-c", f"source {MODULES_INIT_DIR}/bash && module --version"],
+        env={"PATH": BASE_PATH, "HOME": "/tmp"}, capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip(f"`module` does not work: {probe.stderr.strip()}")
     root = tmp_path_factory.mktemp("stack")
     stack_bin, stack_py = root / "bin", root / "site"
     stack_bin.mkdir()
     stack_py.mkdir()
+    # a `python` on the stack's PATH entry: if it ever shadowed the venv's, the probe would say so
+    fake_python = stack_bin / "python"
+    fake_python.write_text("#!/bin/sh\necho '{\"exe\": \"the stack module\'s python\"}'\n")
+    fake_python.chmod(0o755)
     (stack_py / "stackmod.py").write_text("NAME = 'stackmod'\n")
     (stack_py / "shadow.py").write_text("VERSION = 'stack'\n")
     modfile = root / "modulefiles" / "testpkg" / "1.0"
     modfile.parent.mkdir(parents=True)
     modfile.write_text(f"#%Module\nprepend-path PATH {stack_bin}\n"
                        f"prepend-path PYTHONPATH {stack_py}\nsetenv TESTPKG_ROOT {root}\n")
+    # a module that leaves PYTHONPATH alone, so the venv's prepend meets an empty/unset value
+    plain = root / "modulefiles" / PLAIN_MODULE
+    plain.parent.mkdir(parents=True)
+    plain.write_text(f"#%Module\nsetenv PLAINPKG_ROOT {root}\n")
     odd = root / ODD_DIR
     odd.mkdir()
     init = {}
     for shell in INIT_SHELLS:
-        shutil.copy(MODULES_INIT_DIR / shell, odd / shell)
-        init[shell] = str(odd / shell)
+        if (MODULES_INIT_DIR / shell).is_file():
+            shutil.copy(MODULES_INIT_DIR / shell, odd / shell)
+            init[shell] = str(odd / shell)
     return Stack(root / "modulefiles", stack_bin, stack_py, init)
 
 
@@ -185,8 +206,10 @@ def site_packages(venv: Path) -> str:
 
 def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
     """Every file's bytes and mode under ``directory`` (symlinks by target)."""
-    return {str(p.relative_to(directory)): (os.readlink(p).encode() if p.is_symlink() else p.read_bytes(),
-                                            p.lstat().st_mode)
+    def content(p: Path) -> bytes:
+        return os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+
+    return {str(p.relative_to(directory)): (content(p), p.lstat().st_mode)
             for p in sorted(directory.rglob("*")) if p.is_file() or p.is_symlink()}
 
 
@@ -270,7 +293,7 @@ def assert_clean_pythonpath(value: str) -> None:
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("pythonpath", [UNSET, "", "/opt/user lib"], ids=["unset", "empty", "set"])
 def test_activate_deactivate_roundtrip(shell, pythonpath, venv_kind, stack, tool, tmp_path):
-    needs(shell)
+    needs(shell, stack)
     venv = make_venv(tmp_path, venv_kind)
     run_tool(tool, venv)
     site = site_packages(venv)
@@ -296,8 +319,24 @@ def test_activate_deactivate_roundtrip(shell, pythonpath, venv_kind, stack, tool
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("pythonpath", [UNSET, ""], ids=["unset", "empty"])
+def test_no_empty_pythonpath_element(shell, pythonpath, stack, tmp_path):
+    """With a module that sets no PYTHONPATH, an unset/empty one becomes just the venv's path."""
+    needs(shell, stack)
+    tool = render_tool(tmp_path / "tool", PLAIN_MODULE, stack.init)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    s = run_session(shell, stack, venv, tmp_path / "out", pythonpath=pythonpath)
+    assert s.rc == 0, s.proc.stderr
+    assert s.active["PLAINPKG_ROOT"]
+    assert s.active["PYTHONPATH"] == site_packages(venv)
+    assert s.after.get("PYTHONPATH") == pythonpath
+    assert filtered(s.after) == filtered(s.before)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 def test_package_installed_in_venv_wins_over_stack(shell, stack, tool, tmp_path):
-    needs(shell)
+    needs(shell, stack)
     venv = make_venv(tmp_path)
     run_tool(tool, venv)
     Path(site_packages(venv), "shadow.py").write_text("VERSION = 'venv'\n")
@@ -309,7 +348,7 @@ def test_package_installed_in_venv_wins_over_stack(shell, stack, tool, tmp_path)
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_preloaded_module_stays_loaded(shell, stack, tool, tmp_path):
-    needs(shell)
+    needs(shell, stack)
     venv = make_venv(tmp_path)
     run_tool(tool, venv)
     s = run_session(shell, stack, venv, tmp_path / "out", preload=True)
@@ -322,7 +361,7 @@ def test_preloaded_module_stays_loaded(shell, stack, tool, tmp_path):
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_activating_twice_then_deactivating_restores(shell, stack, tool, tmp_path):
-    needs(shell)
+    needs(shell, stack)
     venv = make_venv(tmp_path)
     run_tool(tool, venv)
     s = run_session(shell, stack, venv, tmp_path / "out", pythonpath="/a", twice=True)
@@ -346,7 +385,7 @@ def run_env_i(shell: ShellCase, venv: Path, body: str, **env: str) -> subprocess
 
 @pytest.mark.parametrize("shell", SHELLS_WITH_DASH)
 def test_env_i_activation_initialises_modules(shell, stack, tool, tmp_path):
-    needs(shell)
+    needs(shell, stack)
     venv = make_venv(tmp_path)
     run_tool(tool, venv)
     out = tmp_path / "out"
@@ -361,7 +400,7 @@ def test_env_i_activation_initialises_modules(shell, stack, tool, tmp_path):
 
 def test_env_i_bash_literal_command(stack, tool, tmp_path):
     """The exact form from batch jobs: env -i bash --norc -c 'source VENV/bin/activate'."""
-    needs(BASH)
+    needs(BASH, stack)
     venv = make_venv(tmp_path)
     run_tool(tool, venv)
     act = shlex.quote(str(venv / "bin" / "activate"))
@@ -374,7 +413,7 @@ def test_env_i_bash_literal_command(stack, tool, tmp_path):
 
 @pytest.mark.parametrize("shell", SHELLS_WITH_DASH)
 def test_missing_module_command_is_an_error(shell, stack, tmp_path):
-    needs(shell)
+    needs(shell, stack)
     bogus = {key: f"/nonexistent/modules/init/{key}" for key in INIT_SHELLS}
     tool = render_tool(tmp_path / "tool", MODULE, bogus)
     venv = make_venv(tmp_path)
@@ -393,7 +432,7 @@ def test_missing_module_command_is_an_error(shell, stack, tmp_path):
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_failed_module_load_is_an_error(shell, stack, tmp_path):
-    needs(shell)
+    needs(shell, stack)
     tool = render_tool(tmp_path / "tool", "nosuchpkg/9.9", stack.init)
     venv = make_venv(tmp_path)
     run_tool(tool, venv)
@@ -473,9 +512,37 @@ def test_unknown_layout_is_refused_untouched(mutation, tool, tmp_path):
     assert snapshot(venv / "bin") == before
 
 
+def test_shell_option_limits_what_is_patched(tool, tmp_path):
+    venv = make_venv(tmp_path)
+    fish = venv / "bin" / "activate.fish"
+    fish.write_text("# some other fish activation script\n")
+    before = snapshot(venv / "bin")
+    refused = run_tool(tool, venv, check=False)
+    assert refused.returncode == 1 and "activate.fish" in refused.stderr
+    assert "--shell" in refused.stderr
+    assert snapshot(venv / "bin") == before
+    run_tool(tool, venv, "--shell", "sh", "--shell", "csh")
+    after = snapshot(venv / "bin")
+    assert after["activate.fish"] == before["activate.fish"]
+    assert after["activate"] != before["activate"]
+    assert after["activate.csh"] != before["activate.csh"]
+
+
+def test_other_stack_tool_replaces_extension(stack, tool, tmp_path):
+    venv = make_venv(tmp_path)
+    pristine = snapshot(venv / "bin")
+    run_tool(tool, venv)
+    other = render_tool(tmp_path / "other", "otherpkg/2.0", stack.init)
+    run_tool(other, venv)
+    text = (venv / "bin" / "activate").read_text()
+    assert "otherpkg/2.0" in text and MODULE not in text
+    run_tool(tool, venv, "--undo")
+    assert snapshot(venv / "bin") == pristine
+
+
 def test_does_not_depend_on_marker_comments(stack, tool, tmp_path):
     """3.11 writes '# you cannot...', 3.12 '# You cannot...'; without either it still works."""
-    needs(BASH)
+    needs(BASH, stack)
     venv = make_venv(tmp_path)
     activate = venv / "bin" / "activate"
     text = activate.read_text()
@@ -488,7 +555,7 @@ def test_does_not_depend_on_marker_comments(stack, tool, tmp_path):
 
 
 def other_pythons() -> list:
-    """CPython interpreters besides /usr/bin/python3 found here (3.8 ... 3.13)."""
+    """CPython 3.x interpreters found here (python3.N on PATH, pyenv), one per version."""
     found = {}
     candidates = [shutil.which(f"python3.{minor}") for minor in range(8, 14)]
     candidates += sorted(str(p) for p in Path.home().glob(".pyenv/versions/3.*/bin/python3"))
@@ -497,19 +564,20 @@ def other_pythons() -> list:
                                capture_output=True, text=True)
         if probe.returncode == 0:
             found.setdefault(probe.stdout.strip(), exe)
-    return [pytest.param(exe, id=version) for version, exe in sorted(found.items())] or [
+    ordered = sorted(found.items(), key=lambda item: tuple(map(int, item[0].split("."))))
+    return [pytest.param(exe, id=version) for version, exe in ordered] or [
         pytest.param(None, marks=pytest.mark.skip(reason="no other CPython 3.x found"))]
 
 
 @pytest.mark.parametrize("python", other_pythons())
 def test_other_python_versions(python, stack, tool, tmp_path):
     """venv layouts of other CPython versions; plain path, as older venvs do not quote '$"."""
-    needs(BASH)
+    needs(BASH, stack)
     venv = make_venv(tmp_path, python=python, name="plain venv & x")
     pristine = snapshot(venv / "bin")
     run_tool(tool, venv)
     for shell in (BASH, FISH, TCSH):
-        if shell.missing() is None:
+        if shell.missing(stack) is None:
             s = run_session(shell, stack, venv, tmp_path / f"out-{shell.name}", pythonpath="")
             assert s.rc == 0 and MODULE in s.module_list.split(), s.proc.stderr
             assert s.probe["exe"] == str(venv / "bin" / "python")
