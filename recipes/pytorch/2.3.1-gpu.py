@@ -1,7 +1,7 @@
 """PyTorch 2.3.1 (CUDA 12.1 build) with Horovod 0.28.1, for GPU nodes; CPU-only where the site says.
 
 The package set of the Cirrus install by hand (shared/seeds/002): torch, torchvision, torchaudio,
-torchmetrics, torchtext and the tensorboard packages, then Horovod built from source against the
+torchmetrics, torchtext and the tensorboard packages (but tensorboard-pytorch: README), then Horovod built from source against the
 site's MPI (and NCCL and CUDA on GPU sites).
 """
 
@@ -30,6 +30,7 @@ def recipe(site):
         StackTools(),
         # sanity check: everything imports (horovodrun --check-build runs in HorovodBuild)
         Imports(("torch", "torchvision", "torchaudio", "torchmetrics", "torchtext", "tensorboard",
+                 "tensorboard_plugin_profile", "tensorboard_plugin_wit", "torch_tb_profiler",
                  "horovod.torch")),
         # the modulefile pytorch/2.3.1-gpu, written last
         Modulefile(),
