@@ -1,4 +1,4 @@
-"""The ``hpcstack`` command: install, validate, lock, list, show, check-build.
+"""The ``hpcstack`` command: install, validate, lock, list, show, uninstall, check-build.
 
 Every problem the user can fix is printed as one line (``error: …``) with a non-zero exit:
 2 for a bad site config, recipe or command line (nothing written), 1 for a failure while running.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -40,11 +41,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="redo every step, even those already done")
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel build jobs (default: site, else cores)")
     p.add_argument("--no-wait", action="store_true", help="fail at once if another install of the stack runs")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the resolved plan as JSON")
 
-    p = sub.add_parser("validate", help="run the stack's training program on several ranks and check it")
+    p = sub.add_parser(
+        "validate", help="train on the installed stack in Slurm jobs across nodes (or locally) and "
+                         "judge sanity, performance and scaling",
+        description="Submit one Slurm job per node count; each loads the stack's module and trains "
+                    "with every backend (Horovod, then torch.distributed DDP); then check sanity, "
+                    "compare the figures with the site's references and report scaling (JSON, "
+                    "markdown, PNG in the output directory). With --local, or for a site without "
+                    "a slurm section: train on --ranks ranks of this host with the site's launcher.")
     _add_site_args(p)
-    p.add_argument("--ranks", type=int, metavar="N", help="number of ranks (default: the site's launcher.ranks)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--nodes", metavar="N[,N...]",
+                   help="node counts, one job each, e.g. 1,2,4 (default: the site's validation.nodes, else 1,2)")
+    p.add_argument("--backend", choices=["horovod", "ddp", "both"],
+                   help="training backend(s) each job runs (default: both, one after the other)")
+    p.add_argument("--partition", help="Slurm partition (default: the site's slurm.partition)")
+    p.add_argument("--qos", help="Slurm QoS (default: the site's slurm.qos)")
+    p.add_argument("--account", help="Slurm account / budget (default: the site's slurm.account)")
+    p.add_argument("--output-dir", metavar="DIR",
+                   help="directory for job scripts, job output and the report (default: a new "
+                        "hpcstack-validate-* directory under the site's slurm.output_root, else here); "
+                        "it must be visible on the compute nodes")
+    p.add_argument("--no-wait", action="store_true",
+                   help="submit, print the job ids and return; report later with --collect DIR")
+    p.add_argument("--collect", metavar="DIR",
+                   help="report on the jobs of an earlier --no-wait run in DIR (waits for them)")
+    p.add_argument("--local", action="store_true",
+                   help="no Slurm: run the Horovod backend on --ranks ranks of this host with the site's launcher")
+    p.add_argument("--ranks", type=int, metavar="N", help="with --local: ranks (default: the site's launcher.ranks)")
+    p.add_argument("--json", action="store_true", help="print the result (or with --dry-run the job scripts) as JSON")
 
     p = sub.add_parser("lock", help="regenerate a recipe's lock file with uv (hashes for every package)")
     p.add_argument("recipe")
@@ -52,14 +78,48 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list recipes and sites")
 
-    p = sub.add_parser("show", help="show what an installed stack records about itself")
-    p.add_argument("target", help="a stack prefix, or NAME/VERSION with --site")
+    p = sub.add_parser("show", help="show what an installed stack records about itself (provenance)")
+    p.add_argument("target", help="a stack prefix or build directory, or NAME/VERSION (with --site)")
     p.add_argument("--site", default="localhost")
-    p.add_argument("--prefix", metavar="DIR")
+    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
+    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    p.add_argument("--file", metavar="NAME",
+                   help="print one recorded file, e.g. plan.json, site.yaml, recipe/<file>, logs/build.log")
+
+    p = sub.add_parser("uninstall", help="remove a stack and its modulefile (not the default version "
+                                         "unless --force)")
+    p.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
+    p.add_argument("--site", default="localhost",
+                   help="site name under site-configs/ or a path to a site YAML (default: localhost)")
+    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
+    p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+    p.add_argument("--force", action="store_true",
+                   help="remove it even if it is the default version (its default marker goes too)")
+    p.add_argument("--no-wait", action="store_true", help="fail at once if an install of the stack runs")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
 
     p = sub.add_parser("check-build", help="run horovodrun --check-build and require flags")
     p.add_argument("--horovodrun", default="horovodrun", help="horovodrun to run (default: from PATH)")
     p.add_argument("--require", default="PyTorch", help="comma-separated flags, NAME or SECTION:NAME")
+
+    p = sub.add_parser(
+        "module", help="module defaults: which version `module load NAME` picks",
+        description="Show or switch the default version of a module in the site's module root "
+                    "(.version for Tcl sites, .modulerc.lua for Lua sites; each file replaced "
+                    "atomically). set-default prints the previous default and the one command "
+                    "that switches back to it.")
+    msub = p.add_subparsers(dest="module_command", required=True, metavar="ACTION")
+    for action, target_help, action_help in (
+            ("set-default", "NAME/VERSION, e.g. pytorch/2.3.1-gpu",
+             "make NAME/VERSION what `module load NAME` loads"),
+            ("default", "NAME, e.g. pytorch", "show the versions of NAME and which is the default"),
+            ("unset-default", "NAME, e.g. pytorch",
+             "remove hpcstack's default files (the tool then picks the highest version)")):
+        mp = msub.add_parser(action, help=action_help)
+        mp.add_argument("target", help=target_help)
+        mp.add_argument("--site", default="localhost",
+                        help="site name under site-configs/ or a path to a site YAML (default: localhost)")
+        mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     return parser
 
 
@@ -82,60 +142,157 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a full disk, a permission problem: what, where, what to do
+        from .plan import describe_os_error
+
+        print(f"error: {describe_os_error(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+        if os.environ.get("HPCSTACK_DEBUG"):
+            raise
+        print(f"error: internal error: {type(exc).__name__}: {exc} (a bug in hpcstack; "
+              "HPCSTACK_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 70
+
+
+def _check_dirs(args) -> None:
+    """Refuse ``--prefix``/``--module-root`` values that no venv or modulefile can hold."""
+    import re
+
+    for opt in ("prefix", "module_root"):
+        value = getattr(args, opt, None)
+        if value is not None and (not value or re.search(r"[\x00-\x20\x7f]", value)):
+            raise ConfigError([f"--{opt.replace('_', '-')}: {value!r}: give a directory path without "
+                               "white space or control characters"])
 
 
 def _load(args):
     from .recipe import load_recipe
     from .site import load_site
 
+    _check_dirs(args)
     site = load_site(args.site, install_root=getattr(args, "prefix", None),
                      module_root=getattr(args, "module_root", None))
     return site, load_recipe(args.recipe, site)
 
 
 def cmd_install(args) -> int:
-    """``hpcstack install``: resolve, then print (``--dry-run``) or run the plan."""
-    from .resolve import build_environment, resolve
-    from .runner import Runner, install_lock
+    """``hpcstack install``: resolve, then print (``--dry-run``) or build in a stage prefix and publish.
+
+    Under the stack's lock: choose the build (up to date, in place, resume, new; see
+    :func:`hpcstack.builds.choose`), check that its commands and compilers exist, record the
+    provenance, run the pending steps (the module step publishes), then keep the build it
+    replaced and remove older ones.
+    """
+    from . import builds, provenance
+    from .plan import describe_os_error
+    from .recipe import recipe_path
+    from .resolve import build_environment, detect_python_version, permission_settings, resolve
+    from .runner import Runner, console, install_lock, pending_steps, preflight
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(["--jobs: must be at least 1"])
+    if args.json and not args.dry_run:
+        raise ConfigError(["--json: only with --dry-run"])
     site, recipe = _load(args)
+    layout = builds.StackLayout(site.install_root, recipe.name, recipe.version)
+    env = None if args.dry_run else build_environment(site)
+    version = site.python_version or detect_python_version(env if env is not None else build_environment(site))
+
+    def resolve_at(stage_prefix: str, build_id: str):
+        return resolve(recipe, site, python_version=version, jobs=args.jobs,
+                       stage_prefix=stage_prefix, build_id=build_id)
+
     if args.dry_run:
-        plan = resolve(recipe, site, jobs=args.jobs)
-        sys.stdout.write(plan.to_bash(__version__))
+        plan = builds.choose(layout, resolve_at, force=args.force).plan
+        sys.stdout.write(plan.to_json(__version__) if args.json else plan.to_bash(__version__))
         return 0
-    env = build_environment(site)
-    plan = resolve(recipe, site, jobs=args.jobs)
+    first = builds.choose(layout, resolve_at, force=args.force)  # read-only: nothing written yet
+    preflight(first.plan, env, first.pending, str(site.path))
+    group = permission_settings(site)[0]
+    if group and first.pending:
+        import grp
+
+        try:
+            grp.getgrnam(group)
+        except KeyError:
+            raise ConfigError([f"{site.path}: permissions.group: no group {group!r} on this machine; "
+                               "create it, or set group: null"]) from None
     with install_lock(site.install_root, recipe.name, recipe.version, wait=not args.no_wait):
+        choice = builds.choose(layout, resolve_at, force=args.force)  # again: another install may have run
+        plan = choice.plan
+        if choice.pending:
+            preflight(plan, env, choice.pending, str(site.path))
+            where = {"new": f"new build {plan.build_id} in {plan.build_prefix}; the published stack "
+                            "stays as it is until the module step",
+                     "resume": f"resuming build {plan.build_id} in {plan.build_prefix}",
+                     "in place": f"the published build {plan.build_prefix}, in place"}[choice.kind]
+            console.print(f"{recipe.full_name}: {where}")
+            builds.start(layout, choice)
+            try:
+                provenance.record_inputs(plan, recipe_path(args.recipe), site)
+            except OSError as exc:
+                raise HpcstackError(f"cannot record provenance in {plan.state_dir}: "
+                                    f"{describe_os_error(exc)}") from None
         runner = Runner(plan, env, stop_after=args.stop_after, force=args.force)
-        ran = runner.run()
-        if ran:
-            _record_provenance(plan, site, runner)
-            print(f"installed {recipe.full_name} in {plan.prefix}; modulefile {plan.modulefile}")
+        try:
+            ran = runner.run()
+        finally:
+            if runner.timings:
+                try:
+                    provenance.record_timings(plan, runner.timings)
+                except OSError:
+                    pass  # the error that stopped the run is the one to report
+        complete = not pending_steps(plan)
+        removed = builds.finish(layout, plan) if complete else []  # also ends one cut short before
+        if ran and complete:
+            print(f"installed {recipe.full_name}: {plan.prefix} -> {plan.build_prefix}; "
+                  f"modulefile {plan.modulefile}")
             print("  " + ", ".join(f"{k} {v:.1f} s" for k, v in runner.timings.items()))
+        if removed:
+            print(f"  removed earlier builds: {', '.join(removed)}")
+        if ran and not complete:
+            print(f"build {plan.build_id or plan.build_prefix} of {recipe.full_name} stopped after "
+                  f"step {ran[-1]}; not published; re-run the install to continue")
     return 0
 
 
-def _record_provenance(plan, site, runner) -> None:
-    """Keep the plan (as a script and as timings) and the site config as used, in ``<prefix>/.hpcstack``."""
-    from .plan import write_atomic
-
-    state = Path(plan.prefix) / ".hpcstack"
-    if not state.is_dir():
-        return
-    write_atomic(state / "install.sh", plan.to_bash(__version__), 0o644)
-    write_atomic(state / "site.yaml", site.path.read_text())
-    timings = {"hpcstack": __version__, "seconds": {k: round(v, 1) for k, v in runner.timings.items()}}
-    write_atomic(state / "timings.json", json.dumps(timings, indent=1) + "\n")
-
-
 def cmd_validate(args) -> int:
-    """``hpcstack validate``: run the training program on ranks under the loaded module."""
-    from .validate import local_validation
+    """``hpcstack validate``: Slurm jobs across nodes (default), or the local launcher (``--local``).
+
+    Sites without a ``slurm`` section always use the local launcher. Options that only make
+    sense for one mode are refused in the other (exit status 2).
+    """
+    from .validate import collect, local_validation, parse_nodes, slurm_validation
 
     site, recipe = _load(args)
-    return local_validation(site, recipe, ranks=args.ranks, dry_run=args.dry_run, as_json=args.json)
+    slurm_only = {"--nodes": args.nodes, "--partition": args.partition, "--qos": args.qos,
+                  "--account": args.account, "--output-dir": args.output_dir,
+                  "--no-wait": args.no_wait, "--collect": args.collect}
+    if args.local or not site.slurm:
+        why = "--local" if args.local else f"site {site.name} has no slurm section (local launcher)"
+        problems = [f"{opt}: not used with {why}" for opt, value in slurm_only.items() if value]
+        if args.backend not in (None, "horovod"):
+            problems.append(f"--backend {args.backend}: the local launcher runs the horovod backend only")
+        if args.ranks is not None and args.ranks < 1:
+            problems.append("--ranks: must be at least 1")
+        if problems:
+            raise ConfigError(problems)
+        return local_validation(site, recipe, ranks=args.ranks, dry_run=args.dry_run, as_json=args.json)
+    if args.ranks is not None:
+        raise ConfigError(["--ranks: only with --local (Slurm jobs take --nodes and the site's "
+                           "slurm.tasks_per_node)"])
+    if args.collect:
+        clash = [opt for opt, value in (("--dry-run", args.dry_run), ("--no-wait", args.no_wait),
+                                        ("--nodes", args.nodes), ("--output-dir", args.output_dir)) if value]
+        if clash:
+            raise ConfigError([f"{opt}: not used with --collect" for opt in clash])
+        return collect(site, recipe, args.collect, as_json=args.json)
+    backends = {None: None, "both": ["horovod", "ddp"]}.get(args.backend, [args.backend])
+    return slurm_validation(
+        site, recipe, nodes=parse_nodes(args.nodes) if args.nodes else None, backends=backends,
+        partition=args.partition, qos=args.qos, account=args.account, output_dir=args.output_dir,
+        dry_run=args.dry_run, no_wait=args.no_wait, as_json=args.json)
 
 
 def cmd_lock(args) -> int:
@@ -158,24 +315,105 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _stack_of(target: str, site) -> tuple[str, str]:
+    """``(name, version)`` from ``NAME/VERSION`` or a recipe file."""
+    if target.endswith(".py") and Path(target).is_file():
+        from .recipe import load_recipe
+
+        recipe = load_recipe(target, site)
+        return recipe.name, recipe.version
+    parts = target.split("/")
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") or p.startswith(".") for p in parts):
+        raise ConfigError([f"{target!r}: expected NAME/VERSION (e.g. pytorch/2.3.1-gpu), a stack prefix "
+                           "or a recipe file"])
+    return parts[0], parts[1]
+
+
 def cmd_show(args) -> int:
-    """``hpcstack show``: print a stack's recorded timings, site config and install script."""
-    prefix = Path(args.target)
-    if not prefix.is_dir():
+    """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.provenance`)."""
+    from . import provenance
+    from .builds import StackLayout
+
+    target = Path(args.target)
+    if target.is_dir():
+        build, prefix = Path(os.path.realpath(target)), (target if target.is_symlink() else None)
+    else:
         from .site import load_site
 
+        _check_dirs(args)
         site = load_site(args.site, install_root=args.prefix)
-        prefix = Path(site.install_root) / args.target
-    state = prefix / ".hpcstack"
-    if not state.is_dir():
-        raise HpcstackError(f"{prefix} is not a stack installed by hpcstack (no .hpcstack/ in it)")
-    for name in ("timings.json", "site.yaml", "install.sh"):
-        f = state / name
-        if f.is_file():
-            print(f"==> {f}")
-            print(f.read_text())
-    steps = sorted((state / "steps").glob("*.json"))
-    print("==> steps done: " + ", ".join(s.stem for s in steps))
+        name, version = _stack_of(args.target, site)
+        layout = StackLayout(site.install_root, name, version)
+        published = layout.published()
+        building = layout.read_state()["building"]
+        if published:
+            build, prefix = Path(published), Path(layout.prefix)
+        elif building and os.path.isdir(layout.build_path(building)):
+            print(f"{name}/{version} is not published; build {building} is in progress", file=sys.stderr)
+            build, prefix = Path(layout.build_path(building)), None
+        else:
+            raise HpcstackError(f"{name}/{version} is not installed under {site.install_root} "
+                                f"(no {layout.prefix}); install it, or give --site/--prefix")
+    if not (build / ".hpcstack").is_dir():
+        raise HpcstackError(f"{build} is not a stack installed by hpcstack (no .hpcstack/ in it)")
+    info = provenance.describe(build, prefix)
+    if args.file:
+        path = info["files"].get(args.file)
+        if not path:
+            raise HpcstackError(f"{build}: no recorded file {args.file!r} "
+                                f"(recorded: {', '.join(info['files']) or 'none'})")
+        sys.stdout.write(Path(path).read_text(errors="replace"))
+        return 0
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    order = None
+    try:
+        order = [s["name"] for s in json.loads(Path(info["files"]["plan.json"]).read_text())["steps"]]
+    except (KeyError, OSError, ValueError, TypeError):
+        pass
+    sys.stdout.write(provenance.render(info, order))
+    return 0
+
+
+def cmd_uninstall(args) -> int:
+    """``hpcstack uninstall``: remove a stack's modulefile, then its prefix and builds.
+
+    Refuses the default version of the module (a ``.version``, ``default`` link or
+    ``.modulerc`` naming it) unless ``--force``, which removes that marker too.
+    """
+    from .builds import StackLayout, default_marker, uninstall
+    from .modules import modulefile_path
+    from .runner import install_lock
+    from .site import load_site
+
+    _check_dirs(args)
+    site = load_site(args.site, install_root=args.prefix, module_root=args.module_root)
+    name, version = _stack_of(args.target, site)
+    layout = StackLayout(site.install_root, name, version)
+    modulefile = modulefile_path(site.module_root, name, version, site.modules.syntax)
+    stage_dir = os.path.join(site.stage_root, f"{name}-{version}")
+    present = [p for p in (modulefile, layout.prefix, layout.builds_dir, layout.state_file)
+               if os.path.lexists(p)]
+    if not present:
+        raise HpcstackError(f"{name}/{version} is not installed for site {site.name} (no {layout.prefix}, "
+                            f"no modulefile {modulefile}); check --site, --prefix and --module-root")
+    marker = default_marker(os.path.dirname(modulefile), name, version)
+    if marker and not args.force:
+        raise HpcstackError(f"refusing to uninstall {name}/{version}: it is the default version of {name} "
+                            f"({marker}); make another version the default first, or use --force")
+    if args.dry_run:
+        for p in present + ([marker] if marker else []) + ([stage_dir] if os.path.isdir(stage_dir) else []):
+            print(f"would remove {p}")
+        return 0
+    with install_lock(site.install_root, name, version, wait=not args.no_wait):
+        removed = uninstall(layout, modulefile, stage_dir)
+        if marker and os.path.lexists(marker):
+            os.unlink(marker)
+            removed.append(f"{marker} (the default marker)")
+    for p in removed:
+        print(f"removed {p}")
+    print(f"uninstalled {name}/{version}")
     return 0
 
 
@@ -189,8 +427,60 @@ def cmd_check_build(args) -> int:
     return 0
 
 
-COMMANDS = {"install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
-            "show": cmd_show, "check-build": cmd_check_build}
+def cmd_module(args) -> int:
+    """``hpcstack module set-default | default | unset-default``: a module's default version.
+
+    Raises:
+        ConfigError: a target of the wrong form (exit 2).
+        HpcstackError: no such modulefile, or a default file hpcstack did not write (exit 1).
+    """
+    import re
+
+    from . import modules
+    from .site import load_site
+
+    name, _, version = args.target.partition("/")
+    word = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+    if args.module_command == "set-default" and not (word.match(name) and word.match(version)):
+        raise ConfigError([f"{args.target!r}: expected NAME/VERSION, e.g. pytorch/2.3.1-gpu "
+                           "(letters, digits and ._+-)"])
+    if args.module_command != "set-default" and (not word.match(name) or version):
+        raise ConfigError([f"{args.target!r}: expected a module NAME, e.g. pytorch"])
+    site = load_site(args.site, module_root=args.module_root)
+    module_dir = os.path.join(site.module_root, name)
+    site_args = f" --site {args.site}" + (f" --module-root {args.module_root}" if args.module_root else "")
+    if args.module_command == "set-default":
+        change = modules.set_default(site.module_root, name, version, site.modules.syntax,
+                                     site.modules.tool, site=args.site)
+        was = change.previous or "none: the tool picked the highest version"
+        print(f"default of {name} is now {version} (was {was}); wrote {', '.join(change.written)}")
+        for note in change.notes:
+            print(f"note: {note}")
+        if change.previous and change.previous != version:
+            print(f"switch back: hpcstack module set-default {name}/{change.previous}{site_args}")
+        elif not change.previous:
+            print(f"switch back: hpcstack module unset-default {name}{site_args}")
+        return 0
+    if args.module_command == "unset-default":
+        removed = modules.unset_default(site.module_root, name)
+        print("\n".join(f"removed {p}" for p in removed) or f"{name} has no default written by hpcstack")
+        return 0
+    versions = modules.available_versions(module_dir, site.modules.tool)
+    if not versions:
+        raise HpcstackError(f"no modulefiles of {name} for {site.modules.tool} in {site.module_root}")
+    defaults = modules.read_defaults(module_dir)
+    chosen = defaults.get(modules.DEFAULT_FILES[site.modules.syntax], next(iter(defaults.values()), None))
+    for v in versions:
+        print(f"{name}/{v}" + (" (default)" if v == chosen else ""))
+    for path in modules.foreign_defaults(module_dir):
+        print(f"note: {path} was not written by hpcstack and may set the default too")
+    if chosen is None:
+        print(f"no default set by hpcstack: `module load {name}` picks the highest version")
+    return 0
+
+
+COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
+            "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

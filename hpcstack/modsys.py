@@ -1,9 +1,15 @@
 """Drive the site's real module tool in its python mode to build an environment.
 
 Environment Modules (4.x/5.x): ``modulecmd.tcl python load NAME``; Lmod (8.x):
-``$LMOD_CMD python load NAME``. Both print Python code that sets ``os.environ`` entries; we run
-that code against a copy of the environment instead of our own, in the manner of ReFrame's
-``modules.py`` backends (https://reframe-hpc.readthedocs.io/, "Module systems").
+``$LMOD_CMD python load NAME``. Both print Python code that sets ``os.environ`` entries and
+``_mlstatus`` (False when the command failed); we run that code against a copy of the
+environment instead of our own, in the manner of ReFrame's ``modules.py`` backends
+(https://reframe-hpc.readthedocs.io/, "Module systems").
+
+Checked with Environment Modules 5.2 and Lmod 8.6 (Debian 12) by tests/test_modsys.py: ``use``,
+``load`` with ``depends-on``/``depends_on``, ``unload`` back to the start (modulo the tools'
+bookkeeping variables), Lmod reading a Tcl base module under a Lua one, and errors. Lmod drops
+duplicate entries from a path variable it changes (Environment Modules keeps them).
 """
 
 from __future__ import annotations

@@ -13,7 +13,10 @@ unexpanded in the script.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import http.client
+import json
 import os
 import re
 import shlex
@@ -41,8 +44,15 @@ STEP_DESCRIPTIONS = {
     INSTALL: "install built packages and the stack's tools",
     SANITYCHECK: "check imports, build flags and dependencies",
     PERMISSIONS: "make the stack world-readable and not world-writable",
-    MODULE: "write the modulefile (publishes the stack)",
+    MODULE: "publish the stack (switch its prefix link atomically) and write the modulefile",
 }
+#: Steps that may run again on a published build without a new stage prefix: they read the
+#: stack, change its permission bits or publish it, but never change what it runs. A change in
+#: any other step builds a new stage prefix, and the published stack stays untouched meanwhile.
+IN_PLACE_STEPS = (SANITYCHECK, PERMISSIONS, MODULE)
+#: Where a prefix that is a real directory (the layout before stage prefixes) goes when a staged
+#: build replaces it: ``<install_root>/<name>/.builds/<version>/pre-staging``.
+PRE_STAGING = "pre-staging"
 
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -91,6 +101,8 @@ class ExecContext(Protocol):
     env: dict[str, str]
     log: IO[str]
     dry_run: bool
+    #: ``<stage prefix>/.hpcstack``: where actions leave provenance (e.g. the check-build output).
+    state_dir: Path
 
 
 # --------------------------------------------------------------------------------------- actions
@@ -151,11 +163,16 @@ class Run:
         argv = [expand(a, env) for a in self.argv]
         ctx.log.write(f"$ {self.to_bash()}\n")
         ctx.log.flush()
+        if self.cwd and not os.path.isdir(self.cwd):
+            raise HpcstackError(f"working directory {self.cwd} of `{argv[0]}` does not exist")
         try:
             proc = subprocess.run(argv, env=env, cwd=self.cwd, stdout=ctx.log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
-            raise HpcstackError(f"command not found: {argv[0]} (is the site's module loaded?)")
+            raise HpcstackError(f"command not found: {argv[0]} (is the site's module loaded? "
+                                "modules.build in the site config loads build tools)")
+        except (OSError, ValueError) as exc:
+            raise HpcstackError(f"cannot run {argv[0]}: {describe_os_error(exc)}")
         if proc.returncode != 0:
             raise HpcstackError(f"`{shlex.join(argv)[:200]}` exited with status {proc.returncode}")
 
@@ -189,20 +206,28 @@ class Fetch:
         if dest.is_file() and sha256_file(dest) == self.sha256:
             ctx.log.write(f"cached: {dest}\n")
             return
-        dest.parent.mkdir(parents=True, exist_ok=True)
         ctx.log.write(f"$ {self.to_bash()}\n")
-        fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
+        tmp = None
         try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(self.url, timeout=60) as resp:
-                while chunk := resp.read(1 << 20):
-                    out.write(chunk)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
+            with os.fdopen(fd, "wb") as out:
+                try:
+                    resp = urllib.request.urlopen(self.url, timeout=60)
+                except (urllib.error.URLError, http.client.HTTPException, ValueError, OSError) as exc:
+                    reason = getattr(exc, "reason", None) or exc
+                    raise HpcstackError(
+                        f"cannot download {self.url}: {reason} (no network? check the URL, the "
+                        f"proxy variables, or put the file in the download cache as {dest})") from None
+                with resp:
+                    while chunk := resp.read(1 << 20):
+                        out.write(chunk)
             check_sha256(Path(tmp), self.sha256, shown_as=self.url)
             os.replace(tmp, dest)
-        except (urllib.error.URLError, OSError) as exc:
-            raise HpcstackError(f"cannot download {self.url}: {getattr(exc, 'reason', exc)} "
-                                "(check the network or put the file in the download cache)")
+        except (OSError, http.client.HTTPException) as exc:
+            raise HpcstackError(f"cannot download {self.url} to {dest}: {describe_os_error(exc)}") from None
         finally:
-            if os.path.exists(tmp):
+            if tmp and os.path.exists(tmp):
                 os.unlink(tmp)
 
 
@@ -322,9 +347,109 @@ class CheckBuild:
         ctx.log.write(f"$ {self.to_bash()}\n")
         output = check_build(self.horovodrun, self.required, env)
         ctx.log.write(output)
+        state_dir = getattr(ctx, "state_dir", None)
+        if state_dir is not None:  # provenance: the stack records what its Horovod was built with
+            write_atomic(Path(state_dir) / "check-build.txt", output)
 
 
-Action = Run | Fetch | VerifySha256 | Unpack | WriteFile | CheckBuild
+@dataclass(frozen=True)
+class Capture:
+    """Run a command and keep its standard output in a file (written atomically).
+
+    Used for provenance, e.g. ``pip freeze`` into ``<stage prefix>/.hpcstack/pip-freeze.txt``.
+
+    Args:
+        argv (tuple[str, ...]): the command; may hold ``${NAME}`` references.
+        dest (str): absolute path of the file that receives the output.
+
+    Raises:
+        HpcstackError: the command is missing or exits non-zero (its error output is in the log).
+    """
+
+    argv: tuple[str, ...]
+    dest: str
+
+    def to_bash(self) -> str:
+        return f"{Run(self.argv).to_bash()} > {shlex.quote(self.dest)}"
+
+    def execute(self, ctx: ExecContext) -> None:
+        ctx.log.write(f"$ {self.to_bash()}\n")
+        ctx.log.flush()
+        argv = [expand(a, ctx.env) for a in self.argv]
+        try:
+            proc = subprocess.run(argv, env=ctx.env, capture_output=True, text=True,
+                                  stdin=subprocess.DEVNULL)
+        except (OSError, ValueError) as exc:
+            raise HpcstackError(f"cannot run {argv[0]}: {describe_os_error(exc)}")
+        ctx.log.write(proc.stderr)
+        if proc.returncode != 0:
+            raise HpcstackError(f"`{shlex.join(argv)[:200]}` exited with status {proc.returncode}")
+        write_atomic(Path(self.dest), proc.stdout)
+
+
+@dataclass(frozen=True)
+class Publish:
+    """Publish a complete build: point the stack's prefix (a symlink) at it, atomically.
+
+    A venv cannot be moved after it is made (absolute paths in its scripts), so each build has
+    its own stage prefix and the stable prefix ``<install_root>/<name>/<version>`` is a
+    symbolic link to it, relative (``.builds/<version>/<id>``). Publishing makes a new link
+    beside the old one and renames it over the old one (``rename(2)`` is atomic): a reader sees
+    the old build or the new one, never neither and never a half one.
+
+    A prefix that is a real directory (the layout before stage prefixes) is moved to
+    ``.builds/<version>/pre-staging`` first; that move and the link that follows it are two
+    renames, not one (the only non-atomic moment, once per stack). When ``target`` is the
+    prefix itself (such a directory being updated in place) there is nothing to do.
+
+    Args:
+        link (str): the stable prefix.
+        target (str): the stage prefix of the complete build.
+
+    Raises:
+        HpcstackError: the link cannot be made (e.g. a full disk or no permission).
+    """
+
+    link: str
+    target: str
+
+    def _tmp(self) -> str:
+        return os.path.join(os.path.dirname(self.link), f".{os.path.basename(self.link)}.publish-tmp")
+
+    def relative_target(self) -> str:
+        """The link's target, relative to the link's directory."""
+        return os.path.relpath(self.target, os.path.dirname(self.link))
+
+    def _aside(self) -> str:
+        return os.path.join(os.path.dirname(self.target), PRE_STAGING)
+
+    def to_bash(self) -> str:
+        if os.path.normpath(self.link) == os.path.normpath(self.target):
+            return f"true  # {self.link} is a build directory itself (layout before staging): nothing to switch"
+        tmp, link = shlex.quote(self._tmp()), shlex.quote(self.link)
+        return (f"{{ [ -L {link} ] || [ ! -d {link} ] || mv -T {link} {shlex.quote(self._aside())}; }} && "
+                f"ln -sfn {shlex.quote(self.relative_target())} {tmp} && mv -T {tmp} {link}")
+
+    def execute(self, ctx: ExecContext) -> None:
+        ctx.log.write(f"$ {self.to_bash()}\n")
+        if os.path.normpath(self.link) == os.path.normpath(self.target):
+            return
+        try:
+            if os.path.isdir(self.link) and not os.path.islink(self.link):
+                aside = self._aside()
+                ctx.log.write(f"move the build directory {self.link} (layout before staging) to {aside}\n")
+                os.rename(self.link, aside)
+            tmp = self._tmp()
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+            os.symlink(self.relative_target(), tmp)
+            os.replace(tmp, self.link)
+            fsync_dir(os.path.dirname(self.link))
+        except OSError as exc:
+            raise HpcstackError(f"cannot publish {self.target} as {self.link}: {describe_os_error(exc)}")
+
+
+Action = Run | Fetch | VerifySha256 | Unpack | WriteFile | CheckBuild | Capture | Publish
 
 
 # ----------------------------------------------------------------------------------------- plan
@@ -366,12 +491,16 @@ class Plan:
 
     Args:
         title (str): e.g. ``"pytorch/2.3.1-gpu for site localhost"``.
-        prefix (str): the stack's prefix (install root + projection ``{name}/{version}``).
+        prefix (str): the stack's prefix (install root + projection ``{name}/{version}``): the
+            stable path users and the modulefile see, a symbolic link to the published build.
         modules (list[str]): modules loaded into the build environment, in order (base first).
         module_use (list[str]): directories added to MODULEPATH before loading them.
         steps (list[Step]): in :data:`STEP_ORDER`.
         env (dict[str, str]): variables set for every command (``export`` in the script).
         modulefile (str): the path of the modulefile the plan publishes.
+        stage_prefix (str): the real directory this build is made in,
+            ``<install_root>/<name>/.builds/<version>/<id>``; ``""`` means ``prefix`` itself.
+        build_id (str): the ``<id>`` of ``stage_prefix``.
     """
 
     title: str
@@ -381,6 +510,18 @@ class Plan:
     steps: list[Step]
     env: dict[str, str]
     modulefile: str
+    stage_prefix: str = ""
+    build_id: str = ""
+
+    @property
+    def build_prefix(self) -> str:
+        """The directory the steps build in: ``stage_prefix``, else ``prefix``."""
+        return self.stage_prefix or self.prefix
+
+    @property
+    def state_dir(self) -> str:
+        """``<build prefix>/.hpcstack``: step records, logs and provenance of this build."""
+        return os.path.join(self.build_prefix, ".hpcstack")
 
     def step_hashes(self) -> dict[str, str]:
         """Return ``{step name: hash}``; a step's hash covers its own text and every step before it.
@@ -412,13 +553,56 @@ class Plan:
         parts = [
             "#!/bin/bash",
             f"# hpcstack {version}: install {self.title}",
-            f"# prefix: {self.prefix}",
+            f"# prefix: {self.prefix} (published by the module step)",
+            f"# stage prefix: {self.build_prefix} (build {self.build_id or 'in place'})",
             f"# modulefile: {self.modulefile}",
             "set -euo pipefail",
             self.preamble(),
         ]
         parts += ["\n" + s.to_bash() for s in self.steps]
+        parts.append("\n# afterwards hpcstack removes earlier builds of the stack but the one this replaced")
         return "\n".join(p for p in parts if p) + "\n"
+
+    def to_json(self, version: str) -> str:
+        """Render the plan as JSON: the same objects as :meth:`to_bash`, for provenance and tools.
+
+        Args:
+            version (str): hpcstack's version, recorded in the document.
+
+        Returns:
+            str: a JSON object with ``title``, ``prefix``, ``stage_prefix``, ``build_id``,
+            ``modulefile``, ``modules``, ``module_use``, ``env``, ``hpcstack`` and ``steps``
+            (each ``name``, ``description``, ``hash``, ``outputs``, ``script`` and ``actions``,
+            each action its ``type`` and fields).
+        """
+        hashes = self.step_hashes()
+        steps = [{"name": s.name, "description": s.description, "hash": hashes[s.name],
+                  "outputs": list(s.outputs), "script": s.to_bash(),
+                  "actions": [{"type": type(a).__name__, **_fields(a)} for a in s.actions]}
+                 for s in self.steps]
+        doc = {"hpcstack": version, "title": self.title, "prefix": self.prefix,
+               "stage_prefix": self.build_prefix, "build_id": self.build_id,
+               "modulefile": self.modulefile, "modules": list(self.modules),
+               "module_use": list(self.module_use), "env": dict(self.env), "steps": steps}
+        return json.dumps(doc, indent=1) + "\n"
+
+
+def _fields(action) -> dict:
+    """An action's fields as JSON values (tuples become lists, nested actions objects)."""
+    import dataclasses
+
+    def plain(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {"type": type(value).__name__, **_fields(value)}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if value is None or isinstance(value, (str, int, float, bool)):
+            return value
+        return str(value)
+
+    return {f.name: plain(getattr(action, f.name)) for f in dataclasses.fields(action)}
 
 
 # --------------------------------------------------------------------------------------- helpers
@@ -451,6 +635,39 @@ def check_sha256(path: Path, expected: str, shown_as: str | None = None) -> None
                             "refusing it (a tampered or corrupt file, or a recipe that needs updating)")
 
 
+def describe_os_error(exc: BaseException) -> str:
+    """Return one line for an operating-system error: what failed, on which file, what to do.
+
+    A full disk, a read-only filesystem and a permission problem each get their own advice.
+    """
+    err = getattr(exc, "errno", None)
+    where = getattr(exc, "filename", None)
+    what = getattr(exc, "strerror", None) or str(exc)
+    text = f"{what}: {where}" if where else what
+    if err == errno.ENOSPC or err == errno.EDQUOT:
+        return (f"{text} (the filesystem is full: free space there, or install elsewhere with "
+                "--prefix; re-running resumes from the step that failed)")
+    if err == errno.EROFS:
+        return f"{text} (a read-only filesystem: install elsewhere with --prefix)"
+    if err in (errno.EACCES, errno.EPERM):
+        return f"{text} (no permission: run as the owner of the install root, or use --prefix)"
+    return text
+
+
+def fsync_dir(path: str) -> None:
+    """Flush a directory's entries to disk (after a rename in it), so that a reboot keeps them."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: Path, content: str, mode: int = 0o644) -> None:
     """Write ``content`` to ``path`` so that readers see the old file or the new one, never half.
 
@@ -464,6 +681,8 @@ def write_atomic(path: Path, content: str, mode: int = 0o644) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 from . import modsys
 from .components.base import PlanContext
-from .errors import HpcstackError
+from .errors import ConfigError, HpcstackError
 from .modules import modulefile_path
-from .plan import PERMISSIONS, STEP_DESCRIPTIONS, STEP_ORDER, Plan, Run, Step
+from .plan import (MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
+                   Publish, Run, Step)
 from .recipe import Recipe
 from .site import Site
+
+#: The permissions every stack gets: everything readable by all, directories searchable by all,
+#: nothing writable by group or others; a site's ``permissions.mode`` comes after it.
+BASE_MODE = "u+rwX,go+rX,go-w"
+#: A symbolic ``chmod`` mode (``g+rwX``, ``g+s``, ``u=rwX,g=rX``); octal modes are refused, as
+#: they would also clear the execute bits of scripts.
+_SYMBOLIC_MODE = re.compile(r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$")
 
 
 def build_modules(site: Site) -> list[str]:
@@ -23,10 +32,15 @@ def build_environment(site: Site) -> dict[str, str]:
     """Return this process's environment with the site's modules loaded (real module tool).
 
     Raises:
-        HpcstackError: the module tool or a module is missing.
+        HpcstackError: the module tool or a module is missing; the message names the site file.
     """
-    return modsys.build_environment(site.modules.tool, site.modules.command, site.modules.use,
-                                    build_modules(site))
+    try:
+        return modsys.build_environment(site.modules.tool, site.modules.command, site.modules.use,
+                                        build_modules(site))
+    except HpcstackError as exc:
+        raise HpcstackError(f"{exc} [modules in {site.path}]") from None
+    except ValueError as exc:  # e.g. a NUL character in a module name
+        raise HpcstackError(f"cannot load the site's modules: {exc} [modules in {site.path}]") from None
 
 
 def detect_python_version(env: dict[str, str]) -> str:
@@ -44,8 +58,78 @@ def detect_python_version(env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
+def stack_prefix(site: Site, recipe: Recipe) -> str:
+    """The stack's stable prefix, ``<install_root>/<name>/<version>`` (projection ``{name}/{version}``)."""
+    return os.path.join(site.install_root, recipe.name, recipe.version)
+
+
+def permission_settings(site: Site) -> tuple[str | None, str]:
+    """Return ``(group, chmod mode)`` for the site's stacks, from its ``permissions`` section.
+
+    ``permissions: {group: hpcsw, mode: "g+rwX,g+s"}`` gives the stack to a shared software
+    group and lets the group write it; whatever the mode, nothing is world-writable
+    (``o-w`` comes last) and everything stays world-readable.
+
+    Raises:
+        ConfigError: a mode that is not a symbolic chmod mode, or one that asks for world write.
+    """
+    section = site.raw.get("permissions") or {}
+    group, mode = section.get("group"), section.get("mode")
+    full = BASE_MODE
+    if mode:
+        if not _SYMBOLIC_MODE.match(mode):
+            raise ConfigError([f"{site.path}: permissions.mode: {mode!r} is not a symbolic chmod mode "
+                               "(e.g. 'g+rwX' or 'g+rwX,g+s')"])
+        if any(_gives_world_write(clause) for clause in mode.split(",")):
+            raise ConfigError([f"{site.path}: permissions.mode: {mode!r} makes the stack world-writable; "
+                               "give write access to a group instead (group: NAME, mode: 'g+rwX')"])
+        full += f",{mode},o-w"
+    return group, full
+
+
+def _gives_world_write(clause: str) -> bool:
+    """True if one clause of a symbolic mode (``o+w``, ``+w``, ``a=rwX``, ``o=u``) lets others write."""
+    who = re.match(r"^[ugoa]*", clause).group(0)
+    if who and not set(who) & {"o", "a"}:
+        return False
+    return any(op in "+=" and ("w" in perms or perms in ("u", "g"))
+               for op, perms in re.findall(r"([-+=])([rwxXstugo]*)", clause[len(who):]))
+
+
+def permission_actions(site: Site, ctx: PlanContext) -> list:
+    """The permissions step: group (if the site names one) and mode on the build and its parents.
+
+    The parents (``<install_root>/<name>`` and the ``.builds`` directories under it) get the
+    same group and mode without recursion, so users can reach the stack whatever the admin's
+    umask; only those the installing user owns (``find -user``), as another member of a shared
+    group may have made them.
+    """
+    group, mode = permission_settings(site)
+    top = os.path.join(site.install_root, ctx.recipe.name)
+    parents = [top]
+    if ctx.build_prefix != ctx.prefix:
+        parents += [os.path.join(top, ".builds"), os.path.dirname(ctx.build_prefix)]
+    owned = ("find", *parents, "-maxdepth", "0", "-user", _user())
+    actions = []
+    if group:
+        actions += [Run(("chgrp", "-R", "-P", group, ctx.build_prefix)),
+                    Run((*owned, "-exec", "chgrp", group, "{}", "+"))]
+    actions += [Run(("chmod", "-R", mode, ctx.build_prefix)), Run((*owned, "-exec", "chmod", mode, "{}", "+"))]
+    return actions
+
+
+def _user() -> str:
+    """The name (else the ``#uid``) of the user running hpcstack, for ``find -user``."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
+
+
 def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
-            jobs: int | None = None) -> Plan:
+            jobs: int | None = None, stage_prefix: str = "", build_id: str = "") -> Plan:
     """Turn a recipe and a site into a plan.
 
     Args:
@@ -54,29 +138,48 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         python_version (str | None): ``X.Y`` of the base module's Python; default the site's
             ``python.version``, else found by loading the base module (real module tool).
         jobs (int | None): parallel build jobs; default the site's ``build.jobs``, else the core count.
+        stage_prefix (str): the real directory to build in (see :mod:`hpcstack.builds`);
+            ``""`` builds in the prefix itself (the layout before staging).
+        build_id (str): the name of that build, recorded in the plan.
 
     Returns:
-        Plan: steps in :data:`hpcstack.plan.STEP_ORDER`, empty steps left out.
+        Plan: steps in :data:`hpcstack.plan.STEP_ORDER`, empty steps left out. The module step
+        starts by publishing the stage prefix (:class:`hpcstack.plan.Publish`) and its own
+        actions see the stack at its stable prefix (:meth:`PlanContext.published`).
 
     Raises:
-        ConfigError: from a component (e.g. a missing lock file).
+        ConfigError: from a component (e.g. a missing lock file), or a bad ``permissions`` section.
         HpcstackError: the Python version cannot be found.
     """
-    prefix = os.path.join(site.install_root, recipe.name, recipe.version)
+    prefix = stack_prefix(site, recipe)
     version = python_version or site.python_version or detect_python_version(build_environment(site))
     ctx = PlanContext(
         site=site, recipe=recipe, prefix=prefix,
         stage_dir=os.path.join(site.stage_root, f"{recipe.name}-{recipe.version}"),
         cache_dir=site.cache_dir, python_version=version,
         jobs=jobs or site.jobs or os.cpu_count() or 1,
-        modulefile=modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax))
+        modulefile=modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax),
+        stage_prefix="" if stage_prefix == prefix else stage_prefix)
+    published = ctx.published()
     actions: dict[str, list] = {name: [] for name in STEP_ORDER}
     for component in recipe.components:
-        for step, acts in component.contribute(ctx).items():
-            actions[step].extend(acts)
-    actions[PERMISSIONS].append(Run(("chmod", "-R", "u+rwX,go+rX,go-w", prefix)))
+        try:
+            contributed = component.contribute(ctx)
+            for step, acts in contributed.items():
+                if step != MODULE:
+                    actions[step].extend(acts)
+            if MODULE in contributed:  # the modulefile names the stable prefix, never one build
+                actions[MODULE].extend(component.contribute(published).get(MODULE, []))
+        except ValueError as exc:  # a value of the site or recipe the component cannot use
+            raise ConfigError([f"{recipe.full_name}: {type(component).__name__}: {exc} "
+                               f"(check the site config {site.path} and the recipe)"]) from None
+    if actions[VENV]:
+        actions[SANITYCHECK].append(
+            Capture(ctx.pip("freeze", "--all"), os.path.join(ctx.build_prefix, ".hpcstack", "pip-freeze.txt")))
+    actions[PERMISSIONS].extend(permission_actions(site, ctx))
+    actions[MODULE].insert(0, Publish(prefix, ctx.build_prefix))
     steps = [Step(name, STEP_DESCRIPTIONS[name], acts) for name, acts in actions.items() if acts]
-    steps[-1].outputs.append(ctx.modulefile)
+    steps[-1].outputs += [ctx.modulefile, prefix]
     return Plan(title=f"{recipe.full_name} for site {site.name}", prefix=prefix,
                 modules=build_modules(site), module_use=list(site.modules.use), steps=steps,
-                env={}, modulefile=ctx.modulefile)
+                env={}, modulefile=ctx.modulefile, stage_prefix=ctx.build_prefix, build_id=build_id)

@@ -1,17 +1,30 @@
 """Execute a plan: steps in order, each logged, skipped when already done with the same inputs.
 
-State lives in ``<prefix>/.hpcstack/``: ``steps/<name>.json`` records a completed step with the
-hash of its inputs (:meth:`hpcstack.plan.Plan.step_hashes`), ``logs/<name>.log`` its output. A
-re-run whose steps are all recorded with unchanged hashes does nothing and says so; a changed
-input redoes that step and the ones after it (hashes chain). One install at a time per prefix:
-``<install_root>/.hpcstack/locks/<name>-<version>.lock`` (``fcntl.flock``).
+State lives in the build's ``.hpcstack/`` (``<stage prefix>/.hpcstack``, see
+:mod:`hpcstack.builds`): ``steps/<name>.json`` records a completed step with the hash of its
+inputs (:meth:`hpcstack.plan.Plan.step_hashes`), ``logs/<name>.log`` its output. A re-run whose
+steps are all recorded with unchanged hashes does nothing and says so; a changed input redoes
+that step and the ones after it (hashes chain). A step is recorded only once it has finished,
+and the record is written atomically, so a ``kill -9`` at any moment leaves a build that the
+next run resumes from the step that was cut short.
+
+One install at a time per stack: ``<install_root>/.hpcstack/locks/<name>-<version>.lock``
+(``fcntl.flock``; the kernel drops it when the holder dies, even by ``kill -9``).
+
+Fault injection for tests: ``HPCSTACK_FAILPOINT=STEP:N`` makes the runner kill itself with
+SIGKILL just before action ``N`` (0-based) of step ``STEP``, e.g. ``module:1`` between the
+switch of the prefix link and the writing of the modulefile.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import re
+import shutil
+import signal
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,10 +32,43 @@ from pathlib import Path
 from rich.console import Console
 
 from . import __version__
-from .errors import HpcstackError
-from .plan import Plan, Step
+from .errors import ConfigError, HpcstackError
+from .plan import CheckBuild, Plan, Run, Step, describe_os_error, expand, fsync_dir
 
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+#: Variables that name a compiler; the preflight check looks for their first word on PATH.
+COMPILER_VARS = ("CC", "CXX", "FC", "F77", "F90", "MPICC", "MPICXX", "CUDACXX")
+
+
+def _record_path(plan: Plan, step: Step) -> Path:
+    return Path(plan.state_dir) / "steps" / f"{step.name}.json"
+
+
+def is_done(plan: Plan, step: Step, digest: str) -> bool:
+    """True if ``step`` of ``plan`` is recorded with ``digest`` and all its outputs exist."""
+    try:
+        rec = json.loads(_record_path(plan, step).read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(rec, dict) and rec.get("hash") == digest
+            and all(os.path.lexists(o) for o in step.outputs))
+
+
+def pending_steps(plan: Plan, force: bool = False) -> list[str]:
+    """Names of the steps a run of ``plan`` would do: the first step not done and all after it.
+
+    Args:
+        plan (Plan): the plan (its records are read from ``plan.state_dir``).
+        force (bool): every step.
+    """
+    hashes = plan.step_hashes()
+    out, redo = [], force
+    for step in plan.steps:
+        redo = redo or not is_done(plan, step, hashes[step.name])
+        if redo:
+            out.append(step.name)
+    return out
 
 
 class Runner:
@@ -36,6 +82,7 @@ class Runner:
 
     Attributes:
         timings (dict[str, float]): seconds per step run in this invocation.
+        state_dir (Path): ``<stage prefix>/.hpcstack``.
     """
 
     def __init__(self, plan: Plan, env: dict[str, str], stop_after: str | None = None,
@@ -47,29 +94,15 @@ class Runner:
         self.dry_run = False
         self.log = None
         self.timings: dict[str, float] = {}
-        self.state_dir = Path(plan.prefix) / ".hpcstack"
-
-    # -- state
-    def _record(self, step: Step) -> Path:
-        return self.state_dir / "steps" / f"{step.name}.json"
+        self.state_dir = Path(plan.state_dir)
 
     def is_done(self, step: Step, digest: str) -> bool:
         """True if ``step`` is recorded with ``digest`` and all its outputs exist."""
-        try:
-            rec = json.loads(self._record(step).read_text())
-        except (OSError, ValueError):
-            return False
-        return rec.get("hash") == digest and all(os.path.exists(o) for o in step.outputs)
+        return is_done(self.plan, step, digest)
 
     def pending(self) -> list[str]:
         """Names of the steps that a run would do."""
-        hashes = self.plan.step_hashes()
-        out, redo = [], self.force
-        for step in self.plan.steps:
-            redo = redo or not self.is_done(step, hashes[step.name])
-            if redo:
-                out.append(step.name)
-        return out
+        return pending_steps(self.plan, self.force)
 
     # -- running
     def run(self) -> list[str]:
@@ -86,11 +119,14 @@ class Runner:
             console.print(f"[green]{self.plan.title} is up to date[/] ({self.plan.prefix}); nothing to do")
             return []
         hashes = self.plan.step_hashes()
-        (self.state_dir / "steps").mkdir(parents=True, exist_ok=True)
-        (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
-        names = [s.name for s in self.plan.steps]
-        for name in names[names.index(todo[0]):]:  # forget this step and all after it
-            self._record(self.plan.steps[names.index(name)]).unlink(missing_ok=True)
+        try:
+            (self.state_dir / "steps").mkdir(parents=True, exist_ok=True)
+            (self.state_dir / "logs").mkdir(parents=True, exist_ok=True)
+            names = [s.name for s in self.plan.steps]
+            for name in names[names.index(todo[0]):]:  # forget this step and all after it
+                _record_path(self.plan, self.plan.steps[names.index(name)]).unlink(missing_ok=True)
+        except OSError as exc:
+            raise HpcstackError(f"cannot prepare {self.state_dir}: {describe_os_error(exc)}") from None
         ran = []
         for i, step in enumerate(self.plan.steps, 1):
             if step.name not in todo:
@@ -107,38 +143,217 @@ class Runner:
         console.print(f"[bold]==> [{index}/{total}] {step.name}:[/] {step.description}")
         log_path = self.state_dir / "logs" / f"{step.name}.log"
         start = time.monotonic()
-        with open(log_path, "w") as self.log:
-            self.log.write(f"# hpcstack {__version__}: step {step.name} of {self.plan.title}\n")
-            try:
-                for action in step.actions:
+        failpoint = _failpoint(step.name)
+        try:
+            with open(log_path, "w") as self.log:
+                self.log.write(f"# hpcstack {__version__}: step {step.name} of {self.plan.title}\n")
+                self.log.write(f"# started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+                self.log.flush()
+                for n, action in enumerate(step.actions):
+                    if n == failpoint:
+                        os.kill(os.getpid(), signal.SIGKILL)
                     action.execute(self)
-            except HpcstackError as exc:
-                tail = _tail(log_path)
-                raise HpcstackError(f"{exc} (log: {log_path}){tail}", step=step.name) from None
-            except KeyboardInterrupt:
-                raise HpcstackError(f"interrupted; re-run to resume from this step (log: {log_path})",
-                                    step=step.name) from None
+                    self.log.flush()
+        except HpcstackError as exc:
+            reason = diagnose(_read(log_path)) or full_filesystem(self._written_paths(step))
+            if reason:
+                raise HpcstackError(f"{reason} (log: {log_path})", step=step.name) from None
+            tail = _tail(log_path) if "exited with status" in str(exc) else ""  # a command's own words
+            raise HpcstackError(f"{exc} (log: {log_path}){tail}", step=step.name) from None
+        except OSError as exc:
+            raise HpcstackError(f"{describe_os_error(exc)} (log: {log_path})", step=step.name) from None
+        except KeyboardInterrupt:
+            raise HpcstackError(f"interrupted; re-run to resume from this step (log: {log_path})",
+                                step=step.name) from None
         seconds = time.monotonic() - start
         self.timings[step.name] = seconds
         record = {"step": step.name, "hash": digest, "seconds": round(seconds, 1),
                   "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hpcstack": __version__}
-        tmp = self._record(step).with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        os.replace(tmp, self._record(step))
+        path = _record_path(self.plan, step)
+        tmp = path.with_suffix(".tmp")
+        try:
+            with open(tmp, "w") as f:
+                f.write(json.dumps(record, indent=1) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fsync_dir(str(path.parent))
+        except OSError as exc:
+            raise HpcstackError(f"cannot record the step: {describe_os_error(exc)}", step=step.name) from None
         console.print(f"    {step.name} done in {seconds:.1f} s")
 
 
-def _tail(path: Path, lines: int = 15) -> str:
+    def _written_paths(self, step: Step) -> list[str]:
+        """Directories the step writes to: the build, and the destinations its actions name."""
+        paths = [self.plan.build_prefix]
+        for action in step.actions:
+            for name in ("dest", "path"):
+                value = getattr(action, name, None)
+                if isinstance(value, str):
+                    paths.append(os.path.dirname(value))
+        return paths
+
+
+def full_filesystem(paths: list[str], min_free: int = 1 << 20) -> str | None:
+    """Return one line naming a full filesystem among those holding ``paths``, else None.
+
+    A tool that fails on a full disk does not always say so (``python -m venv`` reports only
+    that ``ensurepip`` failed), so after a failure the runner looks at the free space itself.
+
+    Args:
+        paths (list[str]): files or directories (the nearest existing parent is checked).
+        min_free (int): bytes below which a filesystem counts as full (default 1 MiB).
+    """
+    seen = set()
+    for path in paths:
+        while path and not os.path.exists(path):
+            path = os.path.dirname(path)
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            continue
+        if st.f_fsid in seen:
+            continue
+        seen.add(st.f_fsid)
+        free, size = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+        if size and free < min_free:
+            return (f"No space left on device: the filesystem of {path} is full ({free >> 10} KiB free of "
+                    f"{size >> 20} MiB); free space there, or install elsewhere with --prefix; re-running "
+                    "resumes from the step that failed")
+    return None
+
+
+def _failpoint(step: str) -> int | None:
+    """The action index of ``HPCSTACK_FAILPOINT=STEP:N`` for this step, if set (tests only)."""
+    value = os.environ.get("HPCSTACK_FAILPOINT", "")
+    name, _, index = value.partition(":")
+    if name == step and index.isdigit():
+        return int(index)
+    return None
+
+
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(errors="replace").splitlines()[-lines:]
+        return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    text = _read(path).splitlines()[-lines:]
     return "\n  | " + "\n  | ".join(text) if text else ""
 
 
+# ------------------------------------------------------------------------- failure diagnosis
+
+_PIP_MISMATCH = re.compile(
+    r"^\s+(\S+==\S+) from (\S+?)(?:#\S*)? \(from -r (\S+) \(line (\d+)\)\):\s*\n"
+    r"\s+Expected sha256 ([0-9a-f]{64})(?:\s*\n\s+or:?\s+[0-9a-f]{64})*\s*\n\s+Got\s+([0-9a-f]{64})", re.M)
+_UV_MISMATCH = re.compile(
+    r"Hash mismatch for `([^`]+)`.*?Expected:\s*\n\s*sha256:([0-9a-f]{64}).*?Computed:\s*\n\s*sha256:([0-9a-f]{64})",
+    re.S)
+_NETWORK = re.compile(r"(Failed to establish a new connection|ProxyError|Cannot connect to proxy|"
+                      r"Temporary failure in name resolution|Name or service not known|"
+                      r"error sending request for url|dns error|Network is unreachable|"
+                      r"Connection refused|timed out|Could not fetch URL)")
+
+
+def diagnose(log: str) -> str | None:
+    """Return one clear line for a failure recognised in a step's log, else None.
+
+    Recognised: a wheel whose sha256 is not the one in the lock (pip's and uv's messages; both
+    hashes and the file), a full disk, no network (pip's and uv's messages), a missing compiler.
+
+    Args:
+        log (str): the text of the step's log.
+    """
+    m = _PIP_MISMATCH.search(log)
+    if m:
+        pin, url, lock, line, expected, got = m.groups()
+        return (f"sha256 mismatch for {url.rsplit('/', 1)[-1]} ({pin}, {lock} line {line}): expected "
+                f"{expected}, got {got}; refusing it (a tampered or corrupt download, or a lock file "
+                "that needs regenerating with `hpcstack lock`)")
+    m = _UV_MISMATCH.search(log)
+    if m:
+        pin, expected, got = m.groups()
+        return (f"sha256 mismatch for {pin}: expected {expected}, got {got}; refusing it (a tampered "
+                "or corrupt download, or a lock file that needs regenerating with `hpcstack lock`)")
+    if "No space left on device" in log or "Disk quota exceeded" in log:
+        return describe_os_error(OSError(errno.ENOSPC, "No space left on device"))
+    if re.search(r"ERROR: (Could not find a version|No matching distribution)|Failed to download|"
+                 r"Could not fetch URL|Failed to fetch", log) and _NETWORK.search(log):
+        first = _NETWORK.search(log).group(0)
+        return (f"cannot download packages ({first}): no network, or a proxy that does not answer; "
+                "check the network and the https_proxy/no_proxy variables, then re-run to resume")
+    m = re.search(r"error: command '([^']+)' failed: No such file or directory", log)
+    if m:
+        return (f"compiler {m.group(1)} not found; install it or fix the compilers in the site "
+                "config (horovod.cc/cxx/fc, build.env)")
+    return None
+
+
+# ------------------------------------------------------------------------------- preflight
+
+def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str = "the site config") -> None:
+    """Check, before anything is written, that the commands and compilers of ``steps`` exist.
+
+    Commands are looked up on the PATH of the build environment (the site's modules loaded);
+    compilers are the first word of ``CC``, ``CXX``, … set for a command. Paths inside the
+    build (the venv's python, the stack's tools) are made by earlier steps and not checked.
+
+    Args:
+        plan (Plan): the plan.
+        env (dict[str, str]): the build environment.
+        steps (list[str]): the steps that will run.
+        site_path (str): the site config, named in the messages.
+
+    Raises:
+        ConfigError: one line per missing command or compiler, with the step and what to do.
+    """
+    path = env.get("PATH", "")
+    made_here = [plan.build_prefix, plan.prefix]
+    problems: list[str] = []
+    seen: set[str] = set()
+
+    def missing(cmd: str) -> bool:
+        if "/" in cmd:
+            if any(cmd == d or cmd.startswith(d.rstrip("/") + "/") for d in made_here):
+                return False
+            return not os.access(cmd, os.X_OK)
+        return shutil.which(cmd, path=path) is None
+
+    for step in plan.steps:
+        if step.name not in steps:
+            continue
+        for action in step.actions:
+            if isinstance(action, CheckBuild):
+                continue
+            argv = getattr(action, "argv", None)
+            if isinstance(action, Run) or argv:
+                cmd = expand(argv[0], env)
+                if cmd and cmd not in seen and missing(cmd):
+                    seen.add(cmd)
+                    problems.append(f"step {step.name}: command {cmd!r} not found on the PATH of the build "
+                                    f"environment (after loading {', '.join(plan.modules) or 'no modules'}); "
+                                    f"install it or load its module (modules.build in {site_path})")
+            for var, value in getattr(action, "env", {}).items():
+                if var not in COMPILER_VARS:
+                    continue
+                words = expand(value, env).split()
+                if words and words[0] not in seen and missing(words[0]):
+                    seen.add(words[0])
+                    problems.append(f"step {step.name}: compiler {var}={words[0]} not found on the PATH of "
+                                    f"the build environment; install it, load its module, or fix the "
+                                    f"compilers in {site_path} (horovod.cc/cxx/fc, build.env)")
+    if problems:
+        raise ConfigError(problems)
+
+
+# ----------------------------------------------------------------------------------- lock
+
 @contextmanager
 def install_lock(install_root: str, name: str, version: str, wait: bool = True):
-    """Hold the lock of one stack (one install at a time per prefix).
+    """Hold the lock of one stack (one install or uninstall at a time per stack).
 
     Args:
         install_root (str): the site's install root.
@@ -146,25 +361,39 @@ def install_lock(install_root: str, name: str, version: str, wait: bool = True):
         wait (bool): wait for another install to finish (with a message) or fail at once.
 
     Raises:
-        HpcstackError: ``wait`` is False and another install holds the lock.
+        HpcstackError: ``wait`` is False and another install holds the lock, or the lock file
+            cannot be made (e.g. no permission on the install root).
     """
     lock_dir = Path(install_root) / ".hpcstack" / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
     path = lock_dir / f"{name}-{version}.lock"
-    with open(path, "a+") as f:
+    try:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")
+    except OSError as exc:
+        raise HpcstackError(f"cannot take the install lock {path}: {describe_os_error(exc)}") from None
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _lock_holder(path)
             if not wait:
-                raise HpcstackError(f"another install of {name}/{version} is running (lock {path}); "
-                                    "try again later")
-            console.print(f"waiting for another install of {name}/{version} to finish (lock {path}) …")
+                raise HpcstackError(f"another install of {name}/{version} is running{holder} (lock {path}); "
+                                    "try again when it has finished, or leave out --no-wait to wait")
+            console.print(f"waiting for another install of {name}/{version}{holder} to finish (lock {path}) …")
             fcntl.flock(f, fcntl.LOCK_EX)
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
+        try:
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n")
+            f.flush()
+        except OSError:
+            pass  # the pid is only informative (a full disk must not stop the lock)
         try:
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _lock_holder(path: Path) -> str:
+    pid = _read(path).strip()
+    return f" (process {pid})" if pid.isdigit() else ""

@@ -10,6 +10,7 @@ exit status 2, before anything is written (issue 2, item 10).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,12 +19,25 @@ import yaml
 
 from . import data_root
 from .errors import ConfigError
+from .report import FIGURES
 
 _STR = {"type": "string", "minLength": 1}
 _NULL_STR = {"type": ["string", "null"]}
 _STR_LIST = {"type": "array", "items": _STR}
 _ENV = {"type": "object", "additionalProperties": {"type": "string"}}
 _POS_INT = {"type": "integer", "minimum": 1}
+#: A directory path: no control characters, no white space (venv scripts cannot hold it).
+_PATH = {"type": "string", "minLength": 1, "pattern": r"^[^\x00-\x20\x7f]+$"}
+_SYSTEM_KEY = r"^([a-z0-9][a-z0-9_-]*|\*):([A-Za-z0-9_.-]+|\*)$"
+_NODES_KEY = r"^([1-9][0-9]*|\*)$"
+_KEY_HINTS = {_SYSTEM_KEY: "'<site>:<partition>', '*' for any", _NODES_KEY: "a node count or '*'"}
+#: One performance reference: [value, lower, upper, unit] (tolerances relative, ReFrame style).
+_REFERENCE = {"type": "array", "minItems": 4, "maxItems": 4, "prefixItems": [
+    {"type": "number", "exclusiveMinimum": 0},
+    {"type": ["number", "null"], "maximum": 0, "minimum": -1},
+    {"type": ["number", "null"], "minimum": 0},
+    {"type": "string"},
+]}
 
 
 def _obj(required: list[str], properties: dict) -> dict:
@@ -35,11 +49,11 @@ def _obj(required: list[str], properties: dict) -> dict:
 SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "horovod", "launcher"], {
     "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
     "description": _STR,
-    "install_root": _STR,
-    "module_root": _STR,
-    "cache_dir": _NULL_STR,
-    "stage_root": _NULL_STR,
-    "modules": _obj(["tool", "syntax", "base"], {
+    "install_root": _PATH,
+    "module_root": _PATH,
+    "cache_dir": {**_PATH, "type": ["string", "null"]},
+    "stage_root": {**_PATH, "type": ["string", "null"]},
+    "modules": {**_obj(["tool", "syntax", "base"], {
         "tool": {"enum": ["environment-modules", "lmod"]},
         "syntax": {"enum": ["tcl", "lua"]},
         "command": _NULL_STR,
@@ -50,6 +64,10 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "build": _STR_LIST,
         "runtime": _STR_LIST,
     }),
+        # Environment Modules reads Tcl modulefiles only (Lmod reads both): lua needs lmod
+        "if": {"properties": {"tool": {"const": "environment-modules"}, "syntax": {"const": "lua"}},
+               "required": ["tool", "syntax"]},
+        "then": {"properties": {"syntax": {"const": "tcl"}}}},
     "python": _obj([], {
         "version": {"type": ["string", "null"], "pattern": r"^3\.[0-9]+$"},
         "index": {"enum": ["pypi", "cu121"]},
@@ -57,6 +75,22 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     "build": _obj([], {
         "jobs": {"type": ["integer", "null"], "minimum": 1},
         "env": _ENV,
+    }),
+    # How packages get into the stack's venv (issue 6): uv (default) or pip, the wheel cache
+    # (keep it on the prefixes' filesystem so uv hard-links instead of copying), bytecode at
+    # install time (a read-only stack then writes no .pyc), and the cache of built source wheels.
+    "installer": _obj([], {
+        "backend": {"enum": ["uv", "pip"]},
+        "wheel_cache": _NULL_STR,
+        "link_mode": {"enum": ["hardlink", "copy", "clone"]},
+        "compile_bytecode": {"type": "boolean"},
+        "build_cache": {"type": "boolean"},
+    }),
+    # Who owns an installed stack and who may write it (issue 5): a shared software group and a
+    # symbolic chmod mode on top of hpcstack's own (world-readable, nothing world-writable).
+    "permissions": _obj([], {
+        "group": _NULL_STR,
+        "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
     "horovod": _obj(["cpu_operations", "required_flags"], {
         "cc": _STR, "cxx": _STR, "fc": _STR,
@@ -79,19 +113,40 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "partition": _STR,
         "qos": _NULL_STR,
         "account": _NULL_STR,
+        "account_required": {"type": "boolean"},
         "gpus_per_node": {"type": "integer", "minimum": 0},
         "tasks_per_node": _POS_INT,
         "cpus_per_task": _POS_INT,
         "time_limit": {"type": "string", "pattern": r"^([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}$"},
+        "exclusive": {"type": "boolean"},
+        "launcher": {"enum": ["srun", "mpirun", "horovodrun"]},
+        "mpi": _NULL_STR,
+        "submit_as": _NULL_STR,
+        "output_root": _NULL_STR,
+        "env": _ENV,
     }),
     "validation": _obj([], {
         "model": _STR,
         "image_size": _POS_INT,
         "batch_size": _POS_INT,
         "precision": {"enum": ["fp32", "amp"]},
+        "device": {"enum": ["auto", "cpu", "cuda"]},
+        "warmup_batches": {"type": "integer", "minimum": 0},
+        "batches_per_iter": _POS_INT,
         "iterations": _POS_INT,
+        "convergence_steps": _POS_INT,
+        "loss_threshold": {"type": "number", "exclusiveMinimum": 0},
+        "nodes": {"type": "array", "items": _POS_INT, "minItems": 1},
+        "backends": {"type": "array", "minItems": 1, "items": {"enum": ["horovod", "ddp"]}},
     }),
-    "references": {"type": "object"},
+    # ReFrame-style performance references: {"<site>:<partition>": {"<nodes>": {figure: ref}}};
+    # "*" stands for any site, partition or node count. A ref is [value, lower, upper, unit] with
+    # relative tolerances (lower <= 0, upper >= 0, null = unbounded), as in ReFrame's `reference`.
+    "references": {"type": "object", "additionalProperties": False, "patternProperties": {
+        _SYSTEM_KEY: {"type": "object", "additionalProperties": False, "patternProperties": {
+            _NODES_KEY: _obj([], {name: _REFERENCE for name in FIGURES}),
+        }},
+    }},
 })
 
 
@@ -100,8 +155,10 @@ class ModulesConfig:
     """The site's module tool (section ``modules``).
 
     Attributes:
-        tool (str): ``environment-modules`` (4.x/5.x) or ``lmod`` (8.x).
-        syntax (str): ``tcl`` or ``lua``: the modulefile syntax hpcstack writes.
+        tool (str): ``environment-modules`` (4.x/5.x) or ``lmod`` (8.x); switching a site
+            between them is this key, ``syntax`` and ``init`` (see site-configs/localhost-lmod.yaml).
+        syntax (str): ``tcl`` or ``lua``: the modulefile syntax hpcstack writes (and the default
+            file: ``.version`` or ``.modulerc.lua``); ``lua`` needs ``tool: lmod``.
         base (str): the cluster Python module the venv is built on, e.g. ``python/3.12.1-gpu``.
         build (list[str]): modules loaded only to build (e.g. ``cmake/3.25.2``).
         runtime (list[str]): modules the stack's modulefile ``depends-on`` besides ``base``.
@@ -155,6 +212,32 @@ class HorovodConfig:
 
 
 @dataclass(frozen=True)
+class InstallerConfig:
+    """How packages are installed into the stack's venv (section ``installer``; issue 6).
+
+    Attributes:
+        backend (str): ``uv`` (default; https://docs.astral.sh/uv/pip/) or ``pip`` (the fallback).
+        wheel_cache (str | None): uv's (or pip's) cache directory; default
+            ``<cache_dir>/uv`` (``<cache_dir>/pip``). Keep it on the filesystem of the prefixes:
+            uv hard-links installed files from it, and falls back to copying across filesystems.
+        link_mode (str): uv's ``--link-mode``: ``hardlink`` (default), ``copy`` or ``clone``.
+            ``symlink`` is refused: a pruned cache would break the stack.
+        compile_bytecode (bool): compile ``.pyc`` files at install time (uv
+            ``--compile-bytecode``, pip ``--compile``), so importing from a read-only stack
+            writes none. Default True.
+        build_cache (bool): reuse wheels built from source (Horovod) whose build key (sdist and
+            patch hashes, torch, Python, MPI, compilers, CUDA/NCCL, HOROVOD_* settings) matches;
+            ``<cache_dir>/builds/<package>-<version>/<key>/``. Default True.
+    """
+
+    backend: str = "uv"
+    wheel_cache: str | None = None
+    link_mode: str = "hardlink"
+    compile_bytecode: bool = True
+    build_cache: bool = True
+
+
+@dataclass(frozen=True)
 class LauncherConfig:
     """How validation ranks are started (section ``launcher``).
 
@@ -186,6 +269,7 @@ class Site:
         jobs (int | None): parallel build jobs; None means the core count.
         build_env (dict[str, str]): variables for every build command.
         slurm, validation, references (dict): for ``hpcstack validate``.
+        installer (InstallerConfig): uv or pip, wheel cache, bytecode, build cache.
     """
 
     name: str
@@ -206,6 +290,7 @@ class Site:
     slurm: dict
     validation: dict
     references: dict
+    installer: InstallerConfig = field(default_factory=InstallerConfig)
 
 
 def site_path(name_or_path: str) -> Path:
@@ -240,14 +325,18 @@ def validate(data: object, where: str) -> list[str]:
         list[str]: one line per problem, ``"<file>: <key.path>: <message>"``; empty when valid.
     """
     validator = jsonschema.Draft202012Validator(SCHEMA)
+    data = _normalise(data)
     problems = []
     for err in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
         key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
         if err.validator == "additionalProperties":
-            extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+            patterns = list(err.schema.get("patternProperties", {}))
+            extra = sorted(k for k in set(err.instance) - set(err.schema.get("properties", {}))
+                           if not any(re.search(p, str(k)) for p in patterns))
             for name in extra:
                 full = f"{key}.{name}" if err.absolute_path else name
-                problems.append(f"{where}: {full}: unknown key")
+                hint = "".join(f" (expected {_KEY_HINTS[p]})" for p in patterns if p in _KEY_HINTS)
+                problems.append(f"{where}: {full}: unknown key{hint}")
             continue
         if err.validator == "required":
             missing = err.message.split("'")[1]
@@ -256,6 +345,20 @@ def validate(data: object, where: str) -> list[str]:
             continue
         problems.append(f"{where}: {key}: {err.message}")
     return problems
+
+
+def _normalise(data: object) -> object:
+    """Return ``data`` with the keys of ``references`` (systems, node counts) as strings.
+
+    YAML reads ``1:`` as an integer, but JSON schema (and the lookup in :mod:`hpcstack.report`)
+    works with string keys; ``"1"`` and ``1`` mean the same node count.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("references"), dict):
+        return data
+    refs = {str(system): ({str(n): figs for n, figs in per_nodes.items()}
+                          if isinstance(per_nodes, dict) else per_nodes)
+            for system, per_nodes in data["references"].items()}
+    return {**data, "references": refs}
 
 
 def load_site(name_or_path: str, install_root: str | None = None,
@@ -284,6 +387,7 @@ def load_site(name_or_path: str, install_root: str | None = None,
         loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError([f"{path}: {loc}not valid YAML: {getattr(exc, 'problem', exc)}"])
     problems = validate(data, str(path))
+    data = _normalise(data)
     if problems:
         raise ConfigError(problems)
     if data["name"] != path.stem and path.parent == data_root() / "site-configs":
@@ -311,4 +415,5 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         slurm=dict(data.get("slurm", {})),
         validation=dict(data.get("validation", {})),
         references=dict(data.get("references", {})),
+        installer=InstallerConfig(**data.get("installer", {})),
     )

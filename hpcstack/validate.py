@@ -1,24 +1,36 @@
-"""``hpcstack validate`` with the local launcher: train on ranks under the stack's module.
+"""``hpcstack validate``: prove an installed stack by training on it, in Slurm jobs or locally.
 
-The training program (``<prefix>/bin/hpcstack-train-benchmark``, from
-``scripts/hpcstack-train-benchmark.py``) trains a small model on synthetic data with Horovod,
-checks that the loss falls and that the parameters are identical on all ranks after training, and
-writes JSON lines; we print img/s per rank and in total and judge the run by its result record.
+**Slurm** (the default for a site with a ``slurm`` section): for each node count (``--nodes 1,2``)
+one job script is rendered from ``scripts/slurm-job.sh.j2`` (:mod:`hpcstack.scheduler`) and
+submitted with ``sbatch --parsable``; each job sources the module tool's init, loads the stack's
+module and runs the training program (``<prefix>/bin/hpcstack-train-benchmark``, from
+``scripts/hpcstack-train-benchmark.py``) once per backend (``horovod`` then ``ddp``) with the
+site's launcher (``srun --mpi=pmix``, ``mpirun`` or ``horovodrun``). hpcstack polls until the jobs
+end, reads their JSON-lines records and judges them (:mod:`hpcstack.report`): sanity, then
+performance against the site's references, scaling efficiency; the report goes to the output
+directory as ``report.json``, ``report.md`` and ``scaling.png``.
+
+**Local** (``--local``, or a site without a ``slurm`` section): the training program runs on
+``--ranks`` ranks of this host under the site's ``launcher`` (``horovodrun``/``mpirun``/``srun``),
+Horovod backend; the result is PASS/FAIL from the program's own checks.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import pwd
 import shlex
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import modsys
+from . import __version__, data_root, modsys
 from .components.tools import TRAINER
-from .errors import HpcstackError
+from .errors import ConfigError, HpcstackError
 from .modules import modulefile_path
 
 
@@ -102,10 +114,10 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
         except subprocess.TimeoutExpired:
             raise HpcstackError("the training run took more than 30 minutes; stopped")
         records = read_records(Path(output)) if os.path.exists(output) else []
-    return report(records, proc.returncode, proc.stdout + proc.stderr, as_json)
+    return report_local(records, proc.returncode, proc.stdout + proc.stderr, as_json)
 
 
-def report(records: list[dict], returncode: int, output: str, as_json: bool = False) -> int:
+def report_local(records: list[dict], returncode: int, output: str, as_json: bool = False) -> int:
     """Print the figures of a training run and return its exit status (0 passed, 1 failed).
 
     Args:
@@ -134,3 +146,418 @@ def report(records: list[dict], returncode: int, output: str, as_json: bool = Fa
         return 1
     print("PASS")
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Slurm
+# --------------------------------------------------------------------------------------------
+
+#: The training program's backends, in the order a job runs them.
+BACKENDS = ("horovod", "ddp")
+
+#: ``validation`` keys of the site config -> options of the training program.
+_TRAINER_OPTIONS = {"model": "--model", "image_size": "--image-size", "batch_size": "--batch-size",
+                    "precision": "--precision", "device": "--device",
+                    "warmup_batches": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
+                    "iterations": "--num-iters", "convergence_steps": "--convergence-steps",
+                    "loss_threshold": "--loss-threshold"}
+
+
+def parse_nodes(text: str) -> list[int]:
+    """Parse ``--nodes`` (``"1,2,4"``) into sorted, distinct node counts.
+
+    Raises:
+        ConfigError: not a comma-separated list of positive integers.
+    """
+    try:
+        nodes = sorted({int(n) for n in text.split(",") if n.strip()})
+    except ValueError:
+        nodes = []
+    if not nodes or nodes[0] < 1:
+        raise ConfigError([f"--nodes: '{text}' is not a comma-separated list of node counts >= 1 (e.g. 1,2,4)"])
+    return nodes
+
+
+def trainer_argv(site, prefix: str, backend: str, output: str, threads: int) -> list[str]:
+    """Return the training program's command line for one backend in a Slurm job.
+
+    Args:
+        site (hpcstack.site.Site): its ``validation`` section gives model, sizes, precision,
+            device, iterations and the convergence check's steps and loss threshold.
+        prefix (str): the stack's prefix (the program is ``<prefix>/bin/hpcstack-train-benchmark``).
+        backend (str): ``horovod`` or ``ddp``.
+        output (str): JSON-lines file rank 0 writes.
+        threads (int): torch threads per rank (the job's cpus per task).
+    """
+    argv = [os.path.join(prefix, "bin", TRAINER), "--backend", backend]
+    for key, option in _TRAINER_OPTIONS.items():
+        if key in site.validation:
+            argv += [option, str(site.validation[key])]
+    return argv + ["--threads", str(threads), "--output", output]
+
+
+@dataclass
+class ValidationJob:
+    """One Slurm job of a validation: N nodes, every backend one after another.
+
+    Attributes:
+        nodes (int): node count.
+        directory (Path): its directory (job script, output, records).
+        script (str): the rendered job script.
+        backends (list[str]): the backends it runs.
+        ranks (int): nodes x tasks per node.
+        job_id (str | None): once submitted.
+    """
+
+    nodes: int
+    directory: Path
+    script: str
+    backends: list[str]
+    ranks: int
+    job_id: str | None = None
+
+    @property
+    def script_path(self) -> Path:
+        """The job script, ``<directory>/job.sh``."""
+        return self.directory / "job.sh"
+
+    def records_path(self, backend: str) -> Path:
+        """The JSON-lines records of one backend's run, ``<directory>/<backend>.jsonl``."""
+        return self.directory / f"{backend}.jsonl"
+
+    def status_path(self, backend: str) -> Path:
+        """The file the job script writes one backend's exit status into."""
+        return self.directory / f"{backend}.exit"
+
+    def output_path(self) -> Path:
+        """The job's output file (stdout and stderr), ``<directory>/slurm-<job id>.out``."""
+        return self.directory / f"slurm-{self.job_id or '%j'}.out"
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The Slurm settings of a validation: the site's ``slurm`` section with command-line overrides.
+
+    Attributes:
+        partition, qos, account (str | None): where and on whose budget the jobs run.
+        tasks_per_node (int): ranks per node (one per GPU on GPU sites).
+        cpus_per_task (int): cores per rank (also torch's threads per rank).
+        gpus_per_node (int): ``--gres=gpu:N`` when > 0.
+        time_limit (str): per job.
+        exclusive (bool): whole nodes.
+        launcher (str): ``srun``, ``mpirun`` or ``horovodrun``.
+        mpi (str | None): ``srun --mpi=`` plugin.
+        submit_as (str | None): user that submits when hpcstack runs as root.
+        env (dict[str, str]): job environment.
+    """
+
+    partition: str
+    qos: str | None
+    account: str | None
+    tasks_per_node: int
+    cpus_per_task: int
+    gpus_per_node: int
+    time_limit: str
+    exclusive: bool
+    launcher: str
+    mpi: str | None
+    submit_as: str | None
+    env: dict
+
+    @classmethod
+    def from_site(cls, site, partition: str | None = None, qos: str | None = None,
+                  account: str | None = None) -> "SlurmSettings":
+        """Resolve the settings; command-line values win over the site's."""
+        s = site.slurm
+        return cls(partition=partition or s["partition"], qos=qos or s.get("qos"),
+                   account=account or s.get("account"), tasks_per_node=s.get("tasks_per_node", 1),
+                   cpus_per_task=s.get("cpus_per_task", 1), gpus_per_node=s.get("gpus_per_node", 0),
+                   time_limit=s.get("time_limit", "00:30:00"), exclusive=s.get("exclusive", False),
+                   launcher=s.get("launcher", "srun"), mpi=s.get("mpi"), submit_as=s.get("submit_as"),
+                   env=dict(s.get("env", {})))
+
+
+def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: SlurmSettings,
+              output_dir: Path) -> list[ValidationJob]:
+    """Render one job script per node count.
+
+    Args:
+        site (hpcstack.site.Site): the site.
+        recipe (hpcstack.recipe.Recipe): the stack.
+        nodes (list[int]): node counts.
+        backends (list[str]): backends each job runs, in order.
+        settings (SlurmSettings): partition, shape, launcher, ...
+        output_dir (Path): the validation's directory; job N uses ``<output_dir>/n<N>/``.
+
+    Returns:
+        list[ValidationJob]: not yet written nor submitted.
+
+    Raises:
+        ConfigError: the site gives no bash init for its module tool.
+    """
+    from .scheduler import BatchJob, JobStep, launch_command, launcher_setup, render_job_script
+
+    init = site.modules.init.get("bash")
+    if not init:
+        raise ConfigError([f"{site.path}: modules.init.bash: missing key (Slurm jobs source it to get `module`)"])
+    prefix = os.path.join(site.install_root, recipe.name, recipe.version)
+    env = dict(settings.env)
+    comments = [f"Written by hpcstack {__version__}: hpcstack validate {recipe.full_name} --site {site.name}.",
+                "Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and "
+                "be writable on the compute nodes; hpcstack validate creates it."]
+    if not settings.account and site.slurm.get("account_required"):
+        comments.append("No account given, and this site charges jobs to a budget: pass --account=BUDGET "
+                        "to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.")
+    jobs = []
+    for n in nodes:
+        directory = output_dir / f"n{n}"
+        steps = []
+        for backend in backends:
+            program = trainer_argv(site, prefix, backend, str(directory / f"{backend}.jsonl"),
+                                   settings.cpus_per_task)
+            steps.append(JobStep(backend, launch_command(
+                settings.launcher, program, nodes=n, tasks_per_node=settings.tasks_per_node,
+                cpus_per_task=settings.cpus_per_task, mpi=settings.mpi),
+                str(directory / f"{backend}.exit")))
+        job = BatchJob(
+            name=f"hpcstack-validate-{recipe.name}-n{n}", nodes=n,
+            tasks_per_node=settings.tasks_per_node, cpus_per_task=settings.cpus_per_task,
+            time_limit=settings.time_limit, output=str(directory / "slurm-%j.out"),
+            workdir=str(directory), module_init=init, partition=settings.partition,
+            qos=settings.qos, account=settings.account, gpus_per_node=settings.gpus_per_node,
+            exclusive=settings.exclusive, module_use=[*site.modules.use, site.module_root],
+            module_load=[recipe.full_name], env=env,
+            # a port per job: DDP's rendezvous of one job must not meet another's
+            setup=["export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+                   *launcher_setup(settings.launcher, settings.tasks_per_node)],
+            steps=steps, comments=comments,
+            unset_bash_env=site.modules.tool == "environment-modules")
+        header = (f"hpcstack validation of {recipe.full_name} on {site.name}:{settings.partition}, "
+                  f"{n} node(s) x {settings.tasks_per_node} rank(s): {', '.join(backends)}")
+        jobs.append(ValidationJob(n, directory, render_job_script(job, header), list(backends),
+                                  n * settings.tasks_per_node))
+    return jobs
+
+
+def _default_output_root(site) -> str:
+    return site.slurm.get("output_root") or os.getcwd()
+
+
+def _settings_record(site, settings: SlurmSettings) -> dict:
+    v = site.validation
+    return {"model": v.get("model", "tiny"), "image_size": v.get("image_size"),
+            "batch_size": v.get("batch_size"), "precision": v.get("precision", "fp32"),
+            "device": v.get("device", "auto"), "launcher": settings.launcher,
+            "tasks_per_node": settings.tasks_per_node, "cpus_per_task": settings.cpus_per_task,
+            "gpus_per_node": settings.gpus_per_node}
+
+
+def _chown_tree(path: Path, user: str) -> None:
+    pw = pwd.getpwnam(user)
+    for p in [path, *path.rglob("*")]:
+        os.chown(p, pw.pw_uid, pw.pw_gid)
+
+
+def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: list[str] | None = None,
+                     partition: str | None = None, qos: str | None = None, account: str | None = None,
+                     output_dir: str | None = None, dry_run: bool = False, no_wait: bool = False,
+                     as_json: bool = False) -> int:
+    """Validate a stack with Slurm jobs: one per node count, each running every backend.
+
+    Args:
+        site (hpcstack.site.Site): a site with a ``slurm`` section.
+        recipe (hpcstack.recipe.Recipe): the installed stack.
+        nodes (list[int] | None): node counts; default the site's ``validation.nodes``, else [1, 2].
+        backends (list[str] | None): default the site's ``validation.backends``, else both.
+        partition, qos, account (str | None): override the site's ``slurm`` values.
+        output_dir (str | None): directory for job scripts, outputs and the report; default a new
+            ``hpcstack-validate-…`` directory under ``slurm.output_root`` (else the working
+            directory). It must be visible on the compute nodes; when jobs are submitted as
+            ``slurm.submit_as`` it is handed to that user.
+        dry_run (bool): print the job scripts; submit nothing, write nothing.
+        no_wait (bool): submit, print the job ids, return; ``--collect DIR`` reports later.
+        as_json (bool): print the report (or, with ``dry_run``, the scripts) as JSON.
+
+    Returns:
+        int: 0 when every job, sanity check and performance reference passed, else 1.
+
+    Raises:
+        ConfigError: no ``slurm`` section, a required account missing, bad ``--nodes``.
+        HpcstackError: the stack is not installed, or Slurm refused a job or is not running.
+    """
+    if not site.slurm:
+        raise ConfigError([f"{site.path}: slurm: missing key (needed for Slurm jobs; or use --local)"])
+    settings = SlurmSettings.from_site(site, partition, qos, account)
+    nodes = nodes or list(site.validation.get("nodes", [1, 2]))
+    backends = backends or list(site.validation.get("backends", BACKENDS))
+    if (site.slurm.get("account_required") and not settings.account and not dry_run
+            and not os.environ.get("SBATCH_ACCOUNT")):
+        raise ConfigError([f"--account: site {site.name} charges jobs to a budget; give --account BUDGET "
+                           "(or set slurm.account in the site config, or SBATCH_ACCOUNT)"])
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = f"hpcstack-validate-{recipe.name}-{recipe.version}-{stamp}"
+    if dry_run:
+        out = Path(os.path.abspath(output_dir or os.path.join(_default_output_root(site), base)))
+        jobs = plan_jobs(site, recipe, nodes, backends, settings, out)
+        if as_json:
+            print(json.dumps({"jobs": [{"nodes": j.nodes, "path": str(j.script_path), "script": j.script}
+                                       for j in jobs]}, indent=1))
+        else:
+            for j in jobs:
+                print(f"# ===== {j.script_path} ({j.nodes} node(s)) =====")
+                print(j.script)
+        return 0
+
+    modulefile = modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
+    prefix = os.path.join(site.install_root, recipe.name, recipe.version)
+    if not os.path.isfile(modulefile) or not os.path.isfile(os.path.join(prefix, "bin", TRAINER)):
+        raise HpcstackError(f"{recipe.full_name} is not installed for site {site.name} (no {modulefile} "
+                            f"or no {prefix}/bin/{TRAINER}); run: hpcstack install {recipe.full_name} "
+                            f"--site {site.name}")
+    submit_as = settings.submit_as if os.geteuid() == 0 else None
+    if output_dir:
+        out = Path(os.path.abspath(output_dir))
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        root = _default_output_root(site)
+        os.makedirs(root, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=base + "-", dir=root))
+    out.chmod(0o755)
+    jobs = plan_jobs(site, recipe, nodes, backends, settings, out)
+    for j in jobs:
+        j.directory.mkdir(parents=True, exist_ok=True)
+        for stale in [*j.directory.glob("*.jsonl"), *j.directory.glob("*.exit")]:
+            stale.unlink()
+        j.script_path.write_text(j.script)
+        j.script_path.chmod(0o755)
+    if submit_as:
+        try:
+            _chown_tree(out, submit_as)
+        except KeyError:
+            raise HpcstackError(f"user {submit_as} (slurm.submit_as) does not exist "
+                                "(localhost: scripts/localhost-slurm up creates it)")
+
+    from .scheduler import Slurm
+
+    slurm = Slurm(submit_as=submit_as)
+    submitted: list[ValidationJob] = []
+    try:
+        for j in jobs:
+            j.job_id = slurm.submit(j.script_path)
+            submitted.append(j)
+            print(f"==> submitted job {j.job_id}: {j.nodes} node(s), {', '.join(backends)}; "
+                  f"{j.script_path}", file=sys.stderr)
+    except HpcstackError:
+        slurm.cancel([j.job_id for j in submitted])
+        raise
+    _write_jobs_file(out, site, recipe, settings, submitted)
+    if no_wait:
+        ids = " ".join(j.job_id for j in submitted)
+        shipped = site.path.parent == data_root() / "site-configs"
+        later = (f"hpcstack validate {recipe.full_name} --site {site.name if shipped else site.path} "
+                 f"--collect {out}")
+        if as_json:
+            print(json.dumps({"submitted": [{"job_id": j.job_id, "nodes": j.nodes} for j in submitted],
+                              "output_dir": str(out), "collect": later}, indent=1))
+        else:
+            print(f"submitted {ids}; outputs in {out}\nreport when they end: {later}")
+        return 0
+    return _wait_and_report(site, recipe, settings, submitted, out, slurm, as_json)
+
+
+def _write_jobs_file(out: Path, site, recipe, settings: SlurmSettings, jobs: list[ValidationJob]) -> None:
+    data = {"site": site.name, "recipe": recipe.full_name, "partition": settings.partition,
+            "settings": _settings_record(site, settings),
+            "jobs": [{"job_id": j.job_id, "nodes": j.nodes, "ranks": j.ranks, "backends": j.backends,
+                      "directory": str(j.directory)} for j in jobs]}
+    (out / "jobs.json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+def collect(site, recipe, directory: str, as_json: bool = False) -> int:
+    """Report on the jobs of an earlier ``--no-wait`` validation (waits for those still running).
+
+    Args:
+        site (hpcstack.site.Site): the site the jobs were submitted for (its references are used).
+        recipe (hpcstack.recipe.Recipe): the stack.
+        directory (str): the validation's output directory (holds ``jobs.json``).
+        as_json (bool): print the report as JSON.
+
+    Returns:
+        int: 0 PASS, 1 FAIL.
+
+    Raises:
+        ConfigError: no ``jobs.json`` there, or it belongs to another site or stack.
+    """
+    out = Path(os.path.abspath(directory))
+    try:
+        data = json.loads((out / "jobs.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError([f"--collect: {out}/jobs.json: cannot read it ({exc})"])
+    if data.get("site") != site.name or data.get("recipe") != recipe.full_name:
+        raise ConfigError([f"--collect: {out} holds jobs of {data.get('recipe')} on {data.get('site')}, "
+                           f"not {recipe.full_name} on {site.name}"])
+    settings = SlurmSettings.from_site(site, data.get("partition"))
+    jobs = [ValidationJob(j["nodes"], Path(j["directory"]), "", j["backends"], j["ranks"], j["job_id"])
+            for j in data["jobs"]]
+    from .scheduler import Slurm
+
+    return _wait_and_report(site, recipe, settings, jobs, out, Slurm(), as_json,
+                            recorded_settings=data.get("settings"))
+
+
+def _wait_and_report(site, recipe, settings: SlurmSettings, jobs: list[ValidationJob], out: Path,
+                     slurm, as_json: bool, recorded_settings: dict | None = None) -> int:
+    from .report import RunOutcome, build_report, to_markdown, write_report
+    from .scheduler import tail
+
+    by_id = {j.job_id: j for j in jobs}
+
+    def progress(info) -> None:
+        j = by_id[info.job_id]
+        extra = f" (exit code {info.exit_code}, {info.elapsed})" if info.finished else ""
+        print(f"    job {info.job_id} ({j.nodes} node(s)): {info.state}{extra}", file=sys.stderr)
+
+    try:
+        infos = slurm.wait(list(by_id), on_change=progress)
+    except KeyboardInterrupt:
+        print(f"interrupted: cancelling jobs {' '.join(by_id)}", file=sys.stderr)
+        slurm.cancel(list(by_id))
+        raise
+    runs, job_records = [], []
+    for j in jobs:
+        info = infos[j.job_id]
+        output = info.stdout or str(j.output_path())
+        lines = tail(output, 25)
+        job_records.append({"job_id": j.job_id, "nodes": j.nodes, "state": info.state,
+                            "exit_code": info.exit_code, "elapsed": info.elapsed,
+                            "nodelist": info.nodelist, "reason": info.reason, "output": output,
+                            "output_tail": lines if info.state != "COMPLETED" else []})
+        for backend in j.backends:
+            status = j.status_path(backend)
+            try:
+                exit_status = int(status.read_text().strip())
+            except (OSError, ValueError):
+                exit_status = None
+            records = read_records(j.records_path(backend)) if j.records_path(backend).exists() else []
+            runs.append(RunOutcome(backend, j.nodes, j.ranks, j.job_id, info.state, info.exit_code,
+                                   exit_status, records, output, lines))
+    nccl = "nccl" if site.horovod.gpu_operations == "NCCL" else None
+    result = build_report(runs, site=site.name, partition=settings.partition, recipe=recipe.full_name,
+                          references=site.references, required_transport=nccl, output_dir=str(out),
+                          jobs=job_records,
+                          settings=recorded_settings or _settings_record(site, settings))
+    paths = write_report(result, out)
+    result["files"] = paths
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(to_markdown(result))
+        print("report: " + ", ".join(paths.values()))
+    for line in result["failures"]:
+        print(f"FAIL: {line}", file=sys.stderr)
+    for job in job_records:
+        if job["output_tail"]:
+            print(f"  last lines of job {job['job_id']} ({job['output']}):\n  | "
+                  + "\n  | ".join(job["output_tail"]), file=sys.stderr)
+    print("PASS" if result["ok"] else "FAIL", file=sys.stderr)
+    return 0 if result["ok"] else 1

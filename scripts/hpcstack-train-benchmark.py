@@ -30,6 +30,7 @@ OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -41,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from typing import Callable, Mapping, Optional, Sequence, TextIO
 
 import torch
@@ -58,6 +60,9 @@ TINY_IMAGE_SIZE = 32
 TORCHVISION_IMAGE_SIZE = 224
 TINY_NUM_CLASSES = 10
 TORCHVISION_NUM_CLASSES = 1000
+# ResNet-18 on the teacher task (batch 32, lr 0.01) is near loss 0.9 after 100 steps, 0.5 after 300.
+TINY_CONVERGENCE_STEPS = 100
+TORCHVISION_CONVERGENCE_STEPS = 300
 
 
 class UsageError(Exception):
@@ -123,7 +128,8 @@ def first_host_of_nodelist(nodelist: str) -> str:
     return re.sub(r"\[([^\]]*)\]", lambda m: re.split(r"[-,]", m.group(1))[0], first)
 
 
-def slurm_first_host(nodelist: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
+def slurm_first_host(nodelist: str,
+                     run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str:
     """First host of a Slurm node list: ``scontrol show hostnames`` if available, else parsed.
 
     Args:
@@ -157,8 +163,9 @@ def _tasks_on_node(tasks_per_node: str, node_id: int) -> int:
     return counts[node_id]
 
 
-def resolve_launch_env(environ: Mapping[str, str],
-                       run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> LaunchEnv:
+def resolve_launch_env(
+        environ: Mapping[str, str],
+        run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> LaunchEnv:
     """Rank, world size, local rank/size and rendezvous address for ``torch.distributed``.
 
     Looked up in this order (the first launcher whose variables are present wins):
@@ -385,6 +392,10 @@ class DdpComm(Comm):
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.transport = "nccl" if self.device.type == "cuda" else "gloo"
+        # Tensors handed to collectives, held until shutdown: with torch 2.3 a Gloo worker thread
+        # that drops the last reference to a Python-owned tensor needs the GIL, which
+        # destroy_process_group() holds while it joins that thread (a deadlock at exit).
+        self._keep_alive: list[torch.Tensor] = []
         os.environ["MASTER_ADDR"] = launch.master_addr
         os.environ["MASTER_PORT"] = str(launch.master_port)
         dist.init_process_group(self.transport, init_method="env://",
@@ -405,15 +416,20 @@ class DdpComm(Comm):
         tensor = tensor.detach().to(self.device).contiguous()
         parts = [torch.empty_like(tensor) for _ in range(self.size)]
         self.dist.all_gather(parts, tensor)
+        self._keep_alive += [tensor, *parts]
         return torch.stack(parts).cpu()
 
     def allreduce_mean(self, tensor, name):
         tensor = tensor.detach().to(self.device).clone()
         self.dist.all_reduce(tensor)
+        self._keep_alive.append(tensor)
         return (tensor / self.size).cpu()
 
     def shutdown(self):
+        # The barrier waits without the GIL, so Gloo's workers can finish their last work items.
+        self.dist.barrier()
         self.dist.destroy_process_group()
+        self._keep_alive.clear()
 
 
 def _call(module, function: str) -> bool:
@@ -464,11 +480,20 @@ def build_model(name: str, num_classes: int) -> nn.Module:
     Raises:
         UsageError: unknown model name.
     """
+    check_model_name(name)
     if name == TINY_MODEL:
         return nn.Sequential(
             nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(inplace=True),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes))
+    import torchvision.models as models
+    return models.get_model(name, weights=None, num_classes=num_classes)
+
+
+def check_model_name(name: str) -> None:
+    """Raise UsageError unless ``name`` is ``tiny`` or a torchvision classification model."""
+    if name == TINY_MODEL:
+        return
     try:
         import torchvision.models as models
     except ImportError as err:
@@ -476,7 +501,6 @@ def build_model(name: str, num_classes: int) -> nn.Module:
     if name not in models.list_models(module=models):
         raise UsageError(f"unknown model {name!r}: use {TINY_MODEL} or a torchvision "
                          "classification model (resnet50, vgg16, ...)")
-    return models.get_model(name, weights=None, num_classes=num_classes)
 
 
 def logits_of(output) -> torch.Tensor:
@@ -601,7 +625,7 @@ class ChannelMeanTeacher:
     random ``num_classes x 3`` matrix drawn from ``--seed`` alone, so every rank holds the same
     teacher while drawing its own images. Channel means survive global pooling, so a student
     must learn a function of its input; predicting the label frequencies alone leaves the loss
-    near their entropy (about 1.6 nats for 10 classes, 6 of them reachable).
+    near their entropy (baseline_loss: 1.71 nats for 10 classes and the default seed).
     """
 
     def __init__(self, num_classes: int, seed: int, device: torch.device) -> None:
@@ -618,6 +642,28 @@ class ChannelMeanTeacher:
         images = noise + offset
         labels = (images.mean(dim=(2, 3)) @ self.weight.t()).argmax(dim=1)
         return images, labels
+
+
+@contextlib.contextmanager
+def batch_statistics_eval(model: nn.Module):
+    """Evaluation mode, except that batch-norm layers normalise with the batch's statistics.
+
+    After a few hundred steps the running statistics still lag the weights (momentum 0.1), which
+    makes eval-mode losses of BatchNorm models meaningless. Dropout is off as in eval mode; the
+    buffers are restored on exit, so evaluation leaves the model as it was (in train mode).
+    """
+    saved = [buffer.clone() for buffer in model.buffers()]
+    model.eval()
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.train()
+    try:
+        yield model
+    finally:
+        with torch.no_grad():
+            for buffer, value in zip(model.buffers(), saved):
+                buffer.copy_(value)
+        model.train()
 
 
 def parameter_digest(model: nn.Module) -> bytes:
@@ -639,15 +685,17 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
     scaled with world size) wrapped by the backend trains for ``--convergence-steps`` steps of
     ``--batch-size`` images per rank, each rank drawing different images. The loss is measured
     before and after on a held-out set of 4 batches per rank, in eval mode, and averaged over the
-    ranks. Then each rank hashes its parameters (parameter_digest) and the digests are gathered
-    to every rank.
+    ranks (batch-norm layers use batch statistics, see batch_statistics_eval). Then each rank
+    hashes its parameters (parameter_digest) and the digests are gathered to every rank.
 
     Args:
         comm: the initialised backend.
         args: parsed command line.
 
     Returns:
-        The fields of the ``convergence`` record: initial_loss, final_loss, threshold, steps,
+        The fields of the ``convergence`` record: initial_loss, final_loss, threshold,
+        baseline_loss (nats: the entropy of the held-out labels' frequencies, i.e. the loss of a
+        model that ignores its input), steps,
         loss_fell (final < initial), below_threshold (final < threshold), params_identical,
         param_hashes (hex, by rank), seconds.
     """
@@ -669,12 +717,15 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
                     dtype=torch.float16 if comm.device.type == "cuda" else torch.bfloat16)
 
     def mean_eval_loss(name: str) -> float:
-        plain.eval()
-        with torch.no_grad(), torch.autocast(**autocast):
+        with torch.no_grad(), batch_statistics_eval(plain), torch.autocast(**autocast):
             losses = [F.cross_entropy(logits_of(plain(x)), y).float() for x, y in eval_set]
-        plain.train()
         return float(comm.allreduce_mean(torch.stack(losses).mean().cpu(), name))
 
+    counts = torch.bincount(torch.cat([y for _, y in eval_set]).cpu(),
+                            minlength=args.convergence_classes).double()
+    frequencies = comm.allreduce_mean(counts, "convergence.label_counts")
+    frequencies = frequencies[frequencies > 0] / frequencies.sum()
+    baseline_loss = float(-(frequencies * frequencies.log()).sum())
     initial_loss = mean_eval_loss("convergence.initial_loss")
     step = make_train_step(model, optimizer, comm, args.precision)
     train_generator = generator("convergence-train")
@@ -692,6 +743,7 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
         "initial_loss": initial_loss,
         "final_loss": final_loss,
         "threshold": args.loss_threshold,
+        "baseline_loss": baseline_loss,
         "steps": args.convergence_steps,
         "loss_fell": final_loss < initial_loss,
         "below_threshold": final_loss < args.loss_threshold,
@@ -769,9 +821,10 @@ def _positive(text: str) -> int:
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     """Parse the command line; fill the model-dependent defaults (image size, classes).
 
-    Defaults suit a 2-core CPU node (``tiny``, 32x32 images, batch 16 per rank): 2 ranks finish
-    in a few seconds. For a GPU node use e.g. ``--model resnet50 --batch-size 32``, which takes
-    Horovod's benchmark settings (224x224 images, 1000 classes).
+    Defaults suit a 2-core CPU node (``tiny``, 32x32 images, batch 16 per rank, 100 convergence
+    steps): 2 ranks finish in a few seconds. For a GPU node use e.g. ``--model resnet50
+    --batch-size 32``, which takes Horovod's benchmark settings (224x224 images, 1000 classes)
+    and 300 convergence steps.
     """
     parser = argparse.ArgumentParser(
         prog=SCRIPT_NAME, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -802,15 +855,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add("--threads", type=int, default=0,
         help="torch intra-op threads per rank; 0: max(1, cores // ranks per node), capped by "
              "the cores the rank is bound to")
-    add("--convergence-steps", type=_positive, default=100,
-        help="training steps of the convergence check")
+    add("--convergence-steps", type=_positive, default=None,
+        help=f"training steps of the convergence check (default {TINY_CONVERGENCE_STEPS} for "
+             f"{TINY_MODEL}, {TORCHVISION_CONVERGENCE_STEPS} otherwise)")
     add("--convergence-classes", type=_positive, default=10,
         help="classes of the synthetic teacher task")
     add("--convergence-lr", type=float, default=0.01,
         help="SGD learning rate (momentum 0.9) of the convergence check, not scaled by ranks")
     add("--loss-threshold", type=float, default=1.0,
-        help="the mean held-out cross-entropy (nats) must end below this; starts near "
-             "ln(classes) = 2.30 for 10 classes")
+        help="the mean held-out cross-entropy (nats) must end below this; it starts near "
+             "ln(classes) = 2.30 for 10 classes, and predicting the label frequencies alone "
+             "gives about 1.7 (baseline_loss in the record)")
     add("--output", default=None,
         help="JSON-lines file written by rank 0 (default: stdout of rank 0)")
     add("--seed", type=int, default=42, help="seed of models, data and teacher")
@@ -827,6 +882,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         args.image_size = TINY_IMAGE_SIZE if tiny else TORCHVISION_IMAGE_SIZE
     if args.num_classes is None:
         args.num_classes = TINY_NUM_CLASSES if tiny else TORCHVISION_NUM_CLASSES
+    if args.convergence_steps is None:
+        args.convergence_steps = TINY_CONVERGENCE_STEPS if tiny else TORCHVISION_CONVERGENCE_STEPS
     return args
 
 
@@ -841,11 +898,73 @@ def _versions(comm: Comm) -> dict:
     return versions
 
 
+def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: int,
+               started: float) -> int:
+    """Write the config record, run both phases, write their records; return 0 or 1."""
+    kind = "GPU" if comm.device.type == "cuda" else "CPU"
+    report.record(
+        "config", tool=SCRIPT_NAME, tool_version=SCRIPT_VERSION, method=METHOD_SOURCE,
+        timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        backend=comm.name, transport=comm.transport, launcher=comm.launcher,
+        world_size=comm.size, local_size=comm.local_size, device=kind.lower(),
+        device_name=(torch.cuda.get_device_name(comm.device) if kind == "GPU" else None),
+        threads_per_rank=threads, model=args.model, image_size=args.image_size,
+        num_classes=args.num_classes, batch_size=args.batch_size,
+        num_warmup_batches=args.num_warmup_batches,
+        num_batches_per_iter=args.num_batches_per_iter, num_iters=args.num_iters,
+        precision=args.precision, convergence_steps=args.convergence_steps,
+        convergence_classes=args.convergence_classes, convergence_lr=args.convergence_lr,
+        loss_threshold=args.loss_threshold, seed=args.seed, versions=_versions(comm))
+    report.say(f"backend {comm.name} ({comm.transport}), {comm.size} {kind} rank(s), "
+               f"model {args.model}, batch {args.batch_size}, {args.image_size}px, "
+               f"{args.precision}, {threads} thread(s) per rank")
+
+    img_secs = run_benchmark(comm, args)
+    gathered = comm.allgather(torch.tensor(img_secs, dtype=torch.float64), "benchmark.img_secs")
+    per_rank = []
+    for rank, row in enumerate(gathered.tolist()):
+        mean, ci95 = mean_ci95(row)
+        per_rank.append((mean, ci95))
+        report.record("throughput", rank=rank, img_per_sec_mean=mean, img_per_sec_ci95=ci95,
+                      img_per_sec_iters=row, batch_size=args.batch_size, unit="img/s")
+    total = sum(mean for mean, _ in per_rank)
+    total_ci95 = sum(ci95 for _, ci95 in per_rank)
+    report.record("throughput_total", img_per_sec=total, img_per_sec_ci95=total_ci95,
+                  img_per_sec_per_rank=total / comm.size, world_size=comm.size, unit="img/s")
+    report.say(f"Img/sec per {kind}: {per_rank[0][0]:.1f} +-{per_rank[0][1]:.1f} (rank 0); "
+               + ", ".join(f"rank {r}: {m:.1f}" for r, (m, _) in enumerate(per_rank)))
+    report.say(f"Total img/sec on {comm.size} {kind}(s): {total:.1f} +-{total_ci95:.1f}")
+
+    convergence = run_convergence(comm, args)
+    report.record("convergence", **convergence)
+    report.say(f"convergence: loss {convergence['initial_loss']:.4f} -> "
+               f"{convergence['final_loss']:.4f} (threshold {args.loss_threshold}) in "
+               f"{args.convergence_steps} steps, {convergence['seconds']:.1f} s; parameters "
+               + ("identical" if convergence["params_identical"] else "DIFFER")
+               + f" on {comm.size} rank(s) (sha256 {convergence['param_hashes'][0][:16]}...)")
+    if args.loss_threshold >= convergence["baseline_loss"]:
+        report.say(f"warning: threshold {args.loss_threshold} is not below the loss of "
+                   f"predicting the label frequencies ({convergence['baseline_loss']:.4f}): "
+                   "passing it does not show that the model learnt from its input")
+    reasons = failure_reasons(convergence)
+    wall = time.perf_counter() - started
+    report.record("result", ok=not reasons, reasons=reasons, wall_seconds=wall)
+    report.say(f"result: OK in {wall:.1f} s" if not reasons
+               else "result: FAILED: " + "; ".join(reasons))
+    return 1 if reasons else 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run both phases and report. Returns the exit status (0 ok, 1 checks failed, 2 usage)."""
+    """Run both phases and report; return the exit status (0 ok, 1 checks failed, 2 usage).
+
+    After an error inside the phases the process ends at once with ``os._exit`` (status 2 for a
+    UsageError, 1 otherwise) instead of shutting the backend down: the other ranks may be waiting
+    in a collective, and the launcher ends them when one rank exits.
+    """
     started = time.perf_counter()
     args = parse_args(argv)
     try:
+        check_model_name(args.model)
         comm = open_comm(args.backend, args.device)
     except UsageError as err:
         print(f"{SCRIPT_NAME}: error: {err}", file=sys.stderr)
@@ -856,59 +975,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         torch.backends.cudnn.benchmark = True
     report = Report(comm.rank == 0, args.output)
     try:
-        kind = "GPU" if comm.device.type == "cuda" else "CPU"
-        report.record(
-            "config", tool=SCRIPT_NAME, tool_version=SCRIPT_VERSION, method=METHOD_SOURCE,
-            timestamp=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            backend=comm.name, transport=comm.transport, launcher=comm.launcher,
-            world_size=comm.size, local_size=comm.local_size, device=kind.lower(),
-            device_name=(torch.cuda.get_device_name(comm.device) if kind == "GPU" else None),
-            threads_per_rank=threads, model=args.model, image_size=args.image_size,
-            num_classes=args.num_classes, batch_size=args.batch_size,
-            num_warmup_batches=args.num_warmup_batches,
-            num_batches_per_iter=args.num_batches_per_iter, num_iters=args.num_iters,
-            precision=args.precision, convergence_steps=args.convergence_steps,
-            convergence_classes=args.convergence_classes, convergence_lr=args.convergence_lr,
-            loss_threshold=args.loss_threshold, seed=args.seed, versions=_versions(comm))
-        report.say(f"backend {comm.name} ({comm.transport}), {comm.size} {kind} rank(s), "
-                   f"model {args.model}, batch {args.batch_size}, {args.image_size}px, "
-                   f"{args.precision}, {threads} thread(s) per rank")
-
-        img_secs = run_benchmark(comm, args)
-        gathered = comm.allgather(torch.tensor(img_secs, dtype=torch.float64), "benchmark.img_secs")
-        totals = []
-        for rank, row in enumerate(gathered.tolist()):
-            mean, ci95 = mean_ci95(row)
-            totals.append((mean, ci95))
-            report.record("throughput", rank=rank, img_per_sec_mean=mean, img_per_sec_ci95=ci95,
-                          img_per_sec_iters=row, batch_size=args.batch_size, unit="img/s")
-        total = sum(mean for mean, _ in totals)
-        total_ci95 = sum(ci95 for _, ci95 in totals)
-        report.record("throughput_total", img_per_sec=total, img_per_sec_ci95=total_ci95,
-                      img_per_sec_per_rank=total / comm.size, world_size=comm.size, unit="img/s")
-        report.say(f"Img/sec per {kind}: {totals[0][0]:.1f} +-{totals[0][1]:.1f} (rank 0); "
-                   + ", ".join(f"rank {r}: {m:.1f}" for r, (m, _) in enumerate(totals)))
-        report.say(f"Total img/sec on {comm.size} {kind}(s): {total:.1f} +-{total_ci95:.1f}")
-
-        convergence = run_convergence(comm, args)
-        report.record("convergence", **convergence)
-        reasons = failure_reasons(convergence)
-        report.say(f"convergence: loss {convergence['initial_loss']:.4f} -> "
-                   f"{convergence['final_loss']:.4f} (threshold {args.loss_threshold}) in "
-                   f"{args.convergence_steps} steps, {convergence['seconds']:.1f} s; parameters "
-                   + ("identical" if convergence["params_identical"] else "DIFFER")
-                   + f" on {comm.size} rank(s) (sha256 {convergence['param_hashes'][0][:16]}...)")
-        ok = not reasons
-        wall = time.perf_counter() - started
-        report.record("result", ok=ok, reasons=reasons, wall_seconds=wall)
-        report.say(f"result: OK in {wall:.1f} s" if ok else "result: FAILED: " + "; ".join(reasons))
-        return 0 if ok else 1
+        status = run_phases(comm, args, report, threads, started)
     except UsageError as err:
         report.say(f"error: {err}")
-        return 2
-    finally:
+        status = 2
+    except Exception:  # noqa: BLE001 - report, then leave without waiting for the peers
+        print(f"{SCRIPT_NAME}: rank {comm.rank} failed:\n{traceback.format_exc()}",
+              file=sys.stderr)
+        status = 1
+    else:
         report.close()
         comm.shutdown()
+        return status
+    report.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,9 @@ def test_rerun_is_up_to_date(installed):
 
 
 def test_validate_trains_on_two_ranks(installed):
-    proc = hpcstack("validate", "pytorch/2.3.1-gpu", *ARGS, "--json", timeout=900)
+    # --local: two ranks on this host with the site's launcher (without it, localhost validates
+    # through Slurm jobs: tests/test_validate_slurm.py)
+    proc = hpcstack("validate", "pytorch/2.3.1-gpu", *ARGS, "--local", "--json", timeout=900)
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])

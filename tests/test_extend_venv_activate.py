@@ -1,8 +1,9 @@
 """Tests for the users' `extend-venv-activate` tool (hpcstack.activate + its Jinja template).
 
-Integration tests: real shells (bash, zsh, dash, fish, tcsh), the real Environment Modules and
-real venvs from `/usr/bin/python3 -m venv` (and virtualenv when installed). Each test skips,
-with the reason, when a tool it needs is missing.
+Integration tests: real shells (bash, zsh, dash, fish, tcsh), both real module tools (Environment
+Modules with a Tcl modulefile, Lmod with a Lua one: every test that activates a venv runs under
+each) and real venvs from `/usr/bin/python3 -m venv` (and virtualenv when installed). Each test
+skips, with the reason, when a tool it needs is missing.
 
 The venv lives in a directory named `my venv & x'$z"q`: spaces, &, quotes and $ (CPython's venv
 refuses a `:` in a venv path, since it separates PATH entries, so `:` is exercised through the
@@ -25,11 +26,13 @@ from typing import Callable
 import pytest
 
 from hpcstack.activate import render_extend_venv_activate
+from moduletools import (BOOKKEEPING, ENVIRONMENT_MODULES, InstalledStack, ModuleTool,
+                         find_installed_stack, require, tool_params)
 
 MODULE = "testpkg/1.0"
 PLAIN_MODULE = "plainpkg/1.0"
+VENV_MODULE = "venvpkg/1.0"    # like the real stack: a venv's bin/ on PATH, its python real
 SYSTEM_PYTHON = "/usr/bin/python3"
-MODULES_INIT_DIR = Path("/usr/share/modules/init")
 INIT_SHELLS = ("bash", "zsh", "sh", "fish", "csh")
 VENV_NAME = "my venv & x'$z\"q"
 ODD_DIR = "init dir & x:y'$z\"q"
@@ -37,9 +40,9 @@ UNSET = None
 # Every subprocess gets an environment built from scratch: no BASH_ENV (Lmod's profile script
 # exports one that would switch non-interactive bash to Lmod), no inherited module state.
 BASE_PATH = "/usr/bin:/bin"
-# Module bookkeeping and venv save slots: allowed to differ before activation / after deactivation.
-IGNORED_VARS = re.compile(
-    r"^(LOADEDMODULES|_LMFILES_|MODULES_LM\w*|__MODULES_\w*|_OLD_VIRTUAL_\w*|_)$")
+# Module bookkeeping (both tools) and venv save slots: allowed to differ before activation /
+# after deactivation.
+IGNORED_VARS = re.compile(rf"^({BOOKKEEPING}|_OLD_VIRTUAL_\w*|_)$")
 PY_PROBE = ("import sys, json, stackmod, shadow; print(json.dumps({'exe': sys.executable, "
             "'stackmod': stackmod.__file__, 'shadow': shadow.VERSION}))")
 
@@ -58,8 +61,9 @@ def quote_csh(value: str) -> str:
 
 @dataclass(frozen=True)
 class Stack:
-    """The test module tree: `module use` MODULEPATH to get testpkg/1.0."""
+    """The test module tree: `module use` MODULEPATH to get testpkg/1.0 (in the tool's syntax)."""
 
+    tool: ModuleTool
     modulepath: Path
     bin: Path
     py: Path
@@ -76,7 +80,7 @@ class ShellCase:
     activate: str          # activation script in VENV/bin
     quote: Callable[[str], str]
     rc: str                # writes the last status to $T_OUT/rc
-    module_list: str       # writes `module list -t` to $T_OUT/list
+    module_list: str       # writes `module -t list` to $T_OUT/list
     leftovers: str         # writes hpcstack variables/functions still defined to $T_OUT/left
     prologue: str = ""
     source: str = "source"
@@ -86,25 +90,25 @@ class ShellCase:
         if not shutil.which(self.argv[0]):
             return f"{self.argv[0]} is not installed"
         if self.init not in stack.init:
-            return f"no Environment Modules init script for {self.init}"
+            return f"no {stack.tool.name} init script for {self.init}"
         return None
 
 
 _SH_LEFT = ('set | grep -i "^_hpcstack_" > "$T_OUT/left"; '
             'typeset -f _hpcstack_restore >> "$T_OUT/left" 2>/dev/null')
 BASH = ShellCase("bash", ("bash", "--norc", "--noprofile"), "bash", "activate", shlex.quote,
-                 'echo $? > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"', _SH_LEFT)
+                 'echo $? > "$T_OUT/rc"', 'module -t list 2> "$T_OUT/list"', _SH_LEFT)
 ZSH = ShellCase("zsh", ("zsh", "-f"), "zsh", "activate", shlex.quote,
-                'echo $? > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"', _SH_LEFT)
+                'echo $? > "$T_OUT/rc"', 'module -t list 2> "$T_OUT/list"', _SH_LEFT)
 DASH = ShellCase("dash", ("dash",), "sh", "activate", shlex.quote,
-                 'echo $? > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"', _SH_LEFT,
+                 'echo $? > "$T_OUT/rc"', 'module -t list 2> "$T_OUT/list"', _SH_LEFT,
                  source=".")
 FISH = ShellCase("fish", ("fish", "--no-config"), "fish", "activate.fish", quote_fish,
-                 'echo $status > "$T_OUT/rc"', 'module list -t 2> "$T_OUT/list"',
+                 'echo $status > "$T_OUT/rc"', 'module -t list 2> "$T_OUT/list"',
                  'set -n | grep -i "^_hpcstack_" > "$T_OUT/left"; '
                  'functions -q _hpcstack_restore; and echo _hpcstack_restore >> "$T_OUT/left"')
 TCSH = ShellCase("tcsh", ("tcsh", "-f"), "csh", "activate.csh", quote_csh,
-                 'echo $status > "$T_OUT/rc"', '( module list -t ) >& "$T_OUT/list"',
+                 'echo $status > "$T_OUT/rc"', '( module -t list ) >& "$T_OUT/list"',
                  'set | grep -i "^_hpcstack_" > "$T_OUT/left"',
                  prologue="set prompt = '> '")  # CPython's activate.csh reads $prompt
 
@@ -123,17 +127,15 @@ def needs(shell: ShellCase, stack: Stack) -> None:
 # Fixtures: module tree, rendered tool, venvs
 # ---------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory) -> Stack:
-    """A `testpkg/1.0` Tcl modulefile over a tiny stack, with the real Environment Modules."""
-    if not (MODULES_INIT_DIR / "bash").is_file():
-        pytest.skip(f"Environment Modules not installed ({MODULES_INIT_DIR}/bash missing)")
-    probe = subprocess.run(
-        ["bash", "--norc", "-c", f"source {MODULES_INIT_DIR}/bash && module --version"],
-        env={"PATH": BASE_PATH, "HOME": "/tmp"}, capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"`module` does not work: {probe.stderr.strip()}")
-    root = tmp_path_factory.mktemp("stack")
+@pytest.fixture(scope="session", params=tool_params())
+def stack(request, tmp_path_factory) -> Stack:
+    """A `testpkg/1.0` modulefile over a tiny stack, under each real module tool.
+
+    Environment Modules gets a Tcl modulefile, Lmod a Lua one (what hpcstack writes for each).
+    """
+    mtool: ModuleTool = request.param
+    require(mtool)
+    root = tmp_path_factory.mktemp(f"stack-{mtool.short}")
     stack_bin, stack_py = root / "bin", root / "site"
     stack_bin.mkdir()
     stack_py.mkdir()
@@ -143,22 +145,24 @@ def stack(tmp_path_factory) -> Stack:
     fake_python.chmod(0o755)
     (stack_py / "stackmod.py").write_text("NAME = 'stackmod'\n")
     (stack_py / "shadow.py").write_text("VERSION = 'stack'\n")
-    modfile = root / "modulefiles" / "testpkg" / "1.0"
-    modfile.parent.mkdir(parents=True)
-    modfile.write_text(f"#%Module\nprepend-path PATH {stack_bin}\n"
-                       f"prepend-path PYTHONPATH {stack_py}\nsetenv TESTPKG_ROOT {root}\n")
+    mods = root / "modulefiles"
+    mtool.write_module(mods, MODULE, prepend={"PATH": str(stack_bin), "PYTHONPATH": str(stack_py)},
+                       setenv={"TESTPKG_ROOT": str(root)})
     # a module that leaves PYTHONPATH alone, so the venv's prepend meets an empty/unset value
-    plain = root / "modulefiles" / PLAIN_MODULE
-    plain.parent.mkdir(parents=True)
-    plain.write_text(f"#%Module\nsetenv PLAINPKG_ROOT {root}\n")
+    mtool.write_module(mods, PLAIN_MODULE, setenv={"PLAINPKG_ROOT": str(root)})
+    # a module shaped like the real stack: its own venv's bin/ (a real python) on PATH
+    stack_venv = root / "stack venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(stack_venv)], check=True)
+    mtool.write_module(mods, VENV_MODULE, prepend={"PATH": str(stack_venv / "bin"),
+                                                   "PYTHONPATH": str(stack_py)})
     odd = root / ODD_DIR
     odd.mkdir()
     init = {}
     for shell in INIT_SHELLS:
-        if (MODULES_INIT_DIR / shell).is_file():
-            shutil.copy(MODULES_INIT_DIR / shell, odd / shell)
+        if mtool.init(shell).is_file():
+            shutil.copy(mtool.init(shell), odd / shell)
             init[shell] = str(odd / shell)
-    return Stack(root / "modulefiles", stack_bin, stack_py, init)
+    return Stack(mtool, mods, stack_bin, stack_py, init)
 
 
 def render_tool(where: Path, module: str, init: dict[str, str]) -> Path:
@@ -245,13 +249,13 @@ def filtered(env: dict[str, str]) -> dict[str, str]:
 
 def run_session(shell: ShellCase, stack: Stack, venv: Path, out: Path, *,
                 pythonpath: str | None = UNSET, preload: bool = False,
-                twice: bool = False) -> Session:
+                twice: bool = False, module: str = MODULE) -> Session:
     """Initialise modules, then activate (once or twice) and deactivate ``venv`` in ``shell``."""
     out.mkdir(parents=True, exist_ok=True)
     lines = [shell.prologue,
              'source "$T_INIT"',
              'module use "$T_MODS"',
-             f"module load {MODULE}" if preload else "",
+             f"module load {module}" if preload else "",
              'env -0 > "$T_OUT/before"',
              f'{shell.source} "$T_ACT"',
              shell.rc,
@@ -347,6 +351,34 @@ def test_package_installed_in_venv_wins_over_stack(shell, stack, tool, tmp_path)
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_venv_made_before_or_after_loading_the_module(when, shell, stack, tmp_path):
+    """`python -m venv` before `module load` (the system python) or after it (the stack venv's
+    python, as the modulefile's help shows): both venvs load the module and keep their python first."""
+    needs(shell, stack)
+    tool = render_tool(tmp_path / "tool", VENV_MODULE, stack.init)
+    if when == "before":
+        venv = make_venv(tmp_path)
+    else:
+        venv = tmp_path / VENV_NAME
+        made = stack.tool.bash(f'module use {shlex.quote(str(stack.modulepath))}\n'
+                               f'module load {VENV_MODULE} || exit 1\n'
+                               'echo "PY=$(command -v python)"\n'
+                               f'python -m venv --without-pip {shlex.quote(str(venv))}')
+        assert made.returncode == 0, made.stderr
+        assert f"PY={stack.modulepath.parent}/stack venv/bin/python" in made.stdout
+    run_tool(tool, venv)
+    s = run_session(shell, stack, venv, tmp_path / "out", module=VENV_MODULE)
+    assert s.rc == 0, s.proc.stderr
+    assert VENV_MODULE in s.module_list.split(), s.module_list
+    assert s.probe["exe"] == str(venv / "bin" / "python")
+    assert s.probe["stackmod"] == str(stack.py / "stackmod.py")
+    assert s.active["PYTHONPATH"] == f"{site_packages(venv)}:{stack.py}"
+    assert filtered(s.after) == filtered(s.before)
+    assert VENV_MODULE not in s.after.get("LOADEDMODULES", "")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 def test_preloaded_module_stays_loaded(shell, stack, tool, tmp_path):
     needs(shell, stack)
     venv = make_venv(tmp_path)
@@ -405,7 +437,7 @@ def test_env_i_bash_literal_command(stack, tool, tmp_path):
     run_tool(tool, venv)
     act = shlex.quote(str(venv / "bin" / "activate"))
     proc = subprocess.run(["env", "-i", f"MODULEPATH={stack.modulepath}", "bash", "--norc", "-c",
-                           f"source {act} && module list -t && python -c 'import stackmod'"],
+                           f"source {act} && module -t list && python -c 'import stackmod'"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert MODULE in proc.stderr.split()
@@ -587,13 +619,91 @@ def test_other_python_versions(python, stack, tool, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# The installed stack (e2e): a user's venv with pip, made before or after `module load`
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> InstalledStack:
+    found = find_installed_stack(tmp_path_factory.mktemp("lua-modulefiles"))
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
+
+
+def tiny_wheel(dest: Path, name: str, version: str) -> Path:
+    """A pure-Python wheel ``name==version`` whose module says its version (no build, no index)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {f"{name}/__init__.py": f"__version__ = {version!r}\n",
+             f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},{len(text)}"
+              for path, text in files.items()]
+    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join(record + [f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
+    wheel = dest / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("mtool", tool_params())
+def test_installed_stack_with_a_users_venv(mtool, when, installed, tmp_path):
+    """The README's user flow on the real stack: `python -m venv` (with pip) before or after
+    `module load`, extend, activate: torch and horovod from the stack, a package pip-installed
+    into the venv wins over the stack's copy (filelock), deactivate unloads and restores.
+
+    Environment Modules uses the stack's own installed extend-venv-activate; Lmod the Lua
+    modulefile and a tool rendered for Lmod's init, as a localhost-lmod install writes them."""
+    require(mtool)
+    if mtool is ENVIRONMENT_MODULES:
+        tool = installed.prefix / "bin" / "extend-venv-activate"
+    else:
+        init = {sh: str(mtool.init(sh)) for sh in INIT_SHELLS if mtool.init(sh).is_file()}
+        tool = render_tool(tmp_path / "tool", "pytorch/2.3.1-gpu", init)
+    venv = tmp_path / "my venv"
+    wheel = tiny_wheel(tmp_path, "filelock", "99.0")
+    q = shlex.quote
+    load = "module load pytorch/2.3.1-gpu || exit 1"
+    proc = mtool.bash(f"""
+    filter() {{ env | sort | grep -v -E '^({BOOKKEEPING}|_OLD_VIRTUAL_\\w*|_|OLDPWD)='; }}
+    {load if when == "after" else ""}
+    python3 -m venv {q(str(venv))} || exit 1
+    {"module unload pytorch/2.3.1-gpu" if when == "after" else ""}
+    {q(str(tool))} {q(str(venv))} || exit 1
+    before=$(filter)
+    source {q(str(venv / "bin" / "activate"))} || exit 1
+    echo "LOADED=$LOADEDMODULES"
+    echo "PY=$(command -v python)"
+    pip install -q --no-index --no-deps --disable-pip-version-check {q(str(wheel))} || exit 1
+    python -c 'import torch, horovod.torch, filelock; print("TORCH", torch.__version__, torch.__file__); print("FILELOCK", filelock.__version__, filelock.__file__)'
+    deactivate
+    echo "AFTER=$LOADEDMODULES"
+    [ "$before" = "$(filter)" ] && echo RESTORED || diff <(echo "$before") <(filter)
+    """, modulepath=installed.modulepath(mtool.syntax), timeout=600,
+        # CPython's deactivate leaves PS1 set in a non-interactive bash: no prompt change
+        env={"HOME": str(tmp_path), "VIRTUAL_ENV_DISABLE_PROMPT": "1"})
+    out = proc.stdout
+    assert re.search(r"^LOADED=python/3\.\d+:pytorch/2\.3\.1-gpu$", out, re.M), proc.stderr
+    assert f"PY={venv}/bin/python\n" in out
+    assert re.search(rf"^TORCH 2\.3\.1\S* {re.escape(str(installed.prefix))}/", out, re.M), out
+    assert re.search(rf"^FILELOCK 99\.0 {re.escape(str(venv))}/lib/", out, re.M), out
+    assert "AFTER=\n" in out and "RESTORED" in out, out
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line and rendering
 # ---------------------------------------------------------------------------------------------
 
-def test_help_explains_usage(tool):
+def test_help_explains_usage(tool, stack):
     text = run_tool(tool, "--help").stdout
     for needle in ("usage: extend-venv-activate", "--undo", MODULE, "PYTHONPATH", "deactivate",
-                   "bash", "zsh", "fish", "csh", "# >>> hpcstack"):
+                   "bash", "zsh", "fish", "csh", "# >>> hpcstack", "Environment Modules", "Lmod",
+                   f"  bash: {stack.init['bash']}"):
         assert needle in text
 
 

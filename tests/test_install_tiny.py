@@ -1,25 +1,36 @@
 """The install machinery end to end with a tiny recipe: real venv, real pip, real patch and build,
-real Environment Modules. Exercises resume, up-to-date re-runs, changed inputs and bad downloads."""
+real Environment Modules. Exercises resume, up-to-date re-runs, changed inputs and bad downloads.
+(Kills, locks, full disks and bad input: test_faults.py.)"""
 
 from __future__ import annotations
 
+import grp
 import json
+import os
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import bash_modules, hpcstack, make_sdist, write_tiny_recipe
+from conftest import REPO, bash_modules, hpcstack, make_sdist, write_tiny_recipe
 
 pytestmark = pytest.mark.integration
+
+#: The shared software group of the site the shared install uses (Debian's ``users``).
+GROUP = "users"
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, localhost_ready):
-    """A tiny recipe installed once into a temporary prefix and module root."""
+    """A tiny recipe installed once into a temporary prefix and module root, for the localhost
+    site with a ``permissions`` section (group ``users``, group-writable)."""
     root = tmp_path_factory.mktemp("tiny")
     sdist = make_sdist(root)
     recipe = write_tiny_recipe(root / "recipes", sdist)
-    args = ["--site", "localhost", "--prefix", str(root / "sw"), "--module-root", str(root / "mf")]
+    site = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    site["permissions"] = {"group": GROUP, "mode": "g+rwX,g+s"}
+    (root / "localhost.yaml").write_text(yaml.safe_dump(site))
+    args = ["--site", str(root / "localhost.yaml"), "--prefix", str(root / "sw"), "--module-root", str(root / "mf")]
     proc = hpcstack("install", str(recipe), *args)
     assert proc.returncode == 0, proc.stderr
     return {"root": root, "recipe": recipe, "args": args, "first": proc,
@@ -66,13 +77,23 @@ def test_rerun_is_up_to_date_and_changes_nothing(tiny):
     assert (mf.stat().st_mtime_ns, mf.read_text()) == before
 
 
-def test_nothing_world_writable_and_everything_readable(tiny):
-    for path in tiny["prefix"].rglob("*"):
+def test_nothing_world_writable_everything_readable_and_the_group_may_write(tiny):
+    gid = grp.getgrnam(GROUP).gr_gid
+    build = Path(os.path.realpath(tiny["prefix"]))
+    paths = [build, *build.rglob("*"), build.parent, build.parent.parent, tiny["root"] / "sw" / "tiny"]
+    for path in paths:
         if path.is_symlink():
             continue
-        mode = path.stat().st_mode
-        assert not mode & 0o002, path
-        assert mode & 0o004, path
+        st = path.stat()
+        assert not st.st_mode & 0o002, path
+        assert st.st_mode & 0o004, path
+        assert st.st_gid == gid, path
+        # hpcstack's own records written after the step (step records, timings) are 0644 in the
+        # group's setgid directories; everything the stack is made of is group-writable
+        if ".hpcstack" not in path.parts:
+            assert st.st_mode & 0o020, path
+        if path.is_dir():
+            assert st.st_mode & 0o001 and st.st_mode & 0o2000, path  # searchable; setgid keeps the group
 
 
 def test_tampered_sdist_is_refused_and_nothing_is_published(localhost_ready, tmp_path):
@@ -86,6 +107,7 @@ def test_tampered_sdist_is_refused_and_nothing_is_published(localhost_ready, tmp
     assert "sha256 mismatch" in proc.stderr and "expected" in proc.stderr and "got" in proc.stderr
     assert "step fetch" in proc.stderr
     assert not (tmp_path / "mf" / "tiny" / "1.0").exists()
+    assert not os.path.lexists(tmp_path / "sw" / "tiny" / "1.0")  # nothing published
 
 
 def test_tampered_patch_is_refused(localhost_ready, tmp_path):
@@ -98,6 +120,7 @@ def test_tampered_patch_is_refused(localhost_ready, tmp_path):
     assert proc.returncode == 1
     assert "sha256 mismatch" in proc.stderr and str(patch) in proc.stderr
     assert "step patch" in proc.stderr
+    assert not os.path.lexists(tmp_path / "sw" / "tiny" / "1.0")  # nothing published
 
 
 def test_stop_after_leaves_no_modulefile_and_resume_finishes(localhost_ready, tmp_path):
@@ -113,10 +136,16 @@ def test_stop_after_leaves_no_modulefile_and_resume_finishes(localhost_ready, tm
     assert (tmp_path / "mf" / "tiny" / "1.0").is_file()
 
 
-def test_changed_patch_redoes_patch_and_later_steps_only(tiny):
-    """Last of the tests on the shared install: it edits the recipe's patch in place."""
+def test_changed_patch_on_a_published_stack_builds_anew_beside_it(tiny):
+    """Last of the tests on the shared install: it edits the recipe's patch in place.
+
+    A published venv cannot be changed without touching what users run, so a changed input
+    of a published stack means a new build in a new stage prefix (the wheels come from the
+    cache); the switch happens in the module step. (A changed input of an unfinished build
+    redoes that step and the later ones only: test_faults.py.)"""
     import hashlib
 
+    old_build = os.path.realpath(tiny["prefix"])
     patch = Path(tiny["recipe"]).parent / "patches" / "tiny.patch"
     old_sha = hashlib.sha256(patch.read_bytes()).hexdigest()
     patch.write_text(patch.read_text().replace("PATCHED = True", "PATCHED = 2"))
@@ -125,9 +154,9 @@ def test_changed_patch_redoes_patch_and_later_steps_only(tiny):
     recipe.write_text(recipe.read_text().replace(old_sha, new_sha))
     proc = hpcstack("install", str(recipe), *tiny["args"])
     assert proc.returncode == 0, proc.stderr
-    assert "venv: done before, skipped" in proc.stderr
-    assert "wheels: done before, skipped" in proc.stderr
-    assert "] patch: " in proc.stderr and "] build: " in proc.stderr
+    assert "new build" in proc.stderr and "done before, skipped" not in proc.stderr
+    new_build = os.path.realpath(tiny["prefix"])
+    assert new_build != old_build and os.path.isdir(old_build)  # the one it replaced is kept
     check = bash_modules(f"module use {tiny['root'] / 'mf'}; module load tiny/1.0; "
                          "python -c 'import tinypkg; print(tinypkg.PATCHED)'")
     assert check.stdout.strip() == "2", check.stderr

@@ -1,27 +1,43 @@
-"""Modulefiles: golden files for both syntaxes, and the Tcl one under the real Environment Modules."""
+"""Modulefiles and module defaults: golden files for both syntaxes, then the rendered modulefiles and
+the default-version files under the real tools that read them (Tcl under Environment Modules, Lua
+and Tcl under Lmod), on small fake trees. The installed stack's own module, under both tools, is
+checked at the end (e2e; skipped when no stack is installed).
+"""
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import subprocess
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, bash_modules
+from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
+from hpcstack import modules
+from hpcstack.errors import HpcstackError
 from hpcstack.modules import ModuleContext, modulefile_path, render_modulefile, root_variable
+from moduletools import (BOOKKEEPING, ENVIRONMENT_MODULES, LMOD, InstalledStack, ModuleTool,
+                         find_installed_stack, require)
 
 GOLDEN = REPO / "tests" / "golden"
+WHATIS = "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1"
+_BOOKKEEPING = re.compile(rf"^({BOOKKEEPING}|_|SHLVL|OLDPWD|PWD)=")
 
 
-def context(prefix: str = "/sw/pytorch/2.3.1-gpu") -> ModuleContext:
+def context(prefix: str = "/sw/pytorch/2.3.1-gpu", version: str = "2.3.1-gpu") -> ModuleContext:
     return ModuleContext(
-        name="pytorch", version="2.3.1-gpu", whatis="PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1",
+        name="pytorch", version=version, whatis=WHATIS,
         help_lines=["pytorch/2.3.1-gpu: PyTorch with Horovod", "", "  extend-venv-activate ~/myvenv"],
         prefix=prefix, root_variable=root_variable("pytorch"), depends_on=["python/3.12.1-gpu"],
         path_prepend=[f"{prefix}/bin", f"{prefix}/venv/bin"],
         pythonpath_prepend=[f"{prefix}/venv/lib/python3.12/site-packages"],
         recipe="pytorch/2.3.1-gpu", site="cirrus", hpcstack_version="0.1.0")
 
+
+# ------------------------------------------------------------------------------- rendering
 
 @pytest.mark.parametrize("syntax", ["tcl", "lua"])
 def test_rendered_modulefile_matches_golden(syntax):
@@ -33,10 +49,10 @@ def test_rendered_modulefile_matches_golden(syntax):
 
 
 @pytest.mark.parametrize("syntax, needles", [
-    ("tcl", ["depends-on python/3.12.1-gpu", "conflict pytorch", "module-whatis", "proc ModulesHelp",
-             "setenv HPCSTACK_PYTORCH_ROOT $root", "prepend-path PYTHONPATH"]),
-    ("lua", ['depends_on("python/3.12.1-gpu")', 'family("pytorch")', "whatis(", "help([[",
-             'setenv("HPCSTACK_PYTORCH_ROOT", root)', 'prepend_path("PYTHONPATH"']),
+    ("tcl", ["depends-on python/3.12.1-gpu", "conflict pytorch", f"module-whatis {{Description: {WHATIS}}}",
+             "proc ModulesHelp", "setenv HPCSTACK_PYTORCH_ROOT $root", "prepend-path PYTHONPATH"]),
+    ("lua", ['depends_on("python/3.12.1-gpu")', 'family("pytorch")', f'whatis("Description: {WHATIS}")',
+             "help([[", 'setenv("HPCSTACK_PYTORCH_ROOT", root)', 'prepend_path("PYTHONPATH"']),
 ])
 def test_both_syntaxes_have_the_same_blocks(syntax, needles):
     text = render_modulefile(context(), syntax)
@@ -54,46 +70,316 @@ def test_paths_with_spaces_and_dollars_are_quoted(tmp_path):
     assert 'set root "/odd path/\\$x \\[y\\]"' in text or "set root {/odd path/$x [y]}" in text
 
 
-@pytest.fixture
-def stack(tmp_path, localhost_ready):
-    """A fake stack prefix with a python package, and its Tcl modulefile depending on the base python."""
-    prefix = tmp_path / "sw" / "pytorch" / "2.3.1-gpu"
-    (prefix / "bin").mkdir(parents=True)
-    sp = prefix / "venv" / "lib" / "python3.11" / "site-packages"
-    sp.mkdir(parents=True)
-    (sp / "fakestack.py").write_text("WHERE = 'stack'\n")
-    ctx = context(str(prefix))
-    ctx = ModuleContext(**{**ctx.__dict__, "depends_on": ["python"], "pythonpath_prepend": [str(sp)]})
-    mf = Path(modulefile_path(str(tmp_path / "mf"), "pytorch", "2.3.1-gpu", "tcl"))
-    mf.parent.mkdir(parents=True)
-    mf.write_text(render_modulefile(ctx, "tcl"))
-    return {"prefix": prefix, "root": tmp_path / "mf"}
+def test_lua_help_survives_closing_brackets():
+    ctx = replace(context(), help_lines=["a ]] and a ]=] inside", "end"])
+    text = render_modulefile(ctx, "lua")
+    assert "help([==[\na ]] and a ]=] inside\nend\n]==])" in text
 
 
-def test_tcl_module_loads_its_dependency_and_unloads_cleanly(stack):
-    proc = bash_modules(f"""
-    module use /opt/hpcstack/base-modulefiles {stack['root']}
-    before=$(env | sort | grep -v -E '^(_|SHLVL|OLDPWD|LOADEDMODULES|_LMFILES_|__MODULES_[A-Z_]*)=')
+@pytest.mark.parametrize("syntax, expected", [
+    ("tcl", "set ModulesVersion {2.3.1-gpu}"),
+    ("lua", 'module_version("pytorch/2.3.1-gpu", "default")'),
+])
+def test_default_file_names_the_version_and_how_to_change_it(syntax, expected):
+    text = modules.render_default("pytorch", "2.3.1-gpu", syntax, site="cirrus")
+    assert expected in text and modules.DEFAULT_MARKER in text
+    assert "hpcstack module set-default pytorch/VERSION --site cirrus" in text
+    if syntax == "tcl":
+        assert text.startswith("#%Module")
+
+
+def test_site_config_lua_needs_lmod():
+    import yaml
+
+    from hpcstack.site import validate
+
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["modules"]["syntax"] = "lua"
+    assert validate(data, "x.yaml") == ["x.yaml: modules.syntax: 'tcl' was expected"]
+    data["modules"]["tool"] = "lmod"
+    assert validate(data, "x.yaml") == []
+
+
+# ------------------------------------------------------------------- under the real tools
+
+@dataclass(frozen=True)
+class Combo:
+    """A module tool and the modulefile syntax it reads in this test."""
+
+    tool: ModuleTool
+    syntax: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.tool.short}-{self.syntax}"
+
+
+COMBOS = [Combo(ENVIRONMENT_MODULES, "tcl"), Combo(LMOD, "lua"), Combo(LMOD, "tcl")]
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A module root with a fake base ``python/3.0`` (Tcl) and stacks written by hpcstack."""
+
+    combo: Combo
+    root: Path
+    tmp: Path
+
+    def add_stack(self, version: str) -> Path:
+        """Write ``pytorch/<version>`` over a fake prefix with an importable ``fakestack``."""
+        prefix = self.tmp / "sw" / "pytorch" / version
+        (prefix / "bin").mkdir(parents=True)
+        sp = prefix / "venv" / "lib" / "python3.11" / "site-packages"
+        sp.mkdir(parents=True)
+        (sp / "fakestack.py").write_text(f"WHERE = {version!r}\n")
+        ctx = replace(context(str(prefix), version), depends_on=["python"], pythonpath_prepend=[str(sp)])
+        mf = Path(modulefile_path(str(self.root), "pytorch", version, self.combo.syntax))
+        mf.parent.mkdir(parents=True, exist_ok=True)
+        mf.write_text(render_modulefile(ctx, self.combo.syntax))
+        return prefix
+
+    def bash(self, script: str) -> subprocess.CompletedProcess:
+        return self.combo.tool.bash(script, modulepath=str(self.root))
+
+
+@pytest.fixture(params=[pytest.param(c, id=c.id) for c in COMBOS])
+def tree(request, tmp_path) -> Tree:
+    combo: Combo = request.param
+    require(combo.tool)
+    root = tmp_path / "mf"
+    pybin = tmp_path / "base" / "bin"
+    pybin.mkdir(parents=True)
+    (pybin / "python3").symlink_to("/usr/bin/python3")
+    (root / "python").mkdir(parents=True)
+    (root / "python" / "3.0").write_text(f"#%Module\nconflict python\nprepend-path PATH {pybin}\n")
+    return Tree(combo, root, tmp_path)
+
+
+def loaded_version(tree: Tree, what: str = "pytorch") -> str:
+    """Load ``what`` in a fresh shell and return the pytorch version that got loaded."""
+    proc = tree.bash(f"module load {what} && echo \"LOADED=$LOADEDMODULES\"")
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("LOADED=")), "")
+    found = re.findall(r"pytorch/([^:]+)", line)
+    assert len(found) == 1, (proc.stdout, proc.stderr)
+    return found[0]
+
+
+def test_module_loads_its_dependency_and_unloads_cleanly(tree):
+    prefix = tree.add_stack("2.3.1-gpu")
+    bookkeeping = _BOOKKEEPING.pattern
+    proc = tree.bash(f"""
+    filter() {{ env | sort | grep -v -E '{bookkeeping}'; }}
+    before=$(filter)
     module load pytorch/2.3.1-gpu || exit 1
     echo "LOADED=$LOADEDMODULES"
     echo "ROOT=$HPCSTACK_PYTORCH_ROOT"
     echo "PYTHONPATH=$PYTHONPATH"
     python3 -c 'import fakestack; print("IMPORT", fakestack.WHERE)'
     module unload pytorch/2.3.1-gpu
-    after=$(env | sort | grep -v -E '^(_|SHLVL|OLDPWD|LOADEDMODULES|_LMFILES_|__MODULES_[A-Z_]*)=')
     echo "AFTER_LOADED=$LOADEDMODULES"
-    [ "$before" = "$after" ] && echo RESTORED || diff <(echo "$before") <(echo "$after")
+    [ "$before" = "$(filter)" ] && echo RESTORED || diff <(echo "$before") <(filter)
     """)
     out = proc.stdout
-    assert "python/" in out and "pytorch/2.3.1-gpu" in out, proc.stderr
-    assert f"ROOT={stack['prefix']}" in out
-    assert "PYTHONPATH=" + str(stack["prefix"]) in out and not out.split("PYTHONPATH=")[1].split("\n")[0].endswith(":")
-    assert "IMPORT stack" in out
+    assert "LOADED=python/3.0:pytorch/2.3.1-gpu\n" in out, proc.stderr
+    assert f"ROOT={prefix}\n" in out
+    assert f"PYTHONPATH={prefix}/venv/lib/python3.11/site-packages\n" in out   # no trailing colon
+    assert "IMPORT 2.3.1-gpu" in out
     assert "RESTORED" in out, out
     assert "AFTER_LOADED=\n" in out  # depends-on unloaded python again
 
 
-def test_tcl_module_help_and_whatis(stack):
-    proc = bash_modules(f"module use {stack['root']}; module help pytorch/2.3.1-gpu; module whatis pytorch/2.3.1-gpu")
-    assert "extend-venv-activate ~/myvenv" in proc.stderr + proc.stdout
-    assert "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1" in proc.stderr + proc.stdout
+def test_module_help_and_whatis(tree):
+    tree.add_stack("2.3.1-gpu")
+    proc = tree.bash("module help pytorch/2.3.1-gpu; module whatis pytorch/2.3.1-gpu")
+    text = proc.stdout + proc.stderr
+    assert "extend-venv-activate ~/myvenv" in text
+    assert f"Description: {WHATIS}" in text
+
+
+def test_avail_and_spider_show_the_stack_with_its_whatis(tree):
+    """`module avail` lists it; the whatis line shows in Lmod's `module spider` and in
+    Environment Modules' `module search` (5.x has no spider)."""
+    tree.add_stack("2.3.1-gpu")
+    avail = tree.bash("module avail pytorch")
+    assert "pytorch/2.3.1-gpu" in avail.stdout + avail.stderr
+    if tree.combo.tool is LMOD:
+        proc = tree.bash("module spider pytorch/2.3.1-gpu")
+        text = proc.stdout + proc.stderr
+        assert re.search(rf"Description:\s+{re.escape(WHATIS)}", text), text
+        assert "module load pytorch/2.3.1-gpu" in text
+    else:
+        proc = tree.bash("module search Horovod")
+        text = proc.stdout + proc.stderr
+        assert f"pytorch/2.3.1-gpu: Description: {WHATIS}" in text, text
+
+
+def test_one_pytorch_at_a_time(tree):
+    """Tcl `conflict` refuses a second version; Lua `family` swaps: never two loaded at once."""
+    tree.add_stack("2.2.0-gpu")
+    tree.add_stack("2.3.1-gpu")
+    proc = tree.bash('module load pytorch/2.2.0-gpu; module load pytorch/2.3.1-gpu; echo "L=$LOADEDMODULES"')
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("L="))
+    assert len(re.findall(r"pytorch/", line)) == 1, (line, proc.stderr)
+
+
+class _Log:
+    """What an action needs to execute: a log."""
+
+    def __init__(self):
+        self.log = io.StringIO()
+
+
+def test_install_writes_a_default_only_when_there_is_none(tree):
+    tree.add_stack("2.2.0-gpu")
+    tree.add_stack("2.3.1-gpu")
+    assert loaded_version(tree) == "2.3.1-gpu"           # no default: the highest version
+    module_dir = str(tree.root / "pytorch")
+    modules.WriteDefault(module_dir, "pytorch", "2.2.0-gpu", tree.combo.syntax).execute(_Log())
+    assert loaded_version(tree) == "2.2.0-gpu"           # the first install became the default
+    modules.WriteDefault(module_dir, "pytorch", "2.3.1-gpu", tree.combo.syntax).execute(_Log())
+    assert loaded_version(tree) == "2.2.0-gpu"           # a later install does not move it
+
+
+def test_set_default_switches_and_switching_back_is_the_same_call(tree):
+    tree.add_stack("2.2.0-gpu")
+    tree.add_stack("2.3.1-gpu")
+    root, syntax, tool = str(tree.root), tree.combo.syntax, tree.combo.tool.name
+    first = modules.set_default(root, "pytorch", "2.2.0-gpu", syntax, tool)
+    assert first.previous is None and loaded_version(tree) == "2.2.0-gpu"
+    change = modules.set_default(root, "pytorch", "2.3.1-gpu", syntax, tool)
+    assert change.previous == "2.2.0-gpu" and loaded_version(tree) == "2.3.1-gpu"
+    avail = tree.bash("module avail pytorch")
+    marker = "(D)" if tree.combo.tool is LMOD else "(default)"
+    assert re.search(rf"pytorch/2\.3\.1-gpu\s*{re.escape(marker)}", avail.stdout + avail.stderr), avail
+    back = modules.set_default(root, "pytorch", change.previous, syntax, tool)
+    assert back.previous == "2.3.1-gpu" and loaded_version(tree) == "2.2.0-gpu"
+
+
+def test_to_bash_writes_what_execute_writes(tmp_path):
+    """The dry-run rendering of the install's default action does what the real run does."""
+    for syntax in ("tcl", "lua"):
+        a, b = tmp_path / syntax / "a", tmp_path / syntax / "b"
+        a.mkdir(parents=True)
+        b.mkdir(parents=True)
+        modules.WriteDefault(str(a), "pytorch", "2.3.1-gpu", syntax, "localhost").execute(_Log())
+        script = modules.WriteDefault(str(b), "pytorch", "2.3.1-gpu", syntax, "localhost").to_bash()
+        for _ in range(2):   # the second run finds the default and leaves it
+            subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=True)
+        name = modules.DEFAULT_FILES[syntax]
+        assert (b / name).read_text() == (a / name).read_text()
+        assert sorted(p.name for p in b.iterdir()) == [name]
+
+
+def _tcl_tree(tmp_path: Path, versions=("2.2.0-gpu", "2.3.1-gpu")) -> Path:
+    for v in versions:
+        p = tmp_path / "pytorch" / v
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("#%Module\n")
+    return tmp_path
+
+
+def test_set_default_refuses_a_missing_version(tmp_path):
+    root = _tcl_tree(tmp_path)
+    with pytest.raises(HpcstackError, match=r"no modulefile pytorch/9.9 .*available: 2.2.0-gpu, 2.3.1-gpu"):
+        modules.set_default(str(root), "pytorch", "9.9", "tcl", "environment-modules")
+    with pytest.raises(HpcstackError, match="bad version"):
+        modules.set_default(str(root), "pytorch", "../x", "tcl", "environment-modules")
+
+
+@pytest.mark.parametrize("foreign", [".modulerc", ".version", ".modulerc.lua", "default"])
+def test_set_default_refuses_a_default_file_it_did_not_write(tmp_path, foreign):
+    root = _tcl_tree(tmp_path)
+    path = root / "pytorch" / foreign
+    if foreign == "default":
+        path.symlink_to("2.2.0-gpu")
+    else:
+        path.write_text("#%Module\nmodule-version pytorch/2.2.0-gpu default\n")
+    before = sorted(p.name for p in (root / "pytorch").iterdir())
+    with pytest.raises(HpcstackError, match=f"{re.escape(str(path))}: not written by hpcstack"):
+        modules.set_default(str(root), "pytorch", "2.3.1-gpu", "tcl", "environment-modules")
+    assert sorted(p.name for p in (root / "pytorch").iterdir()) == before
+
+
+def test_a_shared_tree_keeps_both_default_files_in_step(tmp_path):
+    root = _tcl_tree(tmp_path)
+    (root / "pytorch" / "2.4.0-gpu.lua").write_text("-- lua only\n")
+    modules.set_default(str(root), "pytorch", "2.2.0-gpu", "tcl", "environment-modules")
+    modules.set_default(str(root), "pytorch", "2.3.1-gpu", "lua", "lmod")
+    assert modules.read_defaults(root / "pytorch") == {".version": "2.3.1-gpu", ".modulerc.lua": "2.3.1-gpu"}
+    change = modules.set_default(str(root), "pytorch", "2.4.0-gpu", "lua", "lmod")
+    assert modules.read_defaults(root / "pytorch") == {".version": "2.3.1-gpu", ".modulerc.lua": "2.4.0-gpu"}
+    assert "no Tcl modulefile" in change.notes[0]
+    assert modules.unset_default(str(root), "pytorch") and modules.read_defaults(root / "pytorch") == {}
+
+
+def test_cli_set_default_prints_the_command_that_switches_back(tmp_path):
+    root = _tcl_tree(tmp_path / "mf")
+    args = ["--site", "localhost-lmod", "--module-root", str(root)]
+    first = hpcstack("module", "set-default", "pytorch/2.2.0-gpu", *args)
+    assert first.returncode == 0, first.stderr
+    second = hpcstack("module", "set-default", "pytorch/2.3.1-gpu", *args)
+    assert "(was 2.2.0-gpu)" in second.stdout
+    back = second.stdout.split("switch back: ")[1].strip()
+    assert back == f"hpcstack module set-default pytorch/2.2.0-gpu {' '.join(args)}"
+    third = hpcstack(*back.split()[1:])
+    assert third.returncode == 0 and "(was 2.3.1-gpu)" in third.stdout
+    shown = hpcstack("module", "default", "pytorch", *args)
+    assert "pytorch/2.2.0-gpu (default)" in shown.stdout.splitlines()
+    bad = hpcstack("module", "set-default", "pytorch", *args)
+    assert bad.returncode == 2 and "expected NAME/VERSION" in bad.stderr
+    for target in ("../x", "pytorch/..", "a/b/c", "x y/1"):
+        assert hpcstack("module", "set-default", target, *args).returncode == 2, target
+    missing = hpcstack("module", "set-default", "pytorch/7.0", *args)
+    assert missing.returncode == 1 and "error: no modulefile pytorch/7.0" in missing.stderr
+
+
+@pytest.mark.integration
+def test_the_site_switched_to_lmod_installs_a_lua_module_with_its_default(tmp_path, localhost_ready):
+    """The tiny recipe through every step with --site localhost-lmod: the build environment
+    comes from Lmod's python mode, the Lua modulefile and .modulerc.lua are written, the stack's
+    extend-venv-activate initialises Lmod, and `module load tiny` under Lmod gives the package."""
+    require(LMOD)
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    args = ["--site", "localhost-lmod", "--prefix", str(tmp_path / "sw"), "--module-root", str(tmp_path / "mf")]
+    proc = hpcstack("install", str(recipe), *args)
+    assert proc.returncode == 0, proc.stderr
+    mdir = tmp_path / "mf" / "tiny"
+    assert sorted(p.name for p in mdir.iterdir()) == [".modulerc.lua", "1.0.lua"]
+    assert modules.read_defaults(mdir) == {".modulerc.lua": "1.0"}
+    tool = tmp_path / "sw" / "tiny" / "1.0" / "bin" / "extend-venv-activate"
+    assert "/usr/share/lmod/lmod/init/bash" in tool.read_text()
+    run = LMOD.bash("module load tiny && echo \"LOADED=$LOADEDMODULES\" && "
+                    "python -c 'import tinypkg; assert tinypkg.PATCHED; print(\"IMPORT\", tinypkg.__file__)'",
+                    modulepath=f"{tmp_path / 'mf'}:/opt/hpcstack/base-modulefiles")
+    assert re.search(r"^LOADED=python/3\.\d+:tiny/1\.0$", run.stdout, re.M), run.stderr
+    assert f"IMPORT {tmp_path / 'sw' / 'tiny' / '1.0'}/" in run.stdout
+
+
+# ------------------------------------------------------------------- the installed stack
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> InstalledStack:
+    """The stack the e2e test installed (else the quickstart's); its Lua modulefile is rendered
+    into a temporary root, as a localhost-lmod install would write it, the prefix untouched."""
+    found = find_installed_stack(tmp_path_factory.mktemp("lua-modulefiles"))
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("combo", [pytest.param(c, id=c.id) for c in COMBOS])
+def test_installed_stack_loads_and_unloads_cleanly(combo, installed):
+    require(combo.tool)
+    proc = combo.tool.bash(f"""
+    filter() {{ env | sort | grep -v -E '{_BOOKKEEPING.pattern}'; }}
+    before=$(filter)
+    module load pytorch/2.3.1-gpu || exit 1
+    echo "LOADED=$LOADEDMODULES"
+    python -c 'import torch, horovod.torch; print("TORCH", torch.__version__, torch.__file__)'
+    module unload pytorch/2.3.1-gpu
+    [ "$before" = "$(filter)" ] && echo RESTORED || diff <(echo "$before") <(filter)
+    """, modulepath=installed.modulepath(combo.syntax), timeout=300)
+    assert re.search(r"LOADED=python/3\.\d+:pytorch/2\.3\.1-gpu\n", proc.stdout), proc.stderr
+    assert "TORCH 2.3.1" in proc.stdout and str(installed.prefix) in proc.stdout
+    assert "RESTORED" in proc.stdout, proc.stdout

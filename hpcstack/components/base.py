@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
 @dataclass(frozen=True)
 class PlanContext:
     """The resolved paths and settings of one install; components read it, never the raw config.
+
+    Two paths name the stack: ``prefix``, the stable path users see (a symbolic link to the
+    published build), and ``stage_prefix``, the real directory this build is made in. A venv
+    cannot be moved once made, so everything the build steps write goes to the stage prefix
+    (:attr:`build_prefix`, and :attr:`venv`, :attr:`python`, :attr:`bin_dir`,
+    :attr:`site_packages` under it); the module step sees :meth:`published`, where those same
+    properties name the stable path, so the modulefile never names one build.
 
     Attributes:
         site (hpcstack.site.Site): the validated site.
@@ -20,6 +27,8 @@ class PlanContext:
         python_version (str): ``X.Y`` of the base module's Python.
         jobs (int): parallel build jobs.
         modulefile (str): where the modulefile goes.
+        stage_prefix (str): the build's real directory, ``<install_root>/<name>/.builds/<version>/<id>``;
+            ``""`` means the prefix itself.
     """
 
     site: object
@@ -30,11 +39,21 @@ class PlanContext:
     python_version: str
     jobs: int
     modulefile: str
+    stage_prefix: str = ""
+
+    @property
+    def build_prefix(self) -> str:
+        """Where this build's files go: the stage prefix (the prefix itself when none)."""
+        return self.stage_prefix or self.prefix
+
+    def published(self) -> "PlanContext":
+        """This context as users see the stack: every path under the stable prefix."""
+        return replace(self, stage_prefix="")
 
     @property
     def venv(self) -> str:
-        """The stack's venv, ``<prefix>/venv``."""
-        return os.path.join(self.prefix, "venv")
+        """The stack's venv, ``<build prefix>/venv``."""
+        return os.path.join(self.build_prefix, "venv")
 
     @property
     def python(self) -> str:
@@ -43,8 +62,8 @@ class PlanContext:
 
     @property
     def bin_dir(self) -> str:
-        """The stack's own tools (``extend-venv-activate``, the training program): ``<prefix>/bin``."""
-        return os.path.join(self.prefix, "bin")
+        """The stack's own tools (``extend-venv-activate``, the training program): ``<build prefix>/bin``."""
+        return os.path.join(self.build_prefix, "bin")
 
     @property
     def site_packages(self) -> str:

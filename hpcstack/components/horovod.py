@@ -1,13 +1,156 @@
-"""Source builds: ``SourceBuild`` (a Python sdist built into a wheel) and ``HorovodBuild`` on it."""
+"""Source builds: ``SourceBuild`` (a Python sdist built into a wheel) and ``HorovodBuild`` on it.
+
+A built wheel is kept in the site's build cache under a key that hashes everything that changes
+the binary (:class:`CachedWheelBuild`), so the same Horovod is never compiled twice (issue 6).
+"""
 
 from __future__ import annotations
 
+import glob
+import hashlib
+import json
 import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
 
-from ..plan import (BUILD, FETCH, INSTALL, PATCH, SANITYCHECK, CheckBuild, Fetch, Run, Unpack,
-                    VerifySha256)
+from ..errors import HpcstackError
+from ..plan import (BUILD, FETCH, INSTALL, PATCH, SANITYCHECK, CheckBuild, ExecContext, Fetch, Run,
+                    Unpack, VerifySha256, bash_word)
 from .base import PlanContext
+from .wheels import install_run
+
+#: Bumped when the key's recipe changes, so wheels keyed the old way are not reused.
+KEY_FORMAT = "hpcstack build key v1"
+
+#: Variables of the build environment that change the binary; the key records their values.
+#: ``MAKEFLAGS`` (parallelism) is left out on purpose: ``-j2`` and ``-j8`` give the same wheel.
+KEY_VARIABLES = r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME"
+
+
+@dataclass(frozen=True)
+class CachedWheelBuild:
+    """Build a wheel, or reuse the one built before under the same build key (an action).
+
+    The key is the sha256 of the text a bash function prints: fixed lines (key format, package,
+    sdist and patch sha256s) and the output of probe commands run in the build environment
+    (Python and key package versions, compilers, MPI, CUDA, NCCL, the ``HOROVOD_*`` and compiler
+    variables). The dry-run prints that function and the ``if … then reuse else build`` around
+    it; :meth:`execute` runs the same function text with bash, so both compute the same key.
+    A hit copies ``<root>/<key>/*.whl`` into ``dist``; a miss runs ``build`` and stores the
+    wheel with ``key.txt`` (the key's text, to see why two builds differ) under ``<root>/<key>``,
+    atomically (a new directory renamed into place).
+
+    Args:
+        name (str): the package, e.g. ``"horovod"``; names the bash function.
+        root (str): the cache directory of this package and version,
+            ``<cache_dir>/builds/<package>-<version>``.
+        dist (str): where the wheel must end up (emptied first).
+        build (Run): the build command (``pip wheel … -w dist src``).
+        env (dict[str, str]): the build's variables, exported for the probes (may hold ``${NAME}``).
+        fixed (tuple[str, ...]): key lines known when planning.
+        probes (tuple[tuple[str, str], ...]): ``(label, bash command)``; the label (as
+            ``--- label``) and the command's output (stdout and stderr, then ``(exit N)`` when it
+            fails) enter the key.
+        prepare (tuple): actions run before ``build`` on a miss only (unpack and patch the
+            sources: thousands of small files, slow on a parallel filesystem, useless on a hit).
+
+    Raises:
+        HpcstackError: the build fails, or it leaves no wheel in ``dist``.
+    """
+
+    name: str
+    root: str
+    dist: str
+    build: Run
+    env: dict[str, str] = field(default_factory=dict)
+    fixed: tuple[str, ...] = ()
+    probes: tuple[tuple[str, str], ...] = ()
+    prepare: tuple = ()
+
+    @property
+    def function(self) -> str:
+        """Name of the bash function that prints the key's text."""
+        return "hpcstack_build_key_" + re.sub(r"\W", "_", self.name)
+
+    def key_script(self) -> str:
+        """The bash function that prints the key's text (same in the dry-run and the real run)."""
+        lines = [f"{self.function}() {{", "  (", "    set +eu -o pipefail"]
+        lines += [f"    export {n}={bash_word(v)}" for n, v in self.env.items()]
+        lines += [f"    echo {shlex.quote(line)}" for line in self.fixed]
+        for label, probe in self.probes:
+            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>&1 || echo \"(exit $?)\"")
+        return "\n".join(lines + ["  )", "}"])
+
+    def key_text(self, env: dict[str, str]) -> str:
+        """Run the key function with bash in ``env`` (the build environment) and return its output."""
+        proc = subprocess.run(["bash", "-c", f"{self.key_script()}\n{self.function}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return proc.stdout.decode(errors="replace")
+
+    @staticmethod
+    def key_of(text: str) -> str:
+        """The key: the first 24 hex digits of the text's sha256 (``sha256sum | cut -c1-24``)."""
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def to_bash(self) -> str:
+        root, dist = shlex.quote(self.root), shlex.quote(self.dist)
+        key = f"{self.function}_key"
+        entry = f'{root}/"${{{key}}}"'
+        return "\n".join([
+            f"# the wheel cache: the key hashes everything that changes the {self.name} binary",
+            self.key_script(),
+            f"{key}=$({self.function} | sha256sum | cut -c1-24)",
+            f"if ls {entry}/*.whl >/dev/null 2>&1; then",
+            f'  echo "{self.name}: reusing the wheel built before with key ${{{key}}}"',
+            f"  rm -rf {dist} && mkdir -p {dist} && cp {entry}/*.whl {dist}/",
+            "else",
+            *("  " + a.to_bash() for a in self.prepare),
+            f"  rm -rf {dist}",
+            "  " + self.build.to_bash(),
+            f"  mkdir -p {root} && tmp=$(mktemp -d {root}/.new-XXXXXX) && chmod 755 \"$tmp\" && cp {dist}/*.whl \"$tmp\"/ \\",
+            f"    && {self.function} > \"$tmp/key.txt\" && {{ mv -T \"$tmp\" {entry} 2>/dev/null || rm -rf \"$tmp\"; }}",
+            "fi",
+        ])
+
+    def execute(self, ctx: ExecContext) -> None:
+        text = self.key_text(ctx.env)
+        key = self.key_of(text)
+        entry = os.path.join(self.root, key)
+        ctx.log.write(f"# {self.name} build key {key}; its text:\n{text}")
+        cached = sorted(glob.glob(os.path.join(entry, "*.whl")))
+        shutil.rmtree(self.dist, ignore_errors=True)
+        if cached:
+            ctx.log.write(f"{self.name}: reusing the wheel built before with key {key}: {entry}\n")
+            os.makedirs(self.dist)
+            for wheel in cached:
+                shutil.copy(wheel, self.dist)
+            return
+        ctx.log.write(f"{self.name}: no wheel with key {key} in {self.root}; building\n")
+        ctx.log.flush()
+        for action in self.prepare:
+            action.execute(ctx)
+        self.build.execute(ctx)
+        built = sorted(glob.glob(os.path.join(self.dist, "*.whl")))
+        if not built:
+            raise HpcstackError(f"the build of {self.name} left no wheel in {self.dist}")
+        os.makedirs(self.root, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=self.root, prefix=".new-")
+        try:
+            for wheel in built:
+                shutil.copy(wheel, tmp)
+            with open(os.path.join(tmp, "key.txt"), "w") as f:
+                f.write(text)
+            os.chmod(tmp, 0o755)
+            os.rename(tmp, entry)  # atomic; fails if another install stored the same key first
+            ctx.log.write(f"stored {', '.join(os.path.basename(w) for w in built)} in {entry}\n")
+        except OSError as exc:  # the build succeeded; only its reuse is lost
+            ctx.log.write(f"warning: could not store the wheel in {entry}: {exc}\n")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -29,6 +172,11 @@ class SourceBuild:
 
     Building a wheel (``pip wheel --no-build-isolation``) and installing that avoids pip's
     fallback to a legacy ``setup.py install`` that doubles the time of a failed build (facts.md).
+    The wheel goes through the site's build cache (``installer.build_cache``, default on): a
+    re-install whose build key matches copies the wheel built before instead of compiling
+    (:class:`CachedWheelBuild`; the key covers the sdist and patch sha256s, the venv's Python,
+    the compilers, cmake and the compiler variables). The wheel is installed with the site's
+    installer (uv by default, ``--compile-bytecode``).
 
     Args:
         package (str): distribution name, e.g. ``"horovod"``.
@@ -76,20 +224,77 @@ class SourceBuild:
         """Sanity-check actions; none by default."""
         return []
 
+    # -- the build key (see CachedWheelBuild); subclasses add probes
+    def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
+        """Packages of the venv the binary is built against; their versions enter the key."""
+        return ()
+
+    def key_fixed(self, ctx: PlanContext) -> tuple[str, ...]:
+        """Key lines known when planning: key format, package, sdist and patch sha256s."""
+        return (KEY_FORMAT, f"package {self.package} {self.version}",
+                f"sdist {os.path.basename(self.url)} sha256 {self.sha256}",
+                *(f"patch {p.file} sha256 {p.sha256}" for p in self.patches))
+
+    def key_probes(self, ctx: PlanContext) -> tuple[tuple[str, str], ...]:
+        """``(label, bash command)`` pairs run in the build environment whose output enters the
+        key: the venv's Python (version, base prefix, platform) and the versions of
+        :meth:`key_packages`, the variables of :data:`KEY_VARIABLES`, the C and C++ compilers'
+        ``--version``, cmake's."""
+        code = ("import importlib.metadata as m, sys, sysconfig; print(sys.version); "
+                "print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); "
+                f"[print(p, m.version(p)) for p in {json.dumps(list(self.key_packages(ctx)))}]")
+        return (("python", f"{shlex.quote(ctx.python)} -c {shlex.quote(code)}"),
+                ("variables", f"env | LC_ALL=C grep -E '^({KEY_VARIABLES})=' | LC_ALL=C sort"),
+                ("C compiler", '"${CC:-cc}" --version'),
+                ("C++ compiler", '"${CXX:-c++}" --version'),
+                ("cmake", "cmake --version"))
+
+    def prepare_actions(self, ctx: PlanContext) -> list:
+        """Unpack the sdist into the stage dir (emptied first) and apply the patches in order."""
+        src = self.src_dir(ctx)
+        return ([Unpack(self.sdist(ctx), os.path.dirname(src))]
+                + [Run(("patch", "-p1", "-i", self.patch_path(ctx, p)), cwd=src) for p in self.patches])
+
+    def wheel_run(self, ctx: PlanContext) -> Run:
+        """``pip wheel --no-deps --no-build-isolation`` of the source tree into ``dist``, with the
+        build's variables."""
+        return Run(ctx.pip("wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
+                           "-w", self.dist_dir(ctx), self.src_dir(ctx)),
+                   env=self.build_env(ctx), prepend=self.build_prepend(ctx))
+
+    def cached_build(self, ctx: PlanContext) -> CachedWheelBuild | None:
+        """The build through the site's build cache, or None when ``installer.build_cache`` is off."""
+        if not ctx.site.installer.build_cache:
+            return None
+        root = os.path.join(ctx.cache_dir, "builds", f"{self.package}-{self.version}")
+        return CachedWheelBuild(self.package, root, self.dist_dir(ctx), self.wheel_run(ctx),
+                                env=self.build_env(ctx),
+                                fixed=self.key_fixed(ctx), probes=self.key_probes(ctx),
+                                prepare=tuple(self.prepare_actions(ctx)))
+
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
-        """Return ``{step name: actions}`` for this component."""
-        src, dist = self.src_dir(ctx), self.dist_dir(ctx)
+        """Return ``{step name: actions}`` for this component.
+
+        With the build cache (default), ``patch`` checks the patches' sha256 and ``build`` is a
+        :class:`CachedWheelBuild` that unpacks, patches and builds only on a miss; without it,
+        ``patch`` unpacks and patches and ``build`` runs ``pip wheel``. ``install`` installs the
+        wheel with the site's installer (:func:`install_run`: uv with ``--compile-bytecode`` by
+        default, or pip), reinstalling the package.
+        """
+        dist = self.dist_dir(ctx)
+        verify = [VerifySha256(self.patch_path(ctx, p), p.sha256) for p in self.patches]
+        cached = self.cached_build(ctx)
+        if cached:  # unpack and patch only when the wheel must be built (CachedWheelBuild.prepare)
+            patch_step, build_step = verify, [cached]
+        else:
+            patch_step = verify + self.prepare_actions(ctx)
+            build_step = [Run(("rm", "-rf", dist)), self.wheel_run(ctx)]
         return {
             FETCH: [Fetch(self.url, self.sha256, self.sdist(ctx))],
-            PATCH: [VerifySha256(self.patch_path(ctx, p), p.sha256) for p in self.patches]
-                   + [Unpack(self.sdist(ctx), os.path.dirname(src))]
-                   + [Run(("patch", "-p1", "-i", self.patch_path(ctx, p)), cwd=src) for p in self.patches],
-            BUILD: [Run(("rm", "-rf", dist)),
-                    Run(ctx.pip("wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
-                                "-w", dist, src),
-                        env=self.build_env(ctx), prepend=self.build_prepend(ctx))],
-            INSTALL: [Run(ctx.pip("install", "--no-deps", "--no-index", "--force-reinstall",
-                                  "--find-links", dist, f"{self.package}=={self.version}"))],
+            PATCH: patch_step,
+            BUILD: build_step,
+            INSTALL: [install_run(ctx, "--no-deps", "--no-index", "--find-links", dist,
+                                  f"{self.package}=={self.version}", reinstall=(self.package,))],
             SANITYCHECK: self.sanity_actions(ctx),
         }
 
@@ -105,7 +310,14 @@ class HorovodBuild(SourceBuild):
     ``CC``/``CXX`` are the MPI compiler wrappers. A site's ``cuda_stubs`` directory is prepended to
     ``LD_LIBRARY_PATH`` for the build and the sanity check only (a login node has no driver); it
     never reaches the modulefile. The sanity check runs ``horovodrun --check-build`` and requires
-    the site's ``required_flags``.
+    the site's ``required_flags``. The build key adds to :class:`SourceBuild`'s the torch
+    version, the MPI behind the compiler wrappers, the CUDA compiler and NCCL's version, and
+    every ``HOROVOD_*`` variable of the build environment; ``MAKEFLAGS`` does not count. Not in
+    the key: the venv's path. Horovod's CMake gives its ``.so`` files a RUNPATH to the building
+    venv's ``torch/lib``; a wheel reused in another prefix keeps that path, which is harmless
+    because ``horovod.torch`` imports torch first and the loader then matches ``libtorch.so``
+    and ``libc10.so`` by name among the libraries already loaded (checked by the benchmark's
+    strace: no file of the first stack is touched).
 
     Example:
         ``HorovodBuild("0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
@@ -139,6 +351,23 @@ class HorovodBuild(SourceBuild):
             env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(str(c) for c in h.cuda_cc_list)
         env.update(h.env)
         return {**env, **super().build_env(ctx)}
+
+    def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
+        """torch: Horovod's PyTorch extension is built against its headers and C++ ABI."""
+        return ("torch",)
+
+    def key_probes(self, ctx: PlanContext) -> tuple[tuple[str, str], ...]:
+        """As :meth:`SourceBuild.key_probes`, plus the MPI behind the compiler wrapper (Open MPI
+        ``-showme`` and its version, else MPICH-style ``-show``), the CUDA compiler Horovod would
+        use (``$HOROVOD_CUDA_HOME/bin/nvcc``, else an ``nvcc`` on PATH) and NCCL's version
+        (``$HOROVOD_NCCL_HOME/include/nccl.h``)."""
+        return (*super().key_probes(ctx),
+                ("MPI", '"${CC:-mpicc}" -showme 2>/dev/null && "${CC:-mpicc}" -showme:version 2>/dev/null'
+                        ' || "${CC:-mpicc}" -show'),
+                ("CUDA", 'if [ -n "$HOROVOD_CUDA_HOME" ]; then "$HOROVOD_CUDA_HOME/bin/nvcc" --version; '
+                         'else command -v nvcc && nvcc --version; fi'),
+                ("NCCL", 'if [ -n "$HOROVOD_NCCL_HOME" ]; then grep -E "^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)" '
+                         '"$HOROVOD_NCCL_HOME/include/nccl.h"; fi'))
 
     def stub_dir(self, ctx: PlanContext) -> str:
         """A directory of ours in the stage dir holding ``libcuda.so.1`` -> the site's stub."""

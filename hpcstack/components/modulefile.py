@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from .. import modules
@@ -54,6 +55,34 @@ class Modulefile:
             recipe=r.full_name, site=site.name)
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
-        """Return ``{step name: actions}`` for this component."""
-        text = modules.render_modulefile(self.context(ctx), ctx.site.modules.syntax)
-        return {MODULE: [WriteFile(ctx.modulefile, text)]}
+        """Return ``{step name: actions}`` for this component: the modulefile, then the
+        module's default version if it has none yet (``hpcstack module set-default`` moves it)."""
+        syntax = ctx.site.modules.syntax
+        text = modules.render_modulefile(self.context(ctx), syntax)
+        default = modules.WriteDefault(os.path.dirname(ctx.modulefile), ctx.recipe.name,
+                                       ctx.recipe.version, syntax, ctx.site.name)
+        return {MODULE: [WriteFile(ctx.modulefile, text), default]}
+
+
+def render_for_prefix(site, recipe, prefix: str, python_version: str, syntax: str | None = None) -> str:
+    """Render the modulefile an install of ``recipe`` at ``prefix`` writes, without installing.
+
+    For an installed stack seen through another site config (e.g. the Lua modulefile of a
+    stack that a Tcl site installed, to load it under Lmod); the prefix is only named, not read.
+
+    Args:
+        site (hpcstack.site.Site): the site (its base/runtime modules become ``depends-on``).
+        recipe (hpcstack.recipe.Recipe): the loaded recipe.
+        prefix (str): the stack's prefix.
+        python_version (str): ``X.Y`` of the stack's venv (its ``lib/pythonX.Y``).
+        syntax (str | None): ``tcl`` or ``lua``; default the site's ``modules.syntax``.
+
+    Returns:
+        str: the modulefile's text.
+    """
+    syntax = syntax or site.modules.syntax
+    ctx = PlanContext(site=site, recipe=recipe, prefix=prefix, stage_dir="", cache_dir="",
+                      python_version=python_version, jobs=1,
+                      modulefile=modules.modulefile_path(site.module_root, recipe.name,
+                                                         recipe.version, syntax))
+    return modules.render_modulefile(Modulefile().context(ctx), syntax)

@@ -10,7 +10,10 @@ from .base import PlanContext
 
 @dataclass(frozen=True)
 class Venv:
-    """Create ``<prefix>/venv`` with the ``python3`` of the site's base module.
+    """Create ``<stage prefix>/venv`` with the ``python3`` of the site's base module.
+
+    The venv is made where it stays: in the build's stage prefix, which the stack's prefix
+    links to once published (a venv cannot be moved: its scripts hold absolute paths).
 
     ``--clear`` makes a redone step start from an empty venv, so nothing of an earlier attempt
     survives (the steps after it are redone too).

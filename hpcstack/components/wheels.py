@@ -1,24 +1,146 @@
-"""The ``PipWheels`` component: pinned wheels from a lock file with hashes, in one resolution."""
+"""The ``PipWheels`` component: pinned wheels from a lock file with hashes, in one resolution.
+
+Also the installer backend every component installs with (issue 6): uv by default
+(https://docs.astral.sh/uv/pip/), pip as the fallback, chosen by the site's ``installer``
+section. uv installs from a per-site cache by hard-linking the files into the venv (the cache
+sits on the prefixes' filesystem) and compiles bytecode at install time, so a stack that is
+read-only to its users never has a ``.pyc`` written on import.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..plan import SANITYCHECK, WHEELS, Run
 from .base import PlanContext
 
+#: uv environment variables that would change what is installed, from where, or how; they are
+#: removed from uv's environment so an admin's shell settings cannot change the stack
+#: (``--no-config`` only stops uv reading ``uv.toml``/``pyproject.toml``; see
+#: https://docs.astral.sh/uv/reference/environment/). Network settings (proxies, certificates,
+#: ``UV_HTTP_TIMEOUT``, ``UV_NATIVE_TLS``, ``UV_KEYRING_PROVIDER``, ``UV_OFFLINE``) are kept:
+#: a site may need them. Options given on the command line (``--cache-dir``, ``--link-mode``,
+#: ``--python``, ``--require-hashes``) override their variables anyway.
+UV_UNSET = (
+    "UV_CONFIG_FILE", "UV_INDEX", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS", "UV_NO_INDEX", "UV_INDEX_STRATEGY", "UV_TORCH_BACKEND", "UV_INSECURE_HOST",
+    "UV_NO_VERIFY_HASHES", "UV_CONSTRAINT", "UV_OVERRIDE", "UV_BUILD_CONSTRAINT",
+    "UV_EXCLUDE_NEWER", "UV_PRERELEASE", "UV_RESOLUTION", "UV_NO_BINARY", "UV_NO_BUILD",
+    "UV_NO_BUILD_ISOLATION", "UV_SYSTEM_PYTHON", "UV_BREAK_SYSTEM_PACKAGES", "UV_NO_CACHE",
+    "UV_COMPILE_BYTECODE",
+)
+
+
+def uv_binary() -> str:
+    """Return the path of the ``uv`` executable that came with hpcstack (``uv`` is an install requirement).
+
+    The ``uv`` Python package knows where its binary is (``uv.find_uv_bin()``), so the install
+    does not depend on the admin's PATH; a ``uv`` on PATH is the fallback.
+
+    Returns:
+        str: absolute path of ``uv``.
+
+    Raises:
+        ConfigError: no uv (install it with ``pip install uv`` or set ``installer.backend: pip``).
+    """
+    try:
+        import uv
+
+        return uv.find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if found:
+            return found
+    raise ConfigError(["installer.backend: uv: no uv executable (pip install uv, "
+                       "or set installer.backend: pip in the site config)"])
+
+
+def wheel_cache(ctx: PlanContext) -> str:
+    """The site's wheel cache: ``installer.wheel_cache``, else ``<cache_dir>/<backend>``.
+
+    uv hard-links from it, so it should be on the filesystem of the prefixes (the default is,
+    under ``<install_root>/.hpcstack/cache``). Absolute path.
+    """
+    inst = ctx.site.installer
+    return os.path.abspath(inst.wheel_cache or os.path.join(ctx.cache_dir, inst.backend))
+
+
+def install_run(ctx: PlanContext, *args: str, reinstall: tuple[str, ...] = (),
+                inputs: tuple[str, ...] = ()) -> Run:
+    """Return the action that installs into the stack's venv with the site's backend.
+
+    uv: ``uv pip install --python <venv python> --no-config --cache-dir <wheel cache>
+    --link-mode <mode> [--compile-bytecode] [--reinstall-package P …] <args>`` with the
+    variables of :data:`UV_UNSET` removed. pip: ``<venv python> -m pip --isolated install
+    --cache-dir <wheel cache> --compile|--no-compile [--force-reinstall] <args>``.
+
+    Args:
+        ctx (PlanContext): the install.
+        *args (str): requirements and options common to both (``--require-hashes``, ``-r``,
+            ``--no-deps``, ``--no-index``, ``--find-links DIR``, ``name==version``).
+        reinstall (tuple[str, ...]): packages to reinstall even when the same version is there.
+        inputs (tuple[str, ...]): files whose content decides whether the step is up to date.
+
+    Returns:
+        Run: the action.
+
+    Raises:
+        ConfigError: backend uv and no uv executable.
+    """
+    inst = ctx.site.installer
+    cache = wheel_cache(ctx)
+    if inst.backend == "uv":
+        argv = [uv_binary(), "pip", "install", "--python", ctx.python, "--no-config",
+                "--cache-dir", cache, "--link-mode", inst.link_mode]
+        if inst.compile_bytecode:
+            argv.append("--compile-bytecode")
+        for name in reinstall:
+            argv += ["--reinstall-package", name]
+        return Run(tuple(argv + list(args)), unset=UV_UNSET, inputs=inputs)
+    argv = list(ctx.pip("install", "--cache-dir", cache,
+                        "--compile" if inst.compile_bytecode else "--no-compile"))
+    if reinstall:
+        argv.append("--force-reinstall")
+    return Run(tuple(argv + list(args)), inputs=inputs)
+
+
+def check_run(ctx: PlanContext) -> Run:
+    """Return the dependency check of the venv: ``uv pip check --python …`` or ``pip check``."""
+    if ctx.site.installer.backend == "uv":
+        return Run((uv_binary(), "pip", "check", "--python", ctx.python, "--no-config"),
+                   unset=UV_UNSET)
+    return Run(ctx.pip("check"))
+
+
+def extra_indexes(lock: str) -> bool:
+    """True if the lock file names more than one index (an ``--extra-index-url`` line)."""
+    with open(lock) as f:
+        return any(line.lstrip().startswith("--extra-index-url") for line in f)
+
 
 @dataclass(frozen=True)
 class PipWheels:
-    """Install every package of a lock file with ``pip install --require-hashes``, then ``pip check``.
+    """Install every package of a lock file with hashes in one resolution, then check dependencies.
 
     The lock (``<stem>.<index>.lock`` next to the recipe, one per package index; the site's
     ``python.index`` picks it) is written by ``hpcstack lock`` (``uv pip compile
     --generate-hashes --universal``): every transitive package pinned with its sha256, the index
-    it comes from recorded in its header and per pin. One ``pip install`` resolves them all, and
-    pip refuses any file whose hash is not in the lock.
+    it comes from recorded in its header and per pin. One install resolves them all, and the
+    installer refuses any file whose hash is not in the lock (``--require-hashes``).
+
+    With the site's ``installer.backend: uv`` (default) this is ``uv pip install --require-hashes
+    -r <lock>`` (https://docs.astral.sh/uv/pip/packages/) into the stack's venv, from the site's
+    wheel cache by hard links, with ``--compile-bytecode``; ``uv pip check`` in the sanity
+    check. uv reads the index from the lock (``--index-url`` line) and ignores user config
+    (``--no-config``, :data:`UV_UNSET`). A lock with several indexes (the cu121 one) is
+    installed with ``--index-strategy unsafe-best-match``: pip's behaviour (every index
+    considered for every package), which the ``+cu121`` pins need; uv's default would look for
+    torch only on the first index that has it. The hashes pin every file, which is what
+    protects against the dependency confusion that uv's default guards against.
+    With ``backend: pip``: ``pip --isolated install --require-hashes --compile`` and ``pip check``.
 
     Args:
         stem (str): lock file stem, e.g. ``"2.3.1-gpu"`` for ``2.3.1-gpu.pypi.lock``; the
@@ -30,7 +152,7 @@ class PipWheels:
         ``PipWheels("2.3.1-gpu")``
 
     Raises:
-        ConfigError: the lock for the site's index does not exist.
+        ConfigError: the lock for the site's index does not exist; backend uv without uv.
     """
 
     stem: str
@@ -47,9 +169,10 @@ class PipWheels:
         if not os.path.isfile(lock):
             raise ConfigError([f"{lock}: no lock file for index '{ctx.site.index}' "
                                f"(run: hpcstack lock {ctx.recipe.full_name} --site {ctx.site.name})"])
-        cache = os.path.join(ctx.cache_dir, "pip")
+        extra = ()
+        if ctx.site.installer.backend == "uv" and extra_indexes(lock):
+            extra = ("--index-strategy", "unsafe-best-match")
         return {
-            WHEELS: [Run(ctx.pip("install", "--require-hashes", "--cache-dir", cache, "-r", lock),
-                         inputs=(lock,))],
-            SANITYCHECK: [Run(ctx.pip("check"))],
+            WHEELS: [install_run(ctx, *extra, "--require-hashes", "-r", lock, inputs=(lock,))],
+            SANITYCHECK: [check_run(ctx)],
         }

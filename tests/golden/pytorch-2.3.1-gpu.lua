@@ -7,7 +7,7 @@ pytorch/2.3.1-gpu: PyTorch with Horovod
   extend-venv-activate ~/myvenv
 ]])
 
-whatis("PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1")
+whatis("Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1")
 
 family("pytorch")
 

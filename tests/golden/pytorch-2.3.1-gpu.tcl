@@ -9,7 +9,7 @@ proc ModulesHelp { } {
     puts stderr {  extend-venv-activate ~/myvenv}
 }
 
-module-whatis {PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1}
+module-whatis {Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1}
 
 conflict pytorch
 

@@ -1,0 +1,330 @@
+"""The builds of one stack: stage prefixes, atomic publish, resume, clean-up and uninstall.
+
+A venv cannot be moved once made (its scripts and ``pyvenv.cfg`` hold absolute paths), so a
+stack is never built where users see it. Each build gets its own real directory, the *stage
+prefix*, and the stack's prefix is a symbolic link to the published one::
+
+    <install_root>/pytorch/2.3.1-gpu -> .builds/2.3.1-gpu/3f9c0a1b2c4d      the prefix (stable path)
+    <install_root>/pytorch/.builds/2.3.1-gpu/3f9c0a1b2c4d/                   a build: venv/ bin/ .hpcstack/
+    <install_root>/.hpcstack/state/pytorch-2.3.1-gpu.json                    build in progress, build replaced
+    <install_root>/.hpcstack/locks/pytorch-2.3.1-gpu.lock                    one install at a time
+
+The module step publishes a complete build by renaming a new link over the old one (atomic),
+then writes the modulefile atomically; the modulefile names the stable prefix, so it is the same
+text for every build and a user's venv made on the stack (``pyvenv.cfg`` ``home``) survives a
+rebuild. While a new build runs, the published one and its module stay as they were.
+
+Build ids are the first 12 hex digits of the sha256 of the plan (resolved with a placeholder
+stage prefix), so a dry run prints the paths the real run uses; a rebuild of an identical plan
+(``--force``) gets ``<id>-2``. The state file names the build in progress, so a re-run after a
+crash resumes it (the runner skips its completed steps) even when the plan has changed since.
+
+After a successful publish hpcstack keeps the published build and the one it replaced (jobs
+started before the switch still run from it, and an admin can roll back by pointing the link at
+it), and removes every other build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import HpcstackError
+from .plan import IN_PLACE_STEPS, PRE_STAGING, Plan, describe_os_error, fsync_dir, write_atomic
+from .runner import pending_steps
+
+__all__ = ["PRE_STAGING", "StackLayout", "Choice", "choose", "start", "finish", "default_marker", "uninstall"]
+
+
+class StackLayout:
+    """Where one stack lives under an install root, and which of its builds is published.
+
+    Args:
+        install_root (str): the site's install root (or ``--prefix``).
+        name, version (str): the stack, e.g. ``"pytorch"``, ``"2.3.1-gpu"``.
+
+    Example:
+        ``StackLayout("/opt/hpcstack/software", "pytorch", "2.3.1-gpu").published()``
+    """
+
+    def __init__(self, install_root: str, name: str, version: str):
+        self.install_root = os.path.abspath(install_root)
+        self.name = name
+        self.version = version
+        self.top = os.path.join(self.install_root, name)
+        self.prefix = os.path.join(self.top, version)
+        self.builds_dir = os.path.join(self.top, ".builds", version)
+        self.state_file = os.path.join(self.install_root, ".hpcstack", "state", f"{name}-{version}.json")
+
+    def build_path(self, build_id: str) -> str:
+        """The stage prefix of build ``build_id``."""
+        return os.path.join(self.builds_dir, build_id)
+
+    def published(self) -> str | None:
+        """The real directory the prefix points at (the prefix itself for the layout before
+        staging), or None when nothing is published (no link, or a dangling one)."""
+        if os.path.islink(self.prefix):
+            target = os.path.normpath(os.path.join(self.top, os.readlink(self.prefix)))
+            return target if os.path.isdir(target) else None
+        if os.path.isdir(self.prefix):
+            return self.prefix
+        return None
+
+    def id_of(self, path: str | None) -> str:
+        """The build id of a stage prefix (``""`` for the prefix itself or None)."""
+        if path and os.path.dirname(os.path.normpath(path)) == self.builds_dir:
+            return os.path.basename(os.path.normpath(path))
+        return ""
+
+    def builds(self) -> list[str]:
+        """Ids of the build directories on disk (stale trash excluded)."""
+        try:
+            return sorted(e for e in os.listdir(self.builds_dir) if not e.startswith("."))
+        except OSError:
+            return []
+
+    # -- state file
+    def read_state(self) -> dict:
+        """The state file: ``building`` (id in progress), ``replaces`` (id it will replace),
+        ``previous`` (id kept after the last publish); missing keys are None."""
+        try:
+            data = json.loads(Path(self.state_file).read_text())
+        except (OSError, ValueError):
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        return {k: data.get(k) if isinstance(data.get(k), str) else None
+                for k in ("building", "replaces", "previous")}
+
+    def write_state(self, state: dict) -> None:
+        """Write the state file atomically."""
+        try:
+            write_atomic(Path(self.state_file), json.dumps(state, indent=1) + "\n")
+        except OSError as exc:
+            raise HpcstackError(f"cannot write {self.state_file}: {describe_os_error(exc)}") from None
+
+    # -- clean-up
+    def remove_build(self, build_id: str) -> None:
+        """Remove one build: renamed aside first (atomic), then deleted."""
+        path = self.build_path(build_id)
+        if os.path.lexists(path):
+            trash = os.path.join(self.builds_dir, f".trash-{build_id}-{os.getpid()}")
+            os.rename(path, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def prune(self, keep: set[str]) -> list[str]:
+        """Remove every build but those in ``keep``, and leftovers of earlier clean-ups.
+
+        Returns:
+            list[str]: the ids removed.
+        """
+        removed = []
+        try:
+            for entry in os.listdir(self.builds_dir):
+                if entry.startswith(".trash-"):
+                    shutil.rmtree(os.path.join(self.builds_dir, entry), ignore_errors=True)
+        except OSError:
+            pass
+        tmp_link = os.path.join(self.top, f".{self.version}.publish-tmp")
+        if os.path.islink(tmp_link):
+            os.unlink(tmp_link)
+        for build_id in self.builds():
+            if build_id not in keep:
+                self.remove_build(build_id)
+                removed.append(build_id)
+        return removed
+
+
+@dataclass
+class Choice:
+    """Which build an install works on, and why.
+
+    Attributes:
+        plan (Plan): the plan for that build.
+        kind (str): ``"up to date"`` (the published build, nothing to do), ``"in place"`` (the
+            published build, only :data:`hpcstack.plan.IN_PLACE_STEPS` to redo), ``"resume"``
+            (the build in progress), ``"new"`` (a new stage prefix).
+        pending (list[str]): the steps a run would do.
+        replaces (str | None): id of the published build a new build replaces
+            (:data:`PRE_STAGING` for a prefix that is a real directory).
+    """
+
+    plan: Plan
+    kind: str
+    pending: list[str] = field(default_factory=list)
+    replaces: str | None = None
+
+
+def choose(layout: StackLayout, resolve_at: Callable[[str, str], Plan], force: bool = False) -> Choice:
+    """Decide which build an install works on; reads the disk, changes nothing.
+
+    1. A published build whose steps are all done is up to date; if only steps that may run in
+       place are pending (a new modulefile template, a new sanity check), they run on it.
+    2. Else a build in progress (named in the state file) is resumed.
+    3. Else a new build starts in a new stage prefix; the published one stays untouched.
+
+    Args:
+        layout (StackLayout): the stack.
+        resolve_at (Callable[[str, str], Plan]): returns the plan for a stage prefix and build id.
+        force (bool): redo every step (never in place: a forced install builds anew or redoes
+            the build in progress).
+    """
+    current = layout.published()
+    if current and not force:
+        plan = resolve_at(current, layout.id_of(current))
+        pending = pending_steps(plan)
+        if not pending:
+            return Choice(plan, "up to date")
+        if set(pending) <= set(IN_PLACE_STEPS):
+            return Choice(plan, "in place", pending)
+    state = layout.read_state()
+    building = state["building"]
+    if building and _valid_id(building) and layout.build_path(building) != current:
+        plan = resolve_at(layout.build_path(building), building)
+        return Choice(plan, "resume", pending_steps(plan, force), replaces=state["replaces"])
+    probe = resolve_at(layout.build_path("new"), "")
+    base = hashlib.sha256(probe.to_bash("").encode()).hexdigest()[:12]
+    taken = {layout.id_of(current), state["previous"]}
+    build_id, n = base, 1
+    while build_id in taken:
+        n += 1
+        build_id = f"{base}-{n}"
+    plan = resolve_at(layout.build_path(build_id), build_id)
+    replaces = (layout.id_of(current) or PRE_STAGING) if current else None
+    return Choice(plan, "new", [s.name for s in plan.steps], replaces=replaces)
+
+
+def _valid_id(build_id: str) -> bool:
+    return bool(re.fullmatch(r"[0-9a-f]{12}(-[0-9]+)?", build_id))
+
+
+def start(layout: StackLayout, choice: Choice) -> None:
+    """Before a new build runs: record it as the build in progress and clear away stale builds.
+
+    Keeps the published build and the previous one; a stale directory with the new build's id
+    (from a build whose state was lost) is removed so the new build starts clean.
+    """
+    if choice.kind != "new":
+        return
+    state = layout.read_state()
+    keep = {layout.id_of(layout.published()), state["previous"]} - {None, ""}
+    try:
+        layout.prune(keep)
+        if choice.plan.build_id not in keep:
+            layout.remove_build(choice.plan.build_id)
+    except OSError as exc:
+        raise HpcstackError(f"cannot clear old builds in {layout.builds_dir}: {describe_os_error(exc)}") from None
+    layout.write_state({"building": choice.plan.build_id, "replaces": choice.replaces,
+                        "previous": state["previous"]})
+
+
+def finish(layout: StackLayout, plan: Plan) -> list[str]:
+    """After every step of ``plan`` is done: forget the build in progress, keep the build it
+    replaced as the previous one, remove all others.
+
+    Returns:
+        list[str]: the build ids removed.
+    """
+    state = layout.read_state()
+    if not plan.build_id or state["building"] != plan.build_id:
+        return []
+    previous = state["replaces"] if state["replaces"] != plan.build_id else state["previous"]
+    if previous and not os.path.isdir(layout.build_path(previous)):
+        previous = None
+    layout.write_state({"building": None, "replaces": None, "previous": previous})
+    try:
+        return layout.prune({plan.build_id, previous} - {None})
+    except OSError as exc:
+        raise HpcstackError(f"published, but cannot remove old builds in {layout.builds_dir}: "
+                            f"{describe_os_error(exc)}") from None
+
+
+# ------------------------------------------------------------------------------- uninstall
+
+def default_marker(module_dir: str, name: str, version: str) -> str | None:
+    """Return the file that makes ``version`` the default of ``name`` in ``module_dir``, if any.
+
+    Recognised: a ``.version`` file with ``set ModulesVersion "<version>"`` (Environment
+    Modules, Lmod), a ``default`` symbolic link to ``<version>`` (or ``<version>.lua``), and a
+    ``.modulerc`` / ``.modulerc.lua`` that marks ``<name>/<version>`` as ``default``.
+    """
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    dot_version = os.path.join(module_dir, ".version")
+    m = re.search(r"^\s*set\s+ModulesVersion\s+[\"{]?([^\"}\s]+)", read(dot_version), re.M)
+    if m and m.group(1) == version:
+        return dot_version
+    link = os.path.join(module_dir, "default")
+    if os.path.islink(link) and os.path.basename(os.readlink(link)).removesuffix(".lua") == version:
+        return link
+    full = re.escape(f"{name}/{version}")
+    short = re.escape(f"/{version}")
+    rc = os.path.join(module_dir, ".modulerc")
+    if re.search(rf"^\s*module-version\s+[\"{{]?({full}|{short})[\"}}]?\s+.*\bdefault\b", read(rc), re.M):
+        return rc
+    rc_lua = rc + ".lua"
+    if re.search(rf"module_version\(\s*\"({full}|{short})\"\s*,\s*\"default\"", read(rc_lua)):
+        return rc_lua
+    return None
+
+
+def uninstall(layout: StackLayout, modulefile: str, stage_dir: str | None = None) -> list[str]:
+    """Remove a stack: its modulefile first (users stop seeing it), then its prefix link, then
+    its builds. Each removal is one atomic operation (unlink, or a rename aside before the
+    recursive delete), so an interrupted uninstall never leaves a module that points at a
+    half-deleted prefix; re-running it finishes the job.
+
+    Args:
+        layout (StackLayout): the stack.
+        modulefile (str): its modulefile.
+        stage_dir (str | None): its scratch stage dir (sources, build tree), removed too.
+
+    Returns:
+        list[str]: what was removed, for the report.
+
+    Raises:
+        HpcstackError: a removal fails (e.g. no permission).
+    """
+    removed = []
+    try:
+        if os.path.lexists(modulefile):
+            os.unlink(modulefile)
+            fsync_dir(os.path.dirname(modulefile))
+            removed.append(modulefile)
+        if os.path.islink(layout.prefix):
+            os.unlink(layout.prefix)
+            removed.append(layout.prefix)
+        elif os.path.isdir(layout.prefix):  # the layout before staging: a real directory
+            trash = os.path.join(layout.top, f".{layout.version}.trash-{os.getpid()}")
+            os.rename(layout.prefix, trash)
+            shutil.rmtree(trash)
+            removed.append(layout.prefix)
+        if os.path.isdir(layout.builds_dir):
+            trash = os.path.join(os.path.dirname(layout.builds_dir), f".trash-{layout.version}-{os.getpid()}")
+            os.rename(layout.builds_dir, trash)
+            shutil.rmtree(trash)
+            removed.append(layout.builds_dir)
+        if stage_dir and os.path.isdir(stage_dir):
+            shutil.rmtree(stage_dir)
+            removed.append(stage_dir)
+        if os.path.exists(layout.state_file):
+            os.unlink(layout.state_file)
+        for d in (os.path.dirname(layout.builds_dir), layout.top, os.path.dirname(modulefile)):
+            try:
+                os.rmdir(d)  # only when empty: other versions stay
+            except OSError:
+                pass
+    except OSError as exc:
+        raise HpcstackError(f"cannot remove {layout.name}/{layout.version}: {describe_os_error(exc)}; "
+                            "re-run the uninstall to finish") from None
+    return removed

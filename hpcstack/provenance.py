@@ -1,0 +1,225 @@
+"""Provenance: what a stack records about how it was made, in ``<stage prefix>/.hpcstack/``.
+
+==========================  ==========================================================
+``provenance.json``         hpcstack version, when, who, where, the command line, the
+                            recipe and site (file and sha256), the build id and paths
+``plan.json``               the resolved plan (:meth:`hpcstack.plan.Plan.to_json`)
+``install.sh``              the same plan as a bash script (what ``--dry-run`` prints)
+``recipe/``                 the recipe file as used, with its lock file and patches
+``site.yaml``               the site config file as used
+``site.json``               the site config as used, with ``--prefix``/``--module-root`` applied
+``steps/<step>.json``       each completed step: hash of its inputs, seconds, when
+``logs/<step>.log``         each step's output
+``pip-freeze.txt``          ``pip freeze --all`` of the stack's venv (sanity check step)
+``check-build.txt``         ``horovodrun --check-build`` (sanity check step, Horovod recipes)
+``timings.json``            seconds per step, summed over the runs that made the build
+==========================  ==========================================================
+
+``hpcstack show PREFIX`` or ``hpcstack show NAME/VERSION --site S`` prints them.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+from .plan import Plan, VerifySha256, write_atomic
+
+#: The files ``hpcstack show`` prints in full, in this order (the others it lists).
+SHOWN_IN_FULL = ("check-build.txt", "pip-freeze.txt")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def recipe_inputs(plan: Plan) -> list[str]:
+    """Files of the recipe the plan reads: declared inputs (lock files) and verified patches."""
+    files = []
+    for step in plan.steps:
+        for action in step.actions:
+            files += list(getattr(action, "inputs", ()))
+            if isinstance(action, VerifySha256):
+                files.append(action.path)
+    return list(dict.fromkeys(files))
+
+
+def record_inputs(plan: Plan, recipe_file: Path, site, argv: list[str] | None = None) -> Path:
+    """Write the plan, recipe, site config and provenance record into the build's ``.hpcstack``.
+
+    Called before the steps run (every run that has steps to do), so an interrupted build
+    already says what it was built from.
+
+    Args:
+        plan (Plan): the resolved plan.
+        recipe_file (Path): the recipe file.
+        site (hpcstack.site.Site): the site as loaded.
+        argv (list[str] | None): the command line (default ``sys.argv``).
+
+    Returns:
+        Path: the ``.hpcstack`` directory.
+
+    Raises:
+        OSError: the directory cannot be written (the caller reports it).
+    """
+    state = Path(plan.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    write_atomic(state / "plan.json", plan.to_json(__version__))
+    write_atomic(state / "install.sh", plan.to_bash(__version__), 0o644)
+    recipe_dir = state / "recipe"
+    if recipe_dir.exists():
+        shutil.rmtree(recipe_dir)
+    recipe_dir.mkdir()
+    shutil.copy2(recipe_file, recipe_dir / recipe_file.name)
+    copied = {}
+    for name in recipe_inputs(plan):
+        src = Path(name)
+        if not src.is_file():
+            continue
+        try:
+            rel = src.resolve().relative_to(recipe_file.resolve().parent)
+        except ValueError:
+            rel = Path(src.name)
+        (recipe_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, recipe_dir / rel)
+        copied[str(rel)] = _sha256(src)
+    try:
+        write_atomic(state / "site.yaml", site.path.read_text())
+    except OSError:
+        pass
+    used = {**site.raw, "install_root": site.install_root, "module_root": site.module_root,
+            "cache_dir": site.cache_dir, "stage_root": site.stage_root}
+    write_atomic(state / "site.json", json.dumps(used, indent=1, default=str) + "\n")
+    record = {
+        "hpcstack": __version__,
+        "python": sys.version.split()[0],
+        "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "user": _user(),
+        "host": socket.gethostname(),
+        "command": ["hpcstack", *(sys.argv[1:] if argv is None else argv)],
+        "title": plan.title,
+        "recipe": {"file": str(recipe_file), "sha256": _sha256(recipe_file), "inputs": copied},
+        "site": {"name": site.name, "file": str(site.path),
+                 "sha256": _sha256(site.path) if site.path.is_file() else None},
+        "prefix": plan.prefix,
+        "stage_prefix": plan.build_prefix,
+        "build_id": plan.build_id,
+        "modulefile": plan.modulefile,
+    }
+    write_atomic(state / "provenance.json", json.dumps(record, indent=1) + "\n")
+    return state
+
+
+def record_timings(plan: Plan, timings: dict[str, float]) -> None:
+    """Add this run's seconds per step to ``timings.json`` (a resumed build sums its runs)."""
+    path = Path(plan.state_dir) / "timings.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        old = {}
+    seconds = old.get("seconds", {}) if isinstance(old, dict) else {}
+    runs = old.get("runs", 0) if isinstance(old, dict) else 0
+    for step, value in timings.items():
+        seconds[step] = round(seconds.get(step, 0) + value, 1)
+    doc = {"hpcstack": __version__, "runs": runs + 1, "seconds": seconds,
+           "total": round(sum(seconds.values()), 1)}
+    write_atomic(path, json.dumps(doc, indent=1) + "\n")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def describe(build_dir: Path, prefix: Path | None = None) -> dict:
+    """Collect what a build records about itself.
+
+    Args:
+        build_dir (Path): the build's real directory (a stage prefix).
+        prefix (Path | None): the stable prefix it was reached by, if any.
+
+    Returns:
+        dict: ``provenance`` (the record, or None), ``steps`` (name → record), ``files``
+        (name → path of each provenance file present), ``build_dir``, ``prefix``.
+    """
+    state = build_dir / ".hpcstack"
+    try:
+        record = json.loads((state / "provenance.json").read_text())
+    except (OSError, ValueError):
+        record = None
+    steps = {}
+    for path in sorted((state / "steps").glob("*.json")):
+        try:
+            steps[path.stem] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            steps[path.stem] = {"step": path.stem, "unreadable": True}
+    files = {}
+    for name in ("provenance.json", "plan.json", "install.sh", "site.yaml", "site.json",
+                 "pip-freeze.txt", "check-build.txt", "timings.json"):
+        if (state / name).is_file():
+            files[name] = str(state / name)
+    for path in sorted((state / "recipe").rglob("*")):
+        if path.is_file():
+            files[f"recipe/{path.relative_to(state / 'recipe')}"] = str(path)
+    for path in sorted((state / "logs").glob("*.log")):
+        files[f"logs/{path.name}"] = str(path)
+    return {"build_dir": str(build_dir), "prefix": str(prefix) if prefix else None,
+            "provenance": record, "steps": steps, "files": files}
+
+
+def render(info: dict, order: list[str] | None = None) -> str:
+    """Render :func:`describe`'s result for a terminal.
+
+    Args:
+        info (dict): from :func:`describe`.
+        order (list[str] | None): step names in plan order (default: as recorded).
+    """
+    rec = info["provenance"] or {}
+    lines = []
+    title = rec.get("title") or info["build_dir"]
+    lines.append(f"==> {title}")
+    if info["prefix"] and info["prefix"] == info["build_dir"]:
+        lines.append(f"prefix:        {info['prefix']} (a build directory itself: the layout before staging)")
+    elif info["prefix"]:
+        lines.append(f"prefix:        {info['prefix']} -> {info['build_dir']}")
+    else:
+        lines.append(f"build:         {info['build_dir']}")
+    if rec:
+        lines += [
+            f"built by:      hpcstack {rec.get('hpcstack')} (python {rec.get('python')}), "
+            f"{rec.get('user')}@{rec.get('host')}, {rec.get('recorded')}",
+            f"command:       {' '.join(rec.get('command', []))}",
+            f"recipe:        {rec.get('recipe', {}).get('file')} (sha256 {str(rec.get('recipe', {}).get('sha256'))[:16]}…)",
+            f"site:          {rec.get('site', {}).get('name')} ({rec.get('site', {}).get('file')})",
+            f"modulefile:    {rec.get('modulefile')}",
+            f"build id:      {rec.get('build_id') or '(built in place)'}",
+        ]
+        for name, sha in sorted(rec.get("recipe", {}).get("inputs", {}).items()):
+            lines.append(f"recipe input:  {name} (sha256 {sha[:16]}…)")
+    names = order or list(info["steps"])
+    lines.append("steps:")
+    for name in names:
+        s = info["steps"].get(name)
+        if s and not s.get("unreadable"):
+            lines.append(f"  {name:<12} done   {s.get('seconds', '?'):>7} s  {s.get('finished', '')}  "
+                         f"hash {str(s.get('hash'))[:12]}")
+        else:
+            lines.append(f"  {name:<12} not done")
+    lines.append("files:")
+    for name, path in info["files"].items():
+        lines.append(f"  {name:<22} {path}")
+    for name in SHOWN_IN_FULL:
+        if name in info["files"]:
+            lines.append(f"==> {name}")
+            lines.append(Path(info["files"][name]).read_text(errors="replace").rstrip("\n"))
+    return "\n".join(lines) + "\n"

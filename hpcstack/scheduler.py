@@ -1,0 +1,418 @@
+"""Slurm backend of ``hpcstack validate``: a job script from a template, ``sbatch``, polling.
+
+In the manner of ReFrame's Slurm backend (``reframe/core/schedulers/slurm.py``): the job script is
+rendered from ``scripts/slurm-job.sh.j2`` (jinja2, ``trim_blocks``/``lstrip_blocks``) from a
+:class:`BatchJob`, submitted with ``sbatch --parsable``, and followed by polling
+``squeue -h -j ID`` every 0.2 s (``sbatch --wait`` polls slowly: 2 s, 4 s, ...; facts.md); once
+the job has left the queue its final state and exit code come from ``scontrol show job`` (kept for
+``MinJobAge`` seconds) or, after that, from the ``jobcomp/filetxt`` file (there is no ``sacct``
+without slurmdbd).
+
+When hpcstack runs as root and a submit user is given (the localhost site: ``hpcstack-test``),
+jobs are submitted with ``runuser -u USER -- sbatch``: root's PATH leaks into jobs and Open MPI's
+``mpirun`` refuses root (facts.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import jinja2
+
+from . import data_root
+from .errors import HpcstackError
+
+#: The job script template, under the data root.
+TEMPLATE = "scripts/slurm-job.sh.j2"
+
+#: States in which a job is still in the queue (``squeue`` lists it).
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
+                 "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_HOLD",
+                 "REQUEUE_FED", "SPECIAL_EXIT")
+
+_SLURM_HINT = ("is Slurm running? (localhost: scripts/localhost-slurm install && "
+               "scripts/localhost-slurm up; or validate with --local)")
+
+
+@dataclass(frozen=True)
+class JobStep:
+    """One command of a job script, run after the previous one whatever its exit status.
+
+    Args:
+        name (str): a label (e.g. the backend, ``horovod``).
+        command (str): the shell command line (already quoted).
+        status_file (str): file the script writes the step's exit status into.
+    """
+
+    name: str
+    command: str
+    status_file: str
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """Everything a Slurm job script asks for and runs.
+
+    Args:
+        name (str): ``--job-name``.
+        nodes (int): ``--nodes``.
+        tasks_per_node (int): ``--ntasks-per-node`` (one rank per GPU on GPU nodes).
+        cpus_per_task (int): ``--cpus-per-task``; also ``OMP_NUM_THREADS`` and
+            ``SRUN_CPUS_PER_TASK`` (srun >= 22.05 does not inherit ``--cpus-per-task``).
+        time_limit (str): ``--time``, ``[D-]HH:MM:SS``.
+        output (str): ``--output`` path (``%j`` is the job id); stdout and stderr both go there.
+        workdir (str): ``--chdir``.
+        module_init (str): the module tool's bash init script, sourced by the job: with
+            ``--export=NONE`` the job does not inherit the ``module`` function.
+        partition, qos, account (str | None): as for sbatch; None leaves the option out.
+        gpus_per_node (int): ``--gres=gpu:N`` when > 0.
+        exclusive (bool): ``--exclusive`` (whole nodes: no other job disturbs the figures).
+        export_none (bool): ``--export=NONE``: the job starts from a clean environment, not the
+            submitter's; the script then exports ``SLURM_EXPORT_ENV=ALL`` so that ``srun`` steps
+            see the loaded modules.
+        module_use (list[str]): directories for ``module use``.
+        module_load (list[str]): modules to load.
+        env (dict[str, str]): variables to export after loading the modules (values are quoted).
+        setup (list[str]): shell lines run before the steps (e.g. the host list for horovodrun).
+        steps (list[JobStep]): the commands, run in order.
+        comments (list[str]): lines for the header comment.
+        unset_bash_env (bool): ``unset BASH_ENV`` before the module init, so that a site's Lmod
+            ``BASH_ENV`` does not replace Environment Modules in child shells (facts.md).
+    """
+
+    name: str
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+    time_limit: str
+    output: str
+    workdir: str
+    module_init: str
+    partition: str | None = None
+    qos: str | None = None
+    account: str | None = None
+    gpus_per_node: int = 0
+    exclusive: bool = False
+    export_none: bool = True
+    module_use: list[str] = field(default_factory=list)
+    module_load: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)
+    steps: list[JobStep] = field(default_factory=list)
+    comments: list[str] = field(default_factory=list)
+    unset_bash_env: bool = False
+
+    def sbatch_options(self) -> list[str]:
+        """Return the ``#SBATCH`` options, in the order they appear in the script."""
+        opts = [f"--job-name={self.name}"]
+        opts += [f"--partition={self.partition}"] if self.partition else []
+        opts += [f"--qos={self.qos}"] if self.qos else []
+        opts += [f"--account={self.account}"] if self.account else []
+        opts += [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}",
+                 f"--cpus-per-task={self.cpus_per_task}"]
+        opts += [f"--gres=gpu:{self.gpus_per_node}"] if self.gpus_per_node else []
+        opts += ["--exclusive"] if self.exclusive else []
+        opts += [f"--time={self.time_limit}", f"--output={self.output}", f"--chdir={self.workdir}"]
+        opts += ["--export=NONE"] if self.export_none else []
+        return opts
+
+
+def launch_command(launcher: str, program: list[str], *, nodes: int, tasks_per_node: int,
+                   cpus_per_task: int, mpi: str | None = None) -> str:
+    """Return the shell line that starts ``program`` on every rank of the allocation.
+
+    Args:
+        launcher (str): ``srun``, ``mpirun`` or ``horovodrun``.
+        program (list[str]): the program and its arguments.
+        nodes, tasks_per_node, cpus_per_task (int): the allocation's shape.
+        mpi (str | None): ``srun --mpi=`` plugin (``pmix`` for Debian's Open MPI, which has no
+            Slurm PMI2); None uses the cluster's ``MpiDefault``.
+
+    Returns:
+        str: e.g. ``srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 python …``.
+        ``horovodrun`` needs ``$HOROVOD_HOSTS`` from :func:`launcher_setup`.
+
+    Raises:
+        ValueError: unknown launcher.
+    """
+    prog = shlex.join(program)
+    ranks = nodes * tasks_per_node
+    if launcher == "srun":
+        mpi_opt = f"--mpi={mpi} " if mpi else ""
+        return (f"srun {mpi_opt}--nodes={nodes} --ntasks-per-node={tasks_per_node} "
+                f"--cpus-per-task={cpus_per_task} {prog}")
+    if launcher == "mpirun":
+        return f"mpirun -np {ranks} --map-by ppr:{tasks_per_node}:node --bind-to none {prog}"
+    if launcher == "horovodrun":
+        return f'horovodrun -np {ranks} -H "$HOROVOD_HOSTS" {prog}'
+    raise ValueError(f"unknown launcher {launcher!r} (srun, mpirun or horovodrun)")
+
+
+def launcher_setup(launcher: str, tasks_per_node: int) -> list[str]:
+    """Shell lines a launcher needs before it runs (``horovodrun``: ``host:slots,…``)."""
+    if launcher == "horovodrun":
+        return [f'HOROVOD_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | '
+                f"sed 's/$/:{tasks_per_node}/' | paste -sd, -)"]
+    return []
+
+
+def render_job_script(job: BatchJob, header: str = "") -> str:
+    """Render the job script for ``job`` from :data:`TEMPLATE`.
+
+    Args:
+        job (BatchJob): what to ask for and run.
+        header (str): first comment line (what the job is for).
+
+    Returns:
+        str: the bash job script.
+    """
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_root())), trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined)
+    return env.get_template(TEMPLATE).render(
+        header=header, comments=job.comments, options=job.sbatch_options(),
+        module_init=shlex.quote(job.module_init), unset_bash_env=job.unset_bash_env,
+        module_use=[shlex.quote(d) for d in job.module_use],
+        module_load=[shlex.quote(m) for m in job.module_load],
+        export_none=job.export_none, cpus_per_task=job.cpus_per_task,
+        env=[(k, shlex.quote(v)) for k, v in job.env.items()], setup=job.setup,
+        steps=[{"name": s.name, "command": s.command, "status_file": shlex.quote(s.status_file)}
+               for s in job.steps])
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job's state as Slurm reports it.
+
+    Attributes:
+        job_id (str): the id.
+        state (str): ``JobState`` (``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``,
+            ``TIMEOUT``, ``CANCELLED``, ``NODE_FAIL``, …; ``UNKNOWN`` when Slurm no longer knows it).
+        exit_code (str): ``ExitCode`` as ``status:signal`` (``"1:0"``; ``"0:15"`` after SIGTERM).
+        nodelist (str): nodes it ran on.
+        elapsed (str): ``RunTime``, ``[D-]HH:MM:SS``.
+        reason (str): ``Reason`` (why pending, or why it failed).
+        stdout (str | None): its output file.
+        source (str): where this came from: ``squeue``, ``scontrol`` or ``jobcomp``.
+    """
+
+    job_id: str
+    state: str
+    exit_code: str = ""
+    nodelist: str = ""
+    elapsed: str = ""
+    reason: str = ""
+    stdout: str | None = None
+    source: str = ""
+
+    @property
+    def finished(self) -> bool:
+        """True when the job has left the queue."""
+        return self.state not in ACTIVE_STATES
+
+    @property
+    def ok(self) -> bool:
+        """True when the job ended COMPLETED with exit code 0."""
+        return self.state == "COMPLETED" and self.exit_code in ("0:0", "")
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """Parse Slurm's ``Key=Value Key2=Value two …`` lines (``scontrol show job -o``, jobcomp).
+
+    Values may contain spaces; a new key starts at a space followed by ``Name=``.
+
+    Example:
+        >>> parse_key_values("JobId=7 JobName=a b JobState=FAILED ExitCode=3:0")["JobName"]
+        'a b'
+    """
+    pairs = re.finditer(r"(?:^|\s)([A-Za-z][\w:/.]*)=(.*?)(?=\s+[A-Za-z][\w:/.]*=|\s*$)", text.strip())
+    return {m.group(1): m.group(2) for m in pairs}
+
+
+def info_from_fields(job_id: str, fields: dict[str, str], source: str) -> JobInfo:
+    """Build a :class:`JobInfo` from parsed ``scontrol``/jobcomp fields."""
+    return JobInfo(job_id=job_id, state=(fields.get("JobState") or "UNKNOWN").split()[0],
+                   exit_code=fields.get("ExitCode", ""), nodelist=fields.get("NodeList", ""),
+                   elapsed=fields.get("RunTime", ""), reason=fields.get("Reason", ""),
+                   stdout=fields.get("StdOut"), source=source)
+
+
+def tail(path: str | None, lines: int = 20) -> list[str]:
+    """Return the last ``lines`` lines of a file (``["(no output file …)"]`` when missing)."""
+    if not path:
+        return ["(no output file)"]
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError as exc:
+        return [f"(cannot read {path}: {exc.strerror})"]
+    return text.splitlines()[-lines:]
+
+
+class Slurm:
+    """Submit and follow jobs with the Slurm client commands.
+
+    Args:
+        submit_as (str | None): when running as root, submit as this user
+            (``runuser -u USER -- sbatch``); ignored for other users.
+        poll_interval (float): seconds between ``squeue`` calls (default 0.2).
+        run (Callable): ``subprocess.run`` or a stand-in (tests).
+
+    Example:
+        >>> slurm = Slurm(submit_as="hpcstack-test")            # doctest: +SKIP
+        >>> job_id = slurm.submit(Path("/tmp/v/n1/job.sh"))     # doctest: +SKIP
+        >>> slurm.wait([job_id])[job_id].state                  # doctest: +SKIP
+        'COMPLETED'
+    """
+
+    def __init__(self, submit_as: str | None = None, poll_interval: float = 0.2,
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run):
+        self.submit_as = submit_as if os.geteuid() == 0 else None
+        self.poll_interval = poll_interval
+        self._run = run
+        self._jobcomp: str | None | bool = False  # False: not looked up yet
+
+    def _call(self, argv: list[str], cwd: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        try:
+            return self._run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                             stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise HpcstackError(f"{argv[0]} not found; {_SLURM_HINT}")
+        except subprocess.TimeoutExpired:
+            raise HpcstackError(f"{shlex.join(argv)} did not answer in {timeout:.0f} s; {_SLURM_HINT}")
+
+    def submit(self, script: Path, cwd: str | None = None) -> str:
+        """Submit a job script with ``sbatch --parsable``.
+
+        Args:
+            script (Path): the job script (readable by the submit user).
+            cwd (str | None): where to run sbatch (default the script's directory).
+
+        Returns:
+            str: the job id.
+
+        Raises:
+            HpcstackError: sbatch missing, or it refused the job (its message is shown).
+        """
+        argv = ["sbatch", "--parsable", str(script)]
+        if self.submit_as:
+            argv = ["runuser", "-u", self.submit_as, "--", *argv]
+        proc = self._call(argv, cwd=cwd or str(Path(script).parent))
+        if proc.returncode != 0:
+            msg = " ".join(proc.stderr.split()) or f"exit status {proc.returncode}"
+            down = ("contact", "connect", "configuration source", "slurm.conf", "timed out")
+            hint = f"; {_SLURM_HINT}" if any(word in msg.lower() for word in down) else ""
+            raise HpcstackError(f"sbatch refused {script}: {msg}{hint}")
+        job_id = proc.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise HpcstackError(f"sbatch --parsable printed {proc.stdout.strip()!r}, not a job id")
+        return job_id
+
+    def queued(self, job_ids: list[str]) -> dict[str, str]:
+        """Return ``{job id: state}`` for the jobs ``squeue`` still lists."""
+        proc = self._call(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"])
+        if proc.returncode != 0:
+            if "Invalid job id" in proc.stderr:  # all purged already
+                return {}
+            raise HpcstackError(f"squeue failed: {' '.join(proc.stderr.split())}; {_SLURM_HINT}")
+        states = {}
+        for line in proc.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 2:
+                states[parts[0]] = parts[1]
+        return states
+
+    def info(self, job_id: str) -> JobInfo:
+        """Return a job's state: ``scontrol show job``, else the jobcomp file, else UNKNOWN."""
+        proc = self._call(["scontrol", "show", "job", "-o", job_id])
+        if proc.returncode == 0 and proc.stdout.strip():
+            return info_from_fields(job_id, parse_key_values(proc.stdout), "scontrol")
+        found = self.jobcomp_info(job_id)
+        return found or JobInfo(job_id, "UNKNOWN", reason="not known to scontrol nor in the jobcomp file")
+
+    def jobcomp_location(self) -> str | None:
+        """Return the ``jobcomp/filetxt`` file of the cluster (``scontrol show config``), if any."""
+        if self._jobcomp is False:
+            self._jobcomp = None
+            proc = self._call(["scontrol", "show", "config"])
+            conf = dict(re.findall(r"^(\w+)\s*=\s*(.*?)\s*$", proc.stdout, re.M)) if proc.returncode == 0 else {}
+            if conf.get("JobCompType") == "jobcomp/filetxt" and conf.get("JobCompLoc"):
+                self._jobcomp = conf["JobCompLoc"]
+        return self._jobcomp or None
+
+    def jobcomp_info(self, job_id: str, path: str | None = None) -> JobInfo | None:
+        """Find a finished job in a ``jobcomp/filetxt`` file (its last entry for ``job_id``).
+
+        Args:
+            job_id (str): the job.
+            path (str | None): the file; default from :meth:`jobcomp_location`.
+        """
+        path = path or self.jobcomp_location()
+        if not path:
+            return None
+        try:
+            lines = Path(path).read_text(errors="replace").splitlines()
+        except OSError:
+            return None
+        for line in reversed(lines):
+            if line.startswith(f"JobId={job_id} "):
+                return info_from_fields(job_id, parse_key_values(line), "jobcomp")
+        return None
+
+    def wait(self, job_ids: list[str], timeout: float | None = None,
+             on_change: Callable[[JobInfo], None] | None = None) -> dict[str, JobInfo]:
+        """Poll ``squeue`` until every job has left the queue; return their final states.
+
+        Args:
+            job_ids (list[str]): the jobs.
+            timeout (float | None): seconds; None waits as long as it takes.
+            on_change (Callable | None): called with a :class:`JobInfo` (source ``squeue``) when a
+                job changes state, and with the final one when it ends.
+
+        Returns:
+            dict[str, JobInfo]: job id -> final state.
+
+        Raises:
+            HpcstackError: timeout (the jobs are left alone; their ids are named).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last: dict[str, str] = {}
+        done: dict[str, JobInfo] = {}
+        pending = list(job_ids)
+        while pending:
+            states = self.queued(pending)
+            for job_id in list(pending):
+                state = states.get(job_id)
+                if state is None:
+                    done[job_id] = info = self.info(job_id)
+                    pending.remove(job_id)
+                    if on_change:
+                        on_change(info)
+                elif state != last.get(job_id):
+                    last[job_id] = state
+                    if on_change:
+                        on_change(JobInfo(job_id, state, source="squeue"))
+            if not pending:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise HpcstackError(f"jobs {', '.join(pending)} still queued or running after "
+                                    f"{timeout:.0f} s (scancel {' '.join(pending)} to stop them)")
+            time.sleep(self.poll_interval)
+        return done
+
+    def cancel(self, job_ids: list[str]) -> None:
+        """``scancel`` the jobs (as root directly; Slurm lets root cancel any job)."""
+        if job_ids:
+            proc = self._call(["scancel", *job_ids])
+            if proc.returncode != 0:
+                print(f"warning: scancel {' '.join(job_ids)}: {proc.stderr.strip()}", file=sys.stderr)

@@ -1,0 +1,225 @@
+"""Stage prefixes, publish, resume, clean-up and uninstall (hpcstack.builds), with plans of plain
+file writes run by the real runner; and the runner's preflight and failure diagnosis."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hpcstack import builds
+from hpcstack.errors import ConfigError
+from hpcstack.plan import Plan, Publish, Run, Step, WriteFile
+from hpcstack.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
+
+
+class Stack:
+    """A stack ``t/1`` whose plan writes ``payload`` (build step) and a modulefile (module step)."""
+
+    def __init__(self, root: Path):
+        self.layout = builds.StackLayout(str(root / "sw"), "t", "1")
+        self.modulefile = str(root / "mf" / "t" / "1")
+        self.payload = "v1"
+        self.module_text = "root PREFIX\n"
+
+    def resolve_at(self, stage: str, build_id: str) -> Plan:
+        where = stage or self.layout.prefix
+        steps = [Step("build", "build", [WriteFile(os.path.join(where, "payload"), self.payload)]),
+                 Step("module", "publish", [Publish(self.layout.prefix, where),
+                                            WriteFile(self.modulefile, self.module_text)])]
+        steps[-1].outputs += [self.modulefile, self.layout.prefix]
+        return Plan("t/1 for site x", self.layout.prefix, [], [], steps, {}, self.modulefile,
+                    stage_prefix=stage, build_id=build_id)
+
+    def install(self, force: bool = False, stop_after: str | None = None) -> builds.Choice:
+        choice = builds.choose(self.layout, self.resolve_at, force)
+        builds.start(self.layout, choice)
+        Runner(choice.plan, dict(os.environ), stop_after=stop_after, force=force).run()
+        if not pending_steps(choice.plan):
+            builds.finish(self.layout, choice.plan)
+        return choice
+
+    def published_payload(self) -> str:
+        return Path(self.layout.prefix, "payload").read_text()
+
+
+@pytest.fixture
+def stack(tmp_path):
+    return Stack(tmp_path)
+
+
+def test_first_install_publishes_a_relative_link_to_a_new_build(stack):
+    choice = stack.install()
+    assert choice.kind == "new" and len(choice.plan.build_id) == 12
+    link = os.readlink(stack.layout.prefix)
+    assert link == f".builds/1/{choice.plan.build_id}"
+    assert stack.published_payload() == "v1" and Path(stack.modulefile).is_file()
+    assert builds.choose(stack.layout, stack.resolve_at).kind == "up to date"
+
+
+def test_a_changed_build_goes_beside_and_the_one_before_it_is_kept(stack):
+    first = stack.install().plan.build_id
+    stack.payload = "v2"
+    second = stack.install()
+    assert second.kind == "new" and second.replaces == first and second.plan.build_id != first
+    assert stack.published_payload() == "v2"
+    assert stack.layout.builds() == sorted([first, second.plan.build_id])
+    assert stack.layout.read_state() == {"building": None, "replaces": None, "previous": first}
+    stack.payload = "v3"
+    third = stack.install().plan.build_id
+    assert stack.layout.builds() == sorted([second.plan.build_id, third])  # the oldest is gone
+
+
+def test_a_forced_rebuild_of_the_same_plan_gets_a_new_id(stack):
+    first = stack.install().plan.build_id
+    again = stack.install(force=True)
+    assert again.plan.build_id == f"{first}-2"
+    assert os.readlink(stack.layout.prefix).endswith(f"{first}-2")
+
+
+def test_a_module_only_change_runs_in_place_on_the_published_build(stack):
+    first = stack.install().plan.build_id
+    stack.module_text = "root PREFIX\n# new template\n"
+    choice = stack.install()
+    assert choice.kind == "in place" and choice.pending == ["module"] and choice.plan.build_id == first
+    assert "new template" in Path(stack.modulefile).read_text()
+    assert stack.layout.builds() == [first]
+
+
+def test_an_unfinished_build_is_resumed_and_publishes_nothing_until_done(stack):
+    choice = stack.install(stop_after="build")
+    assert not os.path.lexists(stack.layout.prefix) and not os.path.exists(stack.modulefile)
+    assert stack.layout.read_state()["building"] == choice.plan.build_id
+    stack.payload = "v1b"  # the plan changes while the build is unfinished: still that build
+    again = builds.choose(stack.layout, stack.resolve_at)
+    assert again.kind == "resume" and again.plan.build_id == choice.plan.build_id
+    assert again.pending == ["build", "module"]
+    stack.install()
+    assert stack.published_payload() == "v1b"
+
+
+def test_a_prefix_from_before_staging_is_adopted_then_moved_aside(stack):
+    os.makedirs(stack.layout.prefix)
+    Path(stack.layout.prefix, "payload").write_text("old")
+    assert stack.layout.published() == stack.layout.prefix
+    choice = stack.install()
+    assert choice.kind == "new" and choice.replaces == builds.PRE_STAGING
+    assert os.path.islink(stack.layout.prefix) and stack.published_payload() == "v1"
+    assert Path(stack.layout.build_path(builds.PRE_STAGING), "payload").read_text() == "old"
+    assert stack.layout.read_state()["previous"] == builds.PRE_STAGING
+
+
+def test_publish_renders_the_same_switch_it_performs(tmp_path):
+    target = tmp_path / "t" / ".builds" / "1" / "abc"
+    target.mkdir(parents=True)
+    action = Publish(str(tmp_path / "t" / "1"), str(target))
+    script = action.to_bash()
+    assert "ln -sfn .builds/1/abc " in script
+    assert script.endswith(f"mv -T {tmp_path}/t/.1.publish-tmp {tmp_path}/t/1")
+    import subprocess
+
+    (tmp_path / "t" / "1").mkdir()  # the layout before staging: moved aside, then linked
+    (tmp_path / "t" / "1" / "old").write_text("")
+    assert subprocess.run(["bash", "-c", script]).returncode == 0
+    assert os.readlink(tmp_path / "t" / "1") == ".builds/1/abc"
+    assert (tmp_path / "t" / ".builds" / "1" / "pre-staging" / "old").is_file()
+    assert subprocess.run(["bash", "-c", script]).returncode == 0  # again: only the link switches
+
+
+# ----------------------------------------------------------------------------- uninstall
+
+@pytest.mark.parametrize("name, text, is_default", [
+    (".version", 'set ModulesVersion "1"\n', True),
+    (".version", "#%Module\nset ModulesVersion {1}\n", True),
+    (".version", 'set ModulesVersion "2"\n', False),
+    (".modulerc", "#%Module\nmodule-version t/1 default\n", True),
+    (".modulerc.lua", 'module_version("t/1", "default")\n', True),
+    (".modulerc.lua", 'module_version("t/2", "default")\n', False),
+])
+def test_default_marker_files(tmp_path, name, text, is_default):
+    (tmp_path / name).write_text(text)
+    found = builds.default_marker(str(tmp_path), "t", "1")
+    assert (found == str(tmp_path / name)) is is_default
+
+
+def test_default_marker_link(tmp_path):
+    os.symlink("1", tmp_path / "default")
+    assert builds.default_marker(str(tmp_path), "t", "1") == str(tmp_path / "default")
+    assert builds.default_marker(str(tmp_path), "t", "2") is None
+
+
+def test_uninstall_removes_modulefile_link_builds_and_state_but_not_other_versions(stack, tmp_path):
+    stack.install()
+    other = Stack(tmp_path)
+    other.layout = builds.StackLayout(str(tmp_path / "sw"), "t", "2")
+    other.modulefile = str(tmp_path / "mf" / "t" / "2")
+    other.install()
+    removed = builds.uninstall(stack.layout, stack.modulefile)
+    assert removed[0] == stack.modulefile  # the modulefile goes first
+    assert not os.path.lexists(stack.layout.prefix) and not os.path.exists(stack.layout.builds_dir)
+    assert not os.path.exists(stack.layout.state_file)
+    assert Path(other.layout.prefix, "payload").read_text() == "v1" and Path(other.modulefile).is_file()
+
+
+# --------------------------------------------------------------------- runner: preflight, diagnosis
+
+def test_preflight_names_missing_commands_and_compilers(tmp_path):
+    plan = Plan("x", str(tmp_path / "p"), ["python"], [], [
+        Step("build", "b", [Run(("no-such-tool-xyz", "--help")),
+                            Run((str(tmp_path / "p" / "venv" / "bin" / "python"), "-V"), env={"CC": "no-such-cc -m64"})]),
+        Step("install", "i", [Run(("true",))])], {}, str(tmp_path / "mf"))
+    with pytest.raises(ConfigError) as err:
+        preflight(plan, {"PATH": os.environ["PATH"]}, ["build", "install"], "site.yaml")
+    lines = err.value.lines()
+    assert len(lines) == 2
+    assert lines[0].startswith("step build: command 'no-such-tool-xyz' not found")
+    assert lines[1].startswith("step build: compiler CC=no-such-cc not found") and "site.yaml" in lines[1]
+    preflight(plan, {"PATH": os.environ["PATH"]}, ["install"])  # only the steps that will run
+
+
+PIP_LOG = """\
+ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have tampered with them.
+    six==1.16.0 from https://files.pythonhosted.org/packages/d9/5a/x/six-1.16.0-py2.py3-none-any.whl#sha256=8abb (from -r /r/1.0.pypi.lock (line 2)):
+        Expected sha256 0000000000000000000000000000000000000000000000000000000000000000
+             Got        8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254
+"""
+UV_LOG = """\
+error: Failed to download `six==1.16.0`
+  cause: Hash mismatch for `six==1.16.0`
+
+         Expected:
+           sha256:0000000000000000000000000000000000000000000000000000000000000000
+
+         Computed:
+           sha256:8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254
+"""
+
+
+@pytest.mark.parametrize("log", [PIP_LOG, UV_LOG], ids=["pip", "uv"])
+def test_a_hash_mismatch_in_a_log_becomes_one_line_with_both_hashes(log):
+    line = diagnose(log)
+    assert line.startswith("sha256 mismatch for six")
+    assert "expected " + "0" * 64 in line and "got 8abb2f1d" in line and "\n" not in line
+
+
+def test_network_failures_are_named():
+    uv = "error: Failed to fetch: `https://pypi.org/simple/six/`\n  cause: error sending request for url\n  cause: Connection refused (os error 111)"
+    pip = ("WARNING: Retrying ... NewConnectionError: Failed to establish a new connection: [Errno 111] Connection refused\n"
+           "ERROR: Could not find a version that satisfies the requirement six==1.16.0 (from versions: none)")
+    for log in (uv, pip):
+        assert diagnose(log).startswith("cannot download packages (")
+    assert diagnose("some other failure") is None
+
+
+def test_a_full_filesystem_is_named(tmp_path):
+    assert full_filesystem([str(tmp_path / "not" / "yet")]) is None
+    line = full_filesystem([str(tmp_path / "not" / "yet")], min_free=1 << 62)
+    assert line.startswith(f"No space left on device: the filesystem of {tmp_path} is full")
+
+
+def test_step_records_are_json_with_the_hash(stack):
+    choice = stack.install()
+    record = json.loads(Path(choice.plan.state_dir, "steps", "build.json").read_text())
+    assert record["hash"] == choice.plan.step_hashes()["build"]

@@ -1,0 +1,366 @@
+"""Fault injection on the tiny recipe (real venv, pip, patch, build, Environment Modules).
+
+``kill -9`` at each step in turn and resume; the published stack and its module untouched while
+a new build runs and dies; two installs at once; a tampered wheel; a full disk; bad input and
+bad luck (missing module, missing compiler, no network, bad recipe, unknown site, wrong types).
+Throughout, a watcher thread reads the modulefile every few milliseconds: whenever it exists,
+the prefix it names must be a complete build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, bash_modules, hpcstack, make_sdist, write_tiny_recipe
+from hpcstack.plan import STEP_ORDER
+
+pytestmark = pytest.mark.integration
+
+#: Steps killed from outside (SIGKILL to the whole process group, as a dropped session does) as
+#: soon as their log appears: each runs a command for a second or more. The others are too quick
+#: to hit from outside; the runner's failpoint kills them between two of their actions.
+KILLED_FROM_OUTSIDE = ("venv", "wheels", "build")
+#: Interrupted with Ctrl-C (SIGINT to the process group) instead.
+INTERRUPTED = ("sanitycheck",)
+
+
+class Tiny:
+    """The tiny recipe in a temporary root: install it, start it in the background, load it."""
+
+    def __init__(self, root: Path, site: str = "localhost", url: str | None = None):
+        self.root = root
+        self.sdist = make_sdist(root)
+        self.recipe = write_tiny_recipe(root / "recipes", self.sdist)
+        if url:
+            self.recipe.write_text(self.recipe.read_text().replace(self.sdist.as_uri(), url))
+        self.args = ["--site", site, "--prefix", str(root / "sw"), "--module-root", str(root / "mf")]
+        self.prefix = root / "sw" / "tiny" / "1.0"
+        self.builds = root / "sw" / "tiny" / ".builds" / "1.0"
+        self.state = root / "sw" / ".hpcstack" / "state" / "tiny-1.0.json"
+        self.modulefile = root / "mf" / "tiny" / "1.0"
+        self.patch = self.recipe.parent / "patches" / "tiny.patch"
+
+    def install(self, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return hpcstack("install", str(self.recipe), *self.args, *extra, env=env)
+
+    def start(self, *extra: str, env: dict | None = None, name: str = "run") -> subprocess.Popen:
+        """Start an install in its own session; output goes to ``<root>/<name>.out`` / ``.err``."""
+        out = open(self.root / f"{name}.out", "w")
+        err = open(self.root / f"{name}.err", "w")
+        return subprocess.Popen([sys.executable, "-m", "hpcstack", "install", str(self.recipe), *self.args, *extra],
+                                stdout=out, stderr=err, cwd=REPO, env={**os.environ, **(env or {})},
+                                start_new_session=True)
+
+    def err(self, name: str = "run") -> str:
+        return (self.root / f"{name}.err").read_text()
+
+    def building(self) -> str | None:
+        try:
+            return json.loads(self.state.read_text())["building"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def set_patch(self, value: str) -> None:
+        """Make the patch add ``PATCHED = <value>`` (and the recipe name its new sha256)."""
+        old = hashlib.sha256(self.patch.read_bytes()).hexdigest()
+        self.patch.write_text(re.sub(r"PATCHED = .*", f"PATCHED = {value}", self.patch.read_text()))
+        new = hashlib.sha256(self.patch.read_bytes()).hexdigest()
+        self.recipe.write_text(self.recipe.read_text().replace(old, new))
+
+    def patched(self) -> str:
+        """``tinypkg.PATCHED`` as the module gives it (a real ``module load``)."""
+        proc = bash_modules(f"module use {self.root / 'mf'}; module load tiny/1.0 && "
+                            "python -c 'import tinypkg; print(tinypkg.PATCHED)'")
+        return proc.stdout.strip() or proc.stderr
+
+
+class ModuleWatch(threading.Thread):
+    """Reads the modulefile every 2 ms; whenever it exists, the prefix it names must resolve to a
+    complete build (all steps before the module step recorded, the venv and tools there)."""
+
+    def __init__(self, tiny: Tiny):
+        super().__init__(daemon=True)
+        self.tiny = tiny
+        self.halt = threading.Event()
+        self.seen = 0
+        self.violations: list[str] = []
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.check()
+            time.sleep(0.002)
+
+    def check(self) -> None:
+        try:
+            text = self.tiny.modulefile.read_text()
+        except FileNotFoundError:
+            return
+        self.seen += 1
+        if ".builds" in text or str(self.tiny.prefix) not in text:
+            self.violations.append(f"modulefile names something else than the prefix:\n{text}")
+            return
+        build = Path(os.path.realpath(self.tiny.prefix))
+        needed = [build / ".hpcstack" / "steps" / "permissions.json", build / "venv" / "bin" / "python",
+                  build / "bin" / "extend-venv-activate"]
+        missing = [str(p) for p in needed if not p.exists()]
+        if missing:
+            self.violations.append(f"modulefile exists but {build} is incomplete: missing {missing}")
+
+    def stop(self) -> "ModuleWatch":
+        self.halt.set()
+        self.join()
+        return self
+
+
+def _wait_for(predicate, timeout: float = 120, what: str = "") -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.002)
+
+
+def _failpoint_index(tiny: Tiny) -> dict[str, int]:
+    """Per step, the action before which the failpoint kills: the second one (after the
+    prefix switch in the module step), or the only one."""
+    proc = tiny.install("--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return {s["name"]: min(1, len(s["actions"]) - 1) for s in json.loads(proc.stdout)["steps"]}
+
+
+# --------------------------------------------------------------------------------- kill -9
+
+def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
+    """One install, killed in each step in turn (Ctrl-C in the sanity check), each re-run
+    resuming the last; then a run that completes. The modulefile is watched throughout."""
+    tiny = Tiny(tmp_path)
+    index = _failpoint_index(tiny)
+    assert [s for s in STEP_ORDER if s in index] == list(index)
+    watch = ModuleWatch(tiny)
+    watch.start()
+    killed_mid_step = []
+    for step in index:
+        t0 = time.time_ns()
+        if step in KILLED_FROM_OUTSIDE + INTERRUPTED:
+            proc = tiny.start(name=step)
+
+            def started() -> bool:
+                logs = list(tiny.builds.glob(f"*/.hpcstack/logs/{step}.log"))
+                return any(p.stat().st_mtime_ns >= t0 for p in logs) or proc.poll() is not None
+
+            _wait_for(started, what=f"step {step} to start")
+            os.killpg(proc.pid, signal.SIGINT if step in INTERRUPTED else signal.SIGKILL)
+        else:
+            proc = tiny.start(name=step, env={"HPCSTACK_FAILPOINT": f"{step}:{index[step]}"})
+        if step in INTERRUPTED:  # Ctrl-C: one line that says how to go on
+            assert proc.wait(timeout=300) == 1, tiny.err(step)
+            assert f"error: step {step}: interrupted; re-run to resume from this step" in tiny.err(step)
+        else:
+            assert proc.wait(timeout=300) == -signal.SIGKILL, tiny.err(step)
+        build = tiny.builds / tiny.building()
+        if not (build / ".hpcstack" / "steps" / f"{step}.json").exists():
+            killed_mid_step.append(step)
+        if step != "module":
+            assert not os.path.lexists(tiny.prefix), f"published before the module step (killed in {step})"
+            assert not tiny.modulefile.exists()
+        assert "Traceback" not in tiny.err(step)
+    # the module step was killed after switching the prefix link, before writing the modulefile
+    assert os.path.realpath(tiny.prefix) == str(build) and not tiny.modulefile.exists()
+    assert set(KILLED_FROM_OUTSIDE + INTERRUPTED) <= set(killed_mid_step), killed_mid_step
+    assert "module" in killed_mid_step
+    final = tiny.install()
+    watch.stop()
+    assert final.returncode == 0, final.stderr
+    for step in index:
+        if step != "module":
+            assert f"] {step}: done before, skipped" in final.stderr
+    assert "] module: publish" in final.stderr
+    assert tiny.patched() == "True"
+    assert watch.violations == [] and watch.seen > 0, watch.violations[:3]
+    assert json.loads(tiny.state.read_text())["building"] is None
+
+
+def test_a_new_build_leaves_the_published_stack_alone_until_it_is_complete(localhost_ready, tmp_path):
+    tiny = Tiny(tmp_path)
+    assert tiny.install().returncode == 0
+    first = os.path.realpath(tiny.prefix)
+    watch = ModuleWatch(tiny)
+    watch.start()
+    # a changed patch needs a new build; kill it in the build step
+    tiny.set_patch("2")
+    t0 = time.time_ns()
+    proc = tiny.start()
+
+    def building() -> bool:
+        logs = [p for p in tiny.builds.glob("*/.hpcstack/logs/build.log") if not str(p).startswith(first)]
+        return any(p.stat().st_mtime_ns >= t0 for p in logs) or proc.poll() is not None
+
+    _wait_for(building, what="the new build's build step")
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL
+    new = tiny.builds / tiny.building()
+    assert str(new) != first and os.path.realpath(tiny.prefix) == first
+    assert tiny.patched() == "True"  # the published stack and its module, untouched and usable
+    # change the input again while the build is unfinished: that step and the later ones only
+    tiny.set_patch("3")
+    res = tiny.install()
+    assert res.returncode == 0, res.stderr
+    assert f"resuming build {new.name}" in res.stderr
+    for step in ("fetch", "venv", "wheels"):
+        assert f"] {step}: done before, skipped" in res.stderr
+    assert "] patch: " in res.stderr and "] build: " in res.stderr
+    assert os.path.realpath(tiny.prefix) == str(new) and tiny.patched() == "3"
+    assert os.path.isdir(first)  # the build it replaced is kept (running jobs, rollback); see test_builds
+    watch.stop()
+    assert watch.violations == [] and watch.seen > 100, watch.violations[:3]
+
+
+# ---------------------------------------------------------------------------------- locking
+
+def test_two_concurrent_installs_one_waits_one_fails_at_once(localhost_ready, tmp_path):
+    tiny = Tiny(tmp_path)
+    first = tiny.start(name="first")
+    _wait_for(lambda: tiny.building() is not None or first.poll() is not None, what="the first install")
+    busy = tiny.install("--no-wait")
+    assert busy.returncode == 1
+    assert f"another install of tiny/1.0 is running (process {first.pid})" in busy.stderr
+    second = tiny.start(name="second")
+    _wait_for(lambda: "waiting for another install" in tiny.err("second") or second.poll() is not None,
+              what="the second install to wait")
+    assert first.wait(timeout=300) == 0, tiny.err("first")
+    assert second.wait(timeout=300) == 0, tiny.err("second")
+    assert "up to date" in tiny.err("second")
+    assert tiny.patched() == "True"
+
+
+# -------------------------------------------------------------------------------- integrity
+
+def test_a_tampered_wheel_is_refused_with_both_hashes(localhost_ready, tmp_path):
+    tiny = Tiny(tmp_path)
+    lock = tiny.recipe.parent / "1.0.pypi.lock"
+    text = lock.read_text()
+    good = "1e61c37477a1626458e36f7b1d82aa5c9b094fa4802892072e49de9c60c4c926"
+    bad = "0" * 64
+    # six: one hash, not its wheel's (as if the file on the index had been replaced)
+    text = re.sub(r"six==1\.16\.0 \\\n(\s+--hash=\S+ \\\n)*\s+--hash=\S+\n", f"six==1.16.0 \\\\\n    --hash=sha256:{bad}\n", text)
+    assert bad in text and good not in text
+    lock.write_text(text)
+    res = tiny.install()
+    assert res.returncode == 1
+    line = next(l for l in res.stderr.splitlines() if l.startswith("error:"))
+    assert "step wheels: sha256 mismatch for six" in line and bad in line
+    assert re.search(r"got [0-9a-f]{64}", line) and "refusing it" in line, line
+    assert not os.path.lexists(tiny.prefix) and not tiny.modulefile.exists()
+
+
+# ------------------------------------------------------------------------------- full disk
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 20 MiB tmpfs (root only)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
+def test_a_full_disk_gives_one_clear_line_and_publishes_nothing(localhost_ready, tmp_path, small_tmpfs):
+    tiny = Tiny(tmp_path)
+    args = ["--prefix", str(small_tmpfs / "sw")]
+    res = hpcstack("install", str(tiny.recipe), "--site", "localhost", *args, "--module-root", str(tmp_path / "mf"))
+    assert res.returncode == 1, res.stderr
+    errors = [l for l in res.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in res.stderr
+    assert "No space left on device" in errors[0] and "free space" in errors[0] and "--prefix" in errors[0]
+    assert re.match(r"error: step \w+: ", errors[0]), errors[0]
+    assert not (tmp_path / "mf" / "tiny").exists()
+    assert not os.path.lexists(small_tmpfs / "sw" / "tiny" / "1.0")
+
+
+# ------------------------------------------------------------------------ bad input, bad luck
+
+def _site(tmp_path: Path, change) -> str:
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    change(data)
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _set(path: str, value):
+    def change(data):
+        node = data
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return change
+
+
+BAD = {
+    # name: (site change, recipe tweak, expected exit status, text of the one line)
+    "missing base module": (_set("modules.base", "nonexistent/0.0"), None, 1, "module load nonexistent/0.0 failed"),
+    "missing compiler": (_set("build.env", {"CC": "nonexistent-cc"}), None, 2, "compiler CC=nonexistent-cc not found"),
+    "wrong types": (_set("build.jobs", "two"), None, 2, "build.jobs: 'two' is not of type"),
+    "world-writable mode": (_set("permissions", {"group": None, "mode": "o+w"}), None, 2,
+                            "permissions.mode: 'o+w' makes the stack world-writable"),
+    "unknown group": (_set("permissions", {"group": "no-such-group-x", "mode": None}), None, 2,
+                      "permissions.group: no group 'no-such-group-x' on this machine"),
+    "no network": (None, "url", 1, "step fetch: cannot download http://127.0.0.1:9/tinypkg-1.0.tar.gz"),
+    "recipe syntax error": (None, "syntax", 2, "syntax error in recipe"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_and_bad_luck_give_one_clear_line_and_write_nothing(localhost_ready, tmp_path, case):
+    change, tweak, status, text = BAD[case]
+    tiny = Tiny(tmp_path, url="http://127.0.0.1:9/tinypkg-1.0.tar.gz" if tweak == "url" else None)
+    if tweak == "syntax":
+        tiny.recipe.write_text(tiny.recipe.read_text().replace("def recipe(site):", "def recipe(site)"))
+    site = _site(tmp_path, change) if change else "localhost"
+    res = hpcstack("install", str(tiny.recipe), "--site", site, "--prefix", str(tmp_path / "sw"),
+                   "--module-root", str(tmp_path / "mf"))
+    assert res.returncode == status, res.stderr
+    errors = [l for l in res.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and text in errors[0], res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "mf").exists()
+    if status == 2 or case == "missing base module":  # refused before anything was written
+        assert not (tmp_path / "sw").exists()
+    else:  # a failed step: the build is kept for a resume, nothing published
+        assert not os.path.lexists(tmp_path / "sw" / "tiny" / "1.0")
+
+
+def test_a_missing_horovod_compiler_is_named_before_anything_is_fetched(localhost_ready, tmp_path):
+    site = _site(tmp_path, _set("horovod.cc", "nonexistent-cc"))
+    res = hpcstack("install", "pytorch/2.3.1-gpu", "--site", site, "--prefix", str(tmp_path / "sw"),
+                   "--module-root", str(tmp_path / "mf"))
+    assert res.returncode == 2, res.stderr
+    assert "step build: compiler CC=nonexistent-cc not found" in res.stderr and "horovod.cc" in res.stderr
+    assert not (tmp_path / "sw").exists() and not (tmp_path / "mf").exists()
+
+
+def test_an_unknown_site_is_one_line(tmp_path):
+    res = hpcstack("install", "pytorch/2.3.1-gpu", "--site", "nowhere", "--prefix", str(tmp_path / "sw"))
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "unknown site 'nowhere'" in res.stderr
+    assert not (tmp_path / "sw").exists()

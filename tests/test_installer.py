@@ -1,0 +1,281 @@
+"""The installer backend and the build cache (issue 6): uv by default with hard links from a
+per-site cache and bytecode compiled at install time, pip as the fallback, and a Horovod (here:
+tiny) wheel reused when its build key is unchanged. Real uv, real pip, the tiny recipe."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
+from hpcstack.components.horovod import CachedWheelBuild
+from hpcstack.plan import BUILD
+from hpcstack.recipe import load_recipe
+from hpcstack.resolve import resolve
+from hpcstack.site import InstallerConfig, load_site, validate
+
+DEAD_INDEX = "http://127.0.0.1:9/simple"  # nothing listens there: using it fails at once
+
+
+def write_site(path: Path, cache_dir: Path | None = None, installer: dict | None = None,
+               build_env: dict | None = None) -> Path:
+    """A copy of the localhost site with the given cache dir, installer section and build env."""
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    if cache_dir is not None:
+        data["cache_dir"] = str(cache_dir)
+    if installer is None:
+        data.pop("installer", None)
+    else:
+        data["installer"] = installer
+    if build_env:
+        data.setdefault("build", {})["env"] = build_env
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def dry_run(*args: str) -> str:
+    proc = hpcstack("install", *args, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def step(script: str, name: str) -> str:
+    """The text of one step of a dry-run script."""
+    return script.split(f"# --- step {name}:")[1].split("\n# --- step ")[0]
+
+
+# ------------------------------------------------------------------------------- site section
+
+def test_installer_defaults_are_uv_hardlinks_bytecode_and_build_cache(tmp_path):
+    site = load_site(str(write_site(tmp_path / "s.yaml", installer=None)))
+    assert site.installer == InstallerConfig()
+    assert (site.installer.backend, site.installer.link_mode) == ("uv", "hardlink")
+    assert site.installer.compile_bytecode and site.installer.build_cache
+
+
+@pytest.mark.parametrize("installer, expected", [
+    ({"backend": "conda"}, "installer.backend: 'conda' is not one of ['uv', 'pip']"),
+    ({"link_mode": "symlink"}, "installer.link_mode: 'symlink' is not one of"),
+    ({"compile_bytecode": "yes"}, "installer.compile_bytecode: 'yes' is not of type 'boolean'"),
+    ({"wheelcache": "/x"}, "installer.wheelcache: unknown key"),
+])
+def test_bad_installer_section_is_one_line_with_its_key_path(installer, expected):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["installer"] = installer
+    problems = validate(data, "s.yaml")
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+# ----------------------------------------------------------------------------- the dry-run
+
+def test_uv_installs_the_lock_with_hashes_hard_links_and_bytecode(tmp_path):
+    script = dry_run("pytorch/2.3.1-gpu", "--site", "localhost", "--prefix", str(tmp_path / "sw"))
+    wheels = step(script, "wheels").strip().splitlines()[-1]
+    assert re.search(rf"uv pip install --python {tmp_path}/sw/pytorch/\S+/venv/bin/python ", wheels)
+    for part in ("--no-config",
+                 f"--cache-dir {tmp_path}/sw/.hpcstack/cache/uv", "--link-mode hardlink",
+                 "--compile-bytecode", "--require-hashes", "-u UV_INDEX_URL", "-u UV_EXTRA_INDEX_URL",
+                 "-u UV_CONFIG_FILE", "-u UV_NO_VERIFY_HASHES"):
+        assert part in wheels, part
+    assert wheels.endswith("-r " + str(REPO / "recipes/pytorch/2.3.1-gpu.pypi.lock"))
+    assert "--index-strategy" not in wheels  # one index: uv's default strategy
+    install = step(script, "install")
+    assert "--reinstall-package horovod" in install and "--compile-bytecode" in install
+    assert "uv pip check --python" in step(script, "sanitycheck")
+
+
+def test_a_lock_with_two_indexes_lets_uv_look_in_both():
+    """The cu121 lock names the PyTorch index and PyPI; torch==2.3.1+cu121 is only on the first."""
+    wheels = step(dry_run("pytorch/2.3.1-gpu", "--site", "cirrus"), "wheels")
+    assert "--index-strategy unsafe-best-match --require-hashes -r" in wheels
+
+
+def test_pip_backend_is_the_fallback(tmp_path):
+    site = write_site(tmp_path / "s.yaml", installer={"backend": "pip", "compile_bytecode": False})
+    script = dry_run("pytorch/2.3.1-gpu", "--site", str(site), "--prefix", str(tmp_path / "sw"))
+    wheels = step(script, "wheels")
+    assert "-m pip --isolated" in wheels and f"--cache-dir {tmp_path}/sw/.hpcstack/cache/pip" in wheels
+    assert "--no-compile --require-hashes -r" in wheels and "uv " not in wheels
+    assert "--force-reinstall" in step(script, "install")
+    assert "-m pip --isolated --no-input --disable-pip-version-check check" in step(script, "sanitycheck")
+
+
+def test_build_step_reuses_a_cached_wheel_or_builds_and_stores_it(tmp_path):
+    build = step(dry_run("pytorch/2.3.1-gpu", "--site", "cirrus"), "build")
+    assert "hpcstack_build_key_horovod() {" in build
+    assert ('if ls /work/y07/shared/cirrus-software/.hpcstack/cache/builds/horovod-0.28.1/'
+            '"${hpcstack_build_key_horovod_key}"/*.whl') in build
+    reuse, rebuild = build.split("\nelse\n")
+    assert "reusing the wheel built before" in reuse and " wheel --no-deps" not in reuse
+    assert " wheel --no-deps --no-build-isolation" in rebuild and 'mv -T "$tmp"' in rebuild
+    for probe in ("--- MPI", "--- CUDA", "--- NCCL", "--- python", "--- C++ compiler",
+                  'export HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"',
+                  "sdist horovod-0.28.1.tar.gz sha256 92a43f5a", "patch horovod-0.28.1-cxx17.patch sha256"):
+        assert probe in build, probe
+    site = write_site(tmp_path / "s.yaml", installer={"build_cache": False})
+    plain = step(dry_run("pytorch/2.3.1-gpu", "--site", str(site), "--prefix", str(tmp_path / "sw")), "build")
+    assert "hpcstack_build_key" not in plain and " wheel --no-deps --no-build-isolation" in plain
+
+
+# ------------------------------------------------------------------------------ the build key
+
+@pytest.fixture(scope="module")
+def horovod_build():
+    """The Horovod build action of the localhost plan (nothing runs)."""
+    site = load_site("localhost")
+    plan = resolve(load_recipe("pytorch/2.3.1-gpu", site), site, python_version="3.11")
+    action = next(a for s in plan.steps if s.name == BUILD for a in s.actions
+                  if isinstance(a, CachedWheelBuild))
+    return action
+
+
+def _env(**changes: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HOROVOD_", "CFLAGS", "MAKEFLAGS"))}
+    env.update(changes)
+    return env
+
+
+def test_key_from_the_dry_run_script_equals_the_key_the_run_computes(horovod_build):
+    """Both renderings of one action: the bash the dry-run prints, and what execute() computes."""
+    script = horovod_build.to_bash().split("\nif ls ")[0]
+    env = _env()
+    proc = subprocess.run(["bash", "-c", script + '\necho "$hpcstack_build_key_horovod_key"'], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == CachedWheelBuild.key_of(horovod_build.key_text(env))
+    assert len(proc.stdout.strip()) == 24
+
+
+def test_key_covers_what_changes_the_binary_and_not_make_parallelism(horovod_build, tmp_path):
+    key = lambda **env: CachedWheelBuild.key_of(horovod_build.key_text(_env(**env)))  # noqa: E731
+    base = key()
+    assert key() == base                                   # deterministic
+    assert key(MAKEFLAGS="-j64") == base                   # parallelism: same binary
+    assert key(CFLAGS="-O1") != base                       # compiler flags
+    assert key(HOROVOD_GPU_OPERATIONS="NCCL") != base      # an operations flag from the environment
+    other = tmp_path / "bin"                               # another MPI compiler wrapper on PATH
+    other.mkdir()
+    (other / "mpicc").write_text("#!/bin/sh\necho 'other mpicc 99.0'\n")
+    (other / "mpicc").chmod(0o755)
+    assert key(PATH=f"{other}:{os.environ['PATH']}") != base
+    text = horovod_build.key_text(_env())
+    for line in ("hpcstack build key v1", "package horovod 0.28.1", "--- MPI", "HOROVOD_WITH_MPI=1",
+                 "HOROVOD_WITHOUT_CUDA=1"):
+        assert line in text, line
+    assert "MAKEFLAGS" not in text
+
+
+def test_key_changes_with_the_patch(horovod_build):
+    from dataclasses import replace
+
+    other = replace(horovod_build, fixed=horovod_build.fixed[:-1] + ("patch x.patch sha256 00",))
+    env = _env()
+    assert CachedWheelBuild.key_of(other.key_text(env)) != CachedWheelBuild.key_of(horovod_build.key_text(env))
+
+
+# ------------------------------------------------------------------ real installs, tiny recipe
+
+@pytest.fixture(scope="module")
+def tiny_uv(tmp_path_factory, localhost_ready):
+    """The tiny recipe installed with uv into two prefixes sharing one site cache.
+
+    The first install runs with hostile user settings (a dead index in UV_INDEX_URL, in a
+    user uv.toml and in PIP_INDEX_URL): hpcstack must ignore them and use the lock's index.
+    """
+    root = tmp_path_factory.mktemp("installer")
+    recipe = write_tiny_recipe(root / "recipes", make_sdist(root))
+    cache = root / "cache"
+    site = write_site(root / "site.yaml", cache_dir=cache, installer={})
+    xdg = root / "xdg"
+    (xdg / "uv").mkdir(parents=True)
+    (xdg / "uv" / "uv.toml").write_text(f'index-url = "{DEAD_INDEX}"\n')
+    hostile = {"UV_INDEX_URL": DEAD_INDEX, "UV_EXTRA_INDEX_URL": DEAD_INDEX, "XDG_CONFIG_HOME": str(xdg),
+               "PIP_INDEX_URL": DEAD_INDEX}
+    out = {"root": root, "recipe": recipe, "cache": cache, "site": site, "runs": {}}
+    for name, env in (("a", hostile), ("b", {})):
+        proc = hpcstack("install", str(recipe), "--site", str(site), "--prefix", str(root / name / "sw"),
+                        "--module-root", str(root / name / "mf"), env=env)
+        assert proc.returncode == 0, proc.stderr
+        out["runs"][name] = proc
+    return out
+
+
+def _prefix(t: dict, name: str) -> Path:
+    return t["root"] / name / "sw" / "tiny" / "1.0"
+
+
+def _site_packages(t: dict, name: str) -> Path:
+    return next((_prefix(t, name) / "venv" / "lib").glob("python3*/site-packages"))
+
+
+def _build_log(prefix: Path) -> str:
+    return "\n".join(p.read_text() for p in prefix.rglob("logs/build.log"))
+
+
+def test_uv_ignores_user_settings_and_hard_links_from_the_site_cache(tiny_uv):
+    six = _site_packages(tiny_uv, "a") / "six.py"
+    assert six.stat().st_nlink >= 2  # the cache's copy and the stack's (and the second stack's)
+    cached = [p for p in (tiny_uv["cache"] / "uv").rglob("six.py") if p.stat().st_ino == six.stat().st_ino]
+    assert cached, "six.py in the stack is not a hard link to the uv cache"
+    assert (_site_packages(tiny_uv, "b") / "six.py").stat().st_ino == six.stat().st_ino
+
+
+def test_bytecode_is_compiled_at_install_so_imports_write_none(tiny_uv):
+    sp = _site_packages(tiny_uv, "a")
+    assert list((sp / "__pycache__").glob("six.cpython-*.pyc"))
+    assert list((sp / "tinypkg" / "__pycache__").glob("__init__.cpython-*.pyc"))  # the source build too
+
+    def pycs():
+        return {p: p.stat().st_mtime_ns for p in sp.rglob("*.pyc")}
+
+    before = pycs()
+    python = _prefix(tiny_uv, "a") / "venv" / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([str(python), "-c", "import six, tinypkg; assert tinypkg.PATCHED"], check=True, env=env)
+    assert pycs() == before
+
+
+def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv):
+    first, second = _build_log(_prefix(tiny_uv, "a")), _build_log(_prefix(tiny_uv, "b"))
+    assert "no wheel with key" in first and "stored tinypkg-1.0-" in first
+    assert "reusing the wheel built before" in second
+    assert "pip" not in second.split("reusing the wheel built before")[1]  # nothing was built
+    entries = list((tiny_uv["cache"] / "builds" / "tinypkg-1.0").iterdir())
+    assert len(entries) == 1 and len(entries[0].name) == 24
+    assert (entries[0] / "key.txt").read_text().startswith("hpcstack build key v1\npackage tinypkg 1.0\n")
+    assert list(entries[0].glob("tinypkg-1.0-*.whl"))
+    python = _prefix(tiny_uv, "b") / "venv" / "bin" / "python"
+    subprocess.run([str(python), "-c", "import tinypkg; assert tinypkg.PATCHED"], check=True)
+
+
+def test_a_changed_key_rebuilds(tiny_uv):
+    site = write_site(tiny_uv["root"] / "site-cflags.yaml", cache_dir=tiny_uv["cache"], installer={},
+                      build_env={"CFLAGS": "-O1"})
+    root = tiny_uv["root"] / "c"
+    proc = hpcstack("install", str(tiny_uv["recipe"]), "--site", str(site), "--prefix", str(root / "sw"),
+                    "--module-root", str(root / "mf"))
+    assert proc.returncode == 0, proc.stderr
+    assert "no wheel with key" in _build_log(root / "sw" / "tiny" / "1.0")
+    assert len(list((tiny_uv["cache"] / "builds" / "tinypkg-1.0").iterdir())) == 2
+
+
+def test_pip_backend_installs_compiles_and_ignores_pip_settings(localhost_ready, tmp_path):
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    site = write_site(tmp_path / "site.yaml", installer={"backend": "pip"})
+    proc = hpcstack("install", str(recipe), "--site", str(site), "--prefix", str(tmp_path / "sw"),
+                    "--module-root", str(tmp_path / "mf"), env={"PIP_INDEX_URL": DEAD_INDEX})
+    assert proc.returncode == 0, proc.stderr
+    prefix = tmp_path / "sw" / "tiny" / "1.0"
+    sp = next((prefix / "venv" / "lib").glob("python3*/site-packages"))
+    assert list((sp / "__pycache__").glob("six.cpython-*.pyc"))
+    assert list((sp / "tinypkg" / "__pycache__").glob("__init__.cpython-*.pyc"))
+    assert (sp / "six.py").stat().st_nlink == 1  # pip copies
+    wheels = "\n".join(p.read_text() for p in prefix.rglob("logs/wheels.log"))
+    assert f"--cache-dir {tmp_path}/sw/.hpcstack/cache/pip --compile --require-hashes" in wheels
+    sanity = "\n".join(p.read_text() for p in prefix.rglob("logs/sanitycheck.log"))
+    assert "-m pip --isolated --no-input --disable-pip-version-check check" in sanity

@@ -1,0 +1,194 @@
+"""Sanity, performance references and the scaling report (hpcstack.report), on made-up records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hpcstack.report import (Reference, RunOutcome, build_report, lookup_references, scaling_efficiency,
+                             to_markdown, write_report)
+
+
+def records(img_per_rank: float, ranks: int, ok: bool = True, reasons=(), transport: str = "gloo") -> list[dict]:
+    """Records as the training program writes them (only the fields the report reads)."""
+    out = [{"record": "config", "world_size": ranks, "transport": transport}]
+    out += [{"record": "throughput", "rank": r, "img_per_sec_mean": img_per_rank, "img_per_sec_ci95": 1.0}
+            for r in range(ranks)]
+    out.append({"record": "throughput_total", "img_per_sec": img_per_rank * ranks,
+                "img_per_sec_ci95": 2.0, "world_size": ranks})
+    out.append({"record": "result", "ok": ok, "reasons": list(reasons)})
+    return out
+
+
+def run(backend: str, nodes: int, img_per_rank: float, *, tasks: int = 1, **kw) -> RunOutcome:
+    defaults = dict(job_id=str(100 + nodes), job_state="COMPLETED", job_exit_code="0:0", exit_status=0)
+    defaults.update({k: kw.pop(k) for k in list(kw) if k in defaults})
+    return RunOutcome(backend, nodes, nodes * tasks, records=records(img_per_rank, nodes * tasks, **kw),
+                      **defaults)
+
+
+REFS = {
+    "x:gpu": {"*": {"throughput_per_rank": [300, -0.1, None, "img/s"]},
+              "2": {"scaling_efficiency": [0.9, -0.1, 0.12, ""]}},
+    "x:*": {"*": {"throughput_per_rank": [1, None, None, "img/s"], "throughput_total": [1, None, None, "img/s"]}},
+}
+
+
+def report(runs, refs=REFS, **kw):
+    return build_report(runs, site="x", partition="gpu", recipe="pytorch/2.3.1-gpu", references=refs, **kw)
+
+
+# ----------------------------------------------------------------------------- references
+
+def test_reference_bounds_are_relative_and_open_where_null():
+    assert Reference(300, -0.1, None, "img/s").bounds() == pytest.approx((270, None))
+    assert Reference(0.9, -0.1, 0.12, "").bounds() == pytest.approx((0.81, 1.008))
+
+
+def test_reference_check_names_the_figure_the_bound_and_the_miss():
+    msg = Reference(300, -0.1, None, "img/s").check("throughput_per_rank", 243.0)
+    assert msg.startswith("throughput_per_rank 243.0 img/s is 27.0 img/s (10.0 %) below the lower bound 270.0 img/s")
+    assert "reference 300.0 img/s, -10 %" in msg
+    assert Reference(300, -0.1, None, "img/s").check("t", 270.0) is None
+    assert "above the upper bound" in Reference(0.9, -0.1, 0.1, "").check("scaling_efficiency", 1.2)
+
+
+def test_lookup_prefers_site_partition_and_node_count_over_wildcards():
+    refs = lookup_references(REFS, "x", "gpu", 2)
+    assert refs["throughput_per_rank"].value == 300          # x:gpu "*" beats x:* "*"
+    assert refs["throughput_total"].value == 1               # only in x:*
+    assert refs["scaling_efficiency"].value == 0.9           # x:gpu "2"
+    assert "scaling_efficiency" not in lookup_references(REFS, "x", "gpu", 1)
+    assert lookup_references(REFS, "y", "gpu", 1) == {}
+
+
+def test_scaling_efficiency_definition():
+    assert scaling_efficiency(180.0, 100.0, 2) == pytest.approx(0.9)
+    with pytest.raises(ValueError):
+        scaling_efficiency(1.0, 0.0, 2)
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+def test_all_within_references_passes_with_efficiency_per_backend():
+    rep = report([run("horovod", 1, 310), run("horovod", 2, 300), run("ddp", 1, 320), run("ddp", 2, 304)])
+    assert rep["ok"] is True and rep["failures"] == []
+    by = {(r["backend"], r["nodes"]): r for r in rep["runs"]}
+    assert by[("horovod", 2)]["figures"]["scaling_efficiency"]["value"] == pytest.approx(600 / 620)
+    assert by[("ddp", 2)]["figures"]["scaling_efficiency"]["value"] == pytest.approx(0.95)
+    assert by[("ddp", 1)]["figures"]["scaling_efficiency"]["value"] == pytest.approx(1.0)
+    assert rep["scaling"]["horovod"]["2"]["img_per_sec"] == pytest.approx(600)
+
+
+def test_figure_below_reference_fails_naming_backend_nodes_and_figure():
+    rep = report([run("horovod", 1, 310), run("horovod", 2, 200)])
+    assert rep["ok"] is False
+    perf = [f for f in rep["failures"] if f.startswith("performance:")]
+    assert any("horovod on 2 node(s) (job 102): throughput_per_rank 200.0 img/s is 70.0 img/s" in f for f in perf), perf
+    assert any("scaling_efficiency 0.645 is 0.165 (20.4 %) below the lower bound 0.810" in f for f in perf), perf
+    r1 = next(r for r in rep["runs"] if r["nodes"] == 1)
+    assert r1["ok"] is True
+
+
+def test_program_reasons_fail_sanity_and_skip_performance():
+    rep = report([run("ddp", 1, 310, ok=False, reasons=["final loss 1.5 not below threshold 0.01"],
+                       exit_status=1, job_state="FAILED", job_exit_code="1:0")])
+    r = rep["runs"][0]
+    assert rep["ok"] is False and r["ok"] is False
+    assert "final loss 1.5 not below threshold 0.01" in r["sanity"]
+    assert "exit status 1" in r["sanity"]
+    assert r["figures"]["throughput_per_rank"]["message"] == "not measured: sanity failed"
+
+
+def test_job_that_died_names_job_id_and_state():
+    dead = RunOutcome("horovod", 2, 2, "4711", "TIMEOUT", "0:15", None, [], "/o/slurm-4711.out", ["last line"])
+    rep = report([dead], jobs=[{"job_id": "4711", "nodes": 2, "state": "TIMEOUT", "exit_code": "0:15",
+                                "output": "/o/slurm-4711.out", "output_tail": ["last line"]}])
+    assert rep["ok"] is False
+    assert rep["failures"][0] == "job 4711 (2 node(s)) ended TIMEOUT with exit code 0:15; see /o/slurm-4711.out"
+    assert "did not finish: job 4711 ended TIMEOUT (exit code 0:15)" in rep["failures"][1]
+    md = to_markdown(rep)
+    assert "Last lines of job 4711" in md and "last line" in md and md.rstrip().endswith("**FAIL**")
+
+
+def test_wrong_rank_count_and_missing_transport_fail_sanity():
+    r = run("horovod", 2, 300, tasks=4, transport="horovod-mpi")
+    r.ranks = 4
+    rep = report([r], required_transport="nccl")
+    reasons = rep["runs"][0]["sanity"]
+    assert any("ran on 8 ranks, expected 4" in x for x in reasons), reasons
+    assert any("does not use nccl" in x for x in reasons), reasons
+
+
+def test_efficiency_needs_a_one_node_run():
+    rep = report([run("horovod", 2, 300)])
+    fig = rep["runs"][0]["figures"]["scaling_efficiency"]
+    assert fig["value"] is None and fig["ok"] is None
+    assert "needs a 1-node run" in fig["message"]
+    assert rep["ok"] is True
+
+
+# ----------------------------------------------------------------------------- files
+
+def test_write_report_gives_json_markdown_and_png(tmp_path):
+    rep = report([run("horovod", 1, 310), run("horovod", 2, 300), run("ddp", 1, 320), run("ddp", 2, 150)],
+                 settings={"model": "tiny", "batch_size": 16})
+    paths = write_report(rep, tmp_path)
+    assert json.loads((tmp_path / "report.json").read_text())["ok"] is False
+    md = (tmp_path / "report.md").read_text()
+    assert "| backend | nodes | ranks | job | img/s total | img/s per rank | scaling efficiency |" in md
+    assert "| horovod | 2 | 2 | 102 | 600.0 ✓ | 300.0 ✓ | 96.8 % ✓ | PASS | PASS |" in md
+    assert "| ddp | 2 | 2 | 102 | 300.0 ✓ | 150.0 ✗ | 46.9 % ✗ | PASS | FAIL |" in md
+    assert "- 2 node(s), scaling_efficiency: 0.900 (-10 %, +12 %): accepted 0.810 .. 1.008" in md
+    png = (tmp_path / "scaling.png").read_bytes()
+    assert paths["plot"] == str(tmp_path / "scaling.png") and png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_nothing_to_plot_writes_no_png(tmp_path):
+    dead = RunOutcome("ddp", 1, 1, "9", "CANCELLED", "0:0", None)
+    paths = write_report(report([dead]), tmp_path)
+    assert "plot" not in paths and not (tmp_path / "scaling.png").exists()
+
+
+# ----------------------------------------------------------------------------- references as site data
+
+def test_cirrus_references_come_from_the_published_v100_figures():
+    from hpcstack.site import load_site
+
+    site = load_site("cirrus")
+    refs = lookup_references(site.references, "cirrus", site.slurm["partition"], 2)
+    assert refs["throughput_per_rank"] == Reference(367.0, -0.25, 0.15, "img/s")   # NVIDIA, 1 V100 FP32
+    assert refs["throughput_total"].value == 2855.0                                # NVIDIA, 8 V100 FP32
+    assert refs["scaling_efficiency"].value == 0.9                                 # Horovod docs
+    text = (site.path).read_text()
+    assert "DeepLearningExamples" in text and "Horovod docs" in text
+
+
+def test_localhost_references_are_only_lower_bounds():
+    from hpcstack.site import load_site
+
+    site = load_site("localhost")
+    for nodes in (1, 2):
+        for ref in lookup_references(site.references, "localhost", "debug", nodes).values():
+            assert ref.upper is None and ref.lower is not None
+
+
+@pytest.mark.parametrize("refs, expected", [
+    ({"cirrus-gpu": {}}, "references.cirrus-gpu: unknown key (expected '<site>:<partition>'"),
+    ({"x:gpu": {"two": {}}}, "references.x:gpu.two: unknown key (expected a node count or '*')"),
+    ({"x:gpu": {2: {"img_per_sec": [1, None, None, "img/s"]}}}, "references.x:gpu.2.img_per_sec: unknown key"),
+    ({"x:gpu": {"*": {"throughput_total": [1, 0.1, None, "img/s"]}}},
+     "references.x:gpu.*.throughput_total.1: 0.1 is greater than the maximum of 0"),
+    ({"x:gpu": {"1": {"throughput_total": [1, None, None]}}}, "references.x:gpu.1.throughput_total: [1, None, None] is too short"),
+])
+def test_bad_references_give_one_line_with_the_key_path(refs, expected):
+    import yaml
+
+    from conftest import REPO
+    from hpcstack.site import validate
+
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["references"] = refs
+    problems = validate(data, "x.yaml")
+    assert len(problems) == 1 and expected in problems[0], problems

@@ -1,0 +1,276 @@
+"""The Slurm backend (hpcstack.scheduler): job scripts from the template, parsing Slurm's answers,
+and real jobs on the local 2-node cluster (scripts/localhost-slurm): completed, failed, cancelled.
+
+The cluster tests need root and the Slurm packages (`scripts/localhost-slurm install`); they skip
+otherwise. The module fixture starts the cluster (or reuses one that is already up with 2 nodes,
+leaving it running) and stops what it started.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcstack.errors import HpcstackError
+from hpcstack.scheduler import (BatchJob, JobStep, Slurm, launch_command, launcher_setup,
+                                parse_key_values, render_job_script, tail)
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_SCRIPT = REPO / "scripts" / "localhost-slurm"
+TEST_USER = os.environ.get("HPCSTACK_SLURM_USER", "hpcstack-test")
+MODULES_INIT = "/usr/share/modules/init/bash"
+
+
+def job(**kw) -> BatchJob:
+    base = dict(name="t", nodes=2, tasks_per_node=4, cpus_per_task=10, time_limit="00:20:00",
+                output="/w/slurm-%j.out", workdir="/w", module_init="/usr/share/Modules/init/bash",
+                partition="gpu", qos="gpu", account="y07", gpus_per_node=4, exclusive=True,
+                module_use=["/work/y07/shared/cirrus-modulefiles"], module_load=["pytorch/2.3.1-gpu"],
+                env={"NCCL_DEBUG": "WARN"},
+                steps=[JobStep("horovod", "srun python x.py", "/w/horovod.exit")])
+    base.update(kw)
+    return BatchJob(**base)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def test_sbatch_options_in_order_and_only_when_set():
+    assert job().sbatch_options() == [
+        "--job-name=t", "--partition=gpu", "--qos=gpu", "--account=y07", "--nodes=2",
+        "--ntasks-per-node=4", "--cpus-per-task=10", "--gres=gpu:4", "--exclusive", "--time=00:20:00",
+        "--output=/w/slurm-%j.out", "--chdir=/w", "--export=NONE"]
+    opts = job(qos=None, account=None, gpus_per_node=0, exclusive=False, export_none=False).sbatch_options()
+    assert not any(o.startswith(("--qos", "--account", "--gres", "--exclusive", "--export")) for o in opts)
+
+
+def test_rendered_script_sources_module_init_and_keeps_env_for_steps():
+    text = render_job_script(job(), header="a test")
+    lines = text.splitlines()
+    assert lines[0] == "#!/bin/bash" and lines[1] == "# a test"
+    assert "#SBATCH --gres=gpu:4" in lines
+    order = [lines.index(x) for x in (
+        "source /usr/share/Modules/init/bash || { echo \"hpcstack: cannot source /usr/share/Modules/init/bash\" >&2; exit 97; }",
+        "module use /work/y07/shared/cirrus-modulefiles",
+        "module load pytorch/2.3.1-gpu || { echo \"hpcstack: module load pytorch/2.3.1-gpu failed\" >&2; exit 98; }",
+        "export SLURM_EXPORT_ENV=ALL", "export NCCL_DEBUG=WARN", "srun python x.py")]
+    assert order == sorted(order), text
+    assert "echo \"$rc\" > /w/horovod.exit" in lines
+    assert lines[-1] == 'exit "$status"'
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_values_are_shell_quoted():
+    text = render_job_script(job(env={"X": "a b; rm -rf /"}, module_use=["/dir with space"]))
+    assert "export X='a b; rm -rf /'" in text
+    assert "module use '/dir with space'" in text
+
+
+@pytest.mark.parametrize("launcher, expected", [
+    ("srun", "srun --mpi=pmix --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 prog --x 'a b'"),
+    ("mpirun", "mpirun -np 8 --map-by ppr:4:node --bind-to none prog --x 'a b'"),
+    ("horovodrun", "horovodrun -np 8 -H \"$HOROVOD_HOSTS\" prog --x 'a b'"),
+])
+def test_launch_commands(launcher, expected):
+    assert launch_command(launcher, ["prog", "--x", "a b"], nodes=2, tasks_per_node=4, cpus_per_task=10,
+                          mpi="pmix") == expected
+
+
+def test_srun_without_mpi_plugin_uses_the_cluster_default():
+    assert launch_command("srun", ["p"], nodes=1, tasks_per_node=4, cpus_per_task=10).startswith("srun --nodes=1 ")
+
+
+def test_horovodrun_gets_its_host_list_from_the_allocation():
+    (line,) = launcher_setup("horovodrun", 4)
+    assert line.startswith("HOROVOD_HOSTS=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\"") and ":4/" in line
+    assert launcher_setup("srun", 4) == []
+
+
+# ----------------------------------------------------------------------------- parsing
+
+def test_parse_scontrol_and_jobcomp_lines():
+    scontrol = ("JobId=18 JobName=my job UserId=u(1) JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15 "
+                "RunTime=00:10:01 NodeList=n[1-2] StdOut=/tmp/o/slurm-18.out CPUs/Task=1 AllocNode:Sid=h:1")
+    f = parse_key_values(scontrol)
+    assert f["JobName"] == "my job" and f["JobState"] == "TIMEOUT" and f["CPUs/Task"] == "1"
+    assert f["StdOut"] == "/tmp/o/slurm-18.out" and f["AllocNode:Sid"] == "h:1"
+
+
+def test_jobcomp_file_gives_the_last_entry_of_a_job(tmp_path):
+    comp = tmp_path / "jobcomp.log"
+    comp.write_text(
+        "JobId=7 UserId=u(1) Name=a JobState=COMPLETED NodeList=n1 ExitCode=0:0 \n"
+        "JobId=70 UserId=u(1) Name=b JobState=FAILED NodeList=n1 ExitCode=1:0 \n"
+        "JobId=7 UserId=u(1) Name=c JobState=NODE_FAIL NodeList=n[1-2] DerivedExitCode=0:0 ExitCode=0:0 \n")
+    info = Slurm().jobcomp_info("7", str(comp))
+    assert (info.state, info.exit_code, info.nodelist, info.source) == ("NODE_FAIL", "0:0", "n[1-2]", "jobcomp")
+    assert Slurm().jobcomp_info("8", str(comp)) is None
+
+
+def test_tail_of_missing_file_says_so(tmp_path):
+    assert tail(None) == ["(no output file)"]
+    assert tail(str(tmp_path / "nope"))[0].startswith("(cannot read")
+    (tmp_path / "o").write_text("\n".join(str(i) for i in range(100)))
+    assert tail(str(tmp_path / "o"), 3) == ["97", "98", "99"]
+
+
+class FakeRun:
+    """Stands in for subprocess.run: records argv, answers from a table."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = answers, []
+
+    def __call__(self, argv, **kw):
+        self.calls.append(argv)
+        for prefix, (rc, out, err) in self.answers.items():
+            if " ".join(argv).startswith(prefix):
+                return subprocess.CompletedProcess(argv, rc, out, err)
+        raise FileNotFoundError(argv[0])
+
+
+def test_submit_parses_parsable_output_and_uses_runuser_as_root(tmp_path):
+    fake = FakeRun({"runuser": (0, "4242;cluster\n", ""), "sbatch": (0, "4242\n", "")})
+    assert Slurm(submit_as="someone", run=fake).submit(tmp_path / "job.sh") == "4242"
+    if os.geteuid() == 0:
+        assert fake.calls[-1][:4] == ["runuser", "-u", "someone", "--"]
+    else:
+        assert fake.calls[-1][0] == "sbatch"
+
+
+def test_refused_submission_shows_sbatchs_message(tmp_path):
+    fake = FakeRun({"sbatch": (1, "", "sbatch: error: Batch job submission failed: Invalid account\n")})
+    with pytest.raises(HpcstackError, match="sbatch refused .*Invalid account"):
+        Slurm(run=fake).submit(tmp_path / "job.sh")
+
+
+def test_slurm_not_running_says_how_to_start_it(tmp_path):
+    fake = FakeRun({"sbatch": (1, "", "sbatch: error: _establish_config_source: failed to fetch config\n"
+                                      "sbatch: fatal: Could not establish a configuration source\n")})
+    with pytest.raises(HpcstackError, match="configuration source; is Slurm running.*localhost-slurm up"):
+        Slurm(run=fake).submit(tmp_path / "job.sh")
+
+
+def test_missing_sbatch_says_how_to_get_slurm(tmp_path):
+    with pytest.raises(HpcstackError, match="sbatch not found.*localhost-slurm"):
+        Slurm(run=FakeRun({})).submit(tmp_path / "job.sh")
+
+
+def test_wait_polls_until_the_job_leaves_the_queue():
+    answers = iter([(0, "5 PENDING\n", ""), (0, "5 RUNNING\n", ""), (0, "", "")])
+    seen = []
+
+    def fake(argv, **kw):
+        if argv[0] == "squeue":
+            rc, out, err = next(answers)
+            return subprocess.CompletedProcess(argv, rc, out, err)
+        return subprocess.CompletedProcess(argv, 0, "JobId=5 JobState=COMPLETED ExitCode=0:0 RunTime=00:00:03", "")
+
+    done = Slurm(run=fake, poll_interval=0.01).wait(["5"], on_change=lambda i: seen.append(i.state))
+    assert seen == ["PENDING", "RUNNING", "COMPLETED"]
+    assert done["5"].ok and done["5"].source == "scontrol"
+
+
+# ----------------------------------------------------------------------------- real Slurm
+
+def _which(name: str) -> str | None:
+    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}",) if os.access(p, os.X_OK)), None)
+
+
+_missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "ip", "nsenter")
+            if _which(b) is None]
+
+
+def _script(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([str(SLURM_SCRIPT), *args], capture_output=True, text=True, timeout=180)
+    if check and proc.returncode:
+        raise AssertionError(f"localhost-slurm {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """`localhost-slurm up --nodes 2` for the module and `down` after it, unless a 2-node
+    cluster was already up (then it is reused and left running), as in test_localhost_slurm.py."""
+    if os.geteuid() != 0:
+        pytest.skip("the 2-node local Slurm cluster needs root")
+    if _missing:
+        pytest.skip(f"missing {', '.join(_missing)}; run `scripts/localhost-slurm install` as root")
+    status = _script("status", check=False)
+    was_up = status.returncode == 0
+    if was_up and not status.stdout.startswith("nodes: 2"):
+        pytest.skip("a 1-node localhost-slurm cluster is running; `localhost-slurm down` first")
+    _script("up", "--nodes", "2")
+    try:
+        yield
+    finally:
+        if not was_up:
+            _script("down", check=False)
+
+
+@pytest.fixture
+def workdir(cluster):
+    d = Path(tempfile.mkdtemp(prefix="hpcstack-sched-test-", dir="/tmp"))
+    pw = pwd.getpwnam(TEST_USER)
+    os.chown(d, pw.pw_uid, pw.pw_gid)
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def submit(workdir: Path, steps: list[JobStep], nodes: int = 2) -> tuple[Slurm, str]:
+    script = workdir / "job.sh"
+    script.write_text(render_job_script(job(
+        nodes=nodes, tasks_per_node=1, cpus_per_task=1, partition="debug", qos=None, account=None,
+        gpus_per_node=0, time_limit="00:02:00", output=str(workdir / "slurm-%j.out"), workdir=str(workdir),
+        module_init=MODULES_INIT, module_use=[], module_load=[], env={"GREETING": "hello there"},
+        steps=steps)))
+    os.chown(script, pwd.getpwnam(TEST_USER).pw_uid, -1)
+    slurm = Slurm(submit_as=TEST_USER)
+    return slurm, slurm.submit(script)
+
+
+@pytest.mark.integration
+def test_job_runs_steps_on_both_nodes_as_the_test_user(workdir):
+    slurm, job_id = submit(workdir, [
+        JobStep("hosts", "srun --mpi=pmix bash -c 'echo \"$(hostname) $(id -un) $GREETING $OMP_NUM_THREADS\"'",
+                str(workdir / "hosts.exit"))])
+    t0 = time.monotonic()
+    info = slurm.wait([job_id], timeout=60)[job_id]
+    print(f"2-node job {job_id} took {time.monotonic() - t0:.1f} s from submission")
+    out = (workdir / f"slurm-{job_id}.out").read_text()
+    assert info.ok and info.state == "COMPLETED" and info.exit_code == "0:0", (info, out)
+    assert info.stdout == str(workdir / f"slurm-{job_id}.out")
+    assert sorted(line for line in out.splitlines() if line.endswith(" 1")) == [
+        f"n1 {TEST_USER} hello there 1", f"n2 {TEST_USER} hello there 1"], out
+    assert (workdir / "hosts.exit").read_text().strip() == "0"
+
+
+@pytest.mark.integration
+def test_failing_step_fails_the_job_with_its_exit_code_after_running_the_rest(workdir):
+    slurm, job_id = submit(workdir, [JobStep("bad", "bash -c 'exit 3'", str(workdir / "bad.exit")),
+                                     JobStep("good", "true", str(workdir / "good.exit"))], nodes=1)
+    info = slurm.wait([job_id], timeout=60)[job_id]
+    assert (info.state, info.exit_code, info.ok) == ("FAILED", "3:0", False)
+    assert (workdir / "bad.exit").read_text().strip() == "3"
+    assert (workdir / "good.exit").read_text().strip() == "0"
+    # the jobcomp file knows it too (scontrol forgets a job after MinJobAge)
+    comp = slurm.jobcomp_info(job_id)
+    assert comp is not None and comp.state == "FAILED" and comp.exit_code == "3:0"
+
+
+@pytest.mark.integration
+def test_cancelled_job_is_reported_cancelled(workdir):
+    slurm, job_id = submit(workdir, [JobStep("sleep", "sleep 120", str(workdir / "sleep.exit"))], nodes=1)
+    deadline = time.monotonic() + 30
+    while slurm.queued([job_id]).get(job_id) != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    slurm.cancel([job_id])
+    info = slurm.wait([job_id], timeout=60)[job_id]
+    assert info.state == "CANCELLED" and not info.ok
+    assert not (workdir / "sleep.exit").exists()

@@ -1,0 +1,278 @@
+"""Tests of scripts/hpcstack-train-benchmark.py, the training check shipped inside the stack.
+
+The script runs for real: 2 ranks under Open MPI's ``mpirun`` for each backend (DDP over Gloo,
+Horovod), on the CPU, with the defaults for a 2-core node and a shortened benchmark phase. The
+interpreter is ``$HPCSTACK_TEST_PYTHON`` if set, else ``/opt/hpcdev/bin/python``; it needs torch
+(and horovod.torch for the Horovod tests). Tests skip, with the reason, where these are missing.
+The pure helpers (launcher environment, threads) run in one subprocess of that interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "hpcstack-train-benchmark.py"
+DEV_PYTHON = Path("/opt/hpcdev/bin/python")
+# A short benchmark phase; the convergence phase keeps its defaults (100 steps, threshold 1.0).
+FAST = ["--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
+RUN_TIMEOUT_S = 180
+RECORD_ORDER = ["config", "throughput", "throughput", "throughput_total", "convergence", "result"]
+
+
+def _probe(python: str, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def python() -> str:
+    """The interpreter of the stack under test, with torch importable."""
+    chosen = os.environ.get("HPCSTACK_TEST_PYTHON") or (
+        str(DEV_PYTHON) if DEV_PYTHON.exists() else None)
+    if not chosen:
+        pytest.skip(f"no interpreter: set HPCSTACK_TEST_PYTHON or create {DEV_PYTHON}")
+    probe = _probe(chosen, "import torch")
+    if probe.returncode != 0:
+        pytest.skip(f"{chosen} cannot import torch: {probe.stderr.strip().splitlines()[-1:]}")
+    return chosen
+
+
+@pytest.fixture(scope="module")
+def mpirun() -> str:
+    """Open MPI's mpirun (the DDP backend reads OMPI_COMM_WORLD_* variables)."""
+    found = shutil.which("mpirun")
+    if not found:
+        pytest.skip("mpirun not on PATH")
+    version = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60)
+    if "Open MPI" not in version.stdout + version.stderr:
+        pytest.skip(f"{found} is not Open MPI")
+    return found
+
+
+@pytest.fixture(scope="module")
+def horovod(python: str) -> None:
+    probe = _probe(python, "import horovod.torch")
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"{python} cannot import horovod.torch: {last}")
+
+
+@pytest.fixture(params=["ddp", "horovod"])
+def backend(request) -> str:
+    if request.param == "horovod":
+        request.getfixturevalue("horovod")
+    return request.param
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def parse_records(text: str) -> list[dict]:
+    """JSON-line records in ``text``; other lines (launcher messages) are ignored."""
+    records = []
+    for line in text.splitlines():
+        start = line.find("{")
+        if start < 0:
+            continue
+        try:
+            record = json.loads(line[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "record" in record:
+            records.append(record)
+    return records
+
+
+def run_two_ranks(mpirun: str, python: str, backend: str,
+                  *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, MASTER_PORT=str(_free_port()))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        env.pop(name, None)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    command = [mpirun, "-np", "2"]
+    if (os.cpu_count() or 1) < 2:
+        command.append("--oversubscribe")
+    command += [python, str(SCRIPT), "--backend", backend, *FAST, *extra]
+    return subprocess.run(command, capture_output=True, text=True, env=env,
+                          timeout=RUN_TIMEOUT_S)
+
+
+def by_kind(records: list[dict], kind: str) -> list[dict]:
+    return [record for record in records if record["record"] == kind]
+
+
+@pytest.mark.integration
+def test_two_ranks_converge_with_identical_parameters(mpirun, python, backend):
+    done = run_two_ranks(mpirun, python, backend)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(done.stdout)
+    assert [record["record"] for record in records] == RECORD_ORDER
+
+    config = by_kind(records, "config")[0]
+    assert (config["backend"], config["world_size"], config["device"]) == (backend, 2, "cpu")
+    assert config["model"] == "tiny" and config["image_size"] == 32
+    if backend == "ddp":
+        assert (config["launcher"], config["transport"]) == ("openmpi", "gloo")
+
+    throughput = by_kind(records, "throughput")
+    assert sorted(record["rank"] for record in throughput) == [0, 1]
+    for record in throughput:
+        assert len(record["img_per_sec_iters"]) == 3
+        assert all(value > 0 for value in record["img_per_sec_iters"])
+        assert min(record["img_per_sec_iters"]) <= record["img_per_sec_mean"] \
+            <= max(record["img_per_sec_iters"])
+        assert record["img_per_sec_ci95"] >= 0
+    total = by_kind(records, "throughput_total")[0]
+    means = [record["img_per_sec_mean"] for record in throughput]
+    assert total["world_size"] == 2
+    assert total["img_per_sec"] == pytest.approx(sum(means), rel=1e-9)
+    # The ranks step in lockstep (every step ends in an allreduce), so Horovod's way of
+    # reporting the total (world size x rank 0's mean) must agree roughly.
+    assert total["img_per_sec"] == pytest.approx(2 * means[0], rel=0.25)
+
+    convergence = by_kind(records, "convergence")[0]
+    assert convergence["loss_fell"] and convergence["below_threshold"]
+    assert convergence["final_loss"] < min(convergence["initial_loss"], convergence["threshold"])
+    # below the loss of predicting the label frequencies: the model learnt from its input
+    assert convergence["final_loss"] < convergence["baseline_loss"] < convergence["initial_loss"]
+    assert convergence["params_identical"]
+    hashes = convergence["param_hashes"]
+    assert len(hashes) == 2 and hashes[0] == hashes[1]
+    assert len(hashes[0]) == 64 and int(hashes[0], 16) >= 0
+
+    result = by_kind(records, "result")[0]
+    assert result["ok"] is True and result["reasons"] == []
+    assert "result: OK" in done.stderr
+
+
+@pytest.mark.integration
+def test_failed_checks_exit_1(mpirun, python, backend, tmp_path):
+    """An impossible threshold and a perturbed parameter on rank 1 must both be reported."""
+    output = tmp_path / "result.jsonl"
+    done = run_two_ranks(mpirun, python, backend, "--loss-threshold", "0",
+                         "--inject-param-mismatch", "--convergence-steps", "40",
+                         "--output", str(output))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert parse_records(done.stdout) == []  # --output replaces stdout
+    records = parse_records(output.read_text())
+    assert [record["record"] for record in records] == RECORD_ORDER
+
+    convergence = by_kind(records, "convergence")[0]
+    assert convergence["threshold"] == 0
+    assert convergence["loss_fell"] and not convergence["below_threshold"]
+    assert not convergence["params_identical"]
+    assert len(set(convergence["param_hashes"])) == 2
+
+    result = by_kind(records, "result")[0]
+    assert result["ok"] is False
+    assert any("not below threshold 0" in reason for reason in result["reasons"])
+    assert any("parameters differ" in reason for reason in result["reasons"])
+    assert "result: FAILED" in done.stderr
+
+
+def test_ddp_without_launcher_is_a_usage_error(python):
+    env = {name: value for name, value in os.environ.items()
+           if not name.startswith(("OMPI_", "PMIX_", "SLURM_"))
+           and name not in ("RANK", "WORLD_SIZE")}
+    done = subprocess.run([python, str(SCRIPT), "--backend", "ddp"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 2
+    assert "no launcher environment" in done.stderr
+    assert parse_records(done.stdout) == []
+
+
+HELPER_CASES = textwrap.dedent("""
+    import importlib.util, json, subprocess, sys
+    spec = importlib.util.spec_from_file_location("train_benchmark", sys.argv[1])
+    tb = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tb  # dataclasses look their module up there
+    spec.loader.exec_module(tb)
+
+    def no_scontrol(*args, **kwargs):
+        raise FileNotFoundError("scontrol")
+
+    def scontrol(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 0, stdout="c1\\nc2\\n", stderr="")
+
+    def launch(environ, run=no_scontrol):
+        try:
+            found = tb.resolve_launch_env(environ, run=run)
+            return [found.rank, found.world_size, found.local_rank, found.local_size,
+                    found.master_addr, found.master_port, found.launcher]
+        except tb.UsageError as err:
+            return "UsageError: " + str(err)
+
+    torchrun = dict(RANK="3", WORLD_SIZE="4", LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                    MASTER_ADDR="n0", MASTER_PORT="1234")
+    ompi = dict(OMPI_COMM_WORLD_RANK="1", OMPI_COMM_WORLD_SIZE="2",
+                OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_LOCAL_SIZE="2")
+    ompi_multi = dict(OMPI_COMM_WORLD_RANK="5", OMPI_COMM_WORLD_SIZE="8",
+                      OMPI_COMM_WORLD_LOCAL_RANK="1", OMPI_COMM_WORLD_LOCAL_SIZE="4")
+    slurm = dict(SLURM_PROCID="5", SLURM_NTASKS="8", SLURM_LOCALID="1", SLURM_NODEID="1",
+                 SLURM_TASKS_PER_NODE="4(x2)", SLURM_JOB_NODELIST="gpu[07-08]")
+    print(json.dumps({
+        "torchrun": launch(torchrun),
+        "openmpi in allocation": launch({**ompi, "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}),
+        "openmpi multi-node, slurm": launch({**ompi_multi, "SLURM_JOB_NODELIST": "a[3-4]"}),
+        "openmpi multi-node, no master": launch(ompi_multi),
+        "slurm": launch(slurm),
+        "slurm, scontrol": launch(slurm, run=scontrol),
+        "slurm, uneven": launch({**slurm, "SLURM_TASKS_PER_NODE": "5,3", "SLURM_PROCID": "6",
+                                 "SLURM_LOCALID": "1"}),
+        "nothing": launch({"PATH": "/usr/bin"}),
+        "hosts": [tb.first_host_of_nodelist(text) for text in
+                  ["n1", "node[01-04,07],gpu5", "rack[2-3]-n[007-9]", "x[5,1-2]"]],
+        "threads": [tb.threads_per_rank(2, 2, 2), tb.threads_per_rank(2, 2, 1),
+                    tb.threads_per_rank(1, 16, 16), tb.threads_per_rank(4, 16, 3),
+                    tb.threads_per_rank(8, 2, 2)],
+    }))
+""")
+
+
+@pytest.fixture(scope="module")
+def helpers(python) -> dict:
+    done = subprocess.run([python, "-c", HELPER_CASES, str(SCRIPT)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("torchrun", [3, 4, 1, 2, "n0", 1234, "torchrun"]),
+    # mpirun inside an allocation leaves SLURM_PROCID=0 in every rank: Open MPI must win.
+    ("openmpi in allocation", [1, 2, 1, 2, "127.0.0.1", 29500, "openmpi"]),
+    ("openmpi multi-node, slurm", [5, 8, 1, 4, "a3", 29500, "openmpi"]),
+    ("slurm", [5, 8, 1, 4, "gpu07", 29500, "slurm"]),
+    ("slurm, scontrol", [5, 8, 1, 4, "c1", 29500, "slurm"]),
+    ("slurm, uneven", [6, 8, 1, 3, "gpu07", 29500, "slurm"]),
+])
+def test_resolve_launch_env(helpers, case, expected):
+    assert helpers[case] == expected
+
+
+@pytest.mark.parametrize("case, message", [
+    ("openmpi multi-node, no master", "MASTER_ADDR is not set"),
+    ("nothing", "no launcher environment"),
+])
+def test_resolve_launch_env_refuses(helpers, case, message):
+    assert helpers[case].startswith("UsageError") and message in helpers[case]
+
+
+def test_first_host_of_nodelist(helpers):
+    assert helpers["hosts"] == ["n1", "node01", "rack2-n007", "x5"]
+
+
+def test_threads_per_rank(helpers):
+    # max(1, cores // ranks per node), capped by the cores the rank is bound to
+    assert helpers["threads"] == [1, 1, 16, 3, 1]
