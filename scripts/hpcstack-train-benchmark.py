@@ -11,8 +11,21 @@ The program validates an installed PyTorch + Horovod stack on N ranks in two pha
    averaged over all ranks, ends below ``--loss-threshold`` and below its initial value, and when
    the sha256 digests of the parameter bytes agree on every rank.
 
-Records go out as JSON lines from rank 0 (stdout, or ``--output``); a short summary goes to
-stderr. Exit status 0 only when the convergence checks pass, 1 when they fail, 2 on a usage error.
+Records go out as JSON lines from rank 0 (stdout, or ``--output``), in this order; a short
+summary goes to stderr. Rates are images per second (img/s), losses cross-entropy in nats::
+
+    {"record": "config", "backend", "transport", "launcher", "world_size", "local_size",
+     "device", "threads_per_rank", "model", "image_size", ..., "versions": {...}}
+    {"record": "throughput", "rank", "img_per_sec_mean", "img_per_sec_ci95",
+     "img_per_sec_iters", "batch_size", "unit"}                            (one per rank)
+    {"record": "throughput_total", "img_per_sec", "img_per_sec_ci95", "img_per_sec_per_rank",
+     "world_size", "unit"}
+    {"record": "convergence", "initial_loss", "final_loss", "threshold", "baseline_loss",
+     "steps", "loss_fell", "below_threshold", "params_identical", "param_hashes", "seconds"}
+    {"record": "result", "ok", "reasons", "wall_seconds"}
+
+Exit status 0 only when the convergence checks pass, 1 when they fail (or a rank fails), 2 on a
+usage error.
 
 Only the standard library, torch, torchvision (for models other than ``tiny``) and, for the
 Horovod backend, horovod are needed: the script is installed on its own and never imports hpcstack.
@@ -317,7 +330,8 @@ class HorovodComm(Comm):
     """Horovod: ``hvd.init()``, ``hvd.DistributedOptimizer``, parameter/optimizer broadcast.
 
     Under ``horovodrun``, ``mpirun`` or ``srun``. With CUDA each rank pins the GPU of its local
-    rank, as Horovod's examples do.
+    rank, as Horovod's examples do; ``--device auto`` stays on the CPU when Horovod was built
+    without GPU support.
     """
 
     name = "horovod"
@@ -334,7 +348,12 @@ class HorovodComm(Comm):
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
         self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
-        self.device = pick_device(device_request, self.local_rank)
+        gpu_build = _call(hvd, "cuda_built") or _call(hvd, "rocm_built")
+        if device_request == "cuda" and not gpu_build:
+            raise UsageError("--device cuda: this Horovod was built without GPU support "
+                             "(horovodrun --check-build lists its tensor operations)")
+        # auto: a CPU-only Horovod cannot reduce CUDA tensors, so it trains on the CPU
+        self.device = pick_device(device_request if gpu_build else "cpu", self.local_rank)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         controller = ("gloo" if _call(hvd, "gloo_enabled") else
@@ -427,7 +446,10 @@ class DdpComm(Comm):
 
     def shutdown(self):
         # The barrier waits without the GIL, so Gloo's workers can finish their last work items.
-        self.dist.barrier()
+        if self.device.type == "cuda":
+            self.dist.barrier(device_ids=[self.device.index])
+        else:
+            self.dist.barrier()
         self.dist.destroy_process_group()
         self._keep_alive.clear()
 
@@ -571,8 +593,8 @@ def run_benchmark(comm: Comm, args: argparse.Namespace) -> list[float]:
     distributed optimizer; one fixed batch of random images (N(0,1), 3 x image_size^2) and random
     labels; ``num_warmup_batches`` untimed steps; then ``num_iters`` timed iterations of
     ``num_batches_per_iter`` steps, each giving ``batch_size * num_batches_per_iter / seconds``.
-    Differences: on CUDA the device is synchronised before each clock reading, and the model keeps
-    its own normalisation layers.
+    Differences: on CUDA the device is synchronised before each clock reading; the model is
+    torchvision's default build (no SyncBatchNorm); data and model are seeded from ``--seed``.
 
     Args:
         comm: the initialised backend.
