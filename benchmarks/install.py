@@ -498,9 +498,10 @@ def phase_a(b: Bench) -> None:
     machine's adds local mirrors with other versions); Debian's Python needs
     ``PIP_BREAK_SYSTEM_PACKAGES`` (PEP 668) and lacks ``wheel``, installed in one more call with
     Horovod's build requirements, so the build can use ``--no-build-isolation`` (facts.md); the
-    wheels are served from a local wheelhouse (``PIP_FIND_LINKS``) filled beforehand with
-    ``pip download`` (not timed) — pip's HTTP cache stores nothing here; Horovod gets the
-    localhost site's settings and ``MAKEFLAGS=-j<cores>``.
+    wheels come from a local wheelhouse (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``) that the same
+    calls filled beforehand with ``pip download`` against PyPI (not timed) — pip's HTTP cache
+    stores nothing here, and pip prefers an index's copy of a file to a find-links one; Horovod
+    gets the localhost site's settings and ``MAKEFLAGS=-j<cores>``.
     """
     base = b.results["base_python"]
     sdist = b.cache / "sources" / "horovod-0.28.1.tar.gz"
@@ -530,6 +531,7 @@ def phase_a(b: Bench) -> None:
             run([base, "-m", "pip", "download", "--dest", str(wheelhouse), "-c", str(pins), *req.split()],
                 env=env, logfile=b.logs / "a-prime.log")
         (wheelhouse / ".primed").touch()
+    env.update(PIP_NO_INDEX="1")  # from here on: the wheelhouse only, no network
     src_parent = work / "src"
     src_parent.mkdir(parents=True)
     run(["tar", "-xzf", str(sdist), "-C", str(src_parent)])

@@ -2,7 +2,9 @@
 
 The script runs for real: 2 ranks under Open MPI's ``mpirun`` for each backend (DDP over Gloo,
 Horovod), on the CPU, with the defaults for a 2-core node and a shortened benchmark phase. The
-interpreter is ``$HPCSTACK_TEST_PYTHON`` if set, else ``/opt/hpcdev/bin/python``; it needs torch
+interpreter is ``$HPCSTACK_TEST_PYTHON`` if set, else the python of an installed pytorch/2.3.1-gpu
+stack (the end-to-end test's under ``$HPCSTACK_E2E_ROOT``, then /opt/hpcstack's), else
+``/opt/hpcdev/bin/python``; it needs torch
 (and horovod.torch for the Horovod tests). Tests skip, with the reason, where these are missing.
 The pure helpers (launcher environment, threads) run in one subprocess of that interpreter.
 """
@@ -21,7 +23,10 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "hpcstack-train-benchmark.py"
 DEV_PYTHON = Path("/opt/hpcdev/bin/python")
-# A short benchmark phase; the convergence phase keeps its defaults (100 steps, threshold 1.0).
+STACK_PYTHONS = [Path(top) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin" / "python"
+                 for top in (os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"), "/opt/hpcstack")]
+# A short benchmark phase; the convergence phase keeps its defaults (tiny model: 100 steps,
+# threshold 1.0) where it must pass.
 FAST = ["--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
 RUN_TIMEOUT_S = 180
 RECORD_ORDER = ["config", "throughput", "throughput", "throughput_total", "convergence", "result"]
@@ -34,13 +39,17 @@ def _probe(python: str, code: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def python() -> str:
     """The interpreter of the stack under test, with torch importable."""
-    chosen = os.environ.get("HPCSTACK_TEST_PYTHON") or (
-        str(DEV_PYTHON) if DEV_PYTHON.exists() else None)
+    found = [p for p in (*STACK_PYTHONS, DEV_PYTHON) if p.exists()]
+    chosen = os.environ.get("HPCSTACK_TEST_PYTHON") or (str(found[0]) if found else None)
     if not chosen:
-        pytest.skip(f"no interpreter: set HPCSTACK_TEST_PYTHON or create {DEV_PYTHON}")
+        pytest.skip("no interpreter: set HPCSTACK_TEST_PYTHON, install the stack, or create "
+                    f"{DEV_PYTHON}")
+    if not shutil.which(chosen):
+        pytest.skip(f"HPCSTACK_TEST_PYTHON={chosen} is not an executable")
     probe = _probe(chosen, "import torch")
     if probe.returncode != 0:
-        pytest.skip(f"{chosen} cannot import torch: {probe.stderr.strip().splitlines()[-1:]}")
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"{chosen} cannot import torch: {last}")
     return chosen
 
 
