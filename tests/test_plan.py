@@ -60,7 +60,7 @@ def test_cirrus_modulefile_has_no_build_environment(cirrus_script):
 
 
 def test_cirrus_sanity_requires_nccl(cirrus_script):
-    line = next(l for l in cirrus_script.splitlines() if "check-build" in l)
+    line = next(l for l in cirrus_script.splitlines() if "hpcstack check-build" in l)
     assert "--require PyTorch,MPI,Gloo,NCCL" in line
 
 

@@ -19,7 +19,8 @@ class StackTools:
     ``extend-venv-activate`` is rendered for this stack's module and the site's module tool (see
     :func:`hpcstack.activate.render_extend_venv_activate`); the training program is the one
     ``hpcstack validate`` runs (``scripts/hpcstack-train-benchmark.py``). Both run with the stack's
-    python. The sanity check runs ``extend-venv-activate --help``.
+    python (the trainer through ``python3`` on PATH, i.e. under the module). The sanity check runs
+    ``extend-venv-activate --help``.
 
     Example:
         ``StackTools()``
@@ -30,16 +31,15 @@ class StackTools:
         from ..activate import render_extend_venv_activate
 
         extend = os.path.join(ctx.bin_dir, "extend-venv-activate")
-        trainer_src = data_root() / "scripts" / f"{TRAINER}.py"
-        trainer = trainer_src.read_text()
-        shebang = f"#!{ctx.python}\n"
-        if trainer.startswith("#!"):
-            trainer = trainer.split("\n", 1)[1]
+        trainer = str(data_root() / "scripts" / f"{TRAINER}.py")
         return {
             INSTALL: [
                 WriteFile(extend, render_extend_venv_activate(
                     ctx.recipe.full_name, dict(ctx.site.modules.init), ctx.python), 0o755),
-                WriteFile(os.path.join(ctx.bin_dir, TRAINER), shebang + trainer, 0o755),
+                # a copy (its shebang is `env python3`: the stack's python once the module is loaded);
+                # its content is an input of the step, so an edited trainer redoes the install step
+                Run(("install", "-m", "0755", trainer, os.path.join(ctx.bin_dir, TRAINER)),
+                    inputs=(trainer,)),
             ],
             SANITYCHECK: [Run((extend, "--help"))],
         }
