@@ -28,8 +28,8 @@ PyPI (that is what cold means); (c) and (d) use the uv cache (b) filled.
 
 Everything lives under ``--root`` (default /var/tmp/hpcstack-bench), removed at the end unless
 ``--keep``; about 20 GB at the peak. Needs root (as the localhost site), the localhost
-prerequisites (``scripts/localhost-setup``), ``strace`` and the network. Takes 30-40 minutes
-on 2 cores, most of it the two Horovod builds of (a) and (b).
+prerequisites (``scripts/localhost-setup``), ``strace`` and the network. Takes 10 minutes on a
+quiet 2-core machine, 25 or more under load, most of it the two Horovod builds of (a) and (b).
 
 Usage:
     python3 benchmarks/install.py [--root DIR] [--keep] [--phases b,c,e,d,g,f,a] [--json FILE]
@@ -48,7 +48,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -316,7 +315,7 @@ def _noop_profile(b: Bench) -> dict:
               "load_site": "site config", "load_recipe": "recipe", "resolve": "resolve the plan",
               "step_hashes": "step hashes", "pending": "done-checks", "pending_steps": "done-checks"}
     for (file, line, func), (cc, nc, tt, ct, callers) in stats.stats.items():
-        if func in wanted and "hpcstack" in file:
+        if func in wanted and re.search(r"/hpcstack/(components/)?[^/]+\.py$", file):
             key = f"{func} ({os.path.basename(file)})"
             out[key] = {"seconds": round(ct, 3), "calls": nc, "what": wanted[func]}
     return out
@@ -579,7 +578,7 @@ def report(r: dict) -> str:
             lines.append(f"  {label:<58} {'—':>9}")
             return
         ratio = f"{a / seconds:8.1f}x" if ratio and a and seconds else ""
-        lines.append(f"  {label:<58} {seconds:9.1f} {ratio:>9}  {extra}")
+        lines.append(f"  {label:<58} {seconds:9.{2 if seconds < 10 else 1}f} {ratio:>9}  {extra}".rstrip())
 
     lines.append("")
     lines.append(f"  {'variant':<58} {'seconds':>9} {'vs (a)':>9}")
@@ -596,7 +595,7 @@ def report(r: dict) -> str:
     floor = (d["seconds"] + d["reuse_seconds"]) if d else None
     row("    = floor for (c)", floor)
     e = r.get("e", {})
-    row(f"(e) no-op re-run (median of {len(e.get('runs', []))})", e.get("median"))
+    row(f"(e) no-op re-run (median of {len(e.get('runs', []))})", e.get("median"), ratio=False)
     lines.append("")
     f = r.get("f")
     if f:
@@ -610,8 +609,9 @@ def report(r: dict) -> str:
     if g:
         mw = statistics.median(g["module_wall"]) if g["module_wall"] else float("nan")
         pw = statistics.median(g["plain_wall"]) if g["plain_wall"] else float("nan")
-        lines.append(f"  (g) python -c \"{IMPORT}\"          {'under module':>14} {'plain venv':>12} {'plain, 1st':>11}")
-        lines.append(f"      wall time, median of {len(g['module_wall'])} (s)       {mw:14.2f} {pw:12.2f} {'':>11}")
+        lines.append(f"  (g) python -c \"{IMPORT}\"")
+        lines.append(f"      {'':<36} {'under module':>14} {'plain venv':>12} {'plain, 1st':>11}")
+        lines.append(f"      {'wall time, median of %d (s)' % len(g['module_wall']):<36} {mw:14.2f} {pw:12.2f}")
         for key, label in (("open", "open/openat calls"), ("stat", "stat-family calls"),
                            ("open_stat", "open + stat"), ("pyc_written", ".pyc files written")):
             lines.append(f"      {label:<36} {g['module'][key]:14d} {g['plain'][key]:12d} {g['plain_first'][key]:11d}")
@@ -643,7 +643,7 @@ def report(r: dict) -> str:
     lines.append("notes: downloads shared by the variants come from local caches: (a) from a wheelhouse "
                  "filled by `pip download` beforehand (not timed; pip's HTTP cache stores nothing here) — "
                  f"files (a) still downloaded: {r.get('a', {}).get('downloaded_from_network', '?')}; (c) and "
-                 "(d) from the uv cache that (b) filled. (b) downloads ~4.9 GB from PyPI. Load averages "
+                 "(d) from the uv cache that (b) filled. (b) downloads the lock's wheels (~2.8 GB) from PyPI. Load averages "
                  f"(1/5/15 min) — (a): {r.get('a', {}).get('load_before', '?')}, (b): "
                  f"{b.get('load_before', '?')}, (c): {c.get('load_before', '?')}: the machine is shared "
                  "and the timings are noisy.")

@@ -314,10 +314,12 @@ class HorovodBuild(SourceBuild):
     version, the MPI behind the compiler wrappers, the CUDA compiler and NCCL's version, and
     every ``HOROVOD_*`` variable of the build environment; ``MAKEFLAGS`` does not count. Not in
     the key: the venv's path. Horovod's CMake gives its ``.so`` files a RUNPATH to the building
-    venv's ``torch/lib``; a wheel reused in another prefix keeps that path, which is harmless
-    because ``horovod.torch`` imports torch first and the loader then matches ``libtorch.so``
-    and ``libc10.so`` by name among the libraries already loaded (checked by the benchmark's
-    strace: no file of the first stack is touched).
+    venv's ``torch/lib``; a wheel reused in another prefix keeps that path. It works, also once
+    the first build is gone: ``horovod.torch`` imports torch first, so the loader matches
+    ``libtorch.so`` and ``libc10.so`` by name among the libraries already loaded, and it looks
+    for ``libmpi*.so`` in that directory in vain (23 failed lookups in the benchmark's strace,
+    as a self-built Horovod makes in its own ``torch/lib``) before the system directories.
+    A prefix-free wheel needs the RUNPATH dropped at build time (docs/benchmarks.md).
 
     Example:
         ``HorovodBuild("0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
