@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,30 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BASE_MODULES = Path("/opt/hpcstack/base-modulefiles")
 MODULES_INIT = Path("/usr/share/modules/init/bash")
+
+
+#: `horovodrun --check-build` of a GPU build with NCCL (as in the Cirrus instructions), and of a CPU one.
+CHECK_BUILD_NCCL = """\
+Horovod v0.28.1:
+
+Available Frameworks:
+    [ ] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [X] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [X] NCCL
+    [ ] DDL
+    [ ] CCL
+    [X] MPI
+    [X] Gloo
+"""
+
+CHECK_BUILD_CPU = CHECK_BUILD_NCCL.replace("[X] NCCL", "[ ] NCCL")
 
 
 def hpcstack(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -122,3 +147,42 @@ def write_tiny_recipe(root: Path, sdist: Path, patch_text: str = TINY_PATCH) -> 
             ])
         '''))
     return path
+
+
+SLURM_SCRIPT = REPO / "scripts" / "localhost-slurm"
+SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "ip", "nsenter")
+
+
+def which_sbin(name: str) -> str | None:
+    """``shutil.which``, also looking in /usr/sbin (root's daemons are there, off a user's PATH)."""
+    return shutil.which(name) or (f"/usr/sbin/{name}" if os.access(f"/usr/sbin/{name}", os.X_OK) else None)
+
+
+def localhost_slurm(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``scripts/localhost-slurm ARGS``; with ``check``, fail the test on a non-zero exit."""
+    proc = subprocess.run([str(SLURM_SCRIPT), *args], capture_output=True, text=True, timeout=180)
+    if check and proc.returncode:
+        raise AssertionError(f"localhost-slurm {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
+    return proc
+
+
+@contextmanager
+def two_node_cluster():
+    """The local 2-node Slurm cluster: ``up --nodes 2`` on entry and ``down`` on exit, unless a
+    2-node cluster was already up (then it is reused and left running). Skips, saying why, when
+    not root or when Slurm's binaries are missing."""
+    if os.geteuid() != 0:
+        pytest.skip("the 2-node local Slurm cluster needs root")
+    missing = [b for b in SLURM_BINARIES if which_sbin(b) is None]
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)}; run `scripts/localhost-slurm install` as root")
+    status = localhost_slurm("status", check=False)
+    was_up = status.returncode == 0
+    if was_up and not status.stdout.startswith("nodes: 2"):
+        pytest.skip("a 1-node localhost-slurm cluster is running; `localhost-slurm down` first")
+    localhost_slurm("up", "--nodes", "2")
+    try:
+        yield
+    finally:
+        if not was_up:
+            localhost_slurm("down", check=False)

@@ -1,29 +1,8 @@
 """Parsing ``horovodrun --check-build`` and naming the flags that are missing."""
 
-from conftest import REPO  # noqa: F401  (puts the repo on sys.path)
+from conftest import CHECK_BUILD_CPU as CPU_OUTPUT
+from conftest import CHECK_BUILD_NCCL as CIRRUS_OUTPUT
 from hpcstack.checkbuild import missing_flags, parse_check_build
-
-CIRRUS_OUTPUT = """\
-Horovod v0.28.1:
-
-Available Frameworks:
-    [ ] TensorFlow
-    [X] PyTorch
-    [ ] MXNet
-
-Available Controllers:
-    [X] MPI
-    [X] Gloo
-
-Available Tensor Operations:
-    [X] NCCL
-    [ ] DDL
-    [ ] CCL
-    [X] MPI
-    [X] Gloo
-"""
-
-CPU_OUTPUT = CIRRUS_OUTPUT.replace("[X] NCCL", "[ ] NCCL")
 
 
 def test_parse_sections():

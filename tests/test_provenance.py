@@ -13,29 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CHECK_BUILD_CPU as CHECK_BUILD
 from conftest import hpcstack, make_sdist, write_tiny_recipe
 from hpcstack import __version__
 from hpcstack.plan import CheckBuild
 
-CHECK_BUILD = """\
-Horovod v0.28.1:
-
-Available Frameworks:
-    [ ] TensorFlow
-    [X] PyTorch
-    [ ] MXNet
-
-Available Controllers:
-    [X] MPI
-    [X] Gloo
-
-Available Tensor Operations:
-    [ ] NCCL
-    [ ] DDL
-    [ ] CCL
-    [X] MPI
-    [X] Gloo
-"""
 
 
 def _sha(path: Path) -> str:

@@ -22,8 +22,7 @@ from hpcstack.errors import HpcstackError
 from hpcstack.scheduler import (BatchJob, JobStep, Slurm, launch_command, launcher_setup,
                                 parse_key_values, render_job_script, tail)
 
-REPO = Path(__file__).resolve().parents[1]
-SLURM_SCRIPT = REPO / "scripts" / "localhost-slurm"
+from conftest import two_node_cluster
 TEST_USER = os.environ.get("HPCSTACK_SLURM_USER", "hpcstack-test")
 MODULES_INIT = "/usr/share/modules/init/bash"
 
@@ -178,39 +177,11 @@ def test_wait_polls_until_the_job_leaves_the_queue():
 
 # ----------------------------------------------------------------------------- real Slurm
 
-def _which(name: str) -> str | None:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}",) if os.access(p, os.X_OK)), None)
-
-
-_missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "ip", "nsenter")
-            if _which(b) is None]
-
-
-def _script(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(SLURM_SCRIPT), *args], capture_output=True, text=True, timeout=180)
-    if check and proc.returncode:
-        raise AssertionError(f"localhost-slurm {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
-    return proc
-
-
 @pytest.fixture(scope="module")
 def cluster():
-    """`localhost-slurm up --nodes 2` for the module and `down` after it, unless a 2-node
-    cluster was already up (then it is reused and left running), as in test_localhost_slurm.py."""
-    if os.geteuid() != 0:
-        pytest.skip("the 2-node local Slurm cluster needs root")
-    if _missing:
-        pytest.skip(f"missing {', '.join(_missing)}; run `scripts/localhost-slurm install` as root")
-    status = _script("status", check=False)
-    was_up = status.returncode == 0
-    if was_up and not status.stdout.startswith("nodes: 2"):
-        pytest.skip("a 1-node localhost-slurm cluster is running; `localhost-slurm down` first")
-    _script("up", "--nodes", "2")
-    try:
+    """The local 2-node Slurm cluster (conftest.two_node_cluster)."""
+    with two_node_cluster():
         yield
-    finally:
-        if not was_up:
-            _script("down", check=False)
 
 
 @pytest.fixture

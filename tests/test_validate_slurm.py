@@ -20,10 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, hpcstack
+from conftest import REPO, hpcstack, two_node_cluster
 
 RECIPE = "pytorch/2.3.1-gpu"
-SLURM_SCRIPT = REPO / "scripts" / "localhost-slurm"
 
 
 def _stack_root() -> Path:
@@ -154,36 +153,11 @@ def test_local_dry_run_still_prints_the_local_launcher():
 
 # ----------------------------------------------------------------------------- real jobs
 
-def _which(name: str) -> str | None:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}",) if os.access(p, os.X_OK)), None)
-
-
-def _script(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(SLURM_SCRIPT), *args], capture_output=True, text=True, timeout=180)
-    if check and proc.returncode:
-        raise AssertionError(f"localhost-slurm {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
-    return proc
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """The local 2-node Slurm cluster, as in test_localhost_slurm.py (reused if already up)."""
-    if os.geteuid() != 0:
-        pytest.skip("the 2-node local Slurm cluster needs root")
-    missing = [b for b in ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "ip", "nsenter")
-               if _which(b) is None]
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)}; run `scripts/localhost-slurm install` as root")
-    status = _script("status", check=False)
-    was_up = status.returncode == 0
-    if was_up and not status.stdout.startswith("nodes: 2"):
-        pytest.skip("a 1-node localhost-slurm cluster is running; `localhost-slurm down` first")
-    _script("up", "--nodes", "2")
-    try:
+    with two_node_cluster():
         yield
-    finally:
-        if not was_up:
-            _script("down", check=False)
 
 
 @pytest.fixture(scope="module")
