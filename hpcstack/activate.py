@@ -8,11 +8,11 @@ Jinja template ``scripts/extend-venv-activate.j2``; this module fills in the sta
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import jinja2
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "scripts"
+from . import data_root
+
 TEMPLATE_NAME = "extend-venv-activate.j2"
 
 # Characters module names use in practice; none is special to any shell, even unquoted.
@@ -23,7 +23,7 @@ _BAD_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 def _environment() -> jinja2.Environment:
     """Jinja environment for hpcstack's script templates (trim/lstrip blocks, strict)."""
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        loader=jinja2.FileSystemLoader(str(data_root() / "scripts")),
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -186,3 +187,16 @@ def two_node_cluster():
     finally:
         if not was_up:
             localhost_slurm("down", check=False)
+
+
+def user_writable_dir(user: str, prefix: str):
+    """Yield a fresh directory under /tmp owned by ``user`` (visible on both local Slurm 'nodes',
+    which share the filesystem); it is removed afterwards."""
+    import pwd
+
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    pw = pwd.getpwnam(user)
+    os.chown(d, pw.pw_uid, pw.pw_gid)
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -9,15 +9,15 @@ root.  The whole module takes about 15 s.
 from __future__ import annotations
 
 import os
-import pwd
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from conftest import user_writable_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "localhost-slurm"
@@ -174,12 +174,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def workdir(cluster):
     """A directory the test user can write, visible on both 'nodes' (same filesystem)."""
-    d = Path(tempfile.mkdtemp(prefix="hpcstack-slurm-test-", dir="/tmp"))
-    pw = pwd.getpwnam(TEST_USER)
-    os.chown(d, pw.pw_uid, pw.pw_gid)
-    d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    yield from user_writable_dir(TEST_USER, "hpcstack-slurm-test-")
 
 
 # ----------------------------------------------------------------------------- tests

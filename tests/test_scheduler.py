@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from hpcstack.errors import HpcstackError
 from hpcstack.scheduler import (BatchJob, JobStep, Slurm, launch_command, launcher_setup,
                                 parse_key_values, render_job_script, tail)
 
-from conftest import two_node_cluster
+from conftest import two_node_cluster, user_writable_dir
 TEST_USER = os.environ.get("HPCSTACK_SLURM_USER", "hpcstack-test")
 MODULES_INIT = "/usr/share/modules/init/bash"
 
@@ -186,12 +184,7 @@ def cluster():
 
 @pytest.fixture
 def workdir(cluster):
-    d = Path(tempfile.mkdtemp(prefix="hpcstack-sched-test-", dir="/tmp"))
-    pw = pwd.getpwnam(TEST_USER)
-    os.chown(d, pw.pw_uid, pw.pw_gid)
-    d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    yield from user_writable_dir(TEST_USER, "hpcstack-sched-test-")
 
 
 def submit(workdir: Path, steps: list[JobStep], nodes: int = 2) -> tuple[Slurm, str]:
