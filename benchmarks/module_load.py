@@ -72,7 +72,7 @@ def write_tree(tmp: Path, syntax: str, top: Path) -> Path:
                                    + "setenv HPCSTACK_BENCH_TRIVIAL 1\n")
     if syntax == "lua":
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from hpcstack.components.modulefile import render_for_prefix
+        from hpcstack.install.components.modulefile import render_for_prefix
         from hpcstack.recipe import load_recipe
         from hpcstack.site import load_site
 

@@ -3,22 +3,36 @@
 An admin runs one recipe (``recipes/<name>/<version>.py``) for one site
 (``site-configs/<site>.yaml``); hpcstack resolves them into a plan of named steps, runs the plan
 (or prints it as a bash script with ``--dry-run``), writes the modulefile and validates the stack.
+
+The package by role: :mod:`hpcstack.install` (plan, runner, builds, resolve, lock, provenance,
+components), :mod:`hpcstack.modules` (modulefile writer, module tools, ``extend-venv-activate``),
+:mod:`hpcstack.validate` (validation, scheduler, report, check-build); :mod:`hpcstack.cli`,
+:mod:`hpcstack.site`, :mod:`hpcstack.recipe` and the search path :mod:`hpcstack.repos` on top.
 """
 
-import os
+from importlib import resources
 from pathlib import Path
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def data_root() -> Path:
-    """Return the directory that holds ``recipes/``, ``site-configs/``, ``modulefiles/`` and ``scripts/``.
+    """Return the built-in data: the directory that holds ``recipes/``, ``site-configs/``,
+    ``modulefiles/`` and ``scripts/``.
 
-    That is the project checkout (hpcstack is installed from it with ``pip install -e .``), or the
-    directory named by the environment variable ``HPCSTACK_ROOT``.
+    They ship inside the package as ``hpcstack/data/`` (package data, read with
+    :mod:`importlib.resources`); in a checkout ``hpcstack/data/*`` are links to the top-level
+    directories of the same names. Sites add their own recipes and site configs in front of these
+    with ``--repo``/``HPCSTACK_PATH`` (:mod:`hpcstack.repos`).
 
     Returns:
         Path: an absolute directory path.
+
+    Raises:
+        RuntimeError: the package is installed somewhere that is not a directory (a zip file):
+            hpcstack needs its data as files (its templates and scripts are run and copied).
     """
-    env = os.environ.get("HPCSTACK_ROOT")
-    return Path(env).resolve() if env else Path(__file__).resolve().parents[1]
+    data = resources.files(__name__) / "data"
+    if not isinstance(data, Path):
+        raise RuntimeError(f"hpcstack's data {data} is not a directory; install hpcstack unzipped")
+    return data

@@ -1,3 +1,3 @@
-from .cli import main
+from hpcstack.cli import main
 import sys
 sys.exit(main())

@@ -13,15 +13,25 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import __version__
-from .errors import ConfigError, HpcstackError
-from .plan import STEP_ORDER
+from hpcstack import __version__
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.install.plan import STEP_ORDER
+
+
+SITE_HELP = ("site name on the search path (--repo, HPCSTACK_PATH, built-in) or a path to a site "
+             "YAML (default: localhost)")
+
+
+def _add_repo_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", action="append", default=[], metavar="DIR",
+                   help="a repository of recipes/ and site-configs/, searched before HPCSTACK_PATH "
+                        "and the built-in ones (repeatable; first match wins)")
 
 
 def _add_site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="recipe as NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a path to a recipe file")
-    p.add_argument("--site", default="localhost",
-                   help="site name under site-configs/ or a path to a site YAML (default: localhost)")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
     p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
     p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     p.add_argument("--dry-run", action="store_true", help="print what would run, as a bash script; change nothing")
@@ -74,13 +84,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("lock", help="regenerate a recipe's lock file with uv (hashes for every package)")
     p.add_argument("recipe")
-    p.add_argument("--site", default="localhost")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
 
-    sub.add_parser("list", help="list recipes and sites")
+    p = sub.add_parser("list", help="list recipes and sites, each with the repository it comes from",
+                       description="List the recipes and site configs on the search path (--repo "
+                                   "directories, then HPCSTACK_PATH, then the built-in ones), each "
+                                   "with the repository it comes from and what it shadows.")
+    _add_repo_arg(p)
+    p.add_argument("--json", action="store_true", help="print the listing as JSON")
 
     p = sub.add_parser("show", help="show what an installed stack records about itself (provenance)")
     p.add_argument("target", help="a stack prefix or build directory, or NAME/VERSION (with --site)")
-    p.add_argument("--site", default="localhost")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
     p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     p.add_argument("--file", metavar="NAME",
@@ -89,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("uninstall", help="remove a stack and its modulefile (not the default version "
                                          "unless --force)")
     p.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
-    p.add_argument("--site", default="localhost",
-                   help="site name under site-configs/ or a path to a site YAML (default: localhost)")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
     p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
     p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     p.add_argument("--force", action="store_true",
@@ -117,8 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
              "remove hpcstack's default files (the tool then picks the highest version)")):
         mp = msub.add_parser(action, help=action_help)
         mp.add_argument("target", help=target_help)
-        mp.add_argument("--site", default="localhost",
-                        help="site name under site-configs/ or a path to a site YAML (default: localhost)")
+        mp.add_argument("--site", default="localhost", help=SITE_HELP)
+        _add_repo_arg(mp)
         mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     return parser
 
@@ -143,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:  # a full disk, a permission problem: what, where, what to do
-        from .plan import describe_os_error
+        from hpcstack.install.plan import describe_os_error
 
         print(f"error: {describe_os_error(exc)}", file=sys.stderr)
         return 1
@@ -166,14 +183,26 @@ def _check_dirs(args) -> None:
                                "white space or control characters"])
 
 
-def _load(args):
-    from .recipe import load_recipe
-    from .site import load_site
+def _search(args):
+    """The search path of recipes and site configs: ``--repo``, ``HPCSTACK_PATH``, built-in."""
+    from hpcstack.repos import SearchPath
+
+    return SearchPath.from_args(getattr(args, "repo", None) or ())
+
+
+def _load_site(args, **overrides):
+    from hpcstack.site import load_site
 
     _check_dirs(args)
-    site = load_site(args.site, install_root=getattr(args, "prefix", None),
-                     module_root=getattr(args, "module_root", None))
-    return site, load_recipe(args.recipe, site)
+    return load_site(args.site, search=_search(args), **overrides)
+
+
+def _load(args):
+    from hpcstack.recipe import load_recipe
+
+    site = _load_site(args, install_root=getattr(args, "prefix", None),
+                      module_root=getattr(args, "module_root", None))
+    return site, load_recipe(args.recipe, site, _search(args))
 
 
 def cmd_install(args) -> int:
@@ -184,11 +213,12 @@ def cmd_install(args) -> int:
     provenance, run the pending steps (the module step publishes), then keep the build it
     replaced and remove older ones.
     """
-    from . import builds, provenance
-    from .plan import describe_os_error
-    from .recipe import recipe_path
-    from .resolve import build_environment, detect_python_version, permission_settings, resolve
-    from .runner import Runner, console, install_lock, pending_steps, preflight
+    from hpcstack.install import builds
+    from hpcstack.install import provenance
+    from hpcstack.install.plan import describe_os_error
+    from hpcstack.recipe import recipe_path
+    from hpcstack.install.resolve import build_environment, detect_python_version, permission_settings, resolve
+    from hpcstack.install.runner import Runner, console, install_lock, pending_steps, preflight
 
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError(["--jobs: must be at least 1"])
@@ -230,7 +260,7 @@ def cmd_install(args) -> int:
             console.print(f"{recipe.full_name}: {where}")
             builds.start(layout, choice)
             try:
-                provenance.record_inputs(plan, recipe_path(args.recipe), site)
+                provenance.record_inputs(plan, recipe_path(args.recipe, _search(args)), site)
             except OSError as exc:
                 raise HpcstackError(f"cannot record provenance in {plan.state_dir}: "
                                     f"{describe_os_error(exc)}") from None
@@ -263,7 +293,7 @@ def cmd_validate(args) -> int:
     Sites without a ``slurm`` section always use the local launcher. Options that only make
     sense for one mode are refused in the other (exit status 2).
     """
-    from .validate import collect, local_validation, parse_nodes, slurm_validation
+    from hpcstack.validate.validation import collect, local_validation, parse_nodes, slurm_validation
 
     site, recipe = _load(args)
     slurm_only = {"--nodes": args.nodes, "--partition": args.partition, "--qos": args.qos,
@@ -297,7 +327,7 @@ def cmd_validate(args) -> int:
 
 def cmd_lock(args) -> int:
     """``hpcstack lock``: write ``<stem>.<index>.lock`` from ``<stem>.in`` with uv."""
-    from .lock import write_lock
+    from hpcstack.install.lock import write_lock
 
     site, recipe = _load(args)
     path = write_lock(recipe, site)
@@ -306,19 +336,42 @@ def cmd_lock(args) -> int:
 
 
 def cmd_list(args) -> int:
-    """``hpcstack list``: recipes and sites."""
-    from .recipe import known_recipes
-    from .site import known_sites
+    """``hpcstack list``: recipes and sites on the search path, with where each comes from.
 
-    print("recipes: " + ", ".join(known_recipes()))
-    print("sites:   " + ", ".join(known_sites()))
+    Raises:
+        ConfigError: a ``--repo``/``HPCSTACK_PATH`` directory that does not exist or is no
+            repository, or a recipe file with a syntax error (one line each, exit 2).
+    """
+    from hpcstack.recipe import check_syntax
+    from hpcstack.repos import RECIPES, SITES
+
+    search = _search(args)
+    listing = {kind: search.entries(kind) for kind in (RECIPES, SITES)}
+    problems = [line for e in listing[RECIPES] for line in [check_syntax(e.path)] if line]
+    if args.json:
+        print(json.dumps({"search_path": [{"path": str(r.path), "origin": r.origin} for r in search.repos],
+                          **{kind: [{"name": e.name, "path": str(e.path), "origin": e.repo.origin,
+                                     "repo": str(e.repo.path),
+                                     "shadows": [str(r.path) for r in e.shadows]} for e in entries]
+                             for kind, entries in listing.items()}}, indent=1))
+    else:
+        print("search path: " + search.describe())
+        for kind, title in ((RECIPES, "recipes"), (SITES, "sites")):
+            print(f"{title}:")
+            width = max((len(e.name) for e in listing[kind]), default=0)
+            for e in listing[kind]:
+                shadow = "".join(f"; shadows {r.describe()}" for r in e.shadows)
+                print(f"  {e.name:<{width}}  {e.repo.describe() if e.repo.origin != 'built-in' else 'built-in'}"
+                      f"{shadow}")
+    if problems:
+        raise ConfigError(problems)
     return 0
 
 
 def _stack_of(target: str, site) -> tuple[str, str]:
     """``(name, version)`` from ``NAME/VERSION`` or a recipe file."""
     if target.endswith(".py") and Path(target).is_file():
-        from .recipe import load_recipe
+        from hpcstack.recipe import load_recipe
 
         recipe = load_recipe(target, site)
         return recipe.name, recipe.version
@@ -331,17 +384,14 @@ def _stack_of(target: str, site) -> tuple[str, str]:
 
 def cmd_show(args) -> int:
     """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.provenance`)."""
-    from . import provenance
-    from .builds import StackLayout
+    from hpcstack.install import provenance
+    from hpcstack.install.builds import StackLayout
 
     target = Path(args.target)
     if target.is_dir():
         build, prefix = Path(os.path.realpath(target)), (target if target.is_symlink() else None)
     else:
-        from .site import load_site
-
-        _check_dirs(args)
-        site = load_site(args.site, install_root=args.prefix)
+        site = _load_site(args, install_root=args.prefix)
         name, version = _stack_of(args.target, site)
         layout = StackLayout(site.install_root, name, version)
         published = layout.published()
@@ -382,13 +432,11 @@ def cmd_uninstall(args) -> int:
     Refuses the default version of the module (a ``.version``, ``default`` link or
     ``.modulerc`` naming it) unless ``--force``, which removes that marker too.
     """
-    from .builds import StackLayout, default_marker, uninstall
-    from .modules import modulefile_path
-    from .runner import install_lock
-    from .site import load_site
+    from hpcstack.install.builds import StackLayout, default_marker, uninstall
+    from hpcstack.modules.writer import modulefile_path
+    from hpcstack.install.runner import install_lock
 
-    _check_dirs(args)
-    site = load_site(args.site, install_root=args.prefix, module_root=args.module_root)
+    site = _load_site(args, install_root=args.prefix, module_root=args.module_root)
     name, version = _stack_of(args.target, site)
     layout = StackLayout(site.install_root, name, version)
     modulefile = modulefile_path(site.module_root, name, version, site.modules.syntax)
@@ -419,7 +467,7 @@ def cmd_uninstall(args) -> int:
 
 def cmd_check_build(args) -> int:
     """``hpcstack check-build``: require Horovod build flags."""
-    from .checkbuild import check_build
+    from hpcstack.validate.checkbuild import check_build
 
     if not shutil.which(args.horovodrun):
         raise HpcstackError(f"{args.horovodrun} not found (load the stack's module first)")
@@ -436,8 +484,7 @@ def cmd_module(args) -> int:
     """
     import re
 
-    from . import modules
-    from .site import load_site
+    from hpcstack.modules import writer as modules
 
     name, _, version = args.target.partition("/")
     word = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -446,7 +493,7 @@ def cmd_module(args) -> int:
                            "(letters, digits and ._+-)"])
     if args.module_command != "set-default" and (not word.match(name) or version):
         raise ConfigError([f"{args.target!r}: expected a module NAME, e.g. pytorch"])
-    site = load_site(args.site, module_root=args.module_root)
+    site = _load_site(args, module_root=args.module_root)
     module_dir = os.path.join(site.module_root, name)
     site_args = f" --site {args.site}" + (f" --module-root {args.module_root}" if args.module_root else "")
     if args.module_command == "set-default":

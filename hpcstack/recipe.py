@@ -13,8 +13,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import data_root
-from .errors import ConfigError
+from hpcstack.errors import ConfigError
+from hpcstack.repos import RECIPES, SearchPath, default_search_path
 
 
 @dataclass
@@ -42,33 +42,57 @@ class Recipe:
         return f"{self.name}/{self.version}"
 
 
-def recipe_path(spec: str) -> Path:
-    """Resolve a recipe spec (``pytorch/2.3.1-gpu`` or a path to a ``.py`` file).
+def recipe_path(spec: str, search: SearchPath | None = None) -> Path:
+    """Resolve a recipe spec: a path to a ``.py`` file, or ``name/version`` on the search path.
+
+    Args:
+        spec (str): ``pytorch/2.3.1-gpu`` or a path such as ``./recipes/tiny/1.0.py``.
+        search (SearchPath | None): where to look (default: ``HPCSTACK_PATH``, then built-in).
 
     Raises:
-        ConfigError: no such recipe (the known ones are listed).
+        ConfigError: no such recipe; the line names the search path and the known recipes.
     """
     candidate = Path(spec)
     if candidate.suffix == ".py" and candidate.is_file():
         return candidate.resolve()
-    path = data_root() / "recipes" / f"{spec}.py"
-    if path.is_file():
-        return path
-    raise ConfigError([f"unknown recipe '{spec}' (known: {', '.join(known_recipes()) or 'none'})"])
+    search = search or default_search_path()
+    entry = search.find(RECIPES, spec)
+    if entry:
+        return entry.path
+    if candidate.suffix == ".py":
+        raise ConfigError([f"recipe file {spec}: no such file"])
+    known = ", ".join(e.name for e in search.entries(RECIPES)) or "none"
+    raise ConfigError([f"unknown recipe '{spec}' (known: {known}; searched: {search.describe()})"])
 
 
-def known_recipes() -> list[str]:
-    """Return the recipe specs under ``recipes/`` (``name/version``)."""
-    root = data_root() / "recipes"
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.glob("*/*.py"))
+def known_recipes(search: SearchPath | None = None) -> list[str]:
+    """Return the recipe specs (``name/version``) on the search path."""
+    return [e.name for e in (search or default_search_path()).entries(RECIPES)]
 
 
-def load_recipe(spec: str, site) -> Recipe:
+def check_syntax(path: Path) -> str | None:
+    """Compile a recipe file without running it.
+
+    Returns:
+        str | None: one line ``"<file>:<line>: syntax error in recipe: <msg>"``, or None when it compiles.
+    """
+    try:
+        compile(path.read_text(), str(path), "exec")
+    except SyntaxError as exc:
+        return f"{path}:{exc.lineno}: syntax error in recipe: {exc.msg}"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return f"{path}: cannot read recipe: {exc}"
+    return None
+
+
+def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
     """Load a recipe file and call its ``recipe(site)``.
 
     Args:
         spec (str): ``name/version`` or a path to a recipe file.
         site (hpcstack.site.Site): the site to build for.
+        search (SearchPath | None): where ``name/version`` is looked up (default: ``HPCSTACK_PATH``,
+            then the built-in recipes).
 
     Returns:
         Recipe: with ``directory`` set.
@@ -77,7 +101,7 @@ def load_recipe(spec: str, site) -> Recipe:
         ConfigError: the file is missing, has a syntax error (file and line given), raises, or
             does not return a :class:`Recipe`.
     """
-    path = recipe_path(spec)
+    path = recipe_path(spec, search)
     module_name = "hpcstack_recipe_" + "".join(c if c.isalnum() else "_" for c in str(path))
     try:
         source = path.read_text()

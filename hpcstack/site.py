@@ -17,9 +17,9 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import data_root
-from .errors import ConfigError
-from .report import FIGURES
+from hpcstack.errors import ConfigError
+from hpcstack.repos import SITES, SearchPath, default_search_path
+from hpcstack.validate.report import FIGURES
 
 _STR = {"type": "string", "minLength": 1}
 _NULL_STR = {"type": ["string", "null"]}
@@ -270,6 +270,8 @@ class Site:
         build_env (dict[str, str]): variables for every build command.
         slurm, validation, references (dict): for ``hpcstack validate``.
         installer (InstallerConfig): uv or pip, wheel cache, bytecode, build cache.
+        ref (str): how a later command line names this site: its name where the search path
+            finds it without ``--repo``, else its file's absolute path.
     """
 
     name: str
@@ -291,27 +293,37 @@ class Site:
     validation: dict
     references: dict
     installer: InstallerConfig = field(default_factory=InstallerConfig)
+    ref: str = ""
 
 
-def site_path(name_or_path: str) -> Path:
-    """Resolve ``--site``: a file path, or a name under ``site-configs/``.
+def site_path(name_or_path: str, search: SearchPath | None = None) -> Path:
+    """Resolve ``--site``: a path to a ``.yaml`` file, or a site name on the search path.
+
+    Args:
+        name_or_path (str): ``cirrus``, or ``./site-configs/cirrus.yaml``.
+        search (SearchPath | None): where names are looked up (default: ``HPCSTACK_PATH``, then
+            the built-in site configs).
 
     Raises:
-        ConfigError: unknown site (the known ones are listed).
+        ConfigError: unknown site; the line names the search path and the known sites.
     """
     candidate = Path(name_or_path)
-    if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
-        return candidate
-    path = data_root() / "site-configs" / f"{name_or_path}.yaml"
-    if path.is_file():
-        return path
-    raise ConfigError([f"unknown site '{name_or_path}' (known: {', '.join(known_sites())}; "
+    if candidate.suffix in (".yaml", ".yml"):
+        if candidate.is_file():
+            return candidate
+        raise ConfigError([f"site config {name_or_path}: no such file"])
+    search = search or default_search_path()
+    entry = search.find(SITES, name_or_path)
+    if entry:
+        return entry.path
+    known = ", ".join(e.name for e in search.entries(SITES)) or "none"
+    raise ConfigError([f"unknown site '{name_or_path}' (known: {known}; searched: {search.describe()}; "
                        "or give the path of a site config .yaml)"])
 
 
-def known_sites() -> list[str]:
-    """Return the names of the site configs shipped in ``site-configs/``."""
-    return sorted(p.stem for p in (data_root() / "site-configs").glob("*.yaml"))
+def known_sites(search: SearchPath | None = None) -> list[str]:
+    """Return the names of the site configs on the search path."""
+    return [e.name for e in (search or default_search_path()).entries(SITES)]
 
 
 def validate(data: object, where: str) -> list[str]:
@@ -362,13 +374,14 @@ def _normalise(data: object) -> object:
 
 
 def load_site(name_or_path: str, install_root: str | None = None,
-              module_root: str | None = None) -> Site:
+              module_root: str | None = None, search: SearchPath | None = None) -> Site:
     """Load and validate a site config.
 
     Args:
         name_or_path (str): a site name (``localhost``, ``cirrus``) or a path to a YAML file.
         install_root (str | None): overrides ``install_root`` (``--prefix`` on the command line).
         module_root (str | None): overrides ``module_root`` (``--module-root``).
+        search (SearchPath | None): where a site name is looked up (:mod:`hpcstack.repos`).
 
     Returns:
         Site: the validated site.
@@ -377,7 +390,12 @@ def load_site(name_or_path: str, install_root: str | None = None,
         ConfigError: unreadable file, bad YAML (with line and column), or schema problems,
             one line each.
     """
-    path = site_path(name_or_path)
+    search = search or default_search_path()
+    path = site_path(name_or_path, search)
+    by_name = path != Path(name_or_path)
+    entry = search.find(SITES, name_or_path) if by_name else None
+    # how a later command names this site: its name where that finds it again without --repo
+    ref = name_or_path if entry and entry.repo.origin != "--repo" else str(path.resolve())
     try:
         data = yaml.safe_load(path.read_text())
     except OSError as exc:
@@ -390,12 +408,13 @@ def load_site(name_or_path: str, install_root: str | None = None,
     data = _normalise(data)
     if problems:
         raise ConfigError(problems)
-    if data["name"] != path.stem and path.parent == data_root() / "site-configs":
+    if data["name"] != path.stem and by_name:
         raise ConfigError([f"{path}: name: '{data['name']}' differs from the file name '{path.stem}'"])
-    return _build(data, path, install_root, module_root)
+    return _build(data, path, install_root, module_root, ref)
 
 
-def _build(data: dict, path: Path, install_root: str | None, module_root: str | None) -> Site:
+def _build(data: dict, path: Path, install_root: str | None, module_root: str | None,
+           ref: str | None = None) -> Site:
     root = os.path.abspath(install_root or data["install_root"])
     python = data.get("python", {})
     build = data.get("build", {})
@@ -416,4 +435,5 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         validation=dict(data.get("validation", {})),
         references=dict(data.get("references", {})),
         installer=InstallerConfig(**data.get("installer", {})),
+        ref=ref or str(path),
     )

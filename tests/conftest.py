@@ -47,10 +47,30 @@ Available Tensor Operations:
 CHECK_BUILD_CPU = CHECK_BUILD_NCCL.replace("[X] NCCL", "[ ] NCCL")
 
 
+#: The installed ``hpcstack`` console script of this interpreter's environment (scripts/run-tests
+#: installs hpcstack there from its wheel), run from a neutral directory so that nothing of the
+#: checkout can be imported by accident (issue 9).
+HPCSTACK = [str(Path(sys.executable).with_name("hpcstack"))]
+NEUTRAL_DIR = tempfile.gettempdir()
+
+
 def hpcstack(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real ``hpcstack`` command (this interpreter's package) and capture its output."""
-    return subprocess.run([sys.executable, "-m", "hpcstack", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=REPO)
+    """Run the real, installed ``hpcstack`` command and capture its output."""
+    return subprocess.run([*HPCSTACK, *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout, cwd=NEUTRAL_DIR)
+
+
+def pytest_sessionstart(session):
+    """Under scripts/run-tests (HPCSTACK_TEST_INSTALLED=1) the package under test must be the
+    installed wheel, not this checkout; anywhere, the ``hpcstack`` command must exist."""
+    import hpcstack as package
+
+    if not Path(HPCSTACK[0]).is_file():
+        pytest.exit(f"{HPCSTACK[0]} missing: install hpcstack into this environment "
+                    "(scripts/run-tests does)", returncode=4)
+    if os.environ.get("HPCSTACK_TEST_INSTALLED") and Path(package.__file__).resolve().is_relative_to(REPO):
+        pytest.exit(f"testing the checkout ({package.__file__}), not the installed wheel: run the "
+                    "tests with the environment's pytest, not python -m pytest", returncode=4)
 
 
 def bash_modules(script: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -132,7 +152,7 @@ def write_tiny_recipe(root: Path, sdist: Path, patch_text: str = TINY_PATCH) -> 
     path = rdir / "1.0.py"
     path.write_text(textwrap.dedent(f'''\
         """A tiny stack for tests: the steps of the PyTorch recipe with tiny inputs."""
-        from hpcstack.components import (Imports, Modulefile, Patch, PipWheels, SourceBuild, StackTools,
+        from hpcstack.install.components import (Imports, Modulefile, Patch, PipWheels, SourceBuild, StackTools,
                                           Venv)
         from hpcstack.recipe import Recipe
 

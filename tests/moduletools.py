@@ -164,7 +164,7 @@ class InstalledStack:
 def find_installed_stack(lua_root: Path) -> "InstalledStack | str":
     """Return the installed stack, with its Lua modulefile rendered into ``lua_root``, or the
     reason there is none (for ``pytest.skip``). The prefix is not touched."""
-    from hpcstack.components.modulefile import render_for_prefix
+    from hpcstack.install.components.modulefile import render_for_prefix
     from hpcstack.recipe import load_recipe
     from hpcstack.site import load_site
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcstack import builds
+from hpcstack.install import builds
 from hpcstack.errors import ConfigError
-from hpcstack.plan import Plan, Publish, Run, Step, WriteFile
-from hpcstack.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
+from hpcstack.install.plan import Plan, Publish, Run, Step, WriteFile
+from hpcstack.install.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
 
 
 class Stack:

@@ -2,7 +2,7 @@
 
 from conftest import CHECK_BUILD_CPU as CPU_OUTPUT
 from conftest import CHECK_BUILD_NCCL as CIRRUS_OUTPUT
-from hpcstack.checkbuild import missing_flags, parse_check_build
+from hpcstack.validate.checkbuild import missing_flags, parse_check_build
 
 
 def test_parse_sections():

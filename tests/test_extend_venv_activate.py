@@ -25,7 +25,7 @@ from typing import Callable
 
 import pytest
 
-from hpcstack.activate import render_extend_venv_activate
+from hpcstack.modules.activate import render_extend_venv_activate
 from moduletools import (BOOKKEEPING, ENVIRONMENT_MODULES, InstalledStack, ModuleTool,
                          find_installed_stack, require, tool_params)
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, bash_modules, hpcstack, make_sdist, write_tiny_recipe
-from hpcstack.plan import STEP_ORDER
+from conftest import HPCSTACK, NEUTRAL_DIR, REPO, bash_modules, hpcstack, make_sdist, write_tiny_recipe
+from hpcstack.install.plan import STEP_ORDER
 
 pytestmark = pytest.mark.integration
 
@@ -59,8 +59,8 @@ class Tiny:
         """Start an install in its own session; output goes to ``<root>/<name>.out`` / ``.err``."""
         out = open(self.root / f"{name}.out", "w")
         err = open(self.root / f"{name}.err", "w")
-        return subprocess.Popen([sys.executable, "-m", "hpcstack", "install", str(self.recipe), *self.args, *extra],
-                                stdout=out, stderr=err, cwd=REPO, env={**os.environ, **(env or {})},
+        return subprocess.Popen([*HPCSTACK, "install", str(self.recipe), *self.args, *extra],
+                                stdout=out, stderr=err, cwd=NEUTRAL_DIR, env={**os.environ, **(env or {})},
                                 start_new_session=True)
 
     def err(self, name: str = "run") -> str:

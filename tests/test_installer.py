@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
-from hpcstack.components.horovod import CachedWheelBuild
-from hpcstack.plan import BUILD
+from hpcstack import data_root
+from hpcstack.install.components.horovod import CachedWheelBuild
+from hpcstack.install.plan import BUILD
 from hpcstack.recipe import load_recipe
-from hpcstack.resolve import resolve
+from hpcstack.install.resolve import resolve
 from hpcstack.site import InstallerConfig, load_site, validate
 
 DEAD_INDEX = "http://127.0.0.1:9/simple"  # nothing listens there: using it fails at once
@@ -82,7 +83,7 @@ def test_uv_installs_the_lock_with_hashes_hard_links_and_bytecode(tmp_path):
                  "--compile-bytecode", "--require-hashes", "-u UV_INDEX_URL", "-u UV_EXTRA_INDEX_URL",
                  "-u UV_CONFIG_FILE", "-u UV_NO_VERIFY_HASHES"):
         assert part in wheels, part
-    assert wheels.endswith("-r " + str(REPO / "recipes/pytorch/2.3.1-gpu.pypi.lock"))
+    assert wheels.endswith("-r " + str(data_root() / "recipes/pytorch/2.3.1-gpu.pypi.lock"))
     assert "--index-strategy" not in wheels  # one index: uv's default strategy
     install = step(script, "install")
     assert "--reinstall-package horovod" in install and "--compile-bytecode" in install

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcstack import modsys
+from hpcstack.modules import modsys
 from hpcstack.errors import HpcstackError
 from moduletools import BOOKKEEPING, LMOD, ModuleTool, clean_env, require, tool_params
 
@@ -94,7 +94,7 @@ def test_a_missing_module_directory_is_an_error(mtool, tmp_path):
 
 def test_the_site_switches_tools_by_its_config(localhost_ready):
     """localhost (Environment Modules) and localhost-lmod (Lmod) load the same base python module."""
-    from hpcstack.resolve import build_modules, detect_python_version
+    from hpcstack.install.resolve import build_modules, detect_python_version
     from hpcstack.site import load_site
 
     require(LMOD)

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
-from hpcstack import modules
+from hpcstack.modules import writer as modules
 from hpcstack.errors import HpcstackError
-from hpcstack.modules import ModuleContext, modulefile_path, render_modulefile, root_variable
+from hpcstack.modules.writer import ModuleContext, modulefile_path, render_modulefile, root_variable
 from moduletools import (BOOKKEEPING, ENVIRONMENT_MODULES, LMOD, InstalledStack, ModuleTool,
                          find_installed_stack, require)
 

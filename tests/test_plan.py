@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import hpcstack
-from hpcstack.plan import Run, bash_word, expand
+from hpcstack.install.plan import Run, bash_word, expand
 
 CIRRUS_BUILD_VARS = [  # the variables of the Cirrus instructions' Horovod line (shared/seeds/002)
     "CC=mpicc", "CXX=mpicxx", "FC=mpifort",

@@ -16,7 +16,7 @@ import pytest
 from conftest import CHECK_BUILD_CPU as CHECK_BUILD
 from conftest import hpcstack, make_sdist, write_tiny_recipe
 from hpcstack import __version__
-from hpcstack.plan import CheckBuild
+from hpcstack.install.plan import CheckBuild
 
 
 

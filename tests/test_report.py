@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hpcstack.report import (Reference, RunOutcome, build_report, lookup_references, scaling_efficiency,
+from hpcstack.validate.report import (Reference, RunOutcome, build_report, lookup_references, scaling_efficiency,
                              to_markdown, write_report)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hpcstack.errors import HpcstackError
-from hpcstack.scheduler import (BatchJob, JobStep, Slurm, launch_command, launcher_setup,
+from hpcstack.validate.scheduler import (BatchJob, JobStep, Slurm, launch_command, launcher_setup,
                                 parse_key_values, render_job_script, tail)
 
 from conftest import two_node_cluster, user_writable_dir

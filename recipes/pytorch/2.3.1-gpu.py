@@ -5,7 +5,7 @@ torchmetrics, torchtext and the tensorboard packages (but tensorboard-pytorch: R
 site's MPI (and NCCL and CUDA on GPU sites).
 """
 
-from hpcstack.components import (HorovodBuild, Imports, Modulefile, Patch, PipWheels, StackTools,
+from hpcstack.install.components import (HorovodBuild, Imports, Modulefile, Patch, PipWheels, StackTools,
                                   Venv)
 from hpcstack.recipe import Recipe
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from .errors import HpcstackError
+from hpcstack.errors import HpcstackError
 
 #: Section headings of ``horovodrun --check-build`` (Horovod 0.28.1) and their short names.
 SECTIONS = {"Available Frameworks": "Frameworks", "Available Controllers": "Controllers",

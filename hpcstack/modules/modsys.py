@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import HpcstackError
+from hpcstack.errors import HpcstackError
 
 #: Where the distributions put the tools when ``$MODULES_CMD`` / ``$LMOD_CMD`` are not set.
 _DEFAULT_COMMANDS = {

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import __version__
-from .errors import ConfigError, HpcstackError
-from .plan import CheckBuild, Plan, Run, Step, describe_os_error, expand, fsync_dir
+from hpcstack import __version__
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.install.plan import CheckBuild, Plan, Run, Step, describe_os_error, expand, fsync_dir
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 

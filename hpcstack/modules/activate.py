@@ -11,7 +11,7 @@ import re
 
 import jinja2
 
-from . import data_root
+from hpcstack import data_root
 
 TEMPLATE_NAME = "extend-venv-activate.j2"
 

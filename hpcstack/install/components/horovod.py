@@ -17,11 +17,11 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from ..errors import HpcstackError
-from ..plan import (BUILD, FETCH, INSTALL, PATCH, SANITYCHECK, CheckBuild, ExecContext, Fetch, Run,
+from hpcstack.errors import HpcstackError
+from hpcstack.install.plan import (BUILD, FETCH, INSTALL, PATCH, SANITYCHECK, CheckBuild, ExecContext, Fetch, Run,
                     Unpack, VerifySha256, bash_word)
-from .base import PlanContext
-from .wheels import install_run
+from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.wheels import install_run
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused.
 KEY_FORMAT = "hpcstack build key v1"

@@ -28,10 +28,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, data_root, modsys
-from .components.tools import TRAINER
-from .errors import ConfigError, HpcstackError
-from .modules import modulefile_path
+from hpcstack import __version__
+from hpcstack.modules import modsys
+from hpcstack.install.components.tools import TRAINER
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.modules.writer import modulefile_path
 
 
 def launcher_argv(site, prefix: str, ranks: int, output: str) -> list[str]:
@@ -295,7 +296,7 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Slu
     Raises:
         ConfigError: the site gives no bash init for its module tool.
     """
-    from .scheduler import BatchJob, JobStep, launch_command, launcher_setup, render_job_script
+    from hpcstack.validate.scheduler import BatchJob, JobStep, launch_command, launcher_setup, render_job_script
 
     init = site.modules.init.get("bash")
     if not init:
@@ -437,7 +438,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
             raise HpcstackError(f"user {submit_as} (slurm.submit_as) does not exist "
                                 "(localhost: scripts/localhost-slurm up creates it)")
 
-    from .scheduler import Slurm
+    from hpcstack.validate.scheduler import Slurm
 
     slurm = Slurm(submit_as=submit_as)
     submitted: list[ValidationJob] = []
@@ -453,8 +454,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     _write_jobs_file(out, site, recipe, settings, submitted)
     if no_wait:
         ids = " ".join(j.job_id for j in submitted)
-        shipped = site.path.parent == data_root() / "site-configs"
-        later = (f"hpcstack validate {recipe.full_name} --site {site.name if shipped else site.path} "
+        later = (f"hpcstack validate {recipe.full_name} --site {site.ref} "
                  f"--collect {out}")
         if as_json:
             print(json.dumps({"submitted": [{"job_id": j.job_id, "nodes": j.nodes} for j in submitted],
@@ -499,7 +499,7 @@ def collect(site, recipe, directory: str, as_json: bool = False) -> int:
     settings = SlurmSettings.from_site(site, data.get("partition"))
     jobs = [ValidationJob(j["nodes"], Path(j["directory"]), "", j["backends"], j["ranks"], j["job_id"])
             for j in data["jobs"]]
-    from .scheduler import Slurm
+    from hpcstack.validate.scheduler import Slurm
 
     return _wait_and_report(site, recipe, settings, jobs, out, Slurm(), as_json,
                             recorded_settings=data.get("settings"))
@@ -507,8 +507,8 @@ def collect(site, recipe, directory: str, as_json: bool = False) -> int:
 
 def _wait_and_report(site, recipe, settings: SlurmSettings, jobs: list[ValidationJob], out: Path,
                      slurm, as_json: bool, recorded_settings: dict | None = None) -> int:
-    from .report import RunOutcome, build_report, to_markdown, write_report
-    from .scheduler import tail
+    from hpcstack.validate.report import RunOutcome, build_report, to_markdown, write_report
+    from hpcstack.validate.scheduler import tail
 
     by_id = {j.job_id: j for j in jobs}
 

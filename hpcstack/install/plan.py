@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
-from .errors import HpcstackError
+from hpcstack.errors import HpcstackError
 
 #: Standard step names, in the order they run (EasyBuild-style ``<verb>_step`` names).
 FETCH, VENV, WHEELS, PATCH, BUILD, INSTALL, SANITYCHECK, PERMISSIONS, MODULE = (
@@ -341,7 +341,7 @@ class CheckBuild:
         return self._run().to_bash()
 
     def execute(self, ctx: ExecContext) -> None:
-        from .checkbuild import check_build
+        from hpcstack.validate.checkbuild import check_build
 
         env = self._run().command_env(ctx.env)
         ctx.log.write(f"$ {self.to_bash()}\n")

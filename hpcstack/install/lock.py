@@ -13,8 +13,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .components.wheels import PipWheels
-from .errors import ConfigError, HpcstackError
+from hpcstack.install.components.wheels import PipWheels
+from hpcstack.errors import ConfigError, HpcstackError
 
 #: Index URLs per ``python.index`` of a site. The PyTorch index holds the ``+cu121`` builds;
 #: packages it lacks come from PyPI.

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__, data_root
-from .errors import HpcstackError
-from .plan import write_atomic
+from hpcstack import __version__, data_root
+from hpcstack.errors import HpcstackError
+from hpcstack.install.plan import write_atomic
 
 PROJECTION = "{name}/{version}"
 

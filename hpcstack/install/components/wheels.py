@@ -13,9 +13,9 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from ..plan import SANITYCHECK, WHEELS, Run
-from .base import PlanContext
+from hpcstack.errors import ConfigError
+from hpcstack.install.plan import SANITYCHECK, WHEELS, Run
+from hpcstack.install.components.base import PlanContext
 
 #: uv environment variables that would change what is installed, from where, or how; they are
 #: removed from uv's environment so an admin's shell settings cannot change the stack

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import HpcstackError
-from .plan import IN_PLACE_STEPS, PRE_STAGING, Plan, describe_os_error, fsync_dir, write_atomic
-from .runner import pending_steps
+from hpcstack.errors import HpcstackError
+from hpcstack.install.plan import IN_PLACE_STEPS, PRE_STAGING, Plan, describe_os_error, fsync_dir, write_atomic
+from hpcstack.install.runner import pending_steps
 
 __all__ = ["PRE_STAGING", "StackLayout", "Choice", "choose", "start", "finish", "default_marker", "uninstall"]
 

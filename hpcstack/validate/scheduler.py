@@ -27,8 +27,8 @@ from typing import Callable
 
 import jinja2
 
-from . import data_root
-from .errors import HpcstackError
+from hpcstack import data_root
+from hpcstack.errors import HpcstackError
 
 #: The job script template, under the data root.
 TEMPLATE = "scripts/slurm-job.sh.j2"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..plan import SANITYCHECK, Run
-from .base import PlanContext
+from hpcstack.install.plan import SANITYCHECK, Run
+from hpcstack.install.components.base import PlanContext
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
-from .plan import Plan, VerifySha256, write_atomic
+from hpcstack import __version__
+from hpcstack.install.plan import Plan, VerifySha256, write_atomic
 
 #: The files ``hpcstack show`` prints in full, in this order (the others it lists).
 SHOWN_IN_FULL = ("check-build.txt", "pip-freeze.txt")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import modules
-from ..plan import MODULE, WriteFile
-from .base import PlanContext
+from hpcstack.modules import writer as modules
+from hpcstack.install.plan import MODULE, WriteFile
+from hpcstack.install.components.base import PlanContext
 
 HELP = """\
 {full_name}: {whatis}

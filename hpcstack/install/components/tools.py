@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import data_root
-from ..plan import INSTALL, SANITYCHECK, Run, WriteFile
-from .base import PlanContext
+from hpcstack import data_root
+from hpcstack.install.plan import INSTALL, SANITYCHECK, Run, WriteFile
+from hpcstack.install.components.base import PlanContext
 
 TRAINER = "hpcstack-train-benchmark"
 
@@ -28,7 +28,7 @@ class StackTools:
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}`` for this component."""
-        from ..activate import render_extend_venv_activate
+        from hpcstack.modules.activate import render_extend_venv_activate
 
         extend = os.path.join(ctx.bin_dir, "extend-venv-activate")
         trainer = str(data_root() / "scripts" / f"{TRAINER}.py")

@@ -6,14 +6,14 @@ import os
 import re
 import subprocess
 
-from . import modsys
-from .components.base import PlanContext
-from .errors import ConfigError, HpcstackError
-from .modules import modulefile_path
-from .plan import (MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
+from hpcstack.modules import modsys
+from hpcstack.install.components.base import PlanContext
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.modules.writer import modulefile_path
+from hpcstack.install.plan import (MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
                    Publish, Run, Step)
-from .recipe import Recipe
-from .site import Site
+from hpcstack.recipe import Recipe
+from hpcstack.site import Site
 
 #: The permissions every stack gets: everything readable by all, directories searchable by all,
 #: nothing writable by group or others; a site's ``permissions.mode`` comes after it.

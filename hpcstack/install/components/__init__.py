@@ -1,0 +1,15 @@
+"""Components: the building blocks recipes list; each contributes actions to the standard steps.
+
+Every component has ``contribute(ctx: PlanContext) -> dict[str, list[Action]]``.
+"""
+
+from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.horovod import HorovodBuild, Patch, SourceBuild
+from hpcstack.install.components.modulefile import Modulefile
+from hpcstack.install.components.sanity import Imports
+from hpcstack.install.components.tools import StackTools
+from hpcstack.install.components.venv import Venv
+from hpcstack.install.components.wheels import PipWheels
+
+__all__ = ["PlanContext", "Venv", "PipWheels", "SourceBuild", "HorovodBuild", "Patch", "Imports",
+           "StackTools", "Modulefile"]
