@@ -1,10 +1,13 @@
 """Site configs: load ``site-configs/<name>.yaml``, validate it, and expose it as dataclasses.
 
-A site describes one cluster: where stacks and modulefiles go, which module tool it runs, which
-modules make the build environment, how Horovod is built there, how jobs are launched, and its
-performance references. Validation follows ReFrame's site configuration: a JSON schema, and one
-error line per problem with its key path (``horovod.cpu_operations: 'FOO' is not one of …``),
-exit status 2, before anything is written (issue 2, item 10).
+A site describes one machine, and only the machine (issue 16): where stacks and modulefiles go,
+which module tool it runs, which modules make the build environment, its compilers, CUDA and
+NCCL (the :class:`Toolchain`), how jobs are scheduled and launched, and who may write the
+stacks. What to build there and how to judge it (Horovod's operations and required flags, the
+lock file, the validation workload and performance references) belongs to the recipe.
+Validation follows ReFrame's site configuration: a JSON schema, and one error line per problem
+with its key path (``toolchain.cuda.version: '12' does not match …``), exit status 2, before
+anything is written.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def _obj(required: list[str], properties: dict) -> dict:
 
 
 #: JSON schema of a site config (draft 2020-12). Every key is documented in site-configs/*.yaml.
-SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "horovod", "launcher"], {
+SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "launcher"], {
     "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
     "description": _STR,
     "install_root": _PATH,
@@ -70,7 +73,18 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "then": {"properties": {"syntax": {"const": "tcl"}}}},
     "python": _obj([], {
         "version": {"type": ["string", "null"], "pattern": r"^3\.[0-9]+$"},
-        "index": {"enum": ["pypi", "cu121"]},
+    }),
+    # The compilers and libraries of the build environment (after the modules are loaded), as
+    # hpccm's toolchain: what recipes build against. CUDA and NCCL only on GPU sites.
+    "toolchain": _obj([], {
+        "cc": _STR, "cxx": _STR, "fc": _STR,
+        "cuda": {**_obj(["home", "version"], {
+            "home": _STR,
+            "version": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$"},
+            "cc_list": {"type": "array", "items": _POS_INT},
+            "stubs": _NULL_STR,
+        }), "type": ["object", "null"]},
+        "nccl": {**_obj(["home"], {"home": _STR}), "type": ["object", "null"]},
     }),
     "build": _obj([], {
         "jobs": {"type": ["integer", "null"], "minimum": 1},
@@ -91,18 +105,6 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     "permissions": _obj([], {
         "group": _NULL_STR,
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
-    }),
-    "horovod": _obj(["cpu_operations", "required_flags"], {
-        "cc": _STR, "cxx": _STR, "fc": _STR,
-        "cpu_operations": {"enum": ["MPI", "Gloo", "CCL"]},
-        "gpu_operations": {"enum": ["NCCL", "MPI", None]},
-        "gpu": {"enum": ["CUDA", "ROCM", None]},
-        "cuda_home": _NULL_STR,
-        "nccl_home": _NULL_STR,
-        "cuda_cc_list": {"type": "array", "items": _POS_INT},
-        "cuda_stubs": _NULL_STR,
-        "required_flags": _STR_LIST,
-        "env": _ENV,
     }),
     "launcher": _obj(["command"], {
         "command": {"enum": ["horovodrun", "mpirun", "srun"]},
@@ -179,36 +181,47 @@ class ModulesConfig:
 
 
 @dataclass(frozen=True)
-class HorovodConfig:
-    """How Horovod is built at the site (section ``horovod``); see Horovod's install docs
-    (https://horovod.readthedocs.io/en/stable/install_include.html) for the HOROVOD_* variables.
+class Toolchain:
+    """The compilers and libraries a site builds with (section ``toolchain``): the one object
+    through which machine facts reach the components, as hpccm's ``toolchain`` does
+    (https://github.com/NVIDIA/hpc-container-maker/blob/master/docs/misc_api.md#toolchain).
+
+    Values may hold ``${VAR}`` references to the build environment after the site's modules are
+    loaded (e.g. ``${NVHPC_ROOT}/cuda/12.4``); they are expanded when a command runs.
 
     Attributes:
-        cc, cxx, fc (str): compilers (the MPI wrappers).
-        cpu_operations (str): ``HOROVOD_CPU_OPERATIONS``.
-        gpu_operations (str | None): ``HOROVOD_GPU_OPERATIONS``; None builds CPU operations only.
-        gpu (str | None): ``HOROVOD_GPU``.
-        cuda_home, nccl_home (str | None): ``HOROVOD_CUDA_HOME`` / ``HOROVOD_NCCL_HOME``; may hold
-            ``${VAR}`` references to the build environment (e.g. ``${NVHPC_ROOT}``).
-        cuda_cc_list (list[int]): compute capabilities, e.g. ``[70]`` for V100.
-        cuda_stubs (str | None): directory with ``libcuda.so.1`` stubs for a build on a login node
-            without a driver; used at build and sanity check only, never in the modulefile.
-        required_flags (list[str]): ``horovodrun --check-build`` flags that must be ``[X]``.
-        env (dict[str, str]): further variables for the build.
+        cc, cxx (str): the C and C++ compilers; the MPI wrappers (``mpicc``, ``mpicxx``) by default.
+        fc (str | None): the Fortran compiler, if the site names one.
+        cuda_home (str | None): the CUDA toolkit; None on sites without GPUs.
+        cuda_version (str | None): ``X.Y`` of that toolkit (lock files and builds are chosen by it).
+        cuda_cc_list (tuple[int, ...]): the GPUs' compute capabilities, e.g. ``(70,)`` for V100.
+        cuda_stubs (str | None): directory with ``libcuda.so`` stubs, for builds on a login node
+            without a GPU driver; used at build and sanity check only, never in a modulefile.
+        nccl_home (str | None): NCCL (``include/nccl.h``, ``lib/libnccl.so``).
     """
 
-    cpu_operations: str
-    required_flags: list[str]
     cc: str = "mpicc"
     cxx: str = "mpicxx"
     fc: str | None = None
-    gpu_operations: str | None = None
-    gpu: str | None = None
     cuda_home: str | None = None
-    nccl_home: str | None = None
-    cuda_cc_list: list[int] = field(default_factory=list)
+    cuda_version: str | None = None
+    cuda_cc_list: tuple = ()
     cuda_stubs: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    nccl_home: str | None = None
+
+    @property
+    def has_cuda(self) -> bool:
+        """True when the site builds for NVIDIA GPUs (a CUDA toolkit is named)."""
+        return self.cuda_home is not None
+
+    @classmethod
+    def from_config(cls, section: dict) -> "Toolchain":
+        """Build it from a validated ``toolchain`` section (missing keys take the defaults)."""
+        cuda, nccl = section.get("cuda") or {}, section.get("nccl") or {}
+        return cls(cc=section.get("cc", "mpicc"), cxx=section.get("cxx", "mpicxx"), fc=section.get("fc"),
+                   cuda_home=cuda.get("home"), cuda_version=cuda.get("version"),
+                   cuda_cc_list=tuple(cuda.get("cc_list", ())), cuda_stubs=cuda.get("stubs"),
+                   nccl_home=nccl.get("home"))
 
 
 @dataclass(frozen=True)
@@ -263,9 +276,9 @@ class Site:
         description, install_root, module_root (str): see ``site-configs/localhost.yaml``.
         cache_dir (str): download cache; default ``<install_root>/.hpcstack/cache``.
         stage_root (str): stage dirs; default ``<install_root>/.hpcstack/stage``.
-        modules, horovod, launcher: sections as dataclasses.
+        modules, launcher: sections as dataclasses.
+        toolchain (Toolchain): compilers, CUDA and NCCL: what components build against.
         python_version (str | None): ``X.Y`` of the base module's Python if the site states it.
-        index (str): which lock file to install from (``pypi`` or ``cu121``).
         jobs (int | None): parallel build jobs; None means the core count.
         build_env (dict[str, str]): variables for every build command.
         slurm, validation, references (dict): for ``hpcstack validate``.
@@ -283,10 +296,9 @@ class Site:
     cache_dir: str
     stage_root: str
     modules: ModulesConfig
-    horovod: HorovodConfig
+    toolchain: Toolchain
     launcher: LauncherConfig
     python_version: str | None
-    index: str
     jobs: int | None
     build_env: dict[str, str]
     slurm: dict
@@ -425,10 +437,9 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         cache_dir=data.get("cache_dir") or os.path.join(root, ".hpcstack", "cache"),
         stage_root=data.get("stage_root") or os.path.join(root, ".hpcstack", "stage"),
         modules=ModulesConfig(**data["modules"]),
-        horovod=HorovodConfig(**data["horovod"]),
+        toolchain=Toolchain.from_config(data.get("toolchain") or {}),
         launcher=LauncherConfig(**data["launcher"]),
         python_version=python.get("version"),
-        index=python.get("index", "pypi"),
         jobs=build.get("jobs"),
         build_env=dict(build.get("env", {})),
         slurm=dict(data.get("slurm", {})),

@@ -18,7 +18,7 @@ SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
 def test_shipped_site_configs_are_valid(name):
     site = load_site(name)
     assert site.name == name
-    assert site.horovod.required_flags
+    assert site.toolchain.cc and site.toolchain.cxx
 
 
 def test_cirrus_is_faithful_to_the_instructions():
@@ -26,15 +26,25 @@ def test_cirrus_is_faithful_to_the_instructions():
     assert site.install_root == "/work/y07/shared/cirrus-software"
     assert site.modules.base == "python/3.12.1-gpu"
     assert "cmake/3.25.2" in site.modules.build
-    h = site.horovod
-    assert (h.cc, h.cxx, h.fc) == ("mpicc", "mpicxx", "mpifort")
-    assert h.cuda_home == "${NVHPC_ROOT}/cuda/12.4"
-    assert h.nccl_home == "${NVHPC_ROOT}/comm_libs/nccl"
-    assert h.cuda_cc_list == [70]
-    assert (h.cpu_operations, h.gpu_operations, h.gpu) == ("MPI", "NCCL", "CUDA")
-    assert "NCCL" in h.required_flags
+    tc = site.toolchain
+    assert (tc.cc, tc.cxx, tc.fc) == ("mpicc", "mpicxx", "mpifort")
+    assert tc.cuda_home == "${NVHPC_ROOT}/cuda/12.4" and tc.cuda_version == "12.4"
+    assert tc.nccl_home == "${NVHPC_ROOT}/comm_libs/nccl"
+    assert tc.cuda_cc_list == (70,)
+    assert site.build_env["CUDA_PATH"] == "${NVHPC_ROOT}/cuda/12.4"
     assert site.slurm["partition"] == "gpu" and site.slurm["gpus_per_node"] == 4
-    assert site.index == "cu121"
+    assert site.python_version == "3.12"
+
+
+def test_a_site_holds_machine_facts_only():
+    """What to build (Horovod's operations and flags, which lock) is the recipe's: a site config
+    that still says it is refused with the key path (issue 16)."""
+    data = _localhost()
+    data["horovod"] = {"cpu_operations": "MPI", "required_flags": ["PyTorch"]}
+    data["python"] = {"index": "cu121"}
+    problems = validate(data, "x.yaml")
+    assert any("horovod: unknown key" in p for p in problems), problems
+    assert any("python.index: unknown key" in p for p in problems), problems
 
 
 def _localhost() -> dict:
@@ -43,11 +53,13 @@ def _localhost() -> dict:
 
 @pytest.mark.parametrize("mutate, expected", [
     (lambda d: d.update(colour="blue"), "colour: unknown key"),
-    (lambda d: d["horovod"].update(cpu_operation="MPI"), "horovod.cpu_operation: unknown key"),
+    (lambda d: d["toolchain"].update(mpicc="mpicc"), "toolchain.mpicc: unknown key"),
     (lambda d: d["modules"].pop("base"), "modules.base: missing key"),
     (lambda d: d.pop("launcher"), "launcher: missing key"),
     (lambda d: d["launcher"].update(ranks="two"), "launcher.ranks: 'two' is not of type 'integer'"),
-    (lambda d: d["horovod"].update(cuda_cc_list=["70"]), "horovod.cuda_cc_list.0: '70' is not of type"),
+    (lambda d: d["toolchain"].update(cuda={"home": "/cuda", "version": "12.4", "cc_list": ["70"]}),
+     "toolchain.cuda.cc_list.0: '70' is not of type"),
+    (lambda d: d["toolchain"].update(cuda={"home": "/cuda"}), "toolchain.cuda.version: missing key"),
     (lambda d: d["modules"].update(tool="spack"), "modules.tool: 'spack' is not one of"),
     (lambda d: d["slurm"].update(time_limit="10 minutes"), "slurm.time_limit: '10 minutes' does not match"),
 ])
@@ -63,8 +75,8 @@ def test_several_problems_give_several_lines():
     data = _localhost()
     data["colour"] = 1
     data["modules"]["syntax"] = "yaml"
-    del data["horovod"]["required_flags"]
-    assert len(validate(data, "x.yaml")) == 3
+    data["toolchain"]["cuda"] = {"version": "12"}
+    assert len(validate(data, "x.yaml")) == 4     # colour, syntax, cuda.home missing, cuda.version pattern
 
 
 def test_broken_yaml_names_the_line(tmp_path):
@@ -77,7 +89,7 @@ def test_broken_yaml_names_the_line(tmp_path):
 
 def test_cli_bad_site_exits_2_and_writes_nothing(tmp_path):
     data = _localhost()
-    data["horovod"]["cpu_operations"] = "FOO"
+    data["toolchain"]["cuda"] = {"home": "/usr/local/cuda", "version": "twelve"}
     data["launcher"]["nodes"] = 3
     bad = tmp_path / "broken.yaml"
     bad.write_text(yaml.safe_dump(data))
@@ -87,7 +99,7 @@ def test_cli_bad_site_exits_2_and_writes_nothing(tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2, lines
-    assert any("horovod.cpu_operations: 'FOO' is not one of" in line for line in lines)
+    assert any("toolchain.cuda.version: 'twelve' does not match" in line for line in lines)
     assert any("launcher.nodes: unknown key" in line for line in lines)
     assert "Traceback" not in proc.stderr
     assert not prefix.exists() and not (tmp_path / "mf").exists()

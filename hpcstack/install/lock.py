@@ -16,27 +16,21 @@ from pathlib import Path
 from hpcstack.install.components.wheels import PipWheels
 from hpcstack.errors import ConfigError, HpcstackError
 
-#: Index URLs per ``python.index`` of a site. The PyTorch index holds the ``+cu121`` builds;
-#: packages it lacks come from PyPI.
-INDEXES = {
-    "pypi": ["--index-url", "https://pypi.org/simple"],
-    "cu121": ["--index-url", "https://download.pytorch.org/whl/cu121",
-              "--extra-index-url", "https://pypi.org/simple"],
-}
-
-
-def lock_command(source: Path, output: Path, index: str, python_version: str,
+def lock_command(source: Path, output: Path, indexes, python_version: str,
                  exclude_newer: str | None) -> list[str]:
     """Return the ``uv pip compile`` command line for a lock.
 
     Args:
         source (Path): the ``.in`` file of top-level requirements.
         output (Path): the lock file to write.
-        index (str): a key of :data:`INDEXES`.
+        indexes (tuple[str, ...]): index URLs, the first the main one (:class:`Lock.indexes`).
         python_version (str): the lowest ``X.Y`` the universal lock must support.
         exclude_newer (str | None): ``YYYY-MM-DD``; ignore files uploaded after it.
     """
-    cmd = [shutil.which("uv") or "uv", "pip", "compile", "--quiet", "--no-config", *INDEXES[index],
+    index_args = ["--index-url", indexes[0]]
+    for extra in indexes[1:]:
+        index_args += ["--extra-index-url", extra]
+    cmd = [shutil.which("uv") or "uv", "pip", "compile", "--quiet", "--no-config", *index_args,
            "--universal", "--python-version", python_version, "--generate-hashes",
            "--emit-index-annotation", "--emit-index-url", "--no-header"]
     if exclude_newer:
@@ -49,7 +43,7 @@ def write_lock(recipe, site) -> Path:
 
     Args:
         recipe (hpcstack.recipe.Recipe): a recipe with a :class:`PipWheels` component.
-        site (hpcstack.site.Site): gives the index (``python.index``).
+        site (hpcstack.site.Site): the lock that fits it (its CUDA and Python) is the one written.
 
     Returns:
         Path: the lock file.
@@ -65,19 +59,21 @@ def write_lock(recipe, site) -> Path:
     source = Path(recipe.directory) / f"{stem}.in"
     if not source.is_file():
         raise ConfigError([f"{source}: missing (the top-level requirements to lock)"])
-    output = Path(recipe.directory) / f"{stem}.{site.index}.lock"
+    lock = wheels[0].lock_for(site.toolchain, site.python_version, f"site {site.name}")
+    output = Path(wheels[0].lock_path(recipe.directory, lock))
     with tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         tmp_out = Path(tmp) / output.name
-        cmd = lock_command(source, tmp_out, site.index, wheels[0].min_python, wheels[0].exclude_newer)
+        cmd = lock_command(source, tmp_out, lock.indexes, wheels[0].min_python, wheels[0].exclude_newer)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True)
         except FileNotFoundError:
             raise HpcstackError("uv not found: pip install uv")
         if proc.returncode != 0:
             raise HpcstackError(f"uv pip compile failed: {proc.stderr.strip().splitlines()[-1:]}")
-        header = (f"# Lock file of recipe {recipe.full_name} for index '{site.index}', written by\n"
+        header = (f"# Lock file '{lock.name}' of recipe {recipe.full_name}, written by\n"
                   f"#   hpcstack lock {recipe.full_name} --site {site.name}\n"
                   f"# with: uv {' '.join(cmd[1:-3])} {source.name}\n"
                   "# Every package is pinned with its sha256; each pin says which index it comes from.\n")
         output.write_text(header + tmp_out.read_text())
     return output
+

@@ -541,7 +541,7 @@ def _wait_and_report(site, recipe, settings: SlurmSettings, jobs: list[Validatio
             records = read_records(j.records_path(backend)) if j.records_path(backend).exists() else []
             runs.append(RunOutcome(backend, j.nodes, j.ranks, j.job_id, info.state, info.exit_code,
                                    exit_status, records, output, lines))
-    nccl = "nccl" if site.horovod.gpu_operations == "NCCL" else None
+    nccl = "nccl" if site.toolchain.has_cuda and site.toolchain.nccl_home else None
     result = build_report(runs, site=site.name, partition=settings.partition, recipe=recipe.full_name,
                           references=site.references, required_transport=nccl, output_dir=str(out),
                           jobs=job_records,

@@ -1,12 +1,13 @@
-"""PyTorch 2.3.1 (CUDA 12.1 build) with Horovod 0.28.1, for GPU nodes; CPU-only where the site says.
+"""PyTorch 2.3.1 (CUDA 12.1 build) with Horovod 0.28.1, for GPU nodes; CPU-only where the site has no CUDA.
 
-The package set of the Cirrus install by hand (shared/seeds/002): torch, torchvision, torchaudio,
-torchmetrics, torchtext and the tensorboard packages (but tensorboard-pytorch: README), then Horovod built from source against the
-site's MPI (and NCCL and CUDA on GPU sites).
+The package set of the Cirrus install by hand (README, "The recipe"): torch, torchvision,
+torchaudio, torchmetrics, torchtext and the tensorboard packages (but tensorboard-pytorch), then
+Horovod built from source against the site's MPI (and NCCL and CUDA on GPU sites).
 """
 
-from hpcstack.install.components import (HorovodBuild, Imports, Modulefile, Patch, PipWheels, StackTools,
-                                  Venv)
+from hpcstack.install.components import (HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
+                                         StackTools, Venv)
+from hpcstack.install.components.wheels import PYPI
 from hpcstack.recipe import Recipe
 
 
@@ -16,16 +17,25 @@ def recipe(site):
                   components=[
         # a venv on the site's Python module (python/3.12.1-gpu on Cirrus)
         Venv(),
-        # every wheel pinned with hashes in 2.3.1-gpu.<index>.lock, one resolution;
-        # resolved as of the Cirrus install (mid 2024), so the set works with torch 2.3.1
-        PipWheels("2.3.1-gpu", exclude_newer="2024-08-01"),
+        # every wheel pinned with hashes in 2.3.1-gpu.<lock>.lock, one resolution; resolved as of
+        # the Cirrus install (mid 2024), so the set works with torch 2.3.1. The first lock that
+        # fits the site's CUDA and Python is installed.
+        PipWheels("2.3.1-gpu", exclude_newer="2024-08-01", locks=(
+            # the +cu121 builds from the PyTorch index, for CUDA >= 12.1 sites on Python 3.12 (Cirrus)
+            Lock("cu121", indexes=("https://download.pytorch.org/whl/cu121", PYPI), cuda="12.1",
+                 python=("3.12",)),
+            # PyPI's torch 2.3.1 is the same CUDA 12.1 build, and runs on CPUs too (localhost)
+            Lock("pypi"),
+        )),
         # Horovod 0.28.1 from the PyPI sdist, with our C++17 patch for torch >= 2.1
-        # (upstream horovod PR #3998, merged after the last release)
+        # (upstream horovod PR #3998, merged after the last release); MPI for CPU tensors,
+        # NCCL for GPU tensors where the site has CUDA (then [X] NCCL is required too)
         HorovodBuild(
             "horovod", "0.28.1",
             url="https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz",
             sha256="92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0",
-            patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"),)),
+            patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"),),
+            cpu_operations="MPI", gpu_operations="NCCL", required=("PyTorch", "MPI", "Gloo")),
         # extend-venv-activate and the validation trainer in <prefix>/bin
         StackTools(),
         # sanity check: everything imports (horovodrun --check-build runs in HorovodBuild)

@@ -9,7 +9,7 @@ from hpcstack.install.components.modulefile import Modulefile
 from hpcstack.install.components.sanity import Imports
 from hpcstack.install.components.tools import StackTools
 from hpcstack.install.components.venv import Venv
-from hpcstack.install.components.wheels import PipWheels
+from hpcstack.install.components.wheels import Lock, PipWheels
 
-__all__ = ["PlanContext", "Venv", "PipWheels", "SourceBuild", "HorovodBuild", "Patch", "Imports",
+__all__ = ["PlanContext", "Venv", "PipWheels", "Lock", "SourceBuild", "HorovodBuild", "Patch", "Imports",
            "StackTools", "Modulefile"]

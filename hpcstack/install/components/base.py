@@ -42,6 +42,12 @@ class PlanContext:
     stage_prefix: str = ""
 
     @property
+    def toolchain(self):
+        """The site's compilers, CUDA and NCCL (:class:`hpcstack.site.Toolchain`): the machine
+        facts a component builds against; components read these, not the site's sections."""
+        return self.site.toolchain
+
+    @property
     def build_prefix(self) -> str:
         """Where this build's files go: the stage prefix (the prefix itself when none)."""
         return self.stage_prefix or self.prefix

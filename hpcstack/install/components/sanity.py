@@ -25,6 +25,6 @@ class Imports:
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}`` for this component."""
         code = "; ".join(f"import {m}" for m in self.modules) + "; print('imports ok')"
-        stubs = ctx.site.horovod.cuda_stubs
+        stubs = ctx.toolchain.cuda_stubs
         prepend = {"LD_LIBRARY_PATH": stubs} if stubs else {}
         return {SANITYCHECK: [Run((ctx.python, "-c", code), prepend=prepend)]}

@@ -121,12 +121,64 @@ def extra_indexes(lock: str) -> bool:
         return any(line.lstrip().startswith("--extra-index-url") for line in f)
 
 
+#: The Python Package Index, the default (and last) index of a lock.
+PYPI = "https://pypi.org/simple"
+
+
+@dataclass(frozen=True)
+class Lock:
+    """One lock file of a :class:`PipWheels` component, and which sites it fits.
+
+    Which lock a site gets follows from the site's machine facts (its toolchain's CUDA version
+    and its Python), not from a name the site must know (issue 16): the component takes the
+    first of its locks that fits.
+
+    Args:
+        name (str): the lock's name: the file is ``<stem>.<name>.lock`` next to the recipe.
+        indexes (tuple[str, ...]): package index URLs, the first as ``--index-url``, the others
+            as ``--extra-index-url`` (``hpcstack lock`` resolves against them; the lock records them).
+        cuda (str | None): the lowest CUDA ``X.Y`` a site's toolchain must have; None fits any
+            site, with or without CUDA.
+        python (tuple[str, ...]): the ``X.Y`` Python versions the lock holds wheels for; empty
+            fits any.
+
+    Example:
+        ``Lock("cu121", indexes=("https://download.pytorch.org/whl/cu121", PYPI), cuda="12.1",
+        python=("3.12",))``
+    """
+
+    name: str
+    indexes: tuple = (PYPI,)
+    cuda: str | None = None
+    python: tuple = ()
+
+    def misfit(self, toolchain, python_version: str | None) -> str | None:
+        """Why this lock does not fit a site, or None when it does.
+
+        Args:
+            toolchain (hpcstack.site.Toolchain): the site's toolchain (``cuda_version``).
+            python_version (str | None): ``X.Y`` of the site's Python, None when unknown.
+        """
+        if self.cuda:
+            if not toolchain.cuda_version:
+                return f"needs CUDA >= {self.cuda}; the site has none"
+            if _version(toolchain.cuda_version) < _version(self.cuda):
+                return f"needs CUDA >= {self.cuda}; the site has {toolchain.cuda_version}"
+        if self.python and python_version not in self.python:
+            return f"holds Python {', '.join(self.python)}; the site has {python_version or 'an unknown one'}"
+        return None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
 @dataclass(frozen=True)
 class PipWheels:
     """Install every package of a lock file with hashes in one resolution, then check dependencies.
 
-    The lock (``<stem>.<index>.lock`` next to the recipe, one per package index; the site's
-    ``python.index`` picks it) is written by ``hpcstack lock`` (``uv pip compile
+    The lock (``<stem>.<name>.lock`` next to the recipe, one per package index; the first of
+    ``locks`` that fits the site's CUDA and Python, :class:`Lock`) is written by ``hpcstack lock`` (``uv pip compile
     --generate-hashes --universal``): every transitive package pinned with its sha256, the index
     it comes from recorded in its header and per pin. One install resolves them all, and the
     installer refuses any file whose hash is not in the lock (``--require-hashes``).
@@ -147,28 +199,49 @@ class PipWheels:
             top-level requirements are in ``<stem>.in``.
         min_python (str): lowest ``X.Y`` the lock supports (it is universal: markers cover newer).
         exclude_newer (str | None): ``YYYY-MM-DD``; ``hpcstack lock`` resolves as of that date.
+        locks (tuple[Lock, ...]): the lock files, most specific first; default one PyPI lock.
 
     Example:
-        ``PipWheels("2.3.1-gpu")``
+        ``PipWheels("2.3.1-gpu", locks=(Lock("cu121", …, cuda="12.1"), Lock("pypi")))``
 
     Raises:
-        ConfigError: the lock for the site's index does not exist; backend uv without uv.
+        ConfigError: no lock fits the site, or its file does not exist; backend uv without uv.
     """
 
     stem: str
     min_python: str = "3.10"
     exclude_newer: str | None = None
+    locks: tuple = (Lock("pypi"),)
+
+    def lock_for(self, toolchain, python_version: str | None, site_ref: str = "the site") -> Lock:
+        """The first of :attr:`locks` that fits the site (:meth:`Lock.misfit`).
+
+        Raises:
+            ConfigError: none fits; one line naming each lock and why.
+        """
+        why = []
+        for lock in self.locks:
+            reason = lock.misfit(toolchain, python_version)
+            if reason is None:
+                return lock
+            why.append(f"{self.stem}.{lock.name}.lock {reason}")
+        raise ConfigError([f"no lock file of this recipe fits {site_ref}: {'; '.join(why)}"])
+
+    def lock_path(self, directory, lock: Lock) -> str:
+        """The file of ``lock`` in the recipe's directory."""
+        return os.path.join(str(directory), f"{self.stem}.{lock.name}.lock")
 
     def lock_file(self, ctx: PlanContext) -> str:
-        """The lock file for the site's index."""
-        return str(ctx.recipe_file(f"{self.stem}.{ctx.site.index}.lock"))
+        """The lock file that fits the site."""
+        lock = self.lock_for(ctx.toolchain, ctx.python_version, f"site {ctx.site.name}")
+        return self.lock_path(ctx.recipe.directory, lock)
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}`` for this component."""
         lock = self.lock_file(ctx)
         if not os.path.isfile(lock):
-            raise ConfigError([f"{lock}: no lock file for index '{ctx.site.index}' "
-                               f"(run: hpcstack lock {ctx.recipe.full_name} --site {ctx.site.name})"])
+            raise ConfigError([f"{lock}: no such lock file "
+                               f"(run: hpcstack lock {ctx.recipe.full_name} --site {ctx.site.ref or ctx.site.name})"])
         extra = ()
         if ctx.site.installer.backend == "uv" and extra_indexes(lock):
             extra = ("--index-strategy", "unsafe-best-match")
