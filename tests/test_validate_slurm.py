@@ -29,8 +29,12 @@ def _stack_root() -> Path:
     env = os.environ.get("HPCSTACK_VALIDATE_ROOT")
     if env:
         return Path(env)
-    e2e = Path("/var/tmp/hpcstack-e2e")
-    return e2e if _installed(e2e) else Path("/opt/hpcstack")
+    # The end-to-end test (test_e2e_pytorch.py, earlier in the same session) installs its stack
+    # after this module is collected: on a fresh machine neither stack exists yet at this point,
+    # so take the end-to-end one unless only the quickstart's is there.
+    e2e = Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"))
+    opt = Path("/opt/hpcstack")
+    return opt if _installed(opt) and not _installed(e2e) else e2e
 
 
 def _installed(root: Path) -> bool:

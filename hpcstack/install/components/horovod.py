@@ -81,8 +81,11 @@ class CachedWheelBuild:
         lines = [f"{self.function}() {{", "  (", "    set +eu -o pipefail"]
         lines += [f"    export {n}={bash_word(v)}" for n, v in self.env.items()]
         lines += [f"    echo {shlex.quote(line)}" for line in self.fixed]
+        # A probe's stderr stays out of the key: bash's own messages name the script and line
+        # ("bash: line 18: …: No such file"), which differ between the dry-run script and this
+        # function run alone; a failing probe still shows as its exit status.
         for label, probe in self.probes:
-            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>&1 || echo \"(exit $?)\"")
+            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>/dev/null || echo \"(exit $?)\"")
         return "\n".join(lines + ["  )", "}"])
 
     def key_text(self, env: dict[str, str]) -> str:
