@@ -206,84 +206,32 @@ def _load(args):
 
 
 def cmd_install(args) -> int:
-    """``hpcstack install``: resolve, then print (``--dry-run``) or build in a stage prefix and publish.
-
-    Under the stack's lock: choose the build (up to date, in place, resume, new; see
-    :func:`hpcstack.builds.choose`), check that its commands and compilers exist, record the
-    provenance, run the pending steps (the module step publishes), then keep the build it
-    replaced and remove older ones.
-    """
-    from hpcstack.install import builds
-    from hpcstack.install import provenance
-    from hpcstack.install.plan import describe_os_error
+    """``hpcstack install``: print the plan (``--dry-run``), or build in a stage prefix and publish
+    (:class:`hpcstack.install.service.InstallService` does the work; this prints)."""
+    from hpcstack.install.runner import console
+    from hpcstack.install.service import InstallService
     from hpcstack.recipe import recipe_path
-    from hpcstack.install.resolve import build_environment, detect_python_version, permission_settings, resolve
-    from hpcstack.install.runner import Runner, console, install_lock, pending_steps, preflight
 
-    if args.jobs is not None and args.jobs < 1:
-        raise ConfigError(["--jobs: must be at least 1"])
     if args.json and not args.dry_run:
         raise ConfigError(["--json: only with --dry-run"])
     site, recipe = _load(args)
-    layout = builds.StackLayout(site.install_root, recipe.name, recipe.version)
-    env = None if args.dry_run else build_environment(site)
-    version = site.python_version or detect_python_version(env if env is not None else build_environment(site))
-
-    def resolve_at(stage_prefix: str, build_id: str):
-        return resolve(recipe, site, python_version=version, jobs=args.jobs,
-                       stage_prefix=stage_prefix, build_id=build_id)
-
+    service = InstallService(site, recipe, recipe_path(args.recipe, _search(args)), jobs=args.jobs)
     if args.dry_run:
-        plan = builds.choose(layout, resolve_at, force=args.force).plan
+        plan = service.dry_run(force=args.force)
         sys.stdout.write(plan.to_json(__version__) if args.json else plan.to_bash(__version__))
         return 0
-    first = builds.choose(layout, resolve_at, force=args.force)  # read-only: nothing written yet
-    preflight(first.plan, env, first.pending, str(site.path))
-    group = permission_settings(site)[0]
-    if group and first.pending:
-        import grp
-
-        try:
-            grp.getgrnam(group)
-        except KeyError:
-            raise ConfigError([f"{site.path}: permissions.group: no group {group!r} on this machine; "
-                               "create it, or set group: null"]) from None
-    with install_lock(site.install_root, recipe.name, recipe.version, wait=not args.no_wait):
-        choice = builds.choose(layout, resolve_at, force=args.force)  # again: another install may have run
-        plan = choice.plan
-        if choice.pending:
-            preflight(plan, env, choice.pending, str(site.path))
-            where = {"new": f"new build {plan.build_id} in {plan.build_prefix}; the published stack "
-                            "stays as it is until the module step",
-                     "resume": f"resuming build {plan.build_id} in {plan.build_prefix}",
-                     "in place": f"the published build {plan.build_prefix}, in place"}[choice.kind]
-            console.print(f"{recipe.full_name}: {where}")
-            builds.start(layout, choice)
-            try:
-                provenance.record_inputs(plan, recipe_path(args.recipe, _search(args)), site)
-            except OSError as exc:
-                raise HpcstackError(f"cannot record provenance in {plan.state_dir}: "
-                                    f"{describe_os_error(exc)}") from None
-        runner = Runner(plan, env, stop_after=args.stop_after, force=args.force)
-        try:
-            ran = runner.run()
-        finally:
-            if runner.timings:
-                try:
-                    provenance.record_timings(plan, runner.timings)
-                except OSError:
-                    pass  # the error that stopped the run is the one to report
-        complete = not pending_steps(plan)
-        removed = builds.finish(layout, plan) if complete else []  # also ends one cut short before
-        if ran and complete:
-            print(f"installed {recipe.full_name}: {plan.prefix} -> {plan.build_prefix}; "
-                  f"modulefile {plan.modulefile}")
-            print("  " + ", ".join(f"{k} {v:.1f} s" for k, v in runner.timings.items()))
-        if removed:
-            print(f"  removed earlier builds: {', '.join(removed)}")
-        if ran and not complete:
-            print(f"build {plan.build_id or plan.build_prefix} of {recipe.full_name} stopped after "
-                  f"step {ran[-1]}; not published; re-run the install to continue")
+    done = service.install(stop_after=args.stop_after, force=args.force, wait=not args.no_wait,
+                           announce=console.print)
+    plan = done.plan
+    if done.ran and done.complete:
+        print(f"installed {recipe.full_name}: {plan.prefix} -> {plan.build_prefix}; "
+              f"modulefile {plan.modulefile}")
+        print("  " + ", ".join(f"{k} {v:.1f} s" for k, v in done.timings.items()))
+    if done.removed:
+        print(f"  removed earlier builds: {', '.join(done.removed)}")
+    if done.ran and not done.complete:
+        print(f"build {plan.build_id or plan.build_prefix} of {recipe.full_name} stopped after "
+              f"step {done.ran[-1]}; not published; re-run the install to continue")
     return 0
 
 
@@ -432,33 +380,18 @@ def cmd_uninstall(args) -> int:
     Refuses the default version of the module (a ``.version``, ``default`` link or
     ``.modulerc`` naming it) unless ``--force``, which removes that marker too.
     """
-    from hpcstack.install.builds import StackLayout, default_marker, uninstall
-    from hpcstack.modules.writer import modulefile_path
-    from hpcstack.install.runner import install_lock
+    from types import SimpleNamespace
+
+    from hpcstack.install.service import InstallService
 
     site = _load_site(args, install_root=args.prefix, module_root=args.module_root)
     name, version = _stack_of(args.target, site)
-    layout = StackLayout(site.install_root, name, version)
-    modulefile = modulefile_path(site.module_root, name, version, site.modules.syntax)
-    stage_dir = os.path.join(site.stage_root, f"{name}-{version}")
-    present = [p for p in (modulefile, layout.prefix, layout.builds_dir, layout.state_file)
-               if os.path.lexists(p)]
-    if not present:
-        raise HpcstackError(f"{name}/{version} is not installed for site {site.name} (no {layout.prefix}, "
-                            f"no modulefile {modulefile}); check --site, --prefix and --module-root")
-    marker = default_marker(os.path.dirname(modulefile), name, version)
-    if marker and not args.force:
-        raise HpcstackError(f"refusing to uninstall {name}/{version}: it is the default version of {name} "
-                            f"({marker}); make another version the default first, or use --force")
+    service = InstallService(site, SimpleNamespace(name=name, version=version))
+    removed = service.uninstall(force=args.force, wait=not args.no_wait, dry_run=args.dry_run)
     if args.dry_run:
-        for p in present + ([marker] if marker else []) + ([stage_dir] if os.path.isdir(stage_dir) else []):
+        for p in removed:
             print(f"would remove {p}")
         return 0
-    with install_lock(site.install_root, name, version, wait=not args.no_wait):
-        removed = uninstall(layout, modulefile, stage_dir)
-        if marker and os.path.lexists(marker):
-            os.unlink(marker)
-            removed.append(f"{marker} (the default marker)")
     for p in removed:
         print(f"removed {p}")
     print(f"uninstalled {name}/{version}")

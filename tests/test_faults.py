@@ -351,11 +351,11 @@ def test_bad_input_and_bad_luck_give_one_clear_line_and_write_nothing(localhost_
 
 
 def test_a_missing_horovod_compiler_is_named_before_anything_is_fetched(localhost_ready, tmp_path):
-    site = _site(tmp_path, _set("horovod.cc", "nonexistent-cc"))
+    site = _site(tmp_path, _set("toolchain.cc", "nonexistent-cc"))
     res = hpcstack("install", "pytorch/2.3.1-gpu", "--site", site, "--prefix", str(tmp_path / "sw"),
                    "--module-root", str(tmp_path / "mf"))
     assert res.returncode == 2, res.stderr
-    assert "step build: compiler CC=nonexistent-cc not found" in res.stderr and "horovod.cc" in res.stderr
+    assert "step build: compiler CC=nonexistent-cc not found" in res.stderr and "toolchain.cc" in res.stderr
     assert not (tmp_path / "sw").exists() and not (tmp_path / "mf").exists()
 
 

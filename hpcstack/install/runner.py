@@ -288,7 +288,7 @@ def diagnose(log: str) -> str | None:
     m = re.search(r"error: command '([^']+)' failed: No such file or directory", log)
     if m:
         return (f"compiler {m.group(1)} not found; install it or fix the compilers in the site "
-                "config (horovod.cc/cxx/fc, build.env)")
+                "config (toolchain.cc/cxx/fc, build.env)")
     return None
 
 
@@ -344,7 +344,7 @@ def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str 
                     seen.add(words[0])
                     problems.append(f"step {step.name}: compiler {var}={words[0]} not found on the PATH of "
                                     f"the build environment; install it, load its module, or fix the "
-                                    f"compilers in {site_path} (horovod.cc/cxx/fc, build.env)")
+                                    f"compilers in {site_path} (toolchain.cc/cxx/fc, build.env)")
     if problems:
         raise ConfigError(problems)
 

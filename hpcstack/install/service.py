@@ -1,0 +1,215 @@
+"""The install service: the lifecycle of one recipe's stack at one site (issue 16).
+
+``hpcstack install`` and ``hpcstack uninstall`` parse their arguments and print; this service
+does the work in one place, in order:
+
+1. **choose** the build (:func:`hpcstack.install.builds.choose`): up to date, in place, resume or
+   new, reading the disk only;
+2. **resolve** the recipe for that build, once per stage prefix (memoised: choosing a build asks
+   for the same plan more than once);
+3. **check** the plan's commands and compilers before anything is written
+   (:func:`hpcstack.install.runner.preflight`);
+4. **run** the pending steps under the stack's lock, recording provenance (the module step
+   publishes the build by an atomic rename);
+5. **finish**: keep the build it replaced, remove older ones;
+
+and **uninstall**: modulefile first, then the prefix and its builds, under the same lock.
+
+Every path comes from the :class:`hpcstack.install.builds.StackLayout` of the stack.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.install import builds, provenance
+from hpcstack.install.plan import Plan, describe_os_error
+from hpcstack.install.resolve import build_environment, detect_python_version, permission_settings, resolve
+from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
+from hpcstack.modules.writer import modulefile_path
+
+
+@dataclass
+class InstallOutcome:
+    """What :meth:`InstallService.install` did.
+
+    Attributes:
+        plan (Plan): the plan of the build it worked on.
+        kind (str): ``up to date``, ``in place``, ``resume`` or ``new`` (:class:`builds.Choice`).
+        ran (list[str]): the steps that ran, in order (empty when up to date).
+        complete (bool): every step of the build is done (published).
+        removed (list[str]): ids of earlier builds removed after the publish.
+        timings (dict[str, float]): seconds per step that ran.
+    """
+
+    plan: Plan
+    kind: str
+    ran: list = field(default_factory=list)
+    complete: bool = False
+    removed: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+
+
+class InstallService:
+    """Install, re-install, resume and uninstall one recipe's stack for one site.
+
+    Args:
+        site (hpcstack.site.Site): the validated site (``--prefix``/``--module-root`` applied).
+        recipe (hpcstack.recipe.Recipe): the loaded recipe (to uninstall, any object with ``name``
+            and ``version`` will do).
+        recipe_file (Path | None): the recipe's file, recorded in the stack's provenance (install).
+        jobs (int | None): parallel build jobs (``--jobs``); default the site's, else the core count.
+
+    Raises:
+        ConfigError: ``jobs`` below 1.
+
+    Example:
+        ``InstallService(site, recipe, path).install(announce=print)``
+    """
+
+    def __init__(self, site, recipe, recipe_file: Path | None = None, jobs: int | None = None):
+        if jobs is not None and jobs < 1:
+            raise ConfigError(["--jobs: must be at least 1"])
+        self.site, self.recipe, self.recipe_file, self.jobs = site, recipe, recipe_file, jobs
+        self.name, self.version = recipe.name, recipe.version
+        self.layout = builds.StackLayout(site.install_root, self.name, self.version)
+        self.modulefile = modulefile_path(site.module_root, self.name, self.version, site.modules.syntax)
+        self.stage_dir = os.path.join(site.stage_root, f"{self.name}-{self.version}")
+        self._plans: dict[tuple[str, str], Plan] = {}
+        self._env: dict[str, str] | None = None
+        self._python: str | None = None
+
+    # ------------------------------------------------------------------ resolving, once
+    def build_environment(self) -> dict[str, str]:
+        """This process's environment with the site's modules loaded (real module tool); once."""
+        if self._env is None:
+            self._env = build_environment(self.site)
+        return self._env
+
+    def _python_version(self) -> str:
+        if self._python is None:
+            self._python = self.site.python_version or detect_python_version(self.build_environment())
+        return self._python
+
+    def _resolver(self) -> Callable[[str, str], Plan]:
+        def resolve_at(stage_prefix: str, build_id: str) -> Plan:
+            key = (stage_prefix, build_id)
+            if key not in self._plans:
+                self._plans[key] = resolve(self.recipe, self.site, python_version=self._python_version(),
+                                           jobs=self.jobs, stage_prefix=stage_prefix, build_id=build_id)
+            return self._plans[key]
+        return resolve_at
+
+    def choose(self, force: bool = False) -> builds.Choice:
+        """The build an install would work on now, and its plan; writes nothing."""
+        return builds.choose(self.layout, self._resolver(), force=force)
+
+    # ------------------------------------------------------------------ install
+    def dry_run(self, force: bool = False) -> Plan:
+        """The plan an install would run now (for ``--dry-run``); loads no modules when the
+        site states its Python version, writes nothing."""
+        return self.choose(force).plan
+
+    def install(self, stop_after: str | None = None, force: bool = False, wait: bool = True,
+                announce: Callable[[str], None] = print) -> InstallOutcome:
+        """Build in a stage prefix and publish it, or resume, or do nothing when up to date.
+
+        Args:
+            stop_after (str | None): stop after this step (``--stop-after``); the build is then
+                not published and a later install continues it.
+            force (bool): redo every step.
+            wait (bool): wait for another install of the stack to end, else fail at once.
+            announce (Callable[[str], None]): receives one line saying which build is worked on.
+
+        Returns:
+            InstallOutcome: what was done.
+
+        Raises:
+            ConfigError: a missing command or compiler, an unknown permissions group (exit 2,
+                nothing written).
+            HpcstackError: a step failed (its log is named), the lock is held (``wait=False``),
+                provenance cannot be recorded.
+        """
+        env = self.build_environment()
+        first = self.choose(force)                      # read-only: nothing written yet
+        preflight(first.plan, env, first.pending, str(self.site.path))
+        group = permission_settings(self.site)[0]
+        if group and first.pending:
+            import grp
+
+            try:
+                grp.getgrnam(group)
+            except KeyError:
+                raise ConfigError([f"{self.site.path}: permissions.group: no group {group!r} on this "
+                                   "machine; create it, or set group: null"]) from None
+        with install_lock(self.site.install_root, self.recipe.name, self.recipe.version, wait=wait):
+            choice = self.choose(force)                 # again: another install may have run meanwhile
+            plan = choice.plan
+            if choice.pending:
+                preflight(plan, env, choice.pending, str(self.site.path))
+                where = {"new": f"new build {plan.build_id} in {plan.build_prefix}; the published stack "
+                                "stays as it is until the module step",
+                         "resume": f"resuming build {plan.build_id} in {plan.build_prefix}",
+                         "in place": f"the published build {plan.build_prefix}, in place"}[choice.kind]
+                announce(f"{self.recipe.full_name}: {where}")
+                builds.start(self.layout, choice)
+                try:
+                    provenance.record_inputs(plan, self.recipe_file, self.site)
+                except OSError as exc:
+                    raise HpcstackError(f"cannot record provenance in {plan.state_dir}: "
+                                        f"{describe_os_error(exc)}") from None
+            runner = Runner(plan, env, stop_after=stop_after, force=force)
+            try:
+                ran = runner.run()
+            finally:
+                if runner.timings:
+                    try:
+                        provenance.record_timings(plan, runner.timings)
+                    except OSError:
+                        pass  # the error that stopped the run is the one to report
+            complete = not pending_steps(plan)
+            removed = builds.finish(self.layout, plan) if complete else []  # also ends one cut short before
+        return InstallOutcome(plan, choice.kind, list(ran or []), complete, removed, dict(runner.timings))
+
+    # ------------------------------------------------------------------ uninstall
+    def installed_paths(self) -> list[str]:
+        """The modulefile, prefix, builds and state of the stack that exist now."""
+        return [p for p in (self.modulefile, self.layout.prefix, self.layout.builds_dir, self.layout.state_file)
+                if os.path.lexists(p)]
+
+    def uninstall(self, force: bool = False, wait: bool = True, dry_run: bool = False) -> list[str]:
+        """Remove the modulefile, then the prefix and every build, then the stage dir.
+
+        Args:
+            force (bool): also when it is the module's default version (its marker goes too).
+            wait (bool): wait for an install of the stack to end, else fail at once.
+            dry_run (bool): only return what would be removed.
+
+        Returns:
+            list[str]: what was (or would be) removed.
+
+        Raises:
+            HpcstackError: not installed for this site; the default version without ``force``.
+        """
+        name, version = self.name, self.version
+        present = self.installed_paths()
+        if not present:
+            raise HpcstackError(f"{name}/{version} is not installed for site {self.site.name} (no "
+                                f"{self.layout.prefix}, no modulefile {self.modulefile}); check --site, "
+                                "--prefix and --module-root")
+        marker = builds.default_marker(os.path.dirname(self.modulefile), name, version)
+        if marker and not force:
+            raise HpcstackError(f"refusing to uninstall {name}/{version}: it is the default version of "
+                                f"{name} ({marker}); make another version the default first, or use --force")
+        if dry_run:
+            return present + ([marker] if marker else []) + ([self.stage_dir] if os.path.isdir(self.stage_dir) else [])
+        with install_lock(self.site.install_root, name, version, wait=wait):
+            removed = builds.uninstall(self.layout, self.modulefile, self.stage_dir)
+            if marker and os.path.lexists(marker):
+                os.unlink(marker)
+                removed.append(f"{marker} (the default marker)")
+        return removed
