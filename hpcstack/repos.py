@@ -8,6 +8,9 @@ A *repository* is a directory (often a git checkout a site keeps) that holds ``r
 2. every directory of the environment variable ``HPCSTACK_PATH`` (``:``-separated);
 3. the built-in data shipped in the package (:func:`hpcstack.data_root`).
 
+A directory named more than once (``--repo`` and ``HPCSTACK_PATH``, or the built-in data) is
+searched once, at its first place, so that no entry is listed as shadowing itself.
+
 So a site's ``recipes/pytorch/2.3.1-gpu.py`` *shadows* the built-in one of the same name, as a
 Spack repository listed in ``repos.yaml`` shadows ``builtin`` and EasyBuild's ``--robot-paths``
 come before its own easyconfigs. ``hpcstack list`` shows each entry with the repository it comes
@@ -93,6 +96,8 @@ class SearchPath:
         named = [(d, "--repo") for d in repo_dirs]
         named += [(d, PATH_VARIABLE) for d in environ.get(PATH_VARIABLE, "").split(":") if d]
         problems, repos = [], []
+        builtin = Repo(data_root(), "built-in")
+        seen = {builtin.path.resolve()}  # a directory named twice is searched once, where first named
         for directory, origin in named:
             path = Path(directory).expanduser()
             if not path.is_dir():
@@ -100,11 +105,12 @@ class SearchPath:
             elif not ((path / RECIPES).is_dir() or (path / SITES).is_dir()):
                 problems.append(f"{origin} {directory}: not an hpcstack repository (it holds neither "
                                 f"{RECIPES}/ nor {SITES}/)")
-            else:
+            elif path.resolve() not in seen:
+                seen.add(path.resolve())
                 repos.append(Repo(path.resolve(), origin))
         if problems:
             raise ConfigError(problems)
-        return cls(tuple(repos) + (Repo(data_root(), "built-in"),))
+        return cls(tuple(repos) + (builtin,))
 
     def describe(self) -> str:
         """The search path in one line, for "unknown recipe/site" errors."""
