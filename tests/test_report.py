@@ -1,4 +1,5 @@
-"""Sanity, performance references and the scaling report (hpcstack.report), on made-up records."""
+"""Judging (hpcstack.validate.judge: sanity, performance references) and rendering
+(hpcstack.validate.render: JSON, markdown, PNG) of the validation report, on made-up records."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 
 import pytest
 
-from hpcstack.validate.report import (Reference, RunOutcome, build_report, lookup_references, scaling_efficiency,
-                             to_markdown, write_report)
+from hpcstack.validate.judge import (FigureOutcome, Reference, RunOutcome, Verdict, build_report, judge,
+                                     lookup_references, scaling_efficiency)
+from hpcstack.validate.render import to_markdown, write_report
 
 
 def records(img_per_rank: float, ranks: int, ok: bool = True, reasons=(), transport: str = "gloo") -> list[dict]:
@@ -127,6 +129,40 @@ def test_efficiency_needs_a_one_node_run():
     assert fig["value"] is None and fig["ok"] is None
     assert "needs a 1-node run" in fig["message"]
     assert rep["ok"] is True
+
+
+def test_judging_gives_outcome_objects_and_the_document_is_their_dict():
+    verdict = judge([run("horovod", 1, 310), run("horovod", 2, 200)], site="x", partition="gpu",
+                    recipe="pytorch/2.3.1-gpu", references=REFS)
+    assert isinstance(verdict, Verdict) and verdict.system == "x:gpu" and verdict.ok is False
+    two = verdict.runs[1]
+    fig = two.figures["throughput_per_rank"]
+    assert isinstance(fig, FigureOutcome) and fig.value == pytest.approx(200) and fig.ok is False
+    assert fig.reference == Reference(300, -0.1, None, "img/s")
+    assert two.ok is False and verdict.runs[0].ok is True
+    doc = verdict.to_dict()
+    assert list(doc) == ["ok", "site", "system", "recipe", "generated", "output_dir", "settings", "jobs",
+                         "runs", "scaling", "failures"]
+    assert doc["runs"][1]["figures"]["throughput_per_rank"]["bounds"] == pytest.approx([270, None])
+    assert doc["failures"] == verdict.failures and json.loads(json.dumps(doc)) == doc
+
+
+def test_judging_never_imports_rendering():
+    import ast
+
+    import hpcstack.validate.judge as judge_module
+
+    tree = ast.parse(open(judge_module.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and ("render" in m or "matplotlib" in m or m == "json")}, imported
+
+
+def test_the_old_report_module_still_gives_both():
+    from hpcstack.validate import report
+
+    assert report.build_report is build_report and report.write_report is write_report
+    assert set(report.FIGURES) == {"throughput_total", "throughput_per_rank", "scaling_efficiency"}
 
 
 # ----------------------------------------------------------------------------- files
