@@ -151,6 +151,57 @@ def test_local_dry_run_still_prints_the_local_launcher():
     assert "horovodrun -np 2 -H localhost:2" in proc.stdout
 
 
+def test_settings_are_read_from_the_site_in_one_place():
+    from hpcstack.site import load_site
+    from hpcstack.validate.validation import validation_settings
+
+    cirrus = validation_settings(load_site("cirrus"), qos="short")
+    assert cirrus.slurm.qos == "short" and cirrus.slurm.partition == "gpu" and cirrus.slurm.account_required
+    assert (cirrus.local.launcher, cirrus.local.mpi, cirrus.local.scheduler) == ("srun", None, "local")
+    assert cirrus.required_transport == "nccl" and cirrus.nodes == [1, 2]
+    assert "nodes" not in cirrus.workload and cirrus.workload["model"] == "resnet50"
+    assert "cirrus:gpu" in cirrus.references
+    local = validation_settings(load_site("localhost"))
+    assert local.required_transport is None and local.local.mpi == "pmix" and local.slurm.scheduler == "slurm"
+
+
+def test_local_srun_follows_the_sites_mpi_plugin_not_a_hard_coded_one():
+    # issue 11: Cirrus says slurm.mpi: null, so its --local srun must not ask for pmix
+    proc = hpcstack("validate", RECIPE, "--site", "cirrus", "--local", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    (launch,) = [line for line in proc.stdout.splitlines() if line.startswith("srun ")]
+    assert launch.startswith("srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 python "), launch
+    assert "--mpi" not in launch
+
+
+@pytest.mark.parametrize("launcher, mpi, expected", [
+    ("srun", "pmix", "srun --mpi=pmix --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 python "),
+    ("srun", None, "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 python "),
+    ("mpirun", "pmix", "mpirun -np 2 --map-by ppr:2:node --bind-to none python "),
+])
+def test_local_run_uses_the_launcher_the_site_names(tmp_path, launcher, mpi, expected):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["launcher"]["command"] = launcher
+    data["slurm"]["mpi"] = mpi
+    site = tmp_path / "localhost-launcher.yaml"
+    site.write_text(yaml.safe_dump(data))
+    proc = hpcstack("validate", RECIPE, "--site", str(site), "--local", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith(expected), proc.stdout
+
+
+def test_slurm_jobs_use_the_launcher_the_site_names(tmp_path):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["slurm"]["launcher"] = "horovodrun"
+    site = tmp_path / "localhost-horovodrun.yaml"
+    site.write_text(yaml.safe_dump(data))
+    proc = hpcstack("validate", RECIPE, "--site", str(site), "--nodes", "2", "--backend", "horovod", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("HOROVOD_HOSTS=$(scontrol show hostnames") for line in lines), proc.stdout
+    assert any(line.startswith('horovodrun -np 2 -H "$HOROVOD_HOSTS" ') for line in lines), proc.stdout
+
+
 # ----------------------------------------------------------------------------- real jobs
 
 @pytest.fixture(scope="module")
