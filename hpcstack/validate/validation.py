@@ -26,7 +26,6 @@ import json
 import os
 import pwd
 import shlex
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
