@@ -13,16 +13,14 @@ anything is written.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jsonschema
 import yaml
 
 from hpcstack.errors import ConfigError
+from hpcstack.schema import problems as schema_problems
 from hpcstack.repos import SITES, SearchPath, default_search_path
-from hpcstack.validate.report import FIGURES
 
 _STR = {"type": "string", "minLength": 1}
 _NULL_STR = {"type": ["string", "null"]}
@@ -31,16 +29,17 @@ _ENV = {"type": "object", "additionalProperties": {"type": "string"}}
 _POS_INT = {"type": "integer", "minimum": 1}
 #: A directory path: no control characters, no white space (venv scripts cannot hold it).
 _PATH = {"type": "string", "minLength": 1, "pattern": r"^[^\x00-\x20\x7f]+$"}
-_SYSTEM_KEY = r"^([a-z0-9][a-z0-9_-]*|\*):([A-Za-z0-9_.-]+|\*)$"
-_NODES_KEY = r"^([1-9][0-9]*|\*)$"
-_KEY_HINTS = {_SYSTEM_KEY: "'<site>:<partition>', '*' for any", _NODES_KEY: "a node count or '*'"}
-#: One performance reference: [value, lower, upper, unit] (tolerances relative, ReFrame style).
-_REFERENCE = {"type": "array", "minItems": 4, "maxItems": 4, "prefixItems": [
-    {"type": "number", "exclusiveMinimum": 0},
-    {"type": ["number", "null"], "maximum": 0, "minimum": -1},
-    {"type": ["number", "null"], "minimum": 0},
-    {"type": "string"},
-]}
+
+
+
+#: Keys a site config held before sites described only the machine (issue 16), and where they went.
+_MOVED = {
+    "horovod": " (Horovod's operations and flags are the recipe's HorovodBuild; compilers, CUDA and "
+               "NCCL go in toolchain)",
+    "python.index": " (the recipe picks its lock file from the site's CUDA and Python)",
+    "validation": " (the workload is the recipe's: its Validation component)",
+    "references": " (performance references are the recipe's: its Validation component)",
+}
 
 
 def _obj(required: list[str], properties: dict) -> dict:
@@ -127,28 +126,6 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "output_root": _NULL_STR,
         "env": _ENV,
     }),
-    "validation": _obj([], {
-        "model": _STR,
-        "image_size": _POS_INT,
-        "batch_size": _POS_INT,
-        "precision": {"enum": ["fp32", "amp"]},
-        "device": {"enum": ["auto", "cpu", "cuda"]},
-        "warmup_batches": {"type": "integer", "minimum": 0},
-        "batches_per_iter": _POS_INT,
-        "iterations": _POS_INT,
-        "convergence_steps": _POS_INT,
-        "loss_threshold": {"type": "number", "exclusiveMinimum": 0},
-        "nodes": {"type": "array", "items": _POS_INT, "minItems": 1},
-        "backends": {"type": "array", "minItems": 1, "items": {"enum": ["horovod", "ddp"]}},
-    }),
-    # ReFrame-style performance references: {"<site>:<partition>": {"<nodes>": {figure: ref}}};
-    # "*" stands for any site, partition or node count. A ref is [value, lower, upper, unit] with
-    # relative tolerances (lower <= 0, upper >= 0, null = unbounded), as in ReFrame's `reference`.
-    "references": {"type": "object", "additionalProperties": False, "patternProperties": {
-        _SYSTEM_KEY: {"type": "object", "additionalProperties": False, "patternProperties": {
-            _NODES_KEY: _obj([], {name: _REFERENCE for name in FIGURES}),
-        }},
-    }},
 })
 
 
@@ -281,7 +258,7 @@ class Site:
         python_version (str | None): ``X.Y`` of the base module's Python if the site states it.
         jobs (int | None): parallel build jobs; None means the core count.
         build_env (dict[str, str]): variables for every build command.
-        slurm, validation, references (dict): for ``hpcstack validate``.
+        slurm (dict): the Slurm scheduler and partition, for ``hpcstack validate``.
         installer (InstallerConfig): uv or pip, wheel cache, bytecode, build cache.
         ref (str): how a later command line names this site: its name where the search path
             finds it without ``--repo``, else its file's absolute path.
@@ -302,8 +279,6 @@ class Site:
     jobs: int | None
     build_env: dict[str, str]
     slurm: dict
-    validation: dict
-    references: dict
     installer: InstallerConfig = field(default_factory=InstallerConfig)
     ref: str = ""
 
@@ -348,41 +323,7 @@ def validate(data: object, where: str) -> list[str]:
     Returns:
         list[str]: one line per problem, ``"<file>: <key.path>: <message>"``; empty when valid.
     """
-    validator = jsonschema.Draft202012Validator(SCHEMA)
-    data = _normalise(data)
-    problems = []
-    for err in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
-        key = ".".join(str(p) for p in err.absolute_path) or "(top level)"
-        if err.validator == "additionalProperties":
-            patterns = list(err.schema.get("patternProperties", {}))
-            extra = sorted(k for k in set(err.instance) - set(err.schema.get("properties", {}))
-                           if not any(re.search(p, str(k)) for p in patterns))
-            for name in extra:
-                full = f"{key}.{name}" if err.absolute_path else name
-                hint = "".join(f" (expected {_KEY_HINTS[p]})" for p in patterns if p in _KEY_HINTS)
-                problems.append(f"{where}: {full}: unknown key{hint}")
-            continue
-        if err.validator == "required":
-            missing = err.message.split("'")[1]
-            full = f"{key}.{missing}" if err.absolute_path else missing
-            problems.append(f"{where}: {full}: missing key")
-            continue
-        problems.append(f"{where}: {key}: {err.message}")
-    return problems
-
-
-def _normalise(data: object) -> object:
-    """Return ``data`` with the keys of ``references`` (systems, node counts) as strings.
-
-    YAML reads ``1:`` as an integer, but JSON schema (and the lookup in :mod:`hpcstack.report`)
-    works with string keys; ``"1"`` and ``1`` mean the same node count.
-    """
-    if not isinstance(data, dict) or not isinstance(data.get("references"), dict):
-        return data
-    refs = {str(system): ({str(n): figs for n, figs in per_nodes.items()}
-                          if isinstance(per_nodes, dict) else per_nodes)
-            for system, per_nodes in data["references"].items()}
-    return {**data, "references": refs}
+    return schema_problems(SCHEMA, data, where, moved=_MOVED)
 
 
 def load_site(name_or_path: str, install_root: str | None = None,
@@ -417,7 +358,6 @@ def load_site(name_or_path: str, install_root: str | None = None,
         loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError([f"{path}: {loc}not valid YAML: {getattr(exc, 'problem', exc)}"])
     problems = validate(data, str(path))
-    data = _normalise(data)
     if problems:
         raise ConfigError(problems)
     if data["name"] != path.stem and by_name:
@@ -443,8 +383,6 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         jobs=build.get("jobs"),
         build_env=dict(build.get("env", {})),
         slurm=dict(data.get("slurm", {})),
-        validation=dict(data.get("validation", {})),
-        references=dict(data.get("references", {})),
         installer=InstallerConfig(**data.get("installer", {})),
         ref=ref or str(path),
     )

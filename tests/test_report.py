@@ -1,4 +1,5 @@
-"""Sanity, performance references and the scaling report (hpcstack.report), on made-up records."""
+"""Judging (hpcstack.validate.judge: sanity, performance references) and rendering
+(hpcstack.validate.render: JSON, markdown, PNG) of the validation report, on made-up records."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import json
 
 import pytest
 
-from hpcstack.validate.report import (Reference, RunOutcome, build_report, lookup_references, scaling_efficiency,
-                             to_markdown, write_report)
+from hpcstack.validate.judge import (FigureOutcome, Reference, RunOutcome, Verdict, build_report, judge,
+                                     lookup_references, scaling_efficiency)
+from hpcstack.validate.render import to_markdown, write_report
 
 
 def records(img_per_rank: float, ranks: int, ok: bool = True, reasons=(), transport: str = "gloo") -> list[dict]:
@@ -129,6 +131,40 @@ def test_efficiency_needs_a_one_node_run():
     assert rep["ok"] is True
 
 
+def test_judging_gives_outcome_objects_and_the_document_is_their_dict():
+    verdict = judge([run("horovod", 1, 310), run("horovod", 2, 200)], site="x", partition="gpu",
+                    recipe="pytorch/2.3.1-gpu", references=REFS)
+    assert isinstance(verdict, Verdict) and verdict.system == "x:gpu" and verdict.ok is False
+    two = verdict.runs[1]
+    fig = two.figures["throughput_per_rank"]
+    assert isinstance(fig, FigureOutcome) and fig.value == pytest.approx(200) and fig.ok is False
+    assert fig.reference == Reference(300, -0.1, None, "img/s")
+    assert two.ok is False and verdict.runs[0].ok is True
+    doc = verdict.to_dict()
+    assert list(doc) == ["ok", "site", "system", "recipe", "generated", "output_dir", "settings", "jobs",
+                         "runs", "scaling", "failures"]
+    assert doc["runs"][1]["figures"]["throughput_per_rank"]["bounds"] == pytest.approx([270, None])
+    assert doc["failures"] == verdict.failures and json.loads(json.dumps(doc)) == doc
+
+
+def test_judging_never_imports_rendering():
+    import ast
+
+    import hpcstack.validate.judge as judge_module
+
+    tree = ast.parse(open(judge_module.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and ("render" in m or "matplotlib" in m or m == "json")}, imported
+
+
+def test_the_old_report_module_still_gives_both():
+    from hpcstack.validate import report
+
+    assert report.build_report is build_report and report.write_report is write_report
+    assert set(report.FIGURES) == {"throughput_total", "throughput_per_rank", "scaling_efficiency"}
+
+
 # ----------------------------------------------------------------------------- files
 
 def test_write_report_gives_json_markdown_and_png(tmp_path):
@@ -151,26 +187,36 @@ def test_nothing_to_plot_writes_no_png(tmp_path):
     assert "plot" not in paths and not (tmp_path / "scaling.png").exists()
 
 
-# ----------------------------------------------------------------------------- references as site data
+# ----------------------------------------------------------------------------- references with the recipe
+
+def _validation(site_name: str):
+    from hpcstack.recipe import load_recipe
+    from hpcstack.site import load_site
+    from hpcstack.validate.workload import validation_of
+
+    site = load_site(site_name)
+    recipe = load_recipe("pytorch/2.3.1-gpu", site)
+    return site, recipe, validation_of(recipe)
+
 
 def test_cirrus_references_come_from_the_published_v100_figures():
-    from hpcstack.site import load_site
-
-    site = load_site("cirrus")
-    refs = lookup_references(site.references, "cirrus", site.slurm["partition"], 2)
+    site, recipe, spec = _validation("cirrus")
+    refs = lookup_references(spec.references, "cirrus", site.slurm["partition"], 2)
     assert refs["throughput_per_rank"] == Reference(367.0, -0.25, 0.15, "img/s")   # NVIDIA, 1 V100 FP32
     assert refs["throughput_total"].value == 2855.0                                # NVIDIA, 8 V100 FP32
     assert refs["scaling_efficiency"].value == 0.9                                 # Horovod docs
-    text = (site.path).read_text()
+    text = (recipe.directory / "2.3.1-gpu.validation.yaml").read_text()
     assert "DeepLearningExamples" in text and "Horovod docs" in text
+    assert spec.workload(site, "gpu")["model"] == "resnet50" and spec.workload(site, "gpu")["device"] == "cuda"
 
 
 def test_localhost_references_are_only_lower_bounds():
-    from hpcstack.site import load_site
-
-    site = load_site("localhost")
+    site, _, spec = _validation("localhost")
+    assert spec.workload(site, "debug")["model"] == "tiny"              # no GPUs: the cpu workload
     for nodes in (1, 2):
-        for ref in lookup_references(site.references, "localhost", "debug", nodes).values():
+        refs = lookup_references(spec.references, "localhost", "debug", nodes).values()
+        assert refs
+        for ref in refs:
             assert ref.upper is None and ref.lower is not None
 
 
@@ -182,13 +228,18 @@ def test_localhost_references_are_only_lower_bounds():
      "references.x:gpu.*.throughput_total.1: 0.1 is greater than the maximum of 0"),
     ({"x:gpu": {"1": {"throughput_total": [1, None, None]}}}, "references.x:gpu.1.throughput_total: [1, None, None] is too short"),
 ])
-def test_bad_references_give_one_line_with_the_key_path(refs, expected):
+def test_bad_references_give_one_line_with_the_key_path(tmp_path, refs, expected):
     import yaml
 
     from conftest import REPO
-    from hpcstack.site import validate
+    from hpcstack.errors import ConfigError
+    from hpcstack.validate.workload import Validation
 
-    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data = yaml.safe_load((REPO / "recipes" / "pytorch" / "2.3.1-gpu.validation.yaml").read_text())
     data["references"] = refs
-    problems = validate(data, "x.yaml")
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        Validation("v.yaml").load(tmp_path)
+    problems = err.value.problems
     assert len(problems) == 1 and expected in problems[0], problems
+    assert problems[0].startswith(f"{tmp_path / 'v.yaml'}: references.")

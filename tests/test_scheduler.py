@@ -1,5 +1,6 @@
-"""The Slurm backend (hpcstack.scheduler): job scripts from the template, parsing Slurm's answers,
-and real jobs on the local 2-node cluster (scripts/localhost-slurm): completed, failed, cancelled.
+"""The schedulers (hpcstack.validate.scheduler): the registry, the poll back-off, job scripts from the
+template, parsing Slurm's answers, and real jobs on the local 2-node cluster
+(scripts/localhost-slurm): completed (followed with the back-off), failed, cancelled.
 
 The cluster tests need root and the Slurm packages (`scripts/localhost-slurm install`); they skip
 otherwise. The module fixture starts the cluster (or reuses one that is already up with 2 nodes,
@@ -17,8 +18,10 @@ from pathlib import Path
 import pytest
 
 from hpcstack.errors import HpcstackError
-from hpcstack.validate.scheduler import (BatchJob, JobStep, Slurm, launch_command, launcher_setup,
-                                parse_key_values, render_job_script, tail)
+from hpcstack.validate.launchers import Allocation
+from hpcstack.validate.scheduler import (SCHEDULERS, Backoff, BatchJob, JobScheduler, JobStep, LocalScheduler,
+                                         Slurm, get_scheduler, parse_key_values, register_scheduler,
+                                         render_job_script, tail)
 
 from conftest import two_node_cluster, user_writable_dir
 TEST_USER = os.environ.get("HPCSTACK_SLURM_USER", "hpcstack-test")
@@ -69,24 +72,100 @@ def test_values_are_shell_quoted():
     assert "module use '/dir with space'" in text
 
 
-@pytest.mark.parametrize("launcher, expected", [
-    ("srun", "srun --mpi=pmix --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 prog --x 'a b'"),
-    ("mpirun", "mpirun -np 8 --map-by ppr:4:node --bind-to none prog --x 'a b'"),
-    ("horovodrun", "horovodrun -np 8 -H \"$HOROVOD_HOSTS\" prog --x 'a b'"),
-])
-def test_launch_commands(launcher, expected):
-    assert launch_command(launcher, ["prog", "--x", "a b"], nodes=2, tasks_per_node=4, cpus_per_task=10,
-                          mpi="pmix") == expected
+def test_slurm_allocation_lists_hosts_inside_the_job():
+    alloc = Slurm().allocation(2, 4, 10)
+    assert (alloc.nodes, alloc.ranks, alloc.hosts) == (2, 8, ())
+    assert alloc.hostnames_command == 'scontrol show hostnames "$SLURM_JOB_NODELIST"'
+    assert alloc.per_node_command == ("srun", "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=40")
 
 
-def test_srun_without_mpi_plugin_uses_the_cluster_default():
-    assert launch_command("srun", ["p"], nodes=1, tasks_per_node=4, cpus_per_task=10).startswith("srun --nodes=1 ")
+# ----------------------------------------------------------------------------- registry
+
+def test_registry_holds_slurm_and_local():
+    assert {"slurm", "local"} <= set(SCHEDULERS)
+    assert get_scheduler("slurm") is Slurm and get_scheduler("local") is LocalScheduler
+    with pytest.raises(ValueError, match="unknown scheduler 'pbs' \\(known: .*local.*slurm"):
+        get_scheduler("pbs")
 
 
-def test_horovodrun_gets_its_host_list_from_the_allocation():
-    (line,) = launcher_setup("horovodrun", 4)
-    assert line.startswith("HOROVOD_HOSTS=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\"") and ":4/" in line
-    assert launcher_setup("srun", 4) == []
+def test_local_scheduler_runs_one_node_here_and_says_what_is_missing(tmp_path):
+    alloc = LocalScheduler().allocation(1, 3)
+    assert alloc == Allocation(1, 3, 1, hosts=("localhost",))
+    with pytest.raises(ValueError, match="one node"):
+        LocalScheduler().allocation(2, 1)
+    proc = LocalScheduler().run(["sh", "-c", "echo $X; pwd"], env={"X": "x1", "PATH": os.environ["PATH"]},
+                                cwd=str(tmp_path))
+    assert proc.stdout.split() == ["x1", str(tmp_path)]
+    with pytest.raises(HpcstackError, match="no-such-launcher not found"):
+        LocalScheduler().run(["no-such-launcher"], env={}, cwd=str(tmp_path))
+
+
+def test_a_new_scheduler_is_one_registered_class():
+    @register_scheduler("test-direct")
+    class Direct(JobScheduler):
+        def allocation(self, nodes, tasks_per_node, cpus_per_task=1):
+            return Allocation(nodes, tasks_per_node, cpus_per_task, hosts=("h1",))
+
+    try:
+        assert get_scheduler("test-direct")().allocation(1, 2).hosts == ("h1",)
+        with pytest.raises(ValueError, match="registered already"):
+            register_scheduler("test-direct")(Direct)
+        with pytest.raises(NotImplementedError, match="test-direct scheduler runs no batch jobs"):
+            Direct().submit(Path("job.sh"))
+    finally:
+        del SCHEDULERS["test-direct"]
+
+
+# ----------------------------------------------------------------------------- polling back-off
+
+def test_backoff_grows_by_the_factor_up_to_the_maximum_and_resets():
+    b = Backoff()
+    seq = [b.next() for _ in range(60)]
+    assert seq[:3] == pytest.approx([0.2, 0.22, 0.242])
+    assert all(later >= earlier for earlier, later in zip(seq, seq[1:]))
+    assert max(seq) == 10.0 and seq[-1] == 10.0
+    first_max = seq.index(10.0)
+    assert 40 <= first_max <= 43                       # 0.2 * 1.1**41 = 10.003
+    b.reset()
+    assert b.next() == 0.2
+    with pytest.raises(ValueError, match="factor >= 1"):
+        Backoff(0.2, 0.5, 10)
+
+
+def test_a_twenty_minute_job_costs_about_150_squeue_calls_not_6000():
+    b, t, calls = Backoff(), 0.0, 1
+    while t < 1200:
+        t += b.next()
+        calls += 1
+    assert 140 <= calls <= 160, calls
+    assert calls < 1200 / 0.2 / 30
+
+
+def test_wait_backs_off_between_polls_and_starts_again_when_a_job_ends():
+    # job 5 ends at the 4th poll, job 6 at the 7th
+    queue = iter(["5 RUNNING\n6 RUNNING\n"] * 3 + ["6 RUNNING\n"] * 3 + [""])
+    slept = []
+
+    def fake(argv, **kw):
+        if argv[0] == "squeue":
+            return subprocess.CompletedProcess(argv, 0, next(queue), "")
+        job = argv[-1]
+        return subprocess.CompletedProcess(argv, 0, f"JobId={job} JobState=COMPLETED ExitCode=0:0", "")
+
+    slurm = Slurm(run=fake, poll_interval=1.0, poll_factor=2.0, max_poll_interval=5.0, sleep=slept.append)
+    done = slurm.wait(["5", "6"])
+    assert sorted(done) == ["5", "6"] and all(i.ok for i in done.values())
+    assert slept == [1.0, 2.0, 4.0, 1.0, 2.0, 4.0]      # reset after job 5 left the queue
+    assert slurm.squeue_calls == 7
+
+
+def test_wait_never_sleeps_past_its_timeout():
+    slept = []
+    fake = FakeRun({"squeue": (0, "5 RUNNING\n", "")})
+    slurm = Slurm(run=fake, poll_interval=100.0, sleep=slept.append)
+    with pytest.raises(HpcstackError, match="jobs 5 still queued or running after 0 s"):
+        slurm.wait(["5"], timeout=0.05)
+    assert slept and all(s <= 0.05 for s in slept)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -213,6 +292,28 @@ def test_job_runs_steps_on_both_nodes_as_the_test_user(workdir):
     assert sorted(line for line in out.splitlines() if line.endswith(" 1")) == [
         f"n1 {TEST_USER} hello there 1", f"n2 {TEST_USER} hello there 1"], out
     assert (workdir / "hosts.exit").read_text().strip() == "0"
+
+
+@pytest.mark.integration
+def test_job_followed_with_back_off_completes_and_is_collected(workdir):
+    slurm, job_id = submit(workdir, [
+        JobStep("slow", "sleep 6 && srun --mpi=pmix hostname", str(workdir / "slow.exit"))])
+    t0 = time.monotonic()
+    info = slurm.wait([job_id], timeout=90)[job_id]
+    elapsed = time.monotonic() - t0
+    out = (workdir / f"slurm-{job_id}.out").read_text()
+    assert info.ok and info.stdout == str(workdir / f"slurm-{job_id}.out"), (info, out)
+    assert sorted(line for line in out.splitlines() if line in ("n1", "n2")) == ["n1", "n2"], out
+    assert (workdir / "slow.exit").read_text().strip() == "0"
+    # the back-off allows at most this many polls in the time it took (one more for the last)
+    b, t, allowed = Backoff(), 0.0, 1
+    while t <= elapsed:
+        t += b.next()
+        allowed += 1
+    print(f"job {job_id}: {elapsed:.1f} s, {slurm.squeue_calls} squeue calls "
+          f"(a fixed 0.2 s would make {int(elapsed / 0.2) + 1})")
+    assert 2 <= slurm.squeue_calls <= allowed
+    assert slurm.squeue_calls < elapsed / 0.2
 
 
 @pytest.mark.integration

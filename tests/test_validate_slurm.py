@@ -155,6 +155,63 @@ def test_local_dry_run_still_prints_the_local_launcher():
     assert "horovodrun -np 2 -H localhost:2" in proc.stdout
 
 
+def test_settings_are_read_from_the_site_in_one_place():
+    from hpcstack.site import load_site
+    from hpcstack.validate.validation import validation_settings
+
+    from hpcstack.recipe import load_recipe
+
+    def settings(name, **kw):
+        site = load_site(name)
+        return validation_settings(site, load_recipe(RECIPE, site), **kw)
+
+    cirrus = settings("cirrus", qos="short")
+    assert cirrus.slurm.qos == "short" and cirrus.slurm.partition == "gpu" and cirrus.slurm.account_required
+    assert (cirrus.local.launcher, cirrus.local.mpi, cirrus.local.scheduler) == ("srun", None, "local")
+    assert cirrus.required_transport == "nccl" and cirrus.nodes == [1, 2]
+    assert "nodes" not in cirrus.workload and cirrus.workload["model"] == "resnet50"
+    assert "cirrus:gpu" in cirrus.references
+    local = settings("localhost")
+    assert local.required_transport is None and local.local.mpi == "pmix" and local.slurm.scheduler == "slurm"
+
+
+def test_local_srun_follows_the_sites_mpi_plugin_not_a_hard_coded_one():
+    # issue 11: Cirrus says slurm.mpi: null, so its --local srun must not ask for pmix
+    proc = hpcstack("validate", RECIPE, "--site", "cirrus", "--local", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    (launch,) = [line for line in proc.stdout.splitlines() if line.startswith("srun ")]
+    assert launch.startswith("srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 python "), launch
+    assert "--mpi" not in launch
+
+
+@pytest.mark.parametrize("launcher, mpi, expected", [
+    ("srun", "pmix", "srun --mpi=pmix --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 python "),
+    ("srun", None, "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 python "),
+    ("mpirun", "pmix", "mpirun -np 2 --map-by ppr:2:node --bind-to none python "),
+])
+def test_local_run_uses_the_launcher_the_site_names(tmp_path, launcher, mpi, expected):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["launcher"]["command"] = launcher
+    data["slurm"]["mpi"] = mpi
+    site = tmp_path / "localhost-launcher.yaml"
+    site.write_text(yaml.safe_dump(data))
+    proc = hpcstack("validate", RECIPE, "--site", str(site), "--local", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith(expected), proc.stdout
+
+
+def test_slurm_jobs_use_the_launcher_the_site_names(tmp_path):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["slurm"]["launcher"] = "horovodrun"
+    site = tmp_path / "localhost-horovodrun.yaml"
+    site.write_text(yaml.safe_dump(data))
+    proc = hpcstack("validate", RECIPE, "--site", str(site), "--nodes", "2", "--backend", "horovod", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("HOROVOD_HOSTS=$(scontrol show hostnames") for line in lines), proc.stdout
+    assert any(line.startswith('horovodrun -np 2 -H "$HOROVOD_HOSTS" ') for line in lines), proc.stdout
+
+
 # ----------------------------------------------------------------------------- real jobs
 
 @pytest.fixture(scope="module")
@@ -181,13 +238,19 @@ def outdir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def site_copy(directory: Path, **validation) -> str:
-    """A copy of the localhost site config with some ``validation`` keys changed."""
-    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
-    data["validation"].update(validation)
-    path = directory / "localhost-variant.yaml"
+def recipe_repo(directory: Path, **workload) -> list[str]:
+    """A repository holding a copy of the recipe whose ``cpu`` workload has some keys changed
+    (the workload is the recipe's); returns the ``--repo`` options that put it first."""
+    source = REPO / "recipes" / "pytorch"
+    target = directory / "repo" / "recipes" / "pytorch"
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+    path = target / "2.3.1-gpu.validation.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["workloads"]["cpu"].update(workload)
     path.write_text(yaml.safe_dump(data))
-    return str(path)
+    for p in [directory / "repo", *(directory / "repo").rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return ["--repo", str(directory / "repo")]
 
 
 @pytest.fixture(scope="module")
@@ -244,8 +307,8 @@ def test_two_node_job_ran_on_both_nodes_and_wrote_the_report_files(two_node_repo
 
 @pytest.mark.integration
 def test_impossible_loss_threshold_fails_with_job_id_state_and_reason(stack, outdir):
-    site = site_copy(outdir, loss_threshold=0.0001, convergence_steps=5)
-    proc = hpcstack("validate", RECIPE, "--site", site, *STACK_ARGS, "--nodes", "1", "--backend", "ddp",
+    repo = recipe_repo(outdir, loss_threshold=0.0001, convergence_steps=5)
+    proc = hpcstack("validate", RECIPE, "--site", "localhost", *repo, *STACK_ARGS, "--nodes", "1", "--backend", "ddp",
                     "--output-dir", str(outdir / "v"), timeout=600)
     assert proc.returncode == 1, proc.stderr[-3000:]
     report = json.loads((outdir / "v" / "report.json").read_text())
@@ -261,14 +324,15 @@ def test_impossible_loss_threshold_fails_with_job_id_state_and_reason(stack, out
 @pytest.mark.integration
 def test_no_wait_then_cancelled_job_is_collected_as_a_fail(stack, outdir):
     # a run that is long enough to cancel: many timed iterations
-    site = site_copy(outdir, iterations=100000)
-    proc = hpcstack("validate", RECIPE, "--site", site, *STACK_ARGS, "--nodes", "1", "--backend", "horovod",
+    repo = recipe_repo(outdir, iterations=100000)
+    proc = hpcstack("validate", RECIPE, "--site", "localhost", *repo, *STACK_ARGS, "--nodes", "1", "--backend", "horovod",
                     "--output-dir", str(outdir / "v"), "--no-wait")
     assert proc.returncode == 0, proc.stderr
     job_id = json.loads((outdir / "v" / "jobs.json").read_text())["jobs"][0]["job_id"]
     assert f"submitted {job_id}" in proc.stdout and "--collect" in proc.stdout
     subprocess.run(["scancel", job_id], check=True)
-    proc = hpcstack("validate", RECIPE, "--site", site, *STACK_ARGS, "--collect", str(outdir / "v"), "--json")
+    proc = hpcstack("validate", RECIPE, "--site", "localhost", *repo, *STACK_ARGS, "--collect", str(outdir / "v"),
+                    "--json")
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert report["jobs"][0]["state"] == "CANCELLED"

@@ -1,16 +1,30 @@
-"""Slurm backend of ``hpcstack validate``: a job script from a template, ``sbatch``, polling.
+"""Schedulers of ``hpcstack validate``: a registry of small classes, ``slurm`` and ``local``.
 
-In the manner of ReFrame's Slurm backend (``reframe/core/schedulers/slurm.py``): the job script is
+In the manner of ReFrame's schedulers (``reframe/core/schedulers/__init__.py``,
+``@register_scheduler('slurm')``): each scheduler is one class registered by name
+(:func:`register_scheduler`, :data:`SCHEDULERS`). A scheduler hands the launchers
+(:mod:`hpcstack.validate.launchers`) an :class:`~hpcstack.validate.launchers.Allocation` (how
+many ranks where, how to list the hosts), and either runs a command here (``local``) or renders,
+submits and follows batch jobs (``slurm``).
+
+**Slurm** (ReFrame's Slurm backend, ``reframe/core/schedulers/slurm.py``): the job script is
 rendered from ``scripts/slurm-job.sh.j2`` (jinja2, ``trim_blocks``/``lstrip_blocks``) from a
 :class:`BatchJob`, submitted with ``sbatch --parsable``, and followed by polling
-``squeue -h -j ID`` every 0.2 s (``sbatch --wait`` polls slowly: 2 s, 4 s, ...; facts.md); once
-the job has left the queue its final state and exit code come from ``scontrol show job`` (kept for
-``MinJobAge`` seconds) or, after that, from the ``jobcomp/filetxt`` file (there is no ``sacct``
-without slurmdbd).
+``squeue -h -j ID`` with a back-off (:class:`Backoff`: 0.2 s, then x1.1 a poll up to 10 s, back to
+0.2 s whenever a job ends, as ReFrame's ``_PollController`` in
+``reframe/frontend/executors/policies.py``): about 150 ``squeue`` calls for a 20-minute job rather
+than 6,000 at a fixed 0.2 s. Once a job has left the queue its final state and exit code come from
+``scontrol show job`` (kept for ``MinJobAge`` seconds) or, after that, from the
+``jobcomp/filetxt`` file (there is no ``sacct`` without slurmdbd).
 
 When hpcstack runs as root and a submit user is given (the localhost site: ``hpcstack-test``),
 jobs are submitted with ``runuser -u USER -- sbatch``: root's PATH leaks into jobs and Open MPI's
-``mpirun`` refuses root (facts.md).
+``mpirun`` refuses root to run (its ``--allow-run-as-root`` documentation).
+
+A new batch scheduler is one class in this file: ``@register_scheduler("pbs")`` on a
+:class:`JobScheduler` subclass that gives :meth:`~JobScheduler.allocation`,
+:meth:`~JobScheduler.render`, :meth:`~JobScheduler.submit`, :meth:`~JobScheduler.wait` and
+:meth:`~JobScheduler.cancel` (and its job template under ``scripts/``).
 """
 
 from __future__ import annotations
@@ -23,12 +37,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ClassVar
 
 import jinja2
 
 from hpcstack import data_root
 from hpcstack.errors import HpcstackError
+from hpcstack.validate.launchers import Allocation
+
+#: name -> scheduler class, filled by :func:`register_scheduler`.
+SCHEDULERS: dict[str, type["JobScheduler"]] = {}
 
 #: The job script template, under the data root.
 TEMPLATE = "scripts/slurm-job.sh.j2"
@@ -85,7 +103,8 @@ class BatchJob:
         steps (list[JobStep]): the commands, run in order.
         comments (list[str]): lines for the header comment.
         unset_bash_env (bool): ``unset BASH_ENV`` before the module init, so that a site's Lmod
-            ``BASH_ENV`` does not replace Environment Modules in child shells (facts.md).
+            ``BASH_ENV`` (set by Lmod's ``/etc/profile.d/lmod.sh``) does not replace Environment
+            Modules in child shells.
     """
 
     name: str
@@ -123,45 +142,6 @@ class BatchJob:
         opts += [f"--time={self.time_limit}", f"--output={self.output}", f"--chdir={self.workdir}"]
         opts += ["--export=NONE"] if self.export_none else []
         return opts
-
-
-def launch_command(launcher: str, program: list[str], *, nodes: int, tasks_per_node: int,
-                   cpus_per_task: int, mpi: str | None = None) -> str:
-    """Return the shell line that starts ``program`` on every rank of the allocation.
-
-    Args:
-        launcher (str): ``srun``, ``mpirun`` or ``horovodrun``.
-        program (list[str]): the program and its arguments.
-        nodes, tasks_per_node, cpus_per_task (int): the allocation's shape.
-        mpi (str | None): ``srun --mpi=`` plugin (``pmix`` for Debian's Open MPI, which has no
-            Slurm PMI2); None uses the cluster's ``MpiDefault``.
-
-    Returns:
-        str: e.g. ``srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 python …``.
-        ``horovodrun`` needs ``$HOROVOD_HOSTS`` from :func:`launcher_setup`.
-
-    Raises:
-        ValueError: unknown launcher.
-    """
-    prog = shlex.join(program)
-    ranks = nodes * tasks_per_node
-    if launcher == "srun":
-        mpi_opt = f"--mpi={mpi} " if mpi else ""
-        return (f"srun {mpi_opt}--nodes={nodes} --ntasks-per-node={tasks_per_node} "
-                f"--cpus-per-task={cpus_per_task} {prog}")
-    if launcher == "mpirun":
-        return f"mpirun -np {ranks} --map-by ppr:{tasks_per_node}:node --bind-to none {prog}"
-    if launcher == "horovodrun":
-        return f'horovodrun -np {ranks} -H "$HOROVOD_HOSTS" {prog}'
-    raise ValueError(f"unknown launcher {launcher!r} (srun, mpirun or horovodrun)")
-
-
-def launcher_setup(launcher: str, tasks_per_node: int) -> list[str]:
-    """Shell lines a launcher needs before it runs (``horovodrun``: ``host:slots,…``)."""
-    if launcher == "horovodrun":
-        return [f'HOROVOD_HOSTS=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | '
-                f"sed 's/$/:{tasks_per_node}/' | paste -sd, -)"]
-    return []
 
 
 def render_job_script(job: BatchJob, header: str = "") -> str:
@@ -259,14 +239,179 @@ def tail(path: str | None, lines: int = 20) -> list[str]:
     return text.splitlines()[-lines:]
 
 
-class Slurm:
+@dataclass
+class Backoff:
+    """Poll intervals that grow: ``start``, then times ``factor`` a poll, at most ``maximum``.
+
+    As ReFrame's ``_PollController`` (``reframe/frontend/executors/policies.py``: ``SLEEP_MIN``,
+    ``SLEEP_INC_RATE``, ``SLEEP_MAX``, reset when a job finishes): quick answers for short jobs,
+    few scheduler calls for long ones.
+
+    Args:
+        start (float): first interval, seconds (> 0; default 0.2).
+        factor (float): growth per poll (>= 1; default 1.1).
+        maximum (float): longest interval, seconds (>= start; default 10).
+
+    Raises:
+        ValueError: the bounds above are broken.
+
+    Example:
+        >>> b = Backoff(0.2, 2.0, 1.0)
+        >>> [b.next() for _ in range(5)]
+        [0.2, 0.4, 0.8, 1.0, 1.0]
+    """
+
+    start: float = 0.2
+    factor: float = 1.1
+    maximum: float = 10.0
+
+    def __post_init__(self):
+        if not (self.start > 0 and self.factor >= 1 and self.maximum >= self.start):
+            raise ValueError(f"poll back-off needs start > 0, factor >= 1, maximum >= start "
+                             f"(got {self.start}, {self.factor}, {self.maximum})")
+        self._next = self.start
+
+    def next(self) -> float:
+        """Return the interval to sleep now (seconds) and grow the next one."""
+        value = self._next
+        self._next = min(value * self.factor, self.maximum)
+        return value
+
+    def reset(self) -> None:
+        """Start again from ``start`` (a job ended: others may be ending too)."""
+        self._next = self.start
+
+
+class JobScheduler:
+    """Base of the schedulers; subclasses are registered with :func:`register_scheduler`.
+
+    Every scheduler gives :meth:`allocation`. A *batch* scheduler (``slurm``) also renders job
+    scripts and submits, follows and cancels jobs (:meth:`render`, :meth:`submit`,
+    :meth:`wait`, :meth:`cancel`) and is built with ``submit_as`` (the user to submit as when
+    hpcstack runs as root; None otherwise); a *direct* one (``local``) runs a command here
+    (:meth:`run`). The base methods raise :class:`NotImplementedError`.
+    """
+
+    #: The name it is registered under (set by :func:`register_scheduler`).
+    name: ClassVar[str] = ""
+    #: Shell variable that holds the job's id inside a batch job (None for direct schedulers).
+    job_id_variable: ClassVar[str | None] = None
+
+    def allocation(self, nodes: int, tasks_per_node: int, cpus_per_task: int = 1) -> Allocation:
+        """Return what a launcher needs to start ``nodes x tasks_per_node`` ranks here."""
+        raise NotImplementedError
+
+    def render(self, job: "BatchJob", header: str = "") -> str:
+        """Return the job script of ``job``."""
+        raise NotImplementedError(f"the {self.name} scheduler runs no batch jobs")
+
+    def submit(self, script: Path, cwd: str | None = None) -> str:
+        """Submit a job script; return the job id."""
+        raise NotImplementedError(f"the {self.name} scheduler runs no batch jobs")
+
+    def wait(self, job_ids: list[str], timeout: float | None = None,
+             on_change: Callable[["JobInfo"], None] | None = None) -> dict[str, "JobInfo"]:
+        """Wait until the jobs end; return their final :class:`JobInfo`."""
+        raise NotImplementedError(f"the {self.name} scheduler runs no batch jobs")
+
+    def cancel(self, job_ids: list[str]) -> None:
+        """Cancel the jobs."""
+        raise NotImplementedError(f"the {self.name} scheduler runs no batch jobs")
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: str,
+            timeout: float) -> subprocess.CompletedProcess:
+        """Run a command here and capture its output."""
+        raise NotImplementedError(f"the {self.name} scheduler runs batch jobs only")
+
+
+def register_scheduler(name: str) -> Callable[[type[JobScheduler]], type[JobScheduler]]:
+    """Class decorator: register a :class:`JobScheduler` subclass under ``name``.
+
+    Raises:
+        ValueError: the name is taken already.
+    """
+    def register(cls: type[JobScheduler]) -> type[JobScheduler]:
+        if name in SCHEDULERS:
+            raise ValueError(f"scheduler {name!r} is registered already ({SCHEDULERS[name].__name__})")
+        cls.name = name
+        SCHEDULERS[name] = cls
+        return cls
+    return register
+
+
+def get_scheduler(name: str) -> type[JobScheduler]:
+    """Return the scheduler class registered as ``name``.
+
+    Raises:
+        ValueError: no such scheduler (the message lists the known ones).
+    """
+    try:
+        return SCHEDULERS[name]
+    except KeyError:
+        raise ValueError(f"unknown scheduler {name!r} (known: {', '.join(sorted(SCHEDULERS))})") from None
+
+
+@register_scheduler("local")
+class LocalScheduler(JobScheduler):
+    """Runs on this host, without a queue: ``hpcstack validate --local``.
+
+    Its allocation is one node, ``localhost``, with concrete hosts, so every launcher's command
+    runs without a shell.
+
+    Args:
+        run (Callable): ``subprocess.run`` or a stand-in.
+    """
+
+    def __init__(self, run: Callable[..., subprocess.CompletedProcess] = subprocess.run):
+        self._run = run
+
+    def allocation(self, nodes: int, tasks_per_node: int, cpus_per_task: int = 1) -> Allocation:
+        """One node, this host.
+
+        Raises:
+            ValueError: ``nodes != 1``.
+        """
+        if nodes != 1:
+            raise ValueError(f"the local scheduler runs on one node, not {nodes}")
+        return Allocation(1, tasks_per_node, cpus_per_task, hosts=("localhost",))
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: str,
+            timeout: float = 1800) -> subprocess.CompletedProcess:
+        """Run ``argv`` here, its output captured, stdin closed.
+
+        Args:
+            argv (list[str]): the command.
+            env (dict[str, str]): its whole environment.
+            cwd (str): its working directory.
+            timeout (float): seconds (default 30 minutes).
+
+        Raises:
+            HpcstackError: the command is not found, or it ran past ``timeout`` (it is killed).
+        """
+        try:
+            return self._run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
+                             text=True, timeout=timeout)
+        except FileNotFoundError:
+            raise HpcstackError(f"{argv[0]} not found (is it on PATH after loading the modules?)")
+        except subprocess.TimeoutExpired:
+            raise HpcstackError(f"{argv[0]} ran more than {timeout / 60:.0f} minutes; stopped")
+
+
+@register_scheduler("slurm")
+class Slurm(JobScheduler):
     """Submit and follow jobs with the Slurm client commands.
 
     Args:
         submit_as (str | None): when running as root, submit as this user
             (``runuser -u USER -- sbatch``); ignored for other users.
-        poll_interval (float): seconds between ``squeue`` calls (default 0.2).
+        poll_interval (float): first interval between ``squeue`` calls, seconds (default 0.2).
+        max_poll_interval (float): longest interval, seconds (default 10).
+        poll_factor (float): growth of the interval per poll (default 1.1); see :class:`Backoff`.
         run (Callable): ``subprocess.run`` or a stand-in (tests).
+        sleep (Callable[[float], None]): ``time.sleep`` or a stand-in (tests).
+
+    Attributes:
+        squeue_calls (int): ``squeue`` calls made so far (the load this puts on the controller).
 
     Example:
         >>> slurm = Slurm(submit_as="hpcstack-test")            # doctest: +SKIP
@@ -275,12 +420,31 @@ class Slurm:
         'COMPLETED'
     """
 
+    job_id_variable = "SLURM_JOB_ID"
+    #: Prints the job's hosts one a line, inside the job.
+    HOSTNAMES = 'scontrol show hostnames "$SLURM_JOB_NODELIST"'
+
     def __init__(self, submit_as: str | None = None, poll_interval: float = 0.2,
-                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run):
+                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run, *,
+                 max_poll_interval: float = 10.0, poll_factor: float = 1.1,
+                 sleep: Callable[[float], None] = time.sleep):
         self.submit_as = submit_as if os.geteuid() == 0 else None
-        self.poll_interval = poll_interval
+        self.backoff = Backoff(poll_interval, poll_factor, max(max_poll_interval, poll_interval))
+        self.squeue_calls = 0
         self._run = run
+        self._sleep = sleep
         self._jobcomp: str | None | bool = False  # False: not looked up yet
+
+    def allocation(self, nodes: int, tasks_per_node: int, cpus_per_task: int = 1) -> Allocation:
+        """The allocation inside a job: hosts from ``$SLURM_JOB_NODELIST``; one task per node, with
+        the cores of all its ranks, by ``srun --nodes=N --ntasks-per-node=1 --cpus-per-task=T*C``."""
+        return Allocation(nodes, tasks_per_node, cpus_per_task, hostnames_command=self.HOSTNAMES,
+                          per_node_command=("srun", f"--nodes={nodes}", "--ntasks-per-node=1",
+                                            f"--cpus-per-task={tasks_per_node * cpus_per_task}"))
+
+    def render(self, job: BatchJob, header: str = "") -> str:
+        """The job script, from :func:`render_job_script`."""
+        return render_job_script(job, header)
 
     def _call(self, argv: list[str], cwd: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
         try:
@@ -319,7 +483,8 @@ class Slurm:
         return job_id
 
     def queued(self, job_ids: list[str]) -> dict[str, str]:
-        """Return ``{job id: state}`` for the jobs ``squeue`` still lists."""
+        """Return ``{job id: state}`` for the jobs ``squeue`` still lists (counts the call)."""
+        self.squeue_calls += 1
         proc = self._call(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i %T"])
         if proc.returncode != 0:
             if "Invalid job id" in proc.stderr:  # all purged already
@@ -373,6 +538,8 @@ class Slurm:
              on_change: Callable[[JobInfo], None] | None = None) -> dict[str, JobInfo]:
         """Poll ``squeue`` until every job has left the queue; return their final states.
 
+        The interval between polls backs off (:attr:`backoff`) and starts again when a job ends.
+
         Args:
             job_ids (list[str]): the jobs.
             timeout (float | None): seconds; None waits as long as it takes.
@@ -396,6 +563,7 @@ class Slurm:
                 if state is None:
                     done[job_id] = info = self.info(job_id)
                     pending.remove(job_id)
+                    self.backoff.reset()
                     if on_change:
                         on_change(info)
                 elif state != last.get(job_id):
@@ -404,10 +572,15 @@ class Slurm:
                         on_change(JobInfo(job_id, state, source="squeue"))
             if not pending:
                 break
-            if deadline is not None and time.monotonic() > deadline:
-                raise HpcstackError(f"jobs {', '.join(pending)} still queued or running after "
-                                    f"{timeout:.0f} s (scancel {' '.join(pending)} to stop them)")
-            time.sleep(self.poll_interval)
+            interval = self.backoff.next()
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise HpcstackError(f"jobs {', '.join(pending)} still queued or running after "
+                                        f"{timeout:.0f} s (scancel {' '.join(pending)} to stop them)")
+                interval = min(interval, left)
+            self._sleep(interval)
+        self.backoff.reset()
         return done
 
     def cancel(self, job_ids: list[str]) -> None:

@@ -1,18 +1,22 @@
 """``hpcstack validate``: prove an installed stack by training on it, in Slurm jobs or locally.
 
 **Slurm** (the default for a site with a ``slurm`` section): for each node count (``--nodes 1,2``)
-one job script is rendered from ``scripts/slurm-job.sh.j2`` (:mod:`hpcstack.scheduler`) and
-submitted with ``sbatch --parsable``; each job sources the module tool's init, loads the stack's
-module and runs the training program (``<prefix>/bin/hpcstack-train-benchmark``, from
-``scripts/hpcstack-train-benchmark.py``) once per backend (``horovod`` then ``ddp``) with the
-site's launcher (``srun --mpi=pmix``, ``mpirun`` or ``horovodrun``). hpcstack polls until the jobs
-end, reads their JSON-lines records and judges them (:mod:`hpcstack.report`): sanity, then
-performance against the site's references, scaling efficiency; the report goes to the output
-directory as ``report.json``, ``report.md`` and ``scaling.png``.
+one job script is rendered by the ``slurm`` scheduler (:mod:`hpcstack.validate.scheduler`, from
+``scripts/slurm-job.sh.j2``) and submitted with ``sbatch --parsable``; each job sources the module
+tool's init, loads the stack's module and runs the training program
+(``<prefix>/bin/hpcstack-train-benchmark``, from ``scripts/hpcstack-train-benchmark.py``) once per
+backend (``horovod`` then ``ddp``) with the launcher the site names in ``slurm.launcher``
+(:mod:`hpcstack.validate.launchers`). hpcstack polls until the jobs end, reads their JSON-lines
+records and judges them (:mod:`hpcstack.validate.judge`): sanity, then performance against the
+site's references, scaling efficiency; the report goes to the output directory as
+``report.json``, ``report.md`` and ``scaling.png`` (:mod:`hpcstack.validate.render`).
 
-**Local** (``--local``, or a site without a ``slurm`` section): the training program runs on
-``--ranks`` ranks of this host under the site's ``launcher`` (``horovodrun``/``mpirun``/``srun``),
-Horovod backend; the result is PASS/FAIL from the program's own checks.
+**Local** (``--local``, or a site without a ``slurm`` section): the ``local`` scheduler runs the
+training program on ``--ranks`` ranks of this host under the launcher the site names in
+``launcher.command``, Horovod backend; the result is PASS/FAIL from the program's own checks.
+
+Schedulers and launchers are picked by name from registries; every value this module takes from
+the site is read in one function, :func:`validation_settings`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import json
 import os
 import pwd
 import shlex
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -33,31 +36,182 @@ from hpcstack.modules import modsys
 from hpcstack.install.components.tools import TRAINER
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.modules.writer import modulefile_path
+from hpcstack.validate.launchers import LAUNCHERS, get_launcher
+from hpcstack.validate.scheduler import get_scheduler
+from hpcstack.validate.workload import validation_of
+
+#: The training program's backends, in the order a job runs them.
+BACKENDS = ("horovod", "ddp")
 
 
-def launcher_argv(site, prefix: str, ranks: int, output: str) -> list[str]:
-    """Return the command that starts the training program on ``ranks`` local ranks.
+# --------------------------------------------------------------------------------------------
+# Settings: everything taken from the site, read in one place
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """The Slurm settings of a validation: the site's ``slurm`` section with command-line overrides.
+
+    Attributes:
+        partition, qos, account (str | None): where and on whose budget the jobs run.
+        tasks_per_node (int): ranks per node (one per GPU on GPU sites).
+        cpus_per_task (int): cores per rank (also torch's threads per rank).
+        gpus_per_node (int): ``--gres=gpu:N`` when > 0.
+        time_limit (str): per job, ``[D-]HH:MM:SS``.
+        exclusive (bool): whole nodes.
+        launcher (str): a name in :data:`hpcstack.validate.launchers.LAUNCHERS`.
+        mpi (str | None): the launcher's MPI plugin (``srun --mpi=``); None: the cluster's default.
+        submit_as (str | None): user that submits when hpcstack runs as root.
+        env (dict[str, str]): job environment.
+        account_required (bool): the site charges every job to a budget.
+        output_root (str | None): where validation directories go (None: the working directory).
+        scheduler (str): a name in :data:`hpcstack.validate.scheduler.SCHEDULERS`.
+    """
+
+    partition: str
+    qos: str | None
+    account: str | None
+    tasks_per_node: int
+    cpus_per_task: int
+    gpus_per_node: int
+    time_limit: str
+    exclusive: bool
+    launcher: str
+    mpi: str | None
+    submit_as: str | None
+    env: dict
+    account_required: bool = False
+    output_root: str | None = None
+    scheduler: str = "slurm"
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    """The settings of a ``--local`` run (the site's ``launcher`` section).
+
+    Attributes:
+        launcher (str): a name in :data:`hpcstack.validate.launchers.LAUNCHERS`.
+        ranks (int): default rank count.
+        env (dict[str, str]): variables for the launcher.
+        mpi (str | None): the launcher's MPI plugin: the site's ``slurm.mpi`` (None without one).
+        scheduler (str): ``local``.
+    """
+
+    launcher: str
+    ranks: int
+    env: dict
+    mpi: str | None = None
+    scheduler: str = "local"
+
+
+@dataclass(frozen=True)
+class ValidationSettings:
+    """What ``hpcstack validate`` takes from the site, built by :func:`validation_settings`.
+
+    Attributes:
+        workload (dict[str, object]): the training program's settings (``model``,
+            ``image_size``, ``batch_size``, ``precision``, ``device``, iterations, convergence
+            steps and loss threshold), as the site gives them.
+        nodes (list[int]): default node counts of the Slurm jobs.
+        backends (list[str]): default backends of the Slurm jobs.
+        references (dict): performance references per ``site:partition`` and node count.
+        required_transport (str | None): a transport every run must use (``nccl`` on NCCL builds).
+        local (LocalSettings): the ``--local`` run.
+        slurm (SlurmSettings | None): the Slurm jobs; None for a site without a ``slurm`` section.
+    """
+
+    workload: dict
+    nodes: list[int]
+    backends: list[str]
+    references: dict
+    required_transport: str | None
+    local: LocalSettings
+    slurm: SlurmSettings | None = None
+
+
+def validation_settings(site, recipe, *, partition: str | None = None, qos: str | None = None,
+                        account: str | None = None) -> ValidationSettings:
+    """Read the validation settings: the one place that reads the site and recipe for validation.
+
+    From the site, the machine: ``site.launcher``, ``site.slurm`` (partition, tasks, GPUs);
+    from the recipe (issue 16), what to train and how to judge it: its :class:`Validation`
+    component's workload for this site and partition, its references, and the transport the
+    Horovod build must use (``nccl`` where it is built with NCCL GPU operations, i.e. on a site
+    whose toolchain has CUDA).
 
     Args:
-        site (hpcstack.site.Site): gives the launcher and the training sizes.
-        prefix (str): the stack's prefix.
-        ranks (int): number of ranks (processes) on this host.
-        output (str): JSON-lines file the program writes.
+        site (hpcstack.site.Site): the site (already validated against its schema).
+        recipe (hpcstack.recipe.Recipe): the recipe, with a Validation component.
+        partition, qos, account (str | None): command-line values; they win over the site's.
 
     Returns:
-        list[str]: e.g. ``["horovodrun", "-np", "2", "-H", "localhost:2", "python", …]``.
+        ValidationSettings: with ``slurm`` None when the site has no ``slurm`` section.
+
+    Raises:
+        ConfigError: ``slurm.launcher`` or ``launcher.command`` names no registered launcher; the
+            recipe has no Validation component or its file is bad.
     """
-    v = site.validation
-    program = ["python", os.path.join(prefix, "bin", TRAINER), "--backend", "horovod",
-               "--model", str(v.get("model", "tiny")), "--image-size", str(v.get("image_size", 32)),
-               "--batch-size", str(v.get("batch_size", 16)), "--precision", v.get("precision", "fp32"),
-               "--output", output]
-    cmd = site.launcher.command
-    if cmd == "horovodrun":
-        return ["horovodrun", "-np", str(ranks), "-H", f"localhost:{ranks}", *program]
-    if cmd == "mpirun":
-        return ["mpirun", "-np", str(ranks), *program]
-    return ["srun", "--mpi=pmix", "-n", str(ranks), *program]
+    spec = validation_of(recipe)
+    s = dict(site.slurm or {})
+    slurm = None
+    if s:
+        slurm = SlurmSettings(
+            partition=partition or s["partition"], qos=qos or s.get("qos"),
+            account=account or s.get("account"), tasks_per_node=s.get("tasks_per_node", 1),
+            cpus_per_task=s.get("cpus_per_task", 1), gpus_per_node=s.get("gpus_per_node", 0),
+            time_limit=s.get("time_limit", "00:30:00"), exclusive=s.get("exclusive", False),
+            launcher=s.get("launcher", "srun"), mpi=s.get("mpi"), submit_as=s.get("submit_as"),
+            env=dict(s.get("env", {})), account_required=bool(s.get("account_required")),
+            output_root=s.get("output_root"))
+    local = LocalSettings(launcher=site.launcher.command, ranks=site.launcher.ranks,
+                          env=dict(site.launcher.env), mpi=s.get("mpi"))
+    named = [("launcher.command", local.launcher)] + ([("slurm.launcher", slurm.launcher)] if slurm else [])
+    unknown = [f"{site.path}: {key}: unknown launcher {name!r} (known: {', '.join(sorted(LAUNCHERS))})"
+               for key, name in named if name not in LAUNCHERS]
+    if unknown:
+        raise ConfigError(unknown)
+    return ValidationSettings(
+        workload=spec.workload(site, slurm.partition if slurm else None),
+        nodes=list(spec.nodes), backends=list(spec.backends),
+        references=dict(spec.references),
+        required_transport=_required_transport(site, recipe),
+        local=local, slurm=slurm)
+
+
+def _required_transport(site, recipe) -> str | None:
+    """``nccl`` where the recipe's Horovod is built with NCCL GPU operations on this site."""
+    from hpcstack.install.components.horovod import HorovodBuild
+
+    builds = [c for c in recipe.components if isinstance(c, HorovodBuild)]
+    if builds and site.toolchain.has_cuda and builds[0].gpu_operations == "NCCL":
+        return "nccl"
+    return None
+
+
+def stack_prefix(site, recipe) -> str:
+    """The installed stack's prefix, ``<install_root>/<name>/<version>``."""
+    return os.path.join(site.install_root, recipe.name, recipe.version)
+
+
+# --------------------------------------------------------------------------------------------
+# Local
+# --------------------------------------------------------------------------------------------
+
+
+def local_program(settings: ValidationSettings, prefix: str, output: str) -> list[str]:
+    """Return the training program's command line for a local run (Horovod backend).
+
+    Args:
+        settings (ValidationSettings): its ``workload`` gives model, image size, batch size and
+            precision (defaults: tiny, 32, 16, fp32).
+        prefix (str): the stack's prefix.
+        output (str): JSON-lines file the program writes.
+    """
+    w = settings.workload
+    return ["python", os.path.join(prefix, "bin", TRAINER), "--backend", "horovod",
+            "--model", str(w.get("model", "tiny")), "--image-size", str(w.get("image_size", 32)),
+            "--batch-size", str(w.get("batch_size", 16)), "--precision", str(w.get("precision", "fp32")),
+            "--output", output]
 
 
 def read_records(path: Path) -> list[dict]:
@@ -88,32 +242,34 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     Raises:
         HpcstackError: the stack is not installed, the module does not load, or the launcher fails.
     """
-    ranks = ranks or site.launcher.ranks
-    prefix = os.path.join(site.install_root, recipe.name, recipe.version)
+    all_settings = validation_settings(site, recipe)
+    settings = all_settings.local
+    ranks = ranks or settings.ranks
+    prefix = stack_prefix(site, recipe)
     modulefile = modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
     use = [*site.modules.use, site.module_root]
+    scheduler = get_scheduler(settings.scheduler)()
+    launcher = get_launcher(settings.launcher)(mpi=settings.mpi)
+    alloc = scheduler.allocation(1, ranks)
     with tempfile.TemporaryDirectory(prefix="hpcstack-validate-") as tmp:
         output = os.path.join(tmp, "records.jsonl") if not dry_run else "records.jsonl"
-        argv = launcher_argv(site, prefix, ranks, output)
+        argv = launcher.argv(local_program(all_settings, prefix, output), alloc)
         if dry_run:
             lines = [f"module use {shlex.quote(d)}" for d in use]
             lines += [f"module load {recipe.full_name}"]
-            lines += [f"export {k}={shlex.quote(v)}" for k, v in site.launcher.env.items()]
+            lines += [f"export {k}={shlex.quote(v)}" for k, v in settings.env.items()]
             print("\n".join(lines + [shlex.join(argv)]))
             return 0
         if not os.path.isfile(modulefile):
             raise HpcstackError(f"{recipe.full_name} is not installed for site {site.name} "
                                 f"(no {modulefile}); run: hpcstack install {recipe.full_name} --site {site.name}")
         env = modsys.build_environment(site.modules.tool, site.modules.command, use, [recipe.full_name])
-        env.update(site.launcher.env)
+        env.update(settings.env)
         print(f"==> validate {recipe.full_name}: {shlex.join(argv)}", file=sys.stderr)
         try:
-            proc = subprocess.run(argv, env=env, cwd=tmp, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, timeout=1800)
-        except FileNotFoundError:
-            raise HpcstackError(f"launcher {argv[0]} not found under module {recipe.full_name}")
-        except subprocess.TimeoutExpired:
-            raise HpcstackError("the training run took more than 30 minutes; stopped")
+            proc = scheduler.run(argv, env=env, cwd=tmp, timeout=1800)
+        except HpcstackError as exc:
+            raise HpcstackError(f"validate {recipe.full_name} (launcher {launcher.name}): {exc}")
         records = read_records(Path(output)) if os.path.exists(output) else []
     return report_local(records, proc.returncode, proc.stdout + proc.stderr, as_json)
 
@@ -153,10 +309,7 @@ def report_local(records: list[dict], returncode: int, output: str, as_json: boo
 # Slurm
 # --------------------------------------------------------------------------------------------
 
-#: The training program's backends, in the order a job runs them.
-BACKENDS = ("horovod", "ddp")
-
-#: ``validation`` keys of the site config -> options of the training program.
+#: Workload settings (``ValidationSettings.workload``) -> options of the training program.
 _TRAINER_OPTIONS = {"model": "--model", "image_size": "--image-size", "batch_size": "--batch-size",
                     "precision": "--precision", "device": "--device",
                     "warmup_batches": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
@@ -179,12 +332,13 @@ def parse_nodes(text: str) -> list[int]:
     return nodes
 
 
-def trainer_argv(site, prefix: str, backend: str, output: str, threads: int) -> list[str]:
+def trainer_argv(workload: dict, prefix: str, backend: str, output: str, threads: int) -> list[str]:
     """Return the training program's command line for one backend in a Slurm job.
 
     Args:
-        site (hpcstack.site.Site): its ``validation`` section gives model, sizes, precision,
-            device, iterations and the convergence check's steps and loss threshold.
+        workload (dict): :attr:`ValidationSettings.workload`: model, sizes, precision, device,
+            iterations and the convergence check's steps and loss threshold (only those given
+            become options).
         prefix (str): the stack's prefix (the program is ``<prefix>/bin/hpcstack-train-benchmark``).
         backend (str): ``horovod`` or ``ddp``.
         output (str): JSON-lines file rank 0 writes.
@@ -192,8 +346,8 @@ def trainer_argv(site, prefix: str, backend: str, output: str, threads: int) -> 
     """
     argv = [os.path.join(prefix, "bin", TRAINER), "--backend", backend]
     for key, option in _TRAINER_OPTIONS.items():
-        if key in site.validation:
-            argv += [option, str(site.validation[key])]
+        if key in workload:
+            argv += [option, str(workload[key])]
     return argv + ["--threads", str(threads), "--output", output]
 
 
@@ -235,59 +389,16 @@ class ValidationJob:
         return self.directory / f"slurm-{self.job_id or '%j'}.out"
 
 
-@dataclass(frozen=True)
-class SlurmSettings:
-    """The Slurm settings of a validation: the site's ``slurm`` section with command-line overrides.
-
-    Attributes:
-        partition, qos, account (str | None): where and on whose budget the jobs run.
-        tasks_per_node (int): ranks per node (one per GPU on GPU sites).
-        cpus_per_task (int): cores per rank (also torch's threads per rank).
-        gpus_per_node (int): ``--gres=gpu:N`` when > 0.
-        time_limit (str): per job.
-        exclusive (bool): whole nodes.
-        launcher (str): ``srun``, ``mpirun`` or ``horovodrun``.
-        mpi (str | None): ``srun --mpi=`` plugin.
-        submit_as (str | None): user that submits when hpcstack runs as root.
-        env (dict[str, str]): job environment.
-    """
-
-    partition: str
-    qos: str | None
-    account: str | None
-    tasks_per_node: int
-    cpus_per_task: int
-    gpus_per_node: int
-    time_limit: str
-    exclusive: bool
-    launcher: str
-    mpi: str | None
-    submit_as: str | None
-    env: dict
-
-    @classmethod
-    def from_site(cls, site, partition: str | None = None, qos: str | None = None,
-                  account: str | None = None) -> "SlurmSettings":
-        """Resolve the settings; command-line values win over the site's."""
-        s = site.slurm
-        return cls(partition=partition or s["partition"], qos=qos or s.get("qos"),
-                   account=account or s.get("account"), tasks_per_node=s.get("tasks_per_node", 1),
-                   cpus_per_task=s.get("cpus_per_task", 1), gpus_per_node=s.get("gpus_per_node", 0),
-                   time_limit=s.get("time_limit", "00:30:00"), exclusive=s.get("exclusive", False),
-                   launcher=s.get("launcher", "srun"), mpi=s.get("mpi"), submit_as=s.get("submit_as"),
-                   env=dict(s.get("env", {})))
-
-
-def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: SlurmSettings,
+def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: ValidationSettings,
               output_dir: Path) -> list[ValidationJob]:
-    """Render one job script per node count.
+    """Render one job script per node count, with the scheduler and launcher the settings name.
 
     Args:
-        site (hpcstack.site.Site): the site.
+        site (hpcstack.site.Site): the site (module tool, its init and module roots).
         recipe (hpcstack.recipe.Recipe): the stack.
         nodes (list[int]): node counts.
         backends (list[str]): backends each job runs, in order.
-        settings (SlurmSettings): partition, shape, launcher, ...
+        settings (ValidationSettings): with ``slurm`` set (partition, shape, launcher, ...).
         output_dir (Path): the validation's directory; job N uses ``<output_dir>/n<N>/``.
 
     Returns:
@@ -296,61 +407,56 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Slu
     Raises:
         ConfigError: the site gives no bash init for its module tool.
     """
-    from hpcstack.validate.scheduler import BatchJob, JobStep, launch_command, launcher_setup, render_job_script
+    from hpcstack.validate.scheduler import BatchJob, JobStep
 
+    s = settings.slurm
     init = site.modules.init.get("bash")
     if not init:
         raise ConfigError([f"{site.path}: modules.init.bash: missing key (Slurm jobs source it to get `module`)"])
-    prefix = os.path.join(site.install_root, recipe.name, recipe.version)
-    env = dict(settings.env)
+    scheduler = get_scheduler(s.scheduler)()
+    launcher = get_launcher(s.launcher)(mpi=s.mpi)
+    prefix = stack_prefix(site, recipe)
     comments = [f"Written by hpcstack {__version__}: hpcstack validate {recipe.full_name} --site {site.name}.",
                 "Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and "
                 "be writable on the compute nodes; hpcstack validate creates it."]
-    if not settings.account and site.slurm.get("account_required"):
+    if not s.account and s.account_required:
         comments.append("No account given, and this site charges jobs to a budget: pass --account=BUDGET "
                         "to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.")
     jobs = []
     for n in nodes:
         directory = output_dir / f"n{n}"
-        steps = []
-        for backend in backends:
-            program = trainer_argv(site, prefix, backend, str(directory / f"{backend}.jsonl"),
-                                   settings.cpus_per_task)
-            steps.append(JobStep(backend, launch_command(
-                settings.launcher, program, nodes=n, tasks_per_node=settings.tasks_per_node,
-                cpus_per_task=settings.cpus_per_task, mpi=settings.mpi),
-                str(directory / f"{backend}.exit")))
+        alloc = scheduler.allocation(n, s.tasks_per_node, s.cpus_per_task)
+        steps = [JobStep(backend, launcher.command(trainer_argv(
+                    settings.workload, prefix, backend, str(directory / f"{backend}.jsonl"), s.cpus_per_task),
+                    alloc), str(directory / f"{backend}.exit"))
+                 for backend in backends]
         job = BatchJob(
             name=f"hpcstack-validate-{recipe.name}-n{n}", nodes=n,
-            tasks_per_node=settings.tasks_per_node, cpus_per_task=settings.cpus_per_task,
-            time_limit=settings.time_limit, output=str(directory / "slurm-%j.out"),
-            workdir=str(directory), module_init=init, partition=settings.partition,
-            qos=settings.qos, account=settings.account, gpus_per_node=settings.gpus_per_node,
-            exclusive=settings.exclusive, module_use=[*site.modules.use, site.module_root],
-            module_load=[recipe.full_name], env=env,
+            tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task,
+            time_limit=s.time_limit, output=str(directory / "slurm-%j.out"),
+            workdir=str(directory), module_init=init, partition=s.partition,
+            qos=s.qos, account=s.account, gpus_per_node=s.gpus_per_node,
+            exclusive=s.exclusive, module_use=[*site.modules.use, site.module_root],
+            module_load=[recipe.full_name], env=dict(s.env),
             # a port per job: DDP's rendezvous of one job must not meet another's
-            setup=["export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
-                   *launcher_setup(settings.launcher, settings.tasks_per_node)],
+            setup=[f"export MASTER_PORT=$((20000 + {scheduler.job_id_variable} % 20000))",
+                   *launcher.setup(alloc)],
             steps=steps, comments=comments,
             unset_bash_env=site.modules.tool == "environment-modules")
-        header = (f"hpcstack validation of {recipe.full_name} on {site.name}:{settings.partition}, "
-                  f"{n} node(s) x {settings.tasks_per_node} rank(s): {', '.join(backends)}")
-        jobs.append(ValidationJob(n, directory, render_job_script(job, header), list(backends),
-                                  n * settings.tasks_per_node))
+        header = (f"hpcstack validation of {recipe.full_name} on {site.name}:{s.partition}, "
+                  f"{n} node(s) x {s.tasks_per_node} rank(s): {', '.join(backends)}")
+        jobs.append(ValidationJob(n, directory, scheduler.render(job, header), list(backends),
+                                  alloc.ranks))
     return jobs
 
 
-def _default_output_root(site) -> str:
-    return site.slurm.get("output_root") or os.getcwd()
-
-
-def _settings_record(site, settings: SlurmSettings) -> dict:
-    v = site.validation
-    return {"model": v.get("model", "tiny"), "image_size": v.get("image_size"),
-            "batch_size": v.get("batch_size"), "precision": v.get("precision", "fp32"),
-            "device": v.get("device", "auto"), "launcher": settings.launcher,
-            "tasks_per_node": settings.tasks_per_node, "cpus_per_task": settings.cpus_per_task,
-            "gpus_per_node": settings.gpus_per_node}
+def _settings_record(settings: ValidationSettings) -> dict:
+    w, s = settings.workload, settings.slurm
+    return {"model": w.get("model", "tiny"), "image_size": w.get("image_size"),
+            "batch_size": w.get("batch_size"), "precision": w.get("precision", "fp32"),
+            "device": w.get("device", "auto"), "launcher": s.launcher,
+            "tasks_per_node": s.tasks_per_node, "cpus_per_task": s.cpus_per_task,
+            "gpus_per_node": s.gpus_per_node}
 
 
 def _chown_tree(path: Path, user: str) -> None:
@@ -386,19 +492,20 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         ConfigError: no ``slurm`` section, a required account missing, bad ``--nodes``.
         HpcstackError: the stack is not installed, or Slurm refused a job or is not running.
     """
-    if not site.slurm:
+    settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account)
+    s = settings.slurm
+    if s is None:
         raise ConfigError([f"{site.path}: slurm: missing key (needed for Slurm jobs; or use --local)"])
-    settings = SlurmSettings.from_site(site, partition, qos, account)
-    nodes = nodes or list(site.validation.get("nodes", [1, 2]))
-    backends = backends or list(site.validation.get("backends", BACKENDS))
-    if (site.slurm.get("account_required") and not settings.account and not dry_run
-            and not os.environ.get("SBATCH_ACCOUNT")):
+    nodes = nodes or settings.nodes
+    backends = backends or settings.backends
+    if s.account_required and not s.account and not dry_run and not os.environ.get("SBATCH_ACCOUNT"):
         raise ConfigError([f"--account: site {site.name} charges jobs to a budget; give --account BUDGET "
                            "(or set slurm.account in the site config, or SBATCH_ACCOUNT)"])
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = f"hpcstack-validate-{recipe.name}-{recipe.version}-{stamp}"
+    output_root = s.output_root or os.getcwd()
     if dry_run:
-        out = Path(os.path.abspath(output_dir or os.path.join(_default_output_root(site), base)))
+        out = Path(os.path.abspath(output_dir or os.path.join(output_root, base)))
         jobs = plan_jobs(site, recipe, nodes, backends, settings, out)
         if as_json:
             print(json.dumps({"jobs": [{"nodes": j.nodes, "path": str(j.script_path), "script": j.script}
@@ -410,19 +517,18 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         return 0
 
     modulefile = modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
-    prefix = os.path.join(site.install_root, recipe.name, recipe.version)
+    prefix = stack_prefix(site, recipe)
     if not os.path.isfile(modulefile) or not os.path.isfile(os.path.join(prefix, "bin", TRAINER)):
         raise HpcstackError(f"{recipe.full_name} is not installed for site {site.name} (no {modulefile} "
                             f"or no {prefix}/bin/{TRAINER}); run: hpcstack install {recipe.full_name} "
                             f"--site {site.name}")
-    submit_as = settings.submit_as if os.geteuid() == 0 else None
+    submit_as = s.submit_as if os.geteuid() == 0 else None
     if output_dir:
         out = Path(os.path.abspath(output_dir))
         out.mkdir(parents=True, exist_ok=True)
     else:
-        root = _default_output_root(site)
-        os.makedirs(root, exist_ok=True)
-        out = Path(tempfile.mkdtemp(prefix=base + "-", dir=root))
+        os.makedirs(output_root, exist_ok=True)
+        out = Path(tempfile.mkdtemp(prefix=base + "-", dir=output_root))
     out.chmod(0o755)
     jobs = plan_jobs(site, recipe, nodes, backends, settings, out)
     for j in jobs:
@@ -438,18 +544,16 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
             raise HpcstackError(f"user {submit_as} (slurm.submit_as) does not exist "
                                 "(localhost: scripts/localhost-slurm up creates it)")
 
-    from hpcstack.validate.scheduler import Slurm
-
-    slurm = Slurm(submit_as=submit_as)
+    scheduler = get_scheduler(s.scheduler)(submit_as=submit_as)
     submitted: list[ValidationJob] = []
     try:
         for j in jobs:
-            j.job_id = slurm.submit(j.script_path)
+            j.job_id = scheduler.submit(j.script_path)
             submitted.append(j)
             print(f"==> submitted job {j.job_id}: {j.nodes} node(s), {', '.join(backends)}; "
                   f"{j.script_path}", file=sys.stderr)
     except HpcstackError:
-        slurm.cancel([j.job_id for j in submitted])
+        scheduler.cancel([j.job_id for j in submitted])
         raise
     _write_jobs_file(out, site, recipe, settings, submitted)
     if no_wait:
@@ -462,12 +566,12 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         else:
             print(f"submitted {ids}; outputs in {out}\nreport when they end: {later}")
         return 0
-    return _wait_and_report(site, recipe, settings, submitted, out, slurm, as_json)
+    return _wait_and_report(site, recipe, settings, submitted, out, scheduler, as_json)
 
 
-def _write_jobs_file(out: Path, site, recipe, settings: SlurmSettings, jobs: list[ValidationJob]) -> None:
-    data = {"site": site.name, "recipe": recipe.full_name, "partition": settings.partition,
-            "settings": _settings_record(site, settings),
+def _write_jobs_file(out: Path, site, recipe, settings: ValidationSettings, jobs: list[ValidationJob]) -> None:
+    data = {"site": site.name, "recipe": recipe.full_name, "partition": settings.slurm.partition,
+            "scheduler": settings.slurm.scheduler, "settings": _settings_record(settings),
             "jobs": [{"job_id": j.job_id, "nodes": j.nodes, "ranks": j.ranks, "backends": j.backends,
                       "directory": str(j.directory)} for j in jobs]}
     (out / "jobs.json").write_text(json.dumps(data, indent=1) + "\n")
@@ -496,18 +600,18 @@ def collect(site, recipe, directory: str, as_json: bool = False) -> int:
     if data.get("site") != site.name or data.get("recipe") != recipe.full_name:
         raise ConfigError([f"--collect: {out} holds jobs of {data.get('recipe')} on {data.get('site')}, "
                            f"not {recipe.full_name} on {site.name}"])
-    settings = SlurmSettings.from_site(site, data.get("partition"))
+    settings = validation_settings(site, recipe, partition=data.get("partition"))
     jobs = [ValidationJob(j["nodes"], Path(j["directory"]), "", j["backends"], j["ranks"], j["job_id"])
             for j in data["jobs"]]
-    from hpcstack.validate.scheduler import Slurm
-
-    return _wait_and_report(site, recipe, settings, jobs, out, Slurm(), as_json,
+    scheduler = get_scheduler(data.get("scheduler", settings.slurm.scheduler))()
+    return _wait_and_report(site, recipe, settings, jobs, out, scheduler, as_json,
                             recorded_settings=data.get("settings"))
 
 
-def _wait_and_report(site, recipe, settings: SlurmSettings, jobs: list[ValidationJob], out: Path,
-                     slurm, as_json: bool, recorded_settings: dict | None = None) -> int:
-    from hpcstack.validate.report import RunOutcome, build_report, to_markdown, write_report
+def _wait_and_report(site, recipe, settings: ValidationSettings, jobs: list[ValidationJob], out: Path,
+                     scheduler, as_json: bool, recorded_settings: dict | None = None) -> int:
+    from hpcstack.validate.judge import RunOutcome, judge
+    from hpcstack.validate.render import to_markdown, write_report
     from hpcstack.validate.scheduler import tail
 
     by_id = {j.job_id: j for j in jobs}
@@ -518,10 +622,10 @@ def _wait_and_report(site, recipe, settings: SlurmSettings, jobs: list[Validatio
         print(f"    job {info.job_id} ({j.nodes} node(s)): {info.state}{extra}", file=sys.stderr)
 
     try:
-        infos = slurm.wait(list(by_id), on_change=progress)
+        infos = scheduler.wait(list(by_id), on_change=progress)
     except KeyboardInterrupt:
         print(f"interrupted: cancelling jobs {' '.join(by_id)}", file=sys.stderr)
-        slurm.cancel(list(by_id))
+        scheduler.cancel(list(by_id))
         raise
     runs, job_records = [], []
     for j in jobs:
@@ -541,11 +645,11 @@ def _wait_and_report(site, recipe, settings: SlurmSettings, jobs: list[Validatio
             records = read_records(j.records_path(backend)) if j.records_path(backend).exists() else []
             runs.append(RunOutcome(backend, j.nodes, j.ranks, j.job_id, info.state, info.exit_code,
                                    exit_status, records, output, lines))
-    nccl = "nccl" if site.toolchain.has_cuda and site.toolchain.nccl_home else None
-    result = build_report(runs, site=site.name, partition=settings.partition, recipe=recipe.full_name,
-                          references=site.references, required_transport=nccl, output_dir=str(out),
-                          jobs=job_records,
-                          settings=recorded_settings or _settings_record(site, settings))
+    verdict = judge(runs, site=site.name, partition=settings.slurm.partition, recipe=recipe.full_name,
+                    references=settings.references, required_transport=settings.required_transport,
+                    output_dir=str(out), jobs=job_records,
+                    settings=recorded_settings or _settings_record(settings))
+    result = verdict.to_dict()
     paths = write_report(result, out)
     result["files"] = paths
     if as_json:

@@ -9,6 +9,7 @@ from hpcstack.install.components import (HorovodBuild, Imports, Lock, Modulefile
                                          StackTools, Venv)
 from hpcstack.install.components.wheels import PYPI
 from hpcstack.recipe import Recipe
+from hpcstack.validate.workload import Validation
 
 
 def recipe(site):
@@ -44,4 +45,6 @@ def recipe(site):
                  "horovod.torch")),
         # the modulefile pytorch/2.3.1-gpu, written last
         Modulefile(),
+        # what `hpcstack validate` trains per site and partition, and the performance references
+        Validation("2.3.1-gpu.validation.yaml"),
     ])

@@ -1,0 +1,442 @@
+"""Judge validation runs the way ReFrame judges a regression test: sanity first, then performance.
+
+This module only judges: runs in (:class:`RunOutcome`), verdicts out (:class:`Verdict`, with a
+:class:`RunVerdict` per run and a :class:`FigureOutcome` per figure); it never renders.
+:mod:`hpcstack.validate.render` turns a verdict's document (:meth:`Verdict.to_dict`, the
+``report.json`` format) into markdown and a PNG.
+
+A *run* is one backend (``horovod`` or ``ddp``) of the training program in one Slurm job on N
+nodes. Its **sanity** comes from the job (it must end COMPLETED, or at least this backend must have
+finished with exit status 0), from the program's own checks (its ``result`` record: the loss fell
+below the threshold, parameters identical on all ranks) and from the ranks it ran on. Its
+**performance figures** are
+
+* ``throughput_total`` (img/s): the sum over ranks of each rank's mean img/s;
+* ``throughput_per_rank`` (img/s): ``throughput_total / ranks`` (per GPU on GPU sites);
+* ``scaling_efficiency`` (fraction): ``throughput_total(N) / (N * throughput_total(1))``, against
+  the 1-node run of the same backend in the same validation (absent without a 1-node run).
+
+Each figure is compared with the site's **performance references**, kept as data in the site
+config (``references:``), in ReFrame's form ``(value, lower, upper, unit)`` with tolerances relative
+to the value (``lower=-0.1`` allows 10 % below; ``None`` means unbounded). References are looked up
+per ``"<site>:<partition>"`` and node count, with ``*`` for any (see :func:`lookup_references`).
+
+Sources: ReFrame's ``reference`` / ``@performance_function`` / ``@sanity_function``
+(https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html); Horovod's definition of
+scaling efficiency (https://horovod.readthedocs.io/en/stable/benchmarks_include.html).
+
+Only the standard library is imported, so that :mod:`hpcstack.site` can import :data:`FIGURES`
+cheaply.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from dataclasses import dataclass, field
+
+#: Figures a reference can name, with their units. ``scaling_efficiency`` is a fraction (0.9 = 90 %).
+FIGURES = {"throughput_total": "img/s", "throughput_per_rank": "img/s", "scaling_efficiency": ""}
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A performance reference ``(value, lower, upper, unit)``, ReFrame style.
+
+    Args:
+        value (float): the expected figure, in ``unit``.
+        lower (float | None): relative lower tolerance, ``<= 0`` (``-0.1``: at least 90 % of the
+            value); None: no lower bound.
+        upper (float | None): relative upper tolerance, ``>= 0``; None: no upper bound.
+        unit (str): e.g. ``img/s``; empty for a fraction.
+
+    Example:
+        >>> Reference(300.0, -0.1, None, "img/s").bounds()
+        (270.0, None)
+    """
+
+    value: float
+    lower: float | None
+    upper: float | None
+    unit: str
+
+    @classmethod
+    def from_data(cls, item) -> "Reference":
+        """Build from the site config's ``[value, lower, upper, unit]`` list (already validated)."""
+        value, lower, upper, unit = item
+        return cls(float(value), None if lower is None else float(lower),
+                   None if upper is None else float(upper), str(unit))
+
+    def bounds(self) -> tuple[float | None, float | None]:
+        """Return the absolute ``(low, high)`` bounds; None where unbounded."""
+        low = None if self.lower is None else self.value * (1 + self.lower)
+        high = None if self.upper is None else self.value * (1 + self.upper)
+        return low, high
+
+    def check(self, name: str, measured: float) -> str | None:
+        """Compare a measured figure with this reference.
+
+        Args:
+            name (str): the figure's name, for the message.
+            measured (float): the measured value, in ``unit``.
+
+        Returns:
+            str | None: None within bounds, else which bound it missed and by how much, e.g.
+            ``"throughput_per_rank 120.3 img/s is 29.7 img/s (19.8 %) below the lower bound
+            150.0 img/s (reference 300.0 img/s, -50 %)"``.
+        """
+        low, high = self.bounds()
+        if not math.isfinite(measured):
+            return f"{name} is {measured}"
+        if low is not None and measured < low:
+            return self._miss(name, measured, low, "below the lower", self.lower)
+        if high is not None and measured > high:
+            return self._miss(name, measured, high, "above the upper", self.upper)
+        return None
+
+    def _miss(self, name: str, measured: float, bound: float, where: str, tol: float) -> str:
+        by = abs(measured - bound)
+        rel = f" ({100 * by / bound:.1f} %)" if bound else ""
+        return (f"{name} {fmt(measured, self.unit)} is {fmt(by, self.unit)}{rel} {where} bound "
+                f"{fmt(bound, self.unit)} (reference {fmt(self.value, self.unit)}, {100 * tol:+.0f} %)")
+
+
+def fmt(value: float | None, unit: str) -> str:
+    """Format a figure with its unit (fractions as fractions: ``0.873``)."""
+    if value is None:
+        return "n/a"
+    if not unit:
+        return f"{value:.3f}"
+    return f"{value:.1f} {unit}"
+
+
+def lookup_references(references: dict, site: str, partition: str, nodes: int) -> dict[str, Reference]:
+    """Return the references that apply to ``nodes`` nodes of ``site:partition``.
+
+    Systems are tried from the most general to the most specific — ``*:*``, ``*:<partition>``,
+    ``<site>:*``, ``<site>:<partition>`` — and within each, node count ``"*"`` then ``"<nodes>"``;
+    a later (more specific) entry replaces an earlier one figure by figure.
+
+    Args:
+        references (dict): the site config's ``references`` section (node keys as strings).
+        site (str): the site's name.
+        partition (str): the Slurm partition the jobs ran in.
+        nodes (int): node count.
+
+    Returns:
+        dict[str, Reference]: figure name -> reference.
+    """
+    found: dict[str, Reference] = {}
+    for system in ("*:*", f"*:{partition}", f"{site}:*", f"{site}:{partition}"):
+        per_nodes = references.get(system) or {}
+        for key in ("*", str(nodes)):
+            for name, item in (per_nodes.get(key) or {}).items():
+                found[name] = Reference.from_data(item)
+    return found
+
+
+@dataclass
+class RunOutcome:
+    """What one backend's run in one job left behind, as input to :func:`judge`.
+
+    Args:
+        backend (str): ``horovod`` or ``ddp``.
+        nodes (int): the job's node count.
+        ranks (int): ranks expected (nodes x tasks per node).
+        job_id (str | None): Slurm job id (None for a job that was never submitted).
+        job_state (str): the job's final ``JobState`` (``COMPLETED``, ``FAILED``, ``TIMEOUT``, ...).
+        job_exit_code (str): the job's ``ExitCode`` (``status:signal``).
+        exit_status (int | None): this backend's own exit status, as the job script recorded it;
+            None when the job ended before the backend finished.
+        records (list[dict]): the training program's JSON-lines records.
+        output (str | None): path of the job's output file.
+        output_tail (list[str]): its last lines.
+    """
+
+    backend: str
+    nodes: int
+    ranks: int
+    job_id: str | None
+    job_state: str
+    job_exit_code: str
+    exit_status: int | None
+    records: list[dict] = field(default_factory=list)
+    output: str | None = None
+    output_tail: list[str] = field(default_factory=list)
+
+
+def measured_figures(records: list[dict]) -> dict[str, float]:
+    """Extract ``throughput_total`` and ``throughput_per_rank`` (img/s) from a run's records.
+
+    Args:
+        records (list[dict]): the training program's records (``throughput_total`` record:
+            ``img_per_sec`` and ``world_size``).
+
+    Returns:
+        dict[str, float]: the figures found (empty when the benchmark did not report).
+    """
+    total = next((r for r in records if r.get("record") == "throughput_total"), None)
+    if not total:
+        return {}
+    figures = {"throughput_total": float(total["img_per_sec"])}
+    if total.get("world_size"):
+        figures["throughput_per_rank"] = float(total["img_per_sec"]) / int(total["world_size"])
+    return figures
+
+
+def scaling_efficiency(throughput_n: float, throughput_1: float, nodes: int) -> float:
+    """Scaling efficiency ``throughput(N) / (N * throughput(1))`` (Horovod's definition).
+
+    Args:
+        throughput_n (float): total img/s on ``nodes`` nodes.
+        throughput_1 (float): total img/s on 1 node (same backend, same sizes).
+        nodes (int): N.
+
+    Returns:
+        float: the efficiency as a fraction (1.0 = perfect linear scaling).
+
+    Raises:
+        ValueError: ``nodes < 1`` or ``throughput_1 <= 0``.
+    """
+    if nodes < 1 or throughput_1 <= 0:
+        raise ValueError(f"scaling efficiency needs nodes >= 1 and throughput(1) > 0 "
+                         f"(got {nodes}, {throughput_1})")
+    return throughput_n / (nodes * throughput_1)
+
+
+def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> list[str]:
+    """Why a run fails its sanity checks (empty when it passes).
+
+    Checks, in order: the backend finished (else the job's id, state and exit code are named),
+    with exit status 0; its ``result`` record exists and is ok (the training program's own
+    reasons are passed on); it ran on the expected number of ranks, and reported the throughput
+    of every rank; its transport contains ``required_transport`` (e.g. ``nccl`` on GPU sites).
+
+    Args:
+        run (RunOutcome): the run.
+        required_transport (str | None): substring the ``config`` record's transport must hold.
+    """
+    if run.exit_status is None:
+        return [f"did not finish: job {run.job_id} ended {run.job_state} "
+                f"(exit code {run.job_exit_code})"]
+    reasons = []
+    if run.exit_status != 0:
+        reasons.append(f"exit status {run.exit_status}")
+    result = next((r for r in run.records if r.get("record") == "result"), None)
+    if result is None:
+        reasons.append("no result record in its output (it stopped before the end)")
+    elif not result.get("ok"):
+        reasons += list(result.get("reasons") or ["result not ok"])
+    config = next((r for r in run.records if r.get("record") == "config"), None)
+    if config is not None and config.get("world_size") != run.ranks:
+        reasons.append(f"ran on {config.get('world_size')} ranks, expected {run.ranks}")
+    per_rank = {r.get("rank") for r in run.records if r.get("record") == "throughput"}
+    if result is not None and per_rank != set(range(run.ranks)):
+        reasons.append(f"throughput reported for ranks {sorted(per_rank)}, expected 0..{run.ranks - 1}")
+    if required_transport and config is not None and required_transport not in str(config.get("transport")):
+        reasons.append(f"transport {config.get('transport')!r} does not use {required_transport}")
+    return reasons
+
+
+@dataclass(frozen=True)
+class FigureOutcome:
+    """One performance figure of one run, judged against its reference.
+
+    Attributes:
+        name (str): a key of :data:`FIGURES`.
+        value (float | None): measured, in ``unit``; None when not measured.
+        unit (str): the figure's unit (empty for a fraction).
+        reference (Reference | None): the reference that applies; None when there is none.
+        ok (bool | None): within bounds; None when there is no reference or no value.
+        message (str | None): which bound it missed and by how much, or why it was not measured.
+    """
+
+    name: str
+    value: float | None
+    unit: str
+    reference: Reference | None = None
+    ok: bool | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict:
+        """``{"value", "unit", "ok", "message", "reference", "bounds"}`` (lists for the JSON)."""
+        ref = self.reference
+        return {"value": self.value, "unit": self.unit, "ok": self.ok, "message": self.message,
+                "reference": None if ref is None else [ref.value, ref.lower, ref.upper, ref.unit],
+                "bounds": None if ref is None else list(ref.bounds())}
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """The judgement of one backend on one node count.
+
+    Attributes:
+        run (RunOutcome): what was judged.
+        sanity (list[str]): why sanity failed (empty: passed).
+        figures (dict[str, FigureOutcome]): every figure of :data:`FIGURES`.
+        transport (str | None): the transport the program reported.
+        throughput_total_ci95 (float | None): 95 % confidence half-width of the total, img/s.
+    """
+
+    run: RunOutcome
+    sanity: list[str]
+    figures: dict[str, FigureOutcome]
+    transport: str | None = None
+    throughput_total_ci95: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Sanity passed and no figure missed its reference."""
+        return not self.sanity and all(f.ok is not False for f in self.figures.values())
+
+    def failures(self) -> list[str]:
+        """One line per failed check, naming backend, node count, job and figure."""
+        where = f"{self.run.backend} on {self.run.nodes} node(s) (job {self.run.job_id})"
+        return ([f"sanity: {where}: {reason}" for reason in self.sanity]
+                + [f"performance: {where}: {f.message}" for f in self.figures.values() if f.ok is False])
+
+    def to_dict(self) -> dict:
+        """The run's entry of the report document."""
+        r = self.run
+        return {"backend": r.backend, "nodes": r.nodes, "ranks": r.ranks, "job_id": r.job_id,
+                "job_state": r.job_state, "exit_status": r.exit_status, "transport": self.transport,
+                "ok": self.ok, "sanity": list(self.sanity),
+                "figures": {name: f.to_dict() for name, f in self.figures.items()},
+                "throughput_total_ci95": self.throughput_total_ci95}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of a whole validation.
+
+    Attributes:
+        site, partition, recipe (str): what was validated, where.
+        runs (list[RunVerdict]): sorted by backend, then node count.
+        failures (list[str]): one line per failed job or check.
+        generated (str): when, ISO 8601 UTC.
+        output_dir (str | None): where the jobs wrote their output.
+        jobs (list[dict]): the jobs as recorded (``job_id``, ``nodes``, ``state``, ...).
+        settings (dict): model, batch size etc., as they were.
+    """
+
+    site: str
+    partition: str
+    recipe: str
+    runs: list[RunVerdict]
+    failures: list[str]
+    generated: str
+    output_dir: str | None = None
+    jobs: list[dict] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def system(self) -> str:
+        """``<site>:<partition>``."""
+        return f"{self.site}:{self.partition}"
+
+    @property
+    def ok(self) -> bool:
+        """No failure, at least one run, every run ok."""
+        return not self.failures and bool(self.runs) and all(r.ok for r in self.runs)
+
+    def scaling(self) -> dict[str, dict[str, dict]]:
+        """``{backend: {"<nodes>": {"img_per_sec", "efficiency"}}}`` for runs that measured."""
+        out: dict[str, dict[str, dict]] = {}
+        for r in self.runs:
+            total = r.figures["throughput_total"].value
+            if total is not None:
+                out.setdefault(r.run.backend, {})[str(r.run.nodes)] = {
+                    "img_per_sec": total, "efficiency": r.figures["scaling_efficiency"].value}
+        return out
+
+    def to_dict(self) -> dict:
+        """The report document (``report.json``): ``{"ok", "site", "system", "recipe",
+        "generated", "output_dir", "settings", "jobs", "runs", "scaling", "failures"}``."""
+        return {"ok": self.ok, "site": self.site, "system": self.system, "recipe": self.recipe,
+                "generated": self.generated, "output_dir": self.output_dir,
+                "settings": self.settings, "jobs": self.jobs,
+                "runs": [r.to_dict() for r in self.runs], "scaling": self.scaling(),
+                "failures": list(self.failures)}
+
+
+def judge_figures(reasons: list[str], values: dict[str, float],
+                  refs: dict[str, Reference]) -> dict[str, FigureOutcome]:
+    """Judge every figure of :data:`FIGURES` of one run against its reference, if any.
+
+    Args:
+        reasons (list[str]): its sanity failures (figures are not measured when any).
+        values (dict[str, float]): the measured figures.
+        refs (dict[str, Reference]): the references that apply (:func:`lookup_references`).
+    """
+    figures = {}
+    for name, unit in FIGURES.items():
+        ref, value = refs.get(name), values.get(name)
+        ok = message = None
+        if ref is not None:
+            if value is None:
+                message = ("not measured: sanity failed" if reasons else
+                           "not measured: needs a 1-node run of the same backend"
+                           if name == "scaling_efficiency" else "not measured")
+            else:
+                message = ref.check(name, value)
+                ok = message is None
+        figures[name] = FigureOutcome(name, value, unit, ref, ok, message)
+    return figures
+
+
+def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
+          references: dict, required_transport: str | None = None,
+          output_dir: str | None = None, jobs: list[dict] | None = None,
+          settings: dict | None = None) -> Verdict:
+    """Judge every run: sanity, then each figure against the references.
+
+    Args:
+        runs (list[RunOutcome]): one per backend and node count.
+        site (str): site name; partition (str): the partition the jobs ran in.
+        recipe (str): ``name/version`` of the stack.
+        references (dict): references per ``site:partition`` and node count.
+        required_transport (str | None): see :func:`sanity_reasons`.
+        output_dir (str | None): where the jobs wrote their output (recorded).
+        jobs (list[dict] | None): per job: ``job_id``, ``nodes``, ``state``, ``exit_code``,
+            ``output``, ``output_tail``, ``elapsed``; recorded, and failed jobs are named.
+        settings (dict | None): model, batch size etc., recorded as they were.
+
+    Returns:
+        Verdict: its ``failures`` has one line per failed job or check, naming the backend,
+        node count and figure.
+    """
+    failures: list[str] = []
+    for job in jobs or []:
+        if job.get("state") != "COMPLETED":
+            failures.append(f"job {job.get('job_id')} ({job.get('nodes')} node(s)) ended "
+                            f"{job.get('state')} with exit code {job.get('exit_code')}; see "
+                            f"{job.get('output')}")
+    verdicts = []
+    throughput_1 = {r.backend: measured_figures(r.records).get("throughput_total")
+                    for r in runs if r.nodes == 1}
+    for run in sorted(runs, key=lambda r: (r.backend, r.nodes)):
+        reasons = sanity_reasons(run, required_transport)
+        values = measured_figures(run.records) if not reasons else {}
+        base = throughput_1.get(run.backend)
+        if values and base:
+            values["scaling_efficiency"] = scaling_efficiency(values["throughput_total"], base, run.nodes)
+        figures = judge_figures(reasons, values, lookup_references(references, site, partition, run.nodes))
+        config = next((r for r in run.records if r.get("record") == "config"), {})
+        verdict = RunVerdict(run, reasons, figures, config.get("transport"),
+                             next((r.get("img_per_sec_ci95") for r in run.records
+                                   if r.get("record") == "throughput_total"), None))
+        failures += verdict.failures()
+        verdicts.append(verdict)
+    return Verdict(site, partition, recipe, verdicts, failures,
+                   generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                   output_dir=output_dir, jobs=list(jobs or []), settings=dict(settings or {}))
+
+
+def build_report(runs: list[RunOutcome], **kwargs) -> dict:
+    """Judge (:func:`judge`, same keyword arguments) and return the report document.
+
+    Returns:
+        dict: :meth:`Verdict.to_dict`; ``runs[i]["figures"][name]`` holds ``value``, ``unit``,
+        ``reference``, ``bounds``, ``ok`` (None when there is no reference) and ``message``.
+    """
+    return judge(runs, **kwargs).to_dict()

@@ -1,0 +1,146 @@
+"""Render a judged validation: the report document as JSON, markdown and a PNG scaling plot.
+
+Rendering only: the input is the report document that :meth:`hpcstack.validate.judge.Verdict.to_dict`
+returns (the ``report.json`` format), so a report can be rendered again from its JSON. Nothing
+here judges; :mod:`hpcstack.validate.judge` never calls into this module.
+
+The plot shows total img/s against node count per backend, with the ideal line
+``N * throughput_total(1)`` (matplotlib, imported only when plotting).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from hpcstack.validate.judge import fmt
+
+
+def to_markdown(report: dict) -> str:
+    """Render the report as markdown: a header, a table of runs, failures, and the verdict.
+
+    Args:
+        report (dict): a report document (:meth:`hpcstack.validate.judge.Verdict.to_dict`).
+
+    Returns:
+        str: markdown text ending with a newline.
+    """
+    s = report.get("settings") or {}
+    lines = [f"# Validation of {report['recipe']} on {report['system']}", ""]
+    if s:
+        lines += ["Settings: " + ", ".join(f"{k} {v}" for k, v in s.items()), ""]
+    lines += ["| backend | nodes | ranks | job | img/s total | img/s per rank | scaling efficiency | sanity | result |",
+              "|---|---:|---:|---|---:|---:|---:|---|---|"]
+    for r in report["runs"]:
+        f = r["figures"]
+        eff = f["scaling_efficiency"]["value"]
+        cells = [r["backend"], str(r["nodes"]), str(r["ranks"]), str(r["job_id"]),
+                 _cell(f["throughput_total"]), _cell(f["throughput_per_rank"]),
+                 "n/a" if eff is None else f"{100 * eff:.1f} %" + _mark(f["scaling_efficiency"]),
+                 "PASS" if not r["sanity"] else "FAIL", "PASS" if r["ok"] else "FAIL"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    refs = [(r, name, fig) for r in report["runs"] for name, fig in r["figures"].items() if fig["reference"]]
+    if refs:
+        lines += ["References (value, lower and upper tolerance relative to it):", ""]
+        seen = set()
+        for r, name, fig in refs:
+            key = (r["nodes"], name)
+            if key in seen:
+                continue
+            seen.add(key)
+            value, lower, upper, unit = fig["reference"]
+            low, high = fig["bounds"]
+            tol = ", ".join("unbounded" if t is None else f"{100 * t:+.0f} %" for t in (lower, upper))
+            lines.append(f"- {r['nodes']} node(s), {name}: {fmt(value, unit)} ({tol}): accepted "
+                         f"{fmt(low, unit) if low is not None else '-inf'} .. "
+                         f"{fmt(high, unit) if high is not None else '+inf'}")
+        lines.append("")
+    if report["failures"]:
+        lines += ["Failures:", ""] + [f"- {line}" for line in report["failures"]] + [""]
+    for job in report.get("jobs", []):
+        if job.get("state") != "COMPLETED" and job.get("output_tail"):
+            lines += [f"Last lines of job {job['job_id']} ({job.get('output')}):", "", "```"]
+            lines += job["output_tail"] + ["```", ""]
+    lines.append(f"**{'PASS' if report['ok'] else 'FAIL'}**")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(fig: dict) -> str:
+    return "n/a" if fig["value"] is None else f"{fig['value']:.1f}" + _mark(fig)
+
+
+def _mark(fig: dict) -> str:
+    return {True: " ✓", False: " ✗"}.get(fig["ok"], "")
+
+
+def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
+    """Plot total img/s against node count per backend, with the ideal line ``N * img/s(1)``.
+
+    Args:
+        report (dict): a report document (:meth:`hpcstack.validate.judge.Verdict.to_dict`).
+        path (str | PathLike): the PNG file to write.
+
+    Returns:
+        bool: True if written; False when no run reported a throughput (nothing to plot).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scaling = report.get("scaling") or {}
+    if not any(scaling.values()):
+        return False
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=100)
+    colours = {"horovod": "tab:blue", "ddp": "tab:orange"}
+    all_nodes = {int(n) for points in scaling.values() for n in points} | {
+        r["nodes"] for r in report.get("runs", [])}
+    top = max(all_nodes)
+    for backend, points in sorted(scaling.items()):
+        nodes = sorted(int(n) for n in points)
+        values = [points[str(n)]["img_per_sec"] for n in nodes]
+        colour = colours.get(backend)
+        ax.plot(nodes, values, "o-", color=colour, label=f"{backend} (measured)")
+        for n, v in zip(nodes, values):
+            eff = points[str(n)]["efficiency"]
+            if eff is not None and n > 1:
+                ax.annotate(f"{100 * eff:.0f} %", (n, v), textcoords="offset points",
+                            xytext=(6, -12), fontsize=8, color=colour)
+        if "1" in points:
+            ax.plot([1, top], [points["1"]["img_per_sec"], top * points["1"]["img_per_sec"]],
+                    "--", color=colour, alpha=0.6, label=f"{backend} ideal (N x 1-node)")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("img/s (all ranks)")
+    ax.set_xticks(sorted(all_nodes))
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    settings = report.get("settings") or {}
+    model = f", {settings['model']} batch {settings.get('batch_size')}" if settings.get("model") else ""
+    ax.set_title(f"{report['recipe']} on {report['system']}{model}", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def write_report(report: dict, directory: str | os.PathLike) -> dict[str, str]:
+    """Write ``report.json``, ``report.md`` and ``scaling.png`` into ``directory``.
+
+    Args:
+        report (dict): a report document (:meth:`hpcstack.validate.judge.Verdict.to_dict`).
+        directory (str | PathLike): an existing directory.
+
+    Returns:
+        dict[str, str]: ``{"json": path, "markdown": path, "plot": path}`` (no ``plot`` when
+        there was nothing to plot).
+    """
+    d = Path(directory)
+    paths = {"json": str(d / "report.json"), "markdown": str(d / "report.md")}
+    Path(paths["json"]).write_text(json.dumps(report, indent=1) + "\n")
+    Path(paths["markdown"]).write_text(to_markdown(report))
+    if plot_scaling(report, d / "scaling.png"):
+        paths["plot"] = str(d / "scaling.png")
+    return paths
