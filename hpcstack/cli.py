@@ -159,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `hpcstack … | head`: the reader has gone; nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except OSError as exc:  # a full disk, a permission problem: what, where, what to do
         from hpcstack.install.plan import describe_os_error
 
@@ -341,7 +345,7 @@ def cmd_show(args) -> int:
     else:
         site = _load_site(args, install_root=args.prefix)
         name, version = _stack_of(args.target, site)
-        layout = StackLayout(site.install_root, name, version)
+        layout = StackLayout.for_site(site, name, version)
         published = layout.published()
         building = layout.read_state()["building"]
         if published:

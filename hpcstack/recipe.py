@@ -28,6 +28,8 @@ class Recipe:
         components (list): component objects from :mod:`hpcstack.components`, in order.
         directory (Path | None): the recipe's directory (for lock files and patches); set by
             :func:`load_recipe`.
+        ref (str): how a later command line names this recipe: ``name/version`` where the search
+            path finds it without ``--repo``, else its file's absolute path; set by :func:`load_recipe`.
     """
 
     name: str
@@ -35,6 +37,7 @@ class Recipe:
     whatis: str
     components: list = field(default_factory=list)
     directory: Path | None = None
+    ref: str = ""
 
     @property
     def full_name(self) -> str:
@@ -124,4 +127,6 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
     if not isinstance(result, Recipe):
         raise ConfigError([f"{path}: recipe(site) returned {type(result).__name__}, not a Recipe"])
     result.directory = path.parent
+    entry = (search or default_search_path()).find(RECIPES, spec) if Path(spec).suffix != ".py" else None
+    result.ref = spec if entry and entry.repo.origin != "--repo" else str(path)
     return result

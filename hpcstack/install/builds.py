@@ -42,25 +42,55 @@ from hpcstack.install.runner import pending_steps
 __all__ = ["PRE_STAGING", "StackLayout", "Choice", "choose", "start", "finish", "default_marker", "uninstall"]
 
 
+#: The directory of hpcstack's own files: in an install root (state, locks, caches, stage dirs)
+#: and in every build (provenance, logs, step records).
+STATE_DIR = ".hpcstack"
+
+
 class StackLayout:
-    """Where one stack lives under an install root, and which of its builds is published.
+    """Every path of one stack: the one place that knows them (issue 16).
+
+    The prefix ``<install_root>/<name>/<version>`` (projection ``{name}/{version}``), its builds
+    ``<install_root>/<name>/.builds/<version>/<id>``, the state and lock files under
+    ``<install_root>/.hpcstack/``, and, for a layout made with :meth:`for_site`, the stage dir
+    ``<stage_root>/<name>-<version>`` and the modulefile ``<module_root>/<name>/<version>[.lua]``.
 
     Args:
         install_root (str): the site's install root (or ``--prefix``).
         name, version (str): the stack, e.g. ``"pytorch"``, ``"2.3.1-gpu"``.
+        stage_dir (str | None): scratch directory of its builds (sources, the build tree).
+        modulefile (str | None): its modulefile.
 
     Example:
         ``StackLayout("/opt/hpcstack/software", "pytorch", "2.3.1-gpu").published()``
     """
 
-    def __init__(self, install_root: str, name: str, version: str):
+    def __init__(self, install_root: str, name: str, version: str, stage_dir: str | None = None,
+                 modulefile: str | None = None):
         self.install_root = os.path.abspath(install_root)
         self.name = name
         self.version = version
         self.top = os.path.join(self.install_root, name)
         self.prefix = os.path.join(self.top, version)
         self.builds_dir = os.path.join(self.top, ".builds", version)
-        self.state_file = os.path.join(self.install_root, ".hpcstack", "state", f"{name}-{version}.json")
+        self.state_file = os.path.join(self.install_root, STATE_DIR, "state", f"{name}-{version}.json")
+        self.lock_file = os.path.join(self.install_root, STATE_DIR, "locks", f"{name}-{version}.lock")
+        self.stage_dir = stage_dir
+        self.modulefile = modulefile
+
+    @classmethod
+    def for_site(cls, site, name: str, version: str) -> "StackLayout":
+        """The layout of stack ``name/version`` at ``site`` (its install, stage and module roots,
+        and its modulefile syntax)."""
+        from hpcstack.modules.writer import modulefile_path
+
+        return cls(site.install_root, name, version,
+                   stage_dir=os.path.join(site.stage_root, f"{name}-{version}"),
+                   modulefile=modulefile_path(site.module_root, name, version, site.modules.syntax))
+
+    def provenance_dir(self, build: str) -> str:
+        """``<build>/.hpcstack``: what a build records about itself."""
+        return os.path.join(build, STATE_DIR)
 
     def build_path(self, build_id: str) -> str:
         """The stage prefix of build ``build_id``."""

@@ -9,7 +9,6 @@ import subprocess
 from hpcstack.modules import modsys
 from hpcstack.install.components.base import PlanContext
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.modules.writer import modulefile_path
 from hpcstack.install.plan import (MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
                    Publish, Run, Step)
 from hpcstack.recipe import Recipe
@@ -56,11 +55,6 @@ def detect_python_version(env: dict[str, str]) -> str:
         raise HpcstackError(f"no python3 after loading module {env.get('LOADEDMODULES', '')!r} "
                             "(modules.base in the site config)")
     return out.stdout.strip()
-
-
-def stack_prefix(site: Site, recipe: Recipe) -> str:
-    """The stack's stable prefix, ``<install_root>/<name>/<version>`` (projection ``{name}/{version}``)."""
-    return os.path.join(site.install_root, recipe.name, recipe.version)
 
 
 def permission_settings(site: Site) -> tuple[str | None, str]:
@@ -151,14 +145,17 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         ConfigError: from a component (e.g. a missing lock file), or a bad ``permissions`` section.
         HpcstackError: the Python version cannot be found.
     """
-    prefix = stack_prefix(site, recipe)
+    from hpcstack.install.builds import StackLayout
+
+    layout = StackLayout.for_site(site, recipe.name, recipe.version)
+    prefix = layout.prefix
     version = python_version or site.python_version or detect_python_version(build_environment(site))
     ctx = PlanContext(
         site=site, recipe=recipe, prefix=prefix,
-        stage_dir=os.path.join(site.stage_root, f"{recipe.name}-{recipe.version}"),
+        stage_dir=layout.stage_dir,
         cache_dir=site.cache_dir, python_version=version,
         jobs=jobs or site.jobs or os.cpu_count() or 1,
-        modulefile=modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax),
+        modulefile=layout.modulefile,
         stage_prefix="" if stage_prefix == prefix else stage_prefix)
     published = ctx.published()
     actions: dict[str, list] = {name: [] for name in STEP_ORDER}

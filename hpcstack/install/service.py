@@ -30,7 +30,6 @@ from hpcstack.install import builds, provenance
 from hpcstack.install.plan import Plan, describe_os_error
 from hpcstack.install.resolve import build_environment, detect_python_version, permission_settings, resolve
 from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
-from hpcstack.modules.writer import modulefile_path
 
 
 @dataclass
@@ -52,6 +51,27 @@ class InstallOutcome:
     complete: bool = False
     removed: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InstalledStack:
+    """A published stack, as :meth:`InstallService.installed` finds it.
+
+    Attributes:
+        prefix (str): the stable prefix users see.
+        build (str): the build it points at.
+        modulefile (str): its modulefile.
+        provenance (dict): the build's ``.hpcstack/provenance.json`` (site, recipe, hpcstack version…).
+    """
+
+    prefix: str
+    build: str
+    modulefile: str
+    provenance: dict
+
+    def path(self, *parts: str) -> str:
+        """A path under the stable prefix, e.g. ``path("bin", "hpcstack-train-benchmark")``."""
+        return os.path.join(self.prefix, *parts)
 
 
 class InstallService:
@@ -76,9 +96,8 @@ class InstallService:
             raise ConfigError(["--jobs: must be at least 1"])
         self.site, self.recipe, self.recipe_file, self.jobs = site, recipe, recipe_file, jobs
         self.name, self.version = recipe.name, recipe.version
-        self.layout = builds.StackLayout(site.install_root, self.name, self.version)
-        self.modulefile = modulefile_path(site.module_root, self.name, self.version, site.modules.syntax)
-        self.stage_dir = os.path.join(site.stage_root, f"{self.name}-{self.version}")
+        self.layout = builds.StackLayout.for_site(site, self.name, self.version)
+        self.modulefile, self.stage_dir = self.layout.modulefile, self.layout.stage_dir
         self._plans: dict[tuple[str, str], Plan] = {}
         self._env: dict[str, str] | None = None
         self._python: str | None = None
@@ -174,6 +193,31 @@ class InstallService:
             complete = not pending_steps(plan)
             removed = builds.finish(self.layout, plan) if complete else []  # also ends one cut short before
         return InstallOutcome(plan, choice.kind, list(ran or []), complete, removed, dict(runner.timings))
+
+    # ------------------------------------------------------------------ the installed stack
+    def installed(self) -> "InstalledStack":
+        """The published stack, found through the layout and what it records about itself.
+
+        Raises:
+            HpcstackError: nothing published, no modulefile, or the published build has no
+                provenance (not installed by hpcstack); the message says how to install it.
+        """
+        build = self.layout.published()
+        hint = (f"run: hpcstack install {getattr(self.recipe, 'ref', '') or f'{self.name}/{self.version}'} "
+                f"--site {self.site.ref or self.site.name}")
+        if not build or not os.path.isfile(self.modulefile):
+            raise HpcstackError(f"{self.name}/{self.version} is not installed for site {self.site.name} "
+                                f"(no {'modulefile ' + self.modulefile if build else self.layout.prefix}); {hint}")
+        record_file = os.path.join(self.layout.provenance_dir(build), "provenance.json")
+        try:
+            import json
+
+            with open(record_file) as f:
+                record = json.load(f)
+        except (OSError, ValueError):
+            raise HpcstackError(f"{self.layout.prefix} -> {build} was not installed by hpcstack (no readable "
+                                f"{record_file}); {hint}") from None
+        return InstalledStack(self.layout.prefix, build, self.modulefile, record)
 
     # ------------------------------------------------------------------ uninstall
     def installed_paths(self) -> list[str]:

@@ -35,7 +35,6 @@ from hpcstack import __version__
 from hpcstack.modules import modsys
 from hpcstack.install.components.tools import TRAINER
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.modules.writer import modulefile_path
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import get_scheduler
 from hpcstack.validate.workload import validation_of
@@ -188,9 +187,23 @@ def _required_transport(site, recipe) -> str | None:
     return None
 
 
-def stack_prefix(site, recipe) -> str:
-    """The installed stack's prefix, ``<install_root>/<name>/<version>``."""
-    return os.path.join(site.install_root, recipe.name, recipe.version)
+def stack_layout(site, recipe):
+    """The stack's :class:`hpcstack.install.builds.StackLayout` at ``site``: every path of it."""
+    from hpcstack.install.builds import StackLayout
+
+    return StackLayout.for_site(site, recipe.name, recipe.version)
+
+
+def installed_stack(site, recipe):
+    """The published stack, found through its layout and provenance
+    (:meth:`hpcstack.install.service.InstallService.installed`).
+
+    Raises:
+        HpcstackError: not installed for this site; the message says how to install it.
+    """
+    from hpcstack.install.service import InstallService
+
+    return InstallService(site, recipe).installed()
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,8 +258,8 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     all_settings = validation_settings(site, recipe)
     settings = all_settings.local
     ranks = ranks or settings.ranks
-    prefix = stack_prefix(site, recipe)
-    modulefile = modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
+    layout = stack_layout(site, recipe)
+    prefix = layout.prefix
     use = [*site.modules.use, site.module_root]
     scheduler = get_scheduler(settings.scheduler)()
     launcher = get_launcher(settings.launcher)(mpi=settings.mpi)
@@ -260,9 +273,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
             lines += [f"export {k}={shlex.quote(v)}" for k, v in settings.env.items()]
             print("\n".join(lines + [shlex.join(argv)]))
             return 0
-        if not os.path.isfile(modulefile):
-            raise HpcstackError(f"{recipe.full_name} is not installed for site {site.name} "
-                                f"(no {modulefile}); run: hpcstack install {recipe.full_name} --site {site.name}")
+        installed_stack(site, recipe)
         env = modsys.build_environment(site.modules.tool, site.modules.command, use, [recipe.full_name])
         env.update(settings.env)
         print(f"==> validate {recipe.full_name}: {shlex.join(argv)}", file=sys.stderr)
@@ -415,7 +426,7 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
         raise ConfigError([f"{site.path}: modules.init.bash: missing key (Slurm jobs source it to get `module`)"])
     scheduler = get_scheduler(s.scheduler)()
     launcher = get_launcher(s.launcher)(mpi=s.mpi)
-    prefix = stack_prefix(site, recipe)
+    prefix = stack_layout(site, recipe).prefix
     comments = [f"Written by hpcstack {__version__}: hpcstack validate {recipe.full_name} --site {site.name}.",
                 "Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and "
                 "be writable on the compute nodes; hpcstack validate creates it."]
@@ -516,12 +527,10 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
                 print(j.script)
         return 0
 
-    modulefile = modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
-    prefix = stack_prefix(site, recipe)
-    if not os.path.isfile(modulefile) or not os.path.isfile(os.path.join(prefix, "bin", TRAINER)):
-        raise HpcstackError(f"{recipe.full_name} is not installed for site {site.name} (no {modulefile} "
-                            f"or no {prefix}/bin/{TRAINER}); run: hpcstack install {recipe.full_name} "
-                            f"--site {site.name}")
+    stack = installed_stack(site, recipe)
+    if not os.path.isfile(stack.path("bin", TRAINER)):
+        raise HpcstackError(f"{recipe.full_name} at {stack.prefix} has no bin/{TRAINER}; re-install it: "
+                            f"hpcstack install {recipe.ref or recipe.full_name} --site {site.ref}")
     submit_as = s.submit_as if os.geteuid() == 0 else None
     if output_dir:
         out = Path(os.path.abspath(output_dir))
@@ -558,7 +567,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     _write_jobs_file(out, site, recipe, settings, submitted)
     if no_wait:
         ids = " ".join(j.job_id for j in submitted)
-        later = (f"hpcstack validate {recipe.full_name} --site {site.ref} "
+        later = (f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref} "
                  f"--collect {out}")
         if as_json:
             print(json.dumps({"submitted": [{"job_id": j.job_id, "nodes": j.nodes} for j in submitted],

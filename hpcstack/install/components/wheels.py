@@ -241,7 +241,7 @@ class PipWheels:
         lock = self.lock_file(ctx)
         if not os.path.isfile(lock):
             raise ConfigError([f"{lock}: no such lock file "
-                               f"(run: hpcstack lock {ctx.recipe.full_name} --site {ctx.site.ref or ctx.site.name})"])
+                               f"(run: hpcstack lock {ctx.recipe.ref or ctx.recipe.full_name} --site {ctx.site.ref or ctx.site.name})"])
         extra = ()
         if ctx.site.installer.backend == "uv" and extra_indexes(lock):
             extra = ("--index-strategy", "unsafe-best-match")
