@@ -18,6 +18,8 @@ import jsonschema
 import yaml
 
 from hpcstack.errors import ConfigError
+from hpcstack.modules.modsys import TOOLS
+from hpcstack.modules.syntax import SYNTAXES
 from hpcstack.repos import SITES, SearchPath, default_search_path
 from hpcstack.validate.report import FIGURES
 
@@ -45,6 +47,15 @@ def _obj(required: list[str], properties: dict) -> dict:
             "properties": properties}
 
 
+def _tool_reads(tool: str, syntaxes: tuple[str, ...]) -> dict:
+    """Schema clause: with ``modules.tool`` = ``tool`` and a known ``modules.syntax``, the syntax
+    is one of ``syntaxes`` (an unknown syntax gets only the enum's error)."""
+    allowed = {"const": syntaxes[0]} if len(syntaxes) == 1 else {"enum": list(syntaxes)}
+    return {"if": {"properties": {"tool": {"const": tool}, "syntax": {"enum": list(SYNTAXES)}},
+                   "required": ["tool", "syntax"]},
+            "then": {"properties": {"syntax": allowed}}}
+
+
 #: JSON schema of a site config (draft 2020-12). Every key is documented in site-configs/*.yaml.
 SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "horovod", "launcher"], {
     "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
@@ -54,8 +65,8 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     "cache_dir": {**_PATH, "type": ["string", "null"]},
     "stage_root": {**_PATH, "type": ["string", "null"]},
     "modules": {**_obj(["tool", "syntax", "base"], {
-        "tool": {"enum": ["environment-modules", "lmod"]},
-        "syntax": {"enum": ["tcl", "lua"]},
+        "tool": {"enum": list(TOOLS)},
+        "syntax": {"enum": list(SYNTAXES)},
         "command": _NULL_STR,
         "init": {"type": "object", "additionalProperties": False,
                  "properties": {sh: _STR for sh in ("bash", "zsh", "csh", "fish", "sh")}},
@@ -64,10 +75,8 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "build": _STR_LIST,
         "runtime": _STR_LIST,
     }),
-        # Environment Modules reads Tcl modulefiles only (Lmod reads both): lua needs lmod
-        "if": {"properties": {"tool": {"const": "environment-modules"}, "syntax": {"const": "lua"}},
-               "required": ["tool", "syntax"]},
-        "then": {"properties": {"syntax": {"const": "tcl"}}}},
+        # each tool reads only its syntaxes (Environment Modules: Tcl only; Lmod: Lua and Tcl)
+        "allOf": [_tool_reads(name, cls.syntaxes) for name, cls in TOOLS.items()]},
     "python": _obj([], {
         "version": {"type": ["string", "null"], "pattern": r"^3\.[0-9]+$"},
         "index": {"enum": ["pypi", "cu121"]},
@@ -158,7 +167,8 @@ class ModulesConfig:
         tool (str): ``environment-modules`` (4.x/5.x) or ``lmod`` (8.x); switching a site
             between them is this key, ``syntax`` and ``init`` (see site-configs/localhost-lmod.yaml).
         syntax (str): ``tcl`` or ``lua``: the modulefile syntax hpcstack writes (and the default
-            file: ``.version`` or ``.modulerc.lua``); ``lua`` needs ``tool: lmod``.
+            file: ``.version`` or ``.modulerc.lua``); ``lua`` needs ``tool: lmod``. The names
+            come from :data:`hpcstack.modules.modsys.TOOLS` and :data:`hpcstack.modules.syntax.SYNTAXES`.
         base (str): the cluster Python module the venv is built on, e.g. ``python/3.12.1-gpu``.
         build (list[str]): modules loaded only to build (e.g. ``cmake/3.25.2``).
         runtime (list[str]): modules the stack's modulefile ``depends-on`` besides ``base``.

@@ -332,7 +332,7 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Slu
             setup=["export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
                    *launcher_setup(settings.launcher, settings.tasks_per_node)],
             steps=steps, comments=comments,
-            unset_bash_env=site.modules.tool == "environment-modules")
+            unset_bash_env=modsys.get_tool(site.modules.tool).job_unsets_bash_env)
         header = (f"hpcstack validation of {recipe.full_name} on {site.name}:{settings.partition}, "
                   f"{n} node(s) x {settings.tasks_per_node} rank(s): {', '.join(backends)}")
         jobs.append(ValidationJob(n, directory, render_job_script(job, header), list(backends),
