@@ -19,6 +19,8 @@ from pathlib import Path
 import yaml
 
 from hpcstack.errors import ConfigError
+from hpcstack.modules.modsys import TOOLS
+from hpcstack.modules.syntax import SYNTAXES
 from hpcstack.schema import problems as schema_problems
 from hpcstack.repos import SITES, SearchPath, default_search_path
 
@@ -47,6 +49,15 @@ def _obj(required: list[str], properties: dict) -> dict:
             "properties": properties}
 
 
+def _tool_reads(tool: str, syntaxes: tuple[str, ...]) -> dict:
+    """Schema clause: with ``modules.tool`` = ``tool`` and a known ``modules.syntax``, the syntax
+    is one of ``syntaxes`` (an unknown syntax gets only the enum's error)."""
+    allowed = {"const": syntaxes[0]} if len(syntaxes) == 1 else {"enum": list(syntaxes)}
+    return {"if": {"properties": {"tool": {"const": tool}, "syntax": {"enum": list(SYNTAXES)}},
+                   "required": ["tool", "syntax"]},
+            "then": {"properties": {"syntax": allowed}}}
+
+
 #: JSON schema of a site config (draft 2020-12). Every key is documented in site-configs/*.yaml.
 SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "launcher"], {
     "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
@@ -56,8 +67,8 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     "cache_dir": {**_PATH, "type": ["string", "null"]},
     "stage_root": {**_PATH, "type": ["string", "null"]},
     "modules": {**_obj(["tool", "syntax", "base"], {
-        "tool": {"enum": ["environment-modules", "lmod"]},
-        "syntax": {"enum": ["tcl", "lua"]},
+        "tool": {"enum": list(TOOLS)},
+        "syntax": {"enum": list(SYNTAXES)},
         "command": _NULL_STR,
         "init": {"type": "object", "additionalProperties": False,
                  "properties": {sh: _STR for sh in ("bash", "zsh", "csh", "fish", "sh")}},
@@ -66,10 +77,8 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "build": _STR_LIST,
         "runtime": _STR_LIST,
     }),
-        # Environment Modules reads Tcl modulefiles only (Lmod reads both): lua needs lmod
-        "if": {"properties": {"tool": {"const": "environment-modules"}, "syntax": {"const": "lua"}},
-               "required": ["tool", "syntax"]},
-        "then": {"properties": {"syntax": {"const": "tcl"}}}},
+        # each tool reads only its syntaxes (Environment Modules: Tcl only; Lmod: Lua and Tcl)
+        "allOf": [_tool_reads(name, cls.syntaxes) for name, cls in TOOLS.items()]},
     "python": _obj([], {
         "version": {"type": ["string", "null"], "pattern": r"^3\.[0-9]+$"},
     }),
@@ -106,7 +115,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
     "launcher": _obj(["command"], {
-        "command": {"enum": ["horovodrun", "mpirun", "srun"]},
+        # a launcher of hpcstack.validate.launchers (srun, mpirun, horovodrun, torchrun);
+        # checked against that registry where it is used, so a new launcher is one class there
+        "command": _STR,
         "ranks": _POS_INT,
         "env": _ENV,
     }),
@@ -120,7 +131,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "cpus_per_task": _POS_INT,
         "time_limit": {"type": "string", "pattern": r"^([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}$"},
         "exclusive": {"type": "boolean"},
-        "launcher": {"enum": ["srun", "mpirun", "horovodrun"]},
+        "launcher": _STR,                # as launcher.command
         "mpi": _NULL_STR,
         "submit_as": _NULL_STR,
         "output_root": _NULL_STR,
@@ -137,7 +148,8 @@ class ModulesConfig:
         tool (str): ``environment-modules`` (4.x/5.x) or ``lmod`` (8.x); switching a site
             between them is this key, ``syntax`` and ``init`` (see site-configs/localhost-lmod.yaml).
         syntax (str): ``tcl`` or ``lua``: the modulefile syntax hpcstack writes (and the default
-            file: ``.version`` or ``.modulerc.lua``); ``lua`` needs ``tool: lmod``.
+            file: ``.version`` or ``.modulerc.lua``); ``lua`` needs ``tool: lmod``. The names
+            come from :data:`hpcstack.modules.modsys.TOOLS` and :data:`hpcstack.modules.syntax.SYNTAXES`.
         base (str): the cluster Python module the venv is built on, e.g. ``python/3.12.1-gpu``.
         build (list[str]): modules loaded only to build (e.g. ``cmake/3.25.2``).
         runtime (list[str]): modules the stack's modulefile ``depends-on`` besides ``base``.

@@ -2,7 +2,7 @@
 
 Tests that run under both tools take a :class:`ModuleTool` from :func:`tool_params` and skip, with
 the reason, when that tool is missing here (``scripts/localhost-setup --with-test-tools`` installs
-both: Environment Modules from apt, Lmod unpacked next to it, facts.md).
+both: Environment Modules from apt, Lmod unpacked next to it).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 BASE_PATH = "/usr/bin:/bin"
 #: Variables the tools keep for their own bookkeeping; they may differ before load / after unload
-#: (facts.md: Lmod leaves ``_ModuleTable*`` and ``__LMOD_REF_COUNT_*`` behind).
+#: (Lmod 8.6 leaves ``_ModuleTable*`` and ``__LMOD_REF_COUNT_*`` behind after unload).
 BOOKKEEPING = (r"LOADEDMODULES|_LMFILES_|MODULES_LM\w*|__MODULES_\w*|_ModuleTable\w*"
                r"|__LMOD_REF_COUNT_\w*|__LMOD_STACK_\w*|LMOD_FAMILY_\w*|LMOD_\w*_FAMILY\w*")
 

@@ -15,7 +15,7 @@ import pytest
 
 from hpcstack.modules import modsys
 from hpcstack.errors import HpcstackError
-from moduletools import BOOKKEEPING, LMOD, ModuleTool, clean_env, require, tool_params
+from moduletools import BOOKKEEPING, ENVIRONMENT_MODULES, LMOD, ModuleTool, clean_env, require, tool_params
 
 _BOOKKEEPING = re.compile(rf"^({BOOKKEEPING})$")
 
@@ -109,3 +109,28 @@ def test_the_site_switches_tools_by_its_config(localhost_ready):
     assert len(set(versions.values())) == 1, versions
     for env in envs.values():
         assert re.fullmatch(r"python/3\.\d+", env["LOADEDMODULES"])
+
+
+def test_a_new_module_tool_is_one_registered_class(tmp_path):
+    """A tool class registered here (Environment Modules under another name) is found by name
+    by the python-mode driver and by the modulefile listing, with nothing else edited."""
+    from hpcstack.modules import writer
+
+    require(ENVIRONMENT_MODULES)
+
+    @modsys.register_tool
+    class ModulesAgain(modsys.EnvironmentModules):
+        name = "modules-again"
+        title = "Environment Modules again"
+
+    try:
+        ENVIRONMENT_MODULES.write_module(tmp_path, "app/1.0", setenv={"APP_ROOT": "/x"})
+        env = modsys.build_environment("modules-again", None, [str(tmp_path)], ["app/1.0"], env=clean_env())
+        assert env["APP_ROOT"] == "/x"
+        assert writer.available_versions(tmp_path / "app", "modules-again") == ["1.0"]
+        with pytest.raises(ValueError, match="registered twice"):
+            modsys.register_tool(ModulesAgain)
+    finally:
+        del modsys.TOOLS["modules-again"]
+    with pytest.raises(ValueError, match="unknown module tool 'modules-again' \\(environment-modules or lmod\\)"):
+        modsys.get_tool("modules-again")

@@ -16,9 +16,16 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.install.components import Modulefile, StackTools, Venv
+from hpcstack.install.components.modulefile import render_for_prefix
+from hpcstack.install.plan import MODULE, WriteFile
+from hpcstack.install.resolve import resolve
 from hpcstack.modules import writer as modules
-from hpcstack.errors import HpcstackError
+from hpcstack.modules.envchange import AppendPath, PrependPath, SetEnv, UnsetEnv
 from hpcstack.modules.writer import ModuleContext, modulefile_path, render_modulefile, root_variable
+from hpcstack.recipe import Recipe
+from hpcstack.site import load_site
 from moduletools import (BOOKKEEPING, ENVIRONMENT_MODULES, LMOD, InstalledStack, ModuleTool,
                          find_installed_stack, require)
 
@@ -98,6 +105,16 @@ def test_site_config_lua_needs_lmod():
     assert validate(data, "x.yaml") == ["x.yaml: modules.syntax: 'tcl' was expected"]
     data["modules"]["tool"] = "lmod"
     assert validate(data, "x.yaml") == []
+
+
+def test_site_schema_takes_tools_and_syntaxes_from_the_registries():
+    from hpcstack.modules.modsys import TOOLS
+    from hpcstack.modules.syntax import SYNTAXES
+    from hpcstack.site import SCHEMA
+
+    section = SCHEMA["properties"]["modules"]
+    assert section["properties"]["tool"]["enum"] == list(TOOLS) == ["environment-modules", "lmod"]
+    assert section["properties"]["syntax"]["enum"] == list(SYNTAXES) == ["tcl", "lua"]
 
 
 # ------------------------------------------------------------------- under the real tools
@@ -220,6 +237,110 @@ def test_one_pytorch_at_a_time(tree):
     proc = tree.bash('module load pytorch/2.2.0-gpu; module load pytorch/2.3.1-gpu; echo "L=$LOADEDMODULES"')
     line = next(l for l in proc.stdout.splitlines() if l.startswith("L="))
     assert len(re.findall(r"pytorch/", line)) == 1, (line, proc.stderr)
+
+
+# ------------------------------------------------ a component adds to the modulefile's environment
+
+@dataclass(frozen=True)
+class Greeting:
+    """A component defined here, not in hpcstack: it adds variables to the stack's modulefile
+    (and nothing to the install steps), without any change to the modulefile writer."""
+
+    def contribute(self, ctx) -> dict:
+        return {}
+
+    def module_environment(self, ctx) -> list:
+        return [SetEnv("TINY_GREETING", "hello from tiny"),
+                PrependPath("TINY_DATA_PATH", f"{ctx.prefix}/data"),
+                AppendPath("TINY_DATA_PATH", f"{ctx.prefix}/more data"),
+                UnsetEnv("TINY_UNWANTED")]
+
+
+#: The site that writes each syntax.
+SITE_OF_SYNTAX = {"tcl": "localhost", "lua": "localhost-lmod"}
+
+
+def greeting_recipe(directory: Path, extra=Greeting()) -> Recipe:
+    """A tiny recipe: a venv, the stack's tools, the extra component, the modulefile."""
+    return Recipe("tiny", "1.0", whatis="a tiny test stack",
+                  components=[Venv(), StackTools(), extra, Modulefile()], directory=directory)
+
+
+@pytest.mark.parametrize("syntax, lines", [
+    ("tcl", ["setenv TINY_GREETING {hello from tiny}", "prepend-path TINY_DATA_PATH {PREFIX/data}",
+             "append-path TINY_DATA_PATH {PREFIX/more data}", "unsetenv TINY_UNWANTED"]),
+    ("lua", ['setenv("TINY_GREETING", "hello from tiny")', 'prepend_path("TINY_DATA_PATH", "PREFIX/data")',
+             'append_path("TINY_DATA_PATH", "PREFIX/more data")', 'unsetenv("TINY_UNWANTED")']),
+])
+def test_a_component_adds_variables_to_the_modulefile(tmp_path, syntax, lines):
+    """The install's plan (resolve) writes the component's changes into the modulefile of the
+    site's syntax, after the stack's own PATH and PYTHONPATH, in the order the component gave."""
+    site = load_site(SITE_OF_SYNTAX[syntax], install_root=str(tmp_path / "sw"), module_root=str(tmp_path / "mf"))
+    plan = resolve(greeting_recipe(tmp_path), site, python_version="3.11")
+    module_step = next(s for s in plan.steps if s.name == MODULE)
+    text = next(a.content for a in module_step.actions if isinstance(a, WriteFile) and a.path == plan.modulefile)
+    assert plan.modulefile == modulefile_path(str(tmp_path / "mf"), "tiny", "1.0", syntax)
+    expected = [line.replace("PREFIX", plan.prefix) for line in lines]
+    body = text.splitlines()
+    positions = [body.index(line) for line in expected]
+    assert positions == sorted(positions)
+    pythonpath = max(i for i, line in enumerate(body) if "PYTHONPATH" in line)
+    assert pythonpath < positions[0]
+
+
+@pytest.mark.parametrize("returned", [["TINY=1"], [("TINY", "1")], [None]])
+def test_a_component_that_returns_no_environment_change_is_one_config_error(tmp_path, returned):
+    @dataclass(frozen=True)
+    class Careless:
+        def contribute(self, ctx) -> dict:
+            return {}
+
+        def module_environment(self, ctx) -> list:
+            return returned
+
+    site = load_site("localhost", install_root=str(tmp_path / "sw"), module_root=str(tmp_path / "mf"))
+    with pytest.raises(ConfigError) as info:
+        resolve(greeting_recipe(tmp_path, Careless()), site, python_version="3.11")
+    assert len(info.value.problems) == 1
+    assert "Careless.module_environment returned" in info.value.problems[0]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SetEnv("1ABC", "x"), lambda: SetEnv("A-B", "x"), lambda: PrependPath("P", ""),
+    lambda: AppendPath("P", ""), lambda: SetEnv("A", "nul\x00"), lambda: UnsetEnv("A B"),
+])
+def test_bad_environment_changes_are_refused(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+def test_the_component_sets_its_variables_on_load_and_unload_takes_them_away(tree):
+    """Under the real tool: after `module load` the component's variables are set (the unset
+    one is gone); after `module unload` they are unset again."""
+    syntax = tree.combo.syntax
+    site = load_site(SITE_OF_SYNTAX[syntax], module_root=str(tree.root))
+    prefix = tree.tmp / "sw" / "tiny" / "1.0"
+    mf = Path(modulefile_path(str(tree.root), "tiny", "1.0", syntax))
+    mf.parent.mkdir(parents=True)
+    mf.write_text(render_for_prefix(site, greeting_recipe(tree.tmp), str(prefix), "3.11", syntax))
+    proc = tree.bash("""
+    show() {
+        echo "$1TINY_GREETING=${TINY_GREETING-<unset>}"
+        echo "$1TINY_DATA_PATH=${TINY_DATA_PATH-<unset>}"
+        echo "$1TINY_UNWANTED=${TINY_UNWANTED-<unset>}"
+    }
+    export TINY_UNWANTED=bye
+    module load tiny/1.0 || exit 1
+    show LOADED_
+    module unload tiny/1.0 || exit 1
+    show UNLOADED_
+    """)
+    out = proc.stdout
+    assert "LOADED_TINY_GREETING=hello from tiny\n" in out, proc.stderr
+    assert f"LOADED_TINY_DATA_PATH={prefix}/data:{prefix}/more data\n" in out
+    assert "LOADED_TINY_UNWANTED=<unset>\n" in out
+    assert "UNLOADED_TINY_GREETING=<unset>\n" in out
+    assert "UNLOADED_TINY_DATA_PATH=<unset>\n" in out
 
 
 class _Log:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from hpcstack.errors import HpcstackError
+from hpcstack.fsutil import fsync_dir, write_atomic  # builds and provenance import them from here too
 
 #: Standard step names, in the order they run (EasyBuild-style ``<verb>_step`` names).
 FETCH, VENV, WHEELS, PATCH, BUILD, INSTALL, SANITYCHECK, PERMISSIONS, MODULE = (
@@ -652,40 +653,3 @@ def describe_os_error(exc: BaseException) -> str:
     if err in (errno.EACCES, errno.EPERM):
         return f"{text} (no permission: run as the owner of the install root, or use --prefix)"
     return text
-
-
-def fsync_dir(path: str) -> None:
-    """Flush a directory's entries to disk (after a rename in it), so that a reboot keeps them."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, content: str, mode: int = 0o644) -> None:
-    """Write ``content`` to ``path`` so that readers see the old file or the new one, never half.
-
-    Args:
-        path (Path): destination; its parent directories are created.
-        content (str): text, written as UTF-8.
-        mode (int): permission bits.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

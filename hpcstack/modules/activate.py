@@ -9,29 +9,13 @@ from __future__ import annotations
 
 import re
 
-import jinja2
+from hpcstack import templates
 
-from hpcstack import data_root
-
-TEMPLATE_NAME = "extend-venv-activate.j2"
+TEMPLATE_NAME = "scripts/extend-venv-activate.j2"
 
 # Characters module names use in practice; none is special to any shell, even unquoted.
 _MODULE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/@%,=~-]*$")
 _BAD_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def _environment() -> jinja2.Environment:
-    """Jinja environment for hpcstack's script templates (trim/lstrip blocks, strict)."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_root() / "scripts")),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-    env.filters["pyrepr"] = repr
-    return env
 
 
 def render_extend_venv_activate(module_name: str, module_init: dict[str, str], python: str) -> str:
@@ -70,5 +54,5 @@ def render_extend_venv_activate(module_name: str, module_init: dict[str, str], p
                              f"characters, got {init!r}")
     if not python.startswith("/") or re.search(r"\s", python) or _BAD_PATH_CHARS.search(python):
         raise ValueError(f"python must be an absolute path without whitespace, got {python!r}")
-    template = _environment().get_template(TEMPLATE_NAME)
-    return template.render(module_name=module_name, module_init=dict(module_init), python=python)
+    return templates.render(TEMPLATE_NAME, module_name=module_name, module_init=dict(module_init),
+                            python=python)

@@ -10,6 +10,12 @@ Checked with Environment Modules 5.2 and Lmod 8.6 (Debian 12) by tests/test_mods
 ``load`` with ``depends-on``/``depends_on``, ``unload`` back to the start (modulo the tools'
 bookkeeping variables), Lmod reading a Tcl base module under a Lua one, and errors. Lmod drops
 duplicate entries from a path variable it changes (Environment Modules keeps them).
+
+One class per tool (:class:`EnvironmentModules`, :class:`Lmod`), as EasyBuild's ``ModulesTool``
+subclasses: each carries, as class constants, its command's variable and usual paths, the
+modulefile syntaxes it reads, and the files through which it takes a module's default version.
+A new tool is one class here, decorated with :func:`register_tool`; the site schema's
+``modules.tool`` enum (and which ``modules.syntax`` goes with it) comes from :data:`TOOLS`.
 """
 
 from __future__ import annotations
@@ -18,17 +24,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import ClassVar
 
 from hpcstack.errors import HpcstackError
-
-#: Where the distributions put the tools when ``$MODULES_CMD`` / ``$LMOD_CMD`` are not set.
-_DEFAULT_COMMANDS = {
-    "environment-modules": ["/usr/share/modules/libexec/modulecmd.tcl",
-                            "/usr/share/Modules/libexec/modulecmd.tcl",
-                            "/usr/lib/x86_64-linux-gnu/modulecmd.tcl"],
-    "lmod": ["/usr/share/lmod/lmod/libexec/lmod", "/opt/apps/lmod/lmod/libexec/lmod"],
-}
-_ENV_VAR = {"environment-modules": "MODULES_CMD", "lmod": "LMOD_CMD"}
 
 
 class _EnvProxy(dict):
@@ -43,59 +41,182 @@ class _OsProxy:
         return getattr(os, name)
 
 
+#: Registered module tools, by the name a site config gives in ``modules.tool``.
+TOOLS: dict[str, type["ModuleTool"]] = {}
+
+
+def register_tool(cls: type["ModuleTool"]) -> type["ModuleTool"]:
+    """Class decorator: add a module tool to :data:`TOOLS`.
+
+    Raises:
+        ValueError: the name is taken.
+    """
+    if cls.name in TOOLS:
+        raise ValueError(f"module tool {cls.name!r} is registered twice")
+    TOOLS[cls.name] = cls
+    return cls
+
+
+def get_tool(name: str) -> "ModuleTool":
+    """Return the module tool called ``name``.
+
+    Raises:
+        ValueError: no such tool (the known ones are listed).
+    """
+    try:
+        return TOOLS[name]()
+    except KeyError:
+        raise ValueError(f"unknown module tool {name!r} ({' or '.join(TOOLS)})") from None
+
+
+def default_sources() -> tuple[str, ...]:
+    """Every file name in ``<module root>/<name>/`` through which some registered tool may take
+    the module's default version (a tree may be shared by several tools)."""
+    return tuple(dict.fromkeys(f for cls in TOOLS.values() for f in cls.default_sources))
+
+
+class ModuleTool:
+    """A module tool driven in its python mode (subclasses set the class constants).
+
+    Attributes:
+        name (str): the site config's ``modules.tool``, e.g. ``"lmod"``.
+        title (str): its name in messages, e.g. ``"Lmod"``.
+        command_variable (str): the variable that names its command (``$LMOD_CMD``).
+        default_commands (tuple[str, ...]): where distributions put the command.
+        syntaxes (tuple[str, ...]): the modulefile syntaxes it reads
+            (:data:`hpcstack.modules.syntax.SYNTAXES` names).
+        default_sources (tuple[str, ...]): files (or links) in ``<module root>/<name>/`` through
+            which it takes the default version, in the order it reads them.
+        job_unsets_bash_env (bool): Slurm job scripts ``unset BASH_ENV`` before sourcing its init,
+            so that a site's Lmod ``BASH_ENV`` does not replace this tool in child shells.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    command_variable: ClassVar[str]
+    default_commands: ClassVar[tuple[str, ...]]
+    syntaxes: ClassVar[tuple[str, ...]]
+    default_sources: ClassVar[tuple[str, ...]]
+    job_unsets_bash_env: ClassVar[bool] = False
+
+    def find_command(self, configured: str | None = None, env: dict[str, str] | None = None) -> str:
+        """Return the path of the tool's command.
+
+        Args:
+            configured (str | None): the site's ``modules.command``, if any (then only it is tried).
+            env (dict[str, str] | None): environment to read :attr:`command_variable` from;
+                default ``os.environ``.
+
+        Raises:
+            HpcstackError: the command cannot be found (says what to install or configure).
+        """
+        env = os.environ if env is None else env
+        candidates = [configured] if configured else [env.get(self.command_variable, ""), *self.default_commands]
+        for c in candidates:
+            if c and os.access(c, os.X_OK) or (c and c.endswith(".tcl") and os.path.isfile(c)):
+                return c
+        raise HpcstackError(f"cannot find the {self.name} command (tried {', '.join(c for c in candidates if c)}); "
+                            "install it or set modules.command in the site config")
+
+    def argv(self, command: str, args: list[str]) -> list[str]:
+        """The command line that runs ``<command> python <args>`` (a ``.tcl`` command under tclsh)."""
+        prog = [shutil.which("tclsh") or "tclsh", command] if command.endswith(".tcl") else [command]
+        return [*prog, "python", *args]
+
+    def run(self, command: str, args: list[str], env: dict[str, str]) -> dict[str, str]:
+        """Run ``<command> python <args>`` and return the environment it produces.
+
+        Args:
+            command (str): path from :meth:`find_command`.
+            args (list[str]): e.g. ``["load", "python/3.12.1-gpu"]`` or ``["use", "/dir"]``.
+            env (dict[str, str]): the environment to start from (not modified).
+
+        Returns:
+            dict[str, str]: the new environment.
+
+        Raises:
+            HpcstackError: the tool reports an error (e.g. an unknown module); its message is shown.
+        """
+        argv = self.argv(command, args)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+        except FileNotFoundError as exc:
+            raise HpcstackError(f"cannot run the module tool {argv[0]}: {exc.strerror}")
+        ns = {"os": _OsProxy(dict(env))}
+        code = proc.stdout.replace("import os\n", "")
+        try:
+            exec(compile(code, f"<{self.name} python>", "exec"), ns)
+        except Exception as exc:  # the tool printed something that is not the python we expect
+            raise HpcstackError(f"module {' '.join(args)}: unexpected output from {self.name}: {exc}")
+        failed = proc.returncode != 0 or ns.get("_mlstatus") is False or "ERROR" in proc.stderr
+        if failed:
+            msg = " ".join(line.strip() for line in proc.stderr.splitlines() if line.strip())
+            raise HpcstackError(f"module {' '.join(args)} failed: {msg or 'no message'} "
+                                "(check the module name and MODULEPATH in the site config)")
+        return dict(ns["os"].environ)
+
+
+@register_tool
+class EnvironmentModules(ModuleTool):
+    """Environment Modules 4.x/5.x (``modulecmd.tcl``): reads Tcl modulefiles, and a module's
+    default from ``.modulerc`` or ``.version`` (https://modules.readthedocs.io/, "modulefile")."""
+
+    name = "environment-modules"
+    title = "Environment Modules"
+    command_variable = "MODULES_CMD"
+    default_commands = ("/usr/share/modules/libexec/modulecmd.tcl",
+                        "/usr/share/Modules/libexec/modulecmd.tcl",
+                        "/usr/lib/x86_64-linux-gnu/modulecmd.tcl")
+    syntaxes = ("tcl",)
+    default_sources = (".modulerc", ".version")
+    job_unsets_bash_env = True
+
+
+@register_tool
+class Lmod(ModuleTool):
+    """Lmod 8.x (``$LMOD_CMD``): reads Lua and Tcl modulefiles, and a module's default from
+    ``.modulerc.lua``, ``.modulerc``, ``.version`` or a ``default`` link, the first that names one
+    (https://lmod.readthedocs.io/, "How Lmod Picks which Modulefiles to Load")."""
+
+    name = "lmod"
+    title = "Lmod"
+    command_variable = "LMOD_CMD"
+    default_commands = ("/usr/share/lmod/lmod/libexec/lmod", "/opt/apps/lmod/lmod/libexec/lmod")
+    syntaxes = ("lua", "tcl")
+    default_sources = (".modulerc.lua", ".modulerc", ".version", "default")
+
+
+# -------------------------------------------------------------- by name (the site's modules.tool)
+
 def find_command(tool: str, configured: str | None = None, env: dict[str, str] | None = None) -> str:
-    """Return the path of the module tool's command.
+    """Return the path of the module tool's command (:meth:`ModuleTool.find_command`).
 
     Args:
-        tool (str): ``environment-modules`` or ``lmod``.
+        tool (str): a :data:`TOOLS` name, ``environment-modules`` or ``lmod``.
         configured (str | None): the site's ``modules.command``, if any.
         env (dict[str, str] | None): environment to read ``$MODULES_CMD`` / ``$LMOD_CMD`` from.
 
     Raises:
         HpcstackError: the tool cannot be found (says what to install or configure).
+        ValueError: an unknown tool.
     """
-    env = os.environ if env is None else env
-    candidates = [configured] if configured else [env.get(_ENV_VAR[tool], "")] + _DEFAULT_COMMANDS[tool]
-    for c in candidates:
-        if c and os.access(c, os.X_OK) or (c and c.endswith(".tcl") and os.path.isfile(c)):
-            return c
-    raise HpcstackError(f"cannot find the {tool} command (tried {', '.join(c for c in candidates if c)}); "
-                        "install it or set modules.command in the site config")
+    return get_tool(tool).find_command(configured, env)
 
 
 def module_env(tool: str, command: str, args: list[str], env: dict[str, str]) -> dict[str, str]:
-    """Run ``<command> python <args>`` and return the environment it produces.
+    """Run ``<command> python <args>`` and return the environment it produces (:meth:`ModuleTool.run`).
 
     Args:
-        tool (str): ``environment-modules`` or ``lmod``.
+        tool (str): a :data:`TOOLS` name.
         command (str): path from :func:`find_command`.
         args (list[str]): e.g. ``["load", "python/3.12.1-gpu"]`` or ``["use", "/dir"]``.
         env (dict[str, str]): the environment to start from (not modified).
 
-    Returns:
-        dict[str, str]: the new environment.
-
     Raises:
         HpcstackError: the tool reports an error (e.g. an unknown module); its message is shown.
+        ValueError: an unknown tool.
     """
-    argv = ([shutil.which("tclsh") or "tclsh", command] if command.endswith(".tcl") else [command])
-    argv += ["python", *args]
-    try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    except FileNotFoundError as exc:
-        raise HpcstackError(f"cannot run the module tool {argv[0]}: {exc.strerror}")
-    ns = {"os": _OsProxy(dict(env))}
-    code = proc.stdout.replace("import os\n", "")
-    try:
-        exec(compile(code, f"<{tool} python>", "exec"), ns)
-    except Exception as exc:  # the tool printed something that is not the python we expect
-        raise HpcstackError(f"module {' '.join(args)}: unexpected output from {tool}: {exc}")
-    failed = proc.returncode != 0 or ns.get("_mlstatus") is False or "ERROR" in proc.stderr
-    if failed:
-        msg = " ".join(line.strip() for line in proc.stderr.splitlines() if line.strip())
-        raise HpcstackError(f"module {' '.join(args)} failed: {msg or 'no message'} "
-                            "(check the module name and MODULEPATH in the site config)")
-    return dict(ns["os"].environ)
+    return get_tool(tool).run(command, args, env)
 
 
 def build_environment(tool: str, command: str | None, use: list[str], modules: list[str],
@@ -103,7 +224,7 @@ def build_environment(tool: str, command: str | None, use: list[str], modules: l
     """Return ``env`` with ``use`` directories added to MODULEPATH and ``modules`` loaded, in order.
 
     Args:
-        tool (str): ``environment-modules`` or ``lmod``.
+        tool (str): a :data:`TOOLS` name, ``environment-modules`` or ``lmod``.
         command (str | None): configured tool path or None (see :func:`find_command`).
         use (list[str]): module directories.
         modules (list[str]): modules to load (base first).
@@ -111,13 +232,15 @@ def build_environment(tool: str, command: str | None, use: list[str], modules: l
 
     Raises:
         HpcstackError: tool missing, a directory missing, or a module that does not load.
+        ValueError: an unknown tool.
     """
+    mtool = get_tool(tool)
     env = dict(os.environ if env is None else env)
-    cmd = find_command(tool, command, env)
+    cmd = mtool.find_command(command, env)
     for d in use:
         if not Path(d).is_dir():
             raise HpcstackError(f"module directory {d} does not exist (modules.use in the site config)")
-        env = module_env(tool, cmd, ["use", d], env)
+        env = mtool.run(cmd, ["use", d], env)
     for m in modules:
-        env = module_env(tool, cmd, ["load", m], env)
+        env = mtool.run(cmd, ["load", m], env)
     return env

@@ -1,18 +1,21 @@
 """Modulefiles: layout, context and writer, in the manner of Spack's ``modules/common.py``.
 
 - configuration: the site's ``modules`` section (tool, syntax, base/runtime modules);
-- layout: the projection ``{name}/{version}`` gives the file under the module root
-  (``.lua`` appended for Lua);
-- context: :class:`ModuleContext`, exactly the variables a template sees, nothing more;
-- writer: :func:`render_modulefile` renders ``modulefiles/modulefile.<syntax>.j2`` with jinja2
-  (``trim_blocks``, ``lstrip_blocks``); the install writes it atomically, as its last step.
+- layout: the projection ``{name}/{version}`` gives the file under the module root, named by
+  the syntax (``.lua`` appended for Lua: :attr:`hpcstack.modules.syntax.ModuleSyntax.suffix`);
+- context: :class:`ModuleContext`, exactly the variables a template sees, nothing more; the
+  environment it sets is a list of typed changes (:mod:`hpcstack.modules.envchange`) that
+  components contribute;
+- writer: :func:`render_modulefile` renders the syntax's template (``modulefiles/modulefile.<syntax>.j2``,
+  :mod:`hpcstack.modules.syntax`) with the package's jinja2 environment (:mod:`hpcstack.templates`);
+  the install writes it atomically, as its last step.
 - defaults: :func:`set_default` writes the file that makes ``module load <name>`` pick a version
-  (``.version`` for Tcl sites, ``.modulerc.lua`` for Lua sites, both from templates in
-  ``modulefiles/``); :class:`WriteDefault` is the install's action that writes one when none
-  exists yet.
+  (the syntax's :attr:`~hpcstack.modules.syntax.ModuleSyntax.default_file`: ``.version`` for Tcl
+  sites, ``.modulerc.lua`` for Lua sites); :class:`WriteDefault` is the install's action that
+  writes one when none exists yet.
 
 Templates of both syntaxes share the block names ``header``, ``autoloads``, ``environment`` and
-``footer``, so a site can override one block with its own template that ``{% extends %}`` ours.
+``footer``, so a template that ``{% extends %}`` ours can replace one block.
 """
 
 from __future__ import annotations
@@ -20,14 +23,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-import jinja2
-
-from hpcstack import __version__, data_root
+from hpcstack import __version__
 from hpcstack.errors import HpcstackError
-from hpcstack.install.plan import write_atomic
+from hpcstack.fsutil import write_atomic
+from hpcstack.modules import modsys
+from hpcstack.modules.envchange import EnvChange, PrependPath, check_changes
+from hpcstack.modules.syntax import SYNTAXES, get_syntax
 
 PROJECTION = "{name}/{version}"
 
@@ -38,10 +42,14 @@ def modulefile_path(module_root: str, name: str, version: str, syntax: str) -> s
     Args:
         module_root (str): a MODULEPATH directory.
         name (str), version (str): e.g. ``"pytorch"``, ``"2.3.1-gpu"``.
-        syntax (str): ``tcl`` (no suffix) or ``lua`` (``.lua``).
+        syntax (str): a :data:`~hpcstack.modules.syntax.SYNTAXES` name: ``tcl`` (no suffix) or
+            ``lua`` (``.lua``).
+
+    Raises:
+        ValueError: unknown syntax.
     """
     rel = PROJECTION.format(name=name, version=version)
-    return os.path.join(module_root, rel + (".lua" if syntax == "lua" else ""))
+    return os.path.join(module_root, get_syntax(syntax).filename(rel))
 
 
 def root_variable(name: str) -> str:
@@ -62,9 +70,13 @@ class ModuleContext:
         depends_on (list[str]): modules to ``depends-on`` (base Python first).
         path_prepend (list[str]): directories prepended to PATH (first listed ends up first).
         pythonpath_prepend (list[str]): directories prepended to PYTHONPATH.
-        setenv (dict[str, str]): further variables.
+        environment (tuple[EnvChange, ...]): further changes, in order (what the recipe's
+            components return from ``module_environment``).
         recipe, site (str): where the modulefile came from.
         hpcstack_version (str): the writer's version.
+
+    Raises:
+        ValueError: an ``environment`` entry that is not a known :class:`EnvChange`.
     """
 
     name: str
@@ -76,54 +88,35 @@ class ModuleContext:
     depends_on: list[str]
     path_prepend: list[str]
     pythonpath_prepend: list[str]
-    setenv: dict[str, str] = field(default_factory=dict)
+    environment: tuple[EnvChange, ...] = field(default_factory=tuple)
     recipe: str = ""
     site: str = ""
     hpcstack_version: str = __version__
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "environment", check_changes(self.environment, "ModuleContext"))
 
-def _tcl_quote(value: str) -> str:
-    """Quote a string for Tcl: braces when balanced and safe, else backslash-escaped quotes."""
-    text = str(value)
-    if text and not any(c in text for c in "{}\\") and not text.endswith("\\"):
-        return "{" + text + "}"
-    return '"' + "".join("\\" + c if c in '"\\$[]{}' else c for c in text) + '"'
+    @property
+    def changes(self) -> tuple[EnvChange, ...]:
+        """Every environment change the modulefile makes after setting the root variable, in
+        order: PATH, PYTHONPATH, then :attr:`environment`."""
+        return (*(PrependPath("PATH", p) for p in self.path_prepend),
+                *(PrependPath("PYTHONPATH", p) for p in self.pythonpath_prepend),
+                *self.environment)
 
-
-def _lua_quote(value: str) -> str:
-    text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _lua_long_string(value: str) -> str:
-    """Return ``value`` as a Lua long string ``[==[...]==]`` whose level no ``]=*]`` in it closes."""
-    text = str(value)
-    level = 0
-    while f"]{'=' * level}]" in text:
-        level += 1
-    eq = "=" * level
-    return f"[{eq}[\n{text}\n]{eq}]"
+    def variables(self) -> dict:
+        """What the template sees: every attribute, ``environment`` as it is, and ``changes``."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["changes"] = self.changes
+        return out
 
 
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_root() / "modulefiles")),
-        trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True, autoescape=False)
-    env.filters["tcl_quote"] = _tcl_quote
-    env.filters["lua_quote"] = _lua_quote
-    env.filters["lua_long_string"] = _lua_long_string
-    return env
-
-
-def render_modulefile(context: ModuleContext, syntax: str, template: str | None = None) -> str:
+def render_modulefile(context: ModuleContext, syntax: str) -> str:
     """Render a modulefile.
 
     Args:
         context (ModuleContext): the variables.
-        syntax (str): ``tcl`` or ``lua``.
-        template (str | None): a template name under ``modulefiles/`` to use instead of
-            ``modulefile.<syntax>.j2`` (a site's override that extends it).
+        syntax (str): a :data:`~hpcstack.modules.syntax.SYNTAXES` name, ``tcl`` or ``lua``.
 
     Returns:
         str: the modulefile text.
@@ -131,33 +124,29 @@ def render_modulefile(context: ModuleContext, syntax: str, template: str | None 
     Raises:
         ValueError: unknown syntax.
     """
-    if syntax not in ("tcl", "lua"):
-        raise ValueError(f"unknown modulefile syntax {syntax!r} (tcl or lua)")
-    tmpl = _environment().get_template(template or f"modulefile.{syntax}.j2")
-    return tmpl.render(**asdict(context))
+    return get_syntax(syntax).render(context.variables())
 
 
 # ----------------------------------------------------------------------------------- defaults
 
 #: Per syntax, the file in ``<module root>/<name>/`` that names the default version hpcstack
-#: writes: Environment Modules reads ``.version`` (and ``.modulerc``); Lmod reads
-#: ``.modulerc.lua``, then ``.modulerc``, then ``.version`` (the first that names a default wins).
-DEFAULT_FILES = {"tcl": ".version", "lua": ".modulerc.lua"}
+#: writes (:attr:`~hpcstack.modules.syntax.ModuleSyntax.default_file`): Environment Modules reads
+#: ``.version`` (and ``.modulerc``); Lmod reads ``.modulerc.lua``, then ``.modulerc``, then
+#: ``.version`` (the first that names a default wins).
+DEFAULT_FILES = {name: cls.default_file for name, cls in SYNTAXES.items()}
 #: Every name through which one of the tools may take a default version (``default`` is Lmod's
-#: symlink form). One not written by hpcstack makes :func:`set_default` refuse, not guess.
-DEFAULT_CANDIDATES = (".modulerc.lua", ".modulerc", ".version", "default")
+#: symlink form; :attr:`~hpcstack.modules.modsys.ModuleTool.default_sources`). One not written by
+#: hpcstack makes :func:`set_default` refuse, not guess.
+DEFAULT_CANDIDATES = modsys.default_sources()
 #: The line that marks a default file as hpcstack's (and so safe to rewrite).
 DEFAULT_MARKER = "Written by hpcstack module set-default"
 _VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
-_READ_DEFAULT = {
-    ".version": re.compile(r"^\s*set\s+ModulesVersion\s+[{\"]?([^}\"\s]+)", re.M),
-    ".modulerc.lua": re.compile(r"^\s*module_version\(\s*\"[^\"/]+/([^\"]+)\"\s*,\s*\"default\"", re.M),
-}
 
 
 def render_default(name: str, version: str, syntax: str, site: str | None = None) -> str:
-    """Render the default-version file of one syntax (``modulefiles/version.tcl.j2`` or
-    ``modulefiles/modulerc.lua.j2``).
+    """Render the default-version file of one syntax (its
+    :attr:`~hpcstack.modules.syntax.ModuleSyntax.default_template`: ``modulefiles/version.tcl.j2``
+    or ``modulefiles/modulerc.lua.j2``).
 
     Args:
         name (str): module name, e.g. ``"pytorch"``.
@@ -171,12 +160,8 @@ def render_default(name: str, version: str, syntax: str, site: str | None = None
     Raises:
         ValueError: unknown syntax.
     """
-    if syntax not in DEFAULT_FILES:
-        raise ValueError(f"unknown modulefile syntax {syntax!r} (tcl or lua)")
-    template = "version.tcl.j2" if syntax == "tcl" else "modulerc.lua.j2"
-    return _environment().get_template(template).render(
-        name=name, version=version, marker=DEFAULT_MARKER,
-        site_option=f" --site {site}" if site else "")
+    return get_syntax(syntax).render_default(name, version, DEFAULT_MARKER,
+                                             f" --site {site}" if site else "")
 
 
 def _is_ours(path: Path) -> bool:
@@ -200,12 +185,12 @@ def read_defaults(module_dir: str | os.PathLike) -> dict[str, str]:
         files only; empty when there are none.
     """
     out = {}
-    for fname, pattern in _READ_DEFAULT.items():
-        path = Path(module_dir) / fname
+    for syntax in SYNTAXES.values():
+        path = Path(module_dir) / syntax.default_file
         if _is_ours(path):
-            m = pattern.search(path.read_text(errors="replace"))
-            if m:
-                out[fname] = m.group(1)
+            version = syntax().read_default(path.read_text(errors="replace"))
+            if version:
+                out[syntax.default_file] = version
     return out
 
 
@@ -228,30 +213,18 @@ def available_versions(module_dir: str | os.PathLike, tool: str) -> list[str]:
 
     Args:
         module_dir (str | PathLike): ``<module root>/<name>``.
-        tool (str): ``environment-modules`` (Tcl files, which start with ``#%Module``) or
-            ``lmod`` (those and ``<version>.lua``).
+        tool (str): a :data:`~hpcstack.modules.modsys.TOOLS` name: ``environment-modules`` (Tcl
+            files, which start with ``#%Module``) or ``lmod`` (those and ``<version>.lua``).
+
+    Raises:
+        ValueError: unknown tool.
     """
+    syntaxes = [get_syntax(s) for s in modsys.get_tool(tool).syntaxes]
     d = Path(module_dir)
     if not d.is_dir():
         return []
-    found = set()
-    for p in d.iterdir():
-        if p.name.startswith(".") or p.name == "default" or not p.is_file():
-            continue
-        if p.name.endswith(".lua"):
-            if tool == "lmod":
-                found.add(p.name[:-4])
-        elif _is_tcl_modulefile(p):
-            found.add(p.name)
+    found = {v for p in d.iterdir() for syntax in syntaxes for v in [syntax.version_of(p)] if v}
     return sorted(found)
-
-
-def _is_tcl_modulefile(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(8) == b"#%Module"
-    except OSError:
-        return False
 
 
 @dataclass(frozen=True)
@@ -277,11 +250,12 @@ def set_default(module_root: str, name: str, version: str, syntax: str, tool: st
                 site: str | None = None) -> DefaultChange:
     """Make ``module load <name>`` pick ``<name>/<version>``; each file is replaced atomically.
 
-    Writes ``<module_root>/<name>/.version`` (syntax ``tcl``) or ``.modulerc.lua`` (``lua``). If
-    hpcstack's file of the other syntax is there too (a tree shared by both tools), it is
-    rewritten as well, so the tools agree — except a ``.version`` when the version has no Tcl
-    modulefile (Environment Modules could not load it; a note says so). Switching back is the
-    same call with the previous version (:attr:`DefaultChange.previous`).
+    Writes the syntax's default file, ``<module_root>/<name>/.version`` (syntax ``tcl``) or
+    ``.modulerc.lua`` (``lua``). If hpcstack's file of another syntax is there too (a tree shared
+    by both tools), it is rewritten as well, so the tools agree — unless a tool that reads that
+    file cannot load the version (e.g. ``.version`` and a version with only a Lua modulefile,
+    which Environment Modules cannot read; a note says so). Switching back is the same call with
+    the previous version (:attr:`DefaultChange.previous`).
 
     Args:
         module_root (str): a MODULEPATH directory (the site's ``module_root``).
@@ -297,10 +271,9 @@ def set_default(module_root: str, name: str, version: str, syntax: str, tool: st
     Raises:
         HpcstackError: bad version, no such modulefile (the available versions are listed), or a
             default file hpcstack did not write (which one the tools read would be a guess).
-        ValueError: unknown syntax.
+        ValueError: unknown syntax or tool.
     """
-    if syntax not in DEFAULT_FILES:
-        raise ValueError(f"unknown modulefile syntax {syntax!r} (tcl or lua)")
+    own_file = get_syntax(syntax).default_file
     for what, value in (("module name", name), ("version", version)):
         if not _VERSION_RE.match(value):
             raise HpcstackError(f"bad {what} {value!r}: letters, digits and ._+- only, "
@@ -316,17 +289,19 @@ def set_default(module_root: str, name: str, version: str, syntax: str, tool: st
         raise HpcstackError(f"{', '.join(foreign)}: not written by hpcstack and may set the default "
                             "of the module too; move it away, or set the default in it by hand")
     current = read_defaults(module_dir)
-    own_file = DEFAULT_FILES[syntax]
-    other_syntax = "lua" if syntax == "tcl" else "tcl"
-    other_file = DEFAULT_FILES[other_syntax]
-    previous = current.get(own_file, current.get(other_file))
+    previous = current.get(own_file, next(iter(current.values()), None))
     targets, notes = [syntax], []
-    if other_file in current:
-        if other_syntax == "tcl" and version not in available_versions(module_dir, "environment-modules"):
-            notes.append(f"left {module_dir / other_file} at {current[other_file]}: {name}/{version} "
-                         "has no Tcl modulefile for Environment Modules")
+    for other, cls in SYNTAXES.items():
+        if other == syntax or cls.default_file not in current:
+            continue
+        readers = [t for t in modsys.TOOLS.values() if cls.default_file in t.default_sources]
+        blind = [t for t in readers if version not in available_versions(module_dir, t.name)]
+        if blind:
+            titles = " or ".join(SYNTAXES[s].title for s in blind[0].syntaxes)
+            notes.append(f"left {module_dir / cls.default_file} at {current[cls.default_file]}: "
+                         f"{name}/{version} has no {titles} modulefile for {blind[0].title}")
         else:
-            targets.append(other_syntax)
+            targets.append(other)
     written = []
     for syn in targets:
         path = module_dir / DEFAULT_FILES[syn]

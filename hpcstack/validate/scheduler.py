@@ -39,9 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
 
-import jinja2
-
-from hpcstack import data_root
+from hpcstack import templates
 from hpcstack.errors import HpcstackError
 from hpcstack.validate.launchers import Allocation
 
@@ -154,9 +152,7 @@ def render_job_script(job: BatchJob, header: str = "") -> str:
     Returns:
         str: the bash job script.
     """
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_root())), trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True,
-                             undefined=jinja2.StrictUndefined)
+    env = templates.environment()
     return env.get_template(TEMPLATE).render(
         header=header, comments=job.comments, options=job.sbatch_options(),
         module_init=shlex.quote(job.module_init), unset_bash_env=job.unset_bash_env,

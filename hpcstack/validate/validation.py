@@ -453,7 +453,7 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             setup=[f"export MASTER_PORT=$((20000 + {scheduler.job_id_variable} % 20000))",
                    *launcher.setup(alloc)],
             steps=steps, comments=comments,
-            unset_bash_env=site.modules.tool == "environment-modules")
+            unset_bash_env=modsys.get_tool(site.modules.tool).job_unsets_bash_env)
         header = (f"hpcstack validation of {recipe.full_name} on {site.name}:{s.partition}, "
                   f"{n} node(s) x {s.tasks_per_node} rank(s): {', '.join(backends)}")
         jobs.append(ValidationJob(n, directory, scheduler.render(job, header), list(backends),

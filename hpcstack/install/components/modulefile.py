@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from hpcstack.modules import writer as modules
-from hpcstack.install.plan import MODULE, WriteFile
 from hpcstack.install.components.base import PlanContext
+from hpcstack.install.plan import MODULE, WriteFile
+from hpcstack.modules import writer as modules
+from hpcstack.modules.envchange import EnvChange, check_changes
 
 HELP = """\
 {full_name}: {whatis}
@@ -35,9 +36,29 @@ class Modulefile:
     ``HPCSTACK_<NAME>_ROOT``, and has ``conflict``/``family`` on the name. Nothing from the build
     environment (CUDA stubs, compilers) reaches it.
 
+    Any component of the recipe adds to the modulefile's environment by having a method
+    ``module_environment(ctx: PlanContext) -> list[EnvChange]`` (``PrependPath``, ``AppendPath``,
+    ``SetEnv``, ``UnsetEnv`` from :mod:`hpcstack.modules.envchange`); the changes follow the
+    stack's own PATH and PYTHONPATH entries, in recipe order. ``ctx`` there names the stack at
+    its stable prefix, as users see it.
+
     Example:
         ``Modulefile()``
     """
+
+    def environment(self, ctx: PlanContext) -> tuple[EnvChange, ...]:
+        """Return the environment changes the recipe's components contribute, in recipe order.
+
+        Raises:
+            ValueError: a component returned something that is not an environment change (the
+                component is named).
+        """
+        changes: list[EnvChange] = []
+        for component in ctx.recipe.components:
+            contribute = getattr(component, "module_environment", None)
+            if contribute is not None:
+                changes.extend(check_changes(contribute(ctx), type(component).__name__))
+        return tuple(changes)
 
     def context(self, ctx: PlanContext) -> modules.ModuleContext:
         """Return the template context for this stack."""
@@ -52,6 +73,7 @@ class Modulefile:
             # prepend-path puts each entry first, so the last listed ends up first on PATH
             path_prepend=[ctx.bin_dir, f"{ctx.venv}/bin"],
             pythonpath_prepend=[ctx.site_packages],
+            environment=self.environment(ctx),
             recipe=r.full_name, site=site.name)
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:

@@ -1,0 +1,175 @@
+"""Modulefile syntaxes: one class per syntax (Tcl, Lua), in a registry by name.
+
+As EasyBuild's ``ModuleGeneratorTcl``/``ModuleGeneratorLua`` and Spack's ``modules/tcl.py``/
+``modules/lmod.py``, each class holds only what differs between the syntaxes, as class
+constants: the file suffix, the modulefile template, the default-version file and its template,
+how to read the version back, how to recognise a modulefile, and the template filters that quote
+values. The templates (``modulefiles/modulefile.<syntax>.j2``) share the block names ``header``,
+``autoloads``, ``environment`` and ``footer``, and loop over the same typed environment changes
+(:mod:`hpcstack.modules.envchange`).
+
+A new syntax is one class here, decorated with :func:`register_syntax`, plus its templates in
+``modulefiles/``; the site schema's ``modules.syntax`` enum and every caller take it from
+:data:`SYNTAXES`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable, ClassVar
+
+from hpcstack import templates
+
+#: Registered syntaxes, by the name a site config gives in ``modules.syntax``.
+SYNTAXES: dict[str, type["ModuleSyntax"]] = {}
+
+
+def register_syntax(cls: type["ModuleSyntax"]) -> type["ModuleSyntax"]:
+    """Class decorator: add a syntax to :data:`SYNTAXES` and its filters to the templates.
+
+    Raises:
+        ValueError: the name is taken, or a filter name clashes with another syntax's.
+    """
+    if cls.name in SYNTAXES:
+        raise ValueError(f"modulefile syntax {cls.name!r} is registered twice")
+    templates.add_filters(cls.filters)
+    SYNTAXES[cls.name] = cls
+    return cls
+
+
+def get_syntax(name: str) -> "ModuleSyntax":
+    """Return the syntax called ``name``.
+
+    Raises:
+        ValueError: no such syntax (the known ones are listed).
+    """
+    try:
+        return SYNTAXES[name]()
+    except KeyError:
+        raise ValueError(f"unknown modulefile syntax {name!r} ({' or '.join(SYNTAXES)})") from None
+
+
+class ModuleSyntax:
+    """What one modulefile syntax is made of (subclasses set the class constants).
+
+    Attributes:
+        name (str): the site config's ``modules.syntax`` value, e.g. ``"tcl"``.
+        title (str): its name in messages, e.g. ``"Tcl"``.
+        suffix (str): appended to ``<version>`` to name the modulefile (``""``, ``".lua"``).
+        template (str): the modulefile template under the data directory.
+        default_file (str): the file in ``<module root>/<name>/`` that names the default version.
+        default_template (str): its template (sees ``name``, ``version``, ``marker``, ``site_option``).
+        default_pattern (re.Pattern): finds the version in that file (group 1).
+        filters (dict[str, Callable]): template filters this syntax's templates use.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    suffix: ClassVar[str]
+    template: ClassVar[str]
+    default_file: ClassVar[str]
+    default_template: ClassVar[str]
+    default_pattern: ClassVar[re.Pattern]
+    filters: ClassVar[dict[str, Callable[[str], str]]] = {}
+
+    def filename(self, version: str) -> str:
+        """The modulefile's name in ``<module root>/<name>/``, e.g. ``2.3.1-gpu.lua``."""
+        return version + self.suffix
+
+    def version_of(self, path: Path) -> str | None:
+        """The version whose modulefile in this syntax ``path`` is, or None when it is not one.
+
+        Args:
+            path (Path): a file in ``<module root>/<name>/`` (dot files and ``default`` are never
+                modulefiles).
+        """
+        if path.name.startswith(".") or path.name == "default" or not path.is_file():
+            return None
+        if not path.name.endswith(self.suffix) or not self._is_modulefile(path):
+            return None
+        return path.name[:len(path.name) - len(self.suffix)] if self.suffix else path.name
+
+    def _is_modulefile(self, path: Path) -> bool:
+        """True when ``path`` (named with :attr:`suffix`) holds a modulefile of this syntax."""
+        return True
+
+    def render(self, variables: dict) -> str:
+        """Render a modulefile from :attr:`template` with exactly ``variables``."""
+        return templates.render(self.template, **variables)
+
+    def render_default(self, name: str, version: str, marker: str, site_option: str) -> str:
+        """Render :attr:`default_file`'s text naming ``name/version`` as the default."""
+        return templates.render(self.default_template, name=name, version=version, marker=marker,
+                                site_option=site_option)
+
+    def read_default(self, text: str) -> str | None:
+        """The version a :attr:`default_file` with ``text`` names, or None."""
+        m = self.default_pattern.search(text)
+        return m.group(1) if m else None
+
+
+def tcl_quote(value: str) -> str:
+    """Quote a string for Tcl: braces when balanced and safe, else backslash-escaped quotes."""
+    text = str(value)
+    if text and not any(c in text for c in "{}\\") and not text.endswith("\\"):
+        return "{" + text + "}"
+    return '"' + "".join("\\" + c if c in '"\\$[]{}' else c for c in text) + '"'
+
+
+def lua_quote(value: str) -> str:
+    """Quote a string for Lua: a double-quoted string with ``\\``, ``"`` and newlines escaped."""
+    text = str(value)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def lua_long_string(value: str) -> str:
+    """Return ``value`` as a Lua long string ``[==[...]==]`` whose level no ``]=*]`` in it closes."""
+    text = str(value)
+    level = 0
+    while f"]{'=' * level}]" in text:
+        level += 1
+    eq = "=" * level
+    return f"[{eq}[\n{text}\n]{eq}]"
+
+
+@register_syntax
+class Tcl(ModuleSyntax):
+    """Tcl modulefiles (``#%Module1.0``), read by Environment Modules and by Lmod; the default
+    version in ``.version`` (``set ModulesVersion``)."""
+
+    name = "tcl"
+    title = "Tcl"
+    suffix = ""
+    template = "modulefiles/modulefile.tcl.j2"
+    default_file = ".version"
+    default_template = "modulefiles/version.tcl.j2"
+    default_pattern = re.compile(r"^\s*set\s+ModulesVersion\s+[{\"]?([^}\"\s]+)", re.M)
+    filters = {"tcl_quote": tcl_quote}
+
+    def version_of(self, path: Path) -> str | None:
+        # a name ending in .lua is a Lua modulefile, whatever it starts with
+        return None if path.name.endswith(".lua") else super().version_of(path)
+
+    def _is_modulefile(self, path: Path) -> bool:
+        """Environment Modules reads a file as a modulefile only if it starts with ``#%Module``."""
+        try:
+            with open(path, "rb") as f:
+                return f.read(8) == b"#%Module"
+        except OSError:
+            return False
+
+
+@register_syntax
+class Lua(ModuleSyntax):
+    """Lua modulefiles (``<version>.lua``), read by Lmod only; the default version in
+    ``.modulerc.lua`` (``module_version("<name>/<version>", "default")``)."""
+
+    name = "lua"
+    title = "Lua"
+    suffix = ".lua"
+    template = "modulefiles/modulefile.lua.j2"
+    default_file = ".modulerc.lua"
+    default_template = "modulefiles/modulerc.lua.j2"
+    default_pattern = re.compile(r"^\s*module_version\(\s*\"[^\"/]+/([^\"]+)\"\s*,\s*\"default\"", re.M)
+    filters = {"lua_quote": lua_quote, "lua_long_string": lua_long_string}
