@@ -3,7 +3,7 @@
 
 One run on one machine measures, and prints as a table with ratios:
 
-  (a) the Cirrus method as written (shared/seeds/002): eleven ``pip install --user`` calls with
+  (a) the Cirrus method as written (docs/notes.md, "The Cirrus install by hand"): eleven ``pip install --user`` calls with
       PYTHONUSERBASE in the prefix, then Horovod built from source with ``pip install --user`` —
       here the PyPI sdist with our patch, CPU operations (the localhost site's settings);
   (b) ``hpcstack install`` cold: empty caches (uv's wheel cache, the Horovod wheel cache, the
@@ -60,12 +60,12 @@ STACK = "pytorch/2.3.1-gpu"
 IMPORT = "import torch, horovod.torch"
 FORBIDDEN = ("/opt/hpcstack", "/var/tmp/hpcstack-e2e")
 
-#: The Cirrus instructions' pip calls (seeds/002), against PyPI: its torch 2.3.1 is the same
+#: The Cirrus instructions' pip calls (docs/notes.md), against PyPI: its torch 2.3.1 is the same
 #: cu121 build the PyTorch index serves as 2.3.1+cu121 (which cannot be reached from here).
 CIRRUS_PIP = ["torch==2.3.1", "torchaudio==2.3.1", "torchmetrics==1.0.3", "torchtext==0.18.0",
               "torchvision==0.18.1", "tensorboard", "tensorboard_plugin_profile",
               "tensorboard-plugin-wit", "tensorboard-pytorch", "torch-tb-profiler"]
-#: What the Horovod build needs besides torch when built with --no-build-isolation (facts.md);
+#: What the Horovod build needs besides torch when built with --no-build-isolation (docs/notes.md);
 #: Cirrus's Miniconda has these, Debian's python3 lacks wheel.
 CIRRUS_BUILD_PREREQS = ["wheel", "packaging", "cffi", "cloudpickle", "psutil", "pyyaml"]
 #: The localhost site's Horovod settings (site-configs/localhost.yaml), as the Cirrus line sets its own.
@@ -86,7 +86,7 @@ def log(msg: str) -> None:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without module state, BASH_ENV (facts.md), PYTHON*/PIP_*/UV_*."""
+    """This process's environment without module state, BASH_ENV (docs/notes.md), PYTHON*/PIP_*/UV_*."""
     drop = ("BASH_ENV", "LOADEDMODULES", "_LMFILES_", "PYTHONPATH", "PYTHONUSERBASE",
             "VIRTUAL_ENV", "PYTHONDONTWRITEBYTECODE")
     env = {k: v for k, v in os.environ.items()
@@ -490,13 +490,13 @@ def phase_f(b: Bench, runs: int = 40) -> None:
 def phase_a(b: Bench) -> None:
     """(a) the Cirrus method: separate ``pip install --user`` calls, then Horovod from source.
 
-    As in seeds/002: PYTHONUSERBASE, PATH and PYTHONPATH into the prefix, PIP_CACHE_DIR in it,
+    As in the Cirrus instructions (docs/notes.md): PYTHONUSERBASE, PATH and PYTHONPATH into the prefix, PIP_CACHE_DIR in it,
     one ``pip install --user`` per package, Horovod with ``pip install --user --no-cache-dir``.
     Differences, all in the baseline's favour or forced by this machine: PyPI instead of the
     cu121 index (same torch binary); the user's pip config is ignored (``PIP_CONFIG_FILE``: this
     machine's adds local mirrors with other versions); Debian's Python needs
     ``PIP_BREAK_SYSTEM_PACKAGES`` (PEP 668) and lacks ``wheel``, installed in one more call with
-    Horovod's build requirements, so the build can use ``--no-build-isolation`` (facts.md); the
+    Horovod's build requirements, so the build can use ``--no-build-isolation`` (docs/notes.md); the
     wheels come from a local wheelhouse (``PIP_NO_INDEX``, ``PIP_FIND_LINKS``) that the same
     calls filled beforehand with ``pip download`` against PyPI (not timed) — pip's HTTP cache
     stores nothing here, and pip prefers an index's copy of a file to a find-links one; Horovod

@@ -74,7 +74,7 @@ def pytest_sessionstart(session):
 
 
 def bash_modules(script: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``script`` in bash with Environment Modules initialised (BASH_ENV cleared: facts.md)."""
+    """Run ``script`` in bash with Environment Modules initialised (BASH_ENV cleared: docs/notes.md)."""
     full_env = {k: v for k, v in os.environ.items() if k != "BASH_ENV"}
     full_env.update(env or {})
     return subprocess.run(["bash", "--norc", "--noprofile", "-c", f"source {MODULES_INIT}\n{script}"],

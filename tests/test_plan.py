@@ -10,7 +10,7 @@ import pytest
 from conftest import hpcstack
 from hpcstack.install.plan import Run, bash_word, expand
 
-CIRRUS_BUILD_VARS = [  # the variables of the Cirrus instructions' Horovod line (shared/seeds/002)
+CIRRUS_BUILD_VARS = [  # the variables of the Cirrus instructions' Horovod line (docs/notes.md, "The Cirrus install by hand")
     "CC=mpicc", "CXX=mpicxx", "FC=mpifort",
     'HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"', 'HOROVOD_NCCL_HOME="${NVHPC_ROOT}/comm_libs/nccl"',
     "HOROVOD_GPU=CUDA", "HOROVOD_BUILD_CUDA_CC_LIST=70", "HOROVOD_CPU_OPERATIONS=MPI",

@@ -2,7 +2,7 @@
 
 A recipe and a site resolve into one :class:`Plan`. ``hpcstack install`` executes it and
 ``hpcstack install --dry-run`` prints it with :meth:`Plan.to_bash`; both walk the same objects,
-so the printed script is exactly what the real run does (design.md, "Data should flow one way").
+so the printed script is exactly what the real run does (one plan, two renderings).
 
 Every action has two methods: ``to_bash()`` (its line(s) in the dry-run script) and
 ``execute(ctx)`` (doing it). Environment values may refer to variables of the build environment

@@ -174,7 +174,7 @@ class SourceBuild:
     """Download a Python sdist, check its sha256, patch it, build a wheel, install the wheel.
 
     Building a wheel (``pip wheel --no-build-isolation``) and installing that avoids pip's
-    fallback to a legacy ``setup.py install`` that doubles the time of a failed build (facts.md).
+    fallback to a legacy ``setup.py install`` that doubles the time of a failed build (docs/notes.md).
     The wheel goes through the site's build cache (``installer.build_cache``, default on): a
     re-install whose build key matches copies the wheel built before instead of compiling
     (:class:`CachedWheelBuild`; the key covers the sdist and patch sha256s, the venv's Python,
