@@ -30,7 +30,7 @@ class Stack:
                  Step("module", "publish", [Publish(self.layout.prefix, where),
                                             WriteFile(self.modulefile, self.module_text)])]
         steps[-1].outputs += [self.modulefile, self.layout.prefix]
-        return Plan("t/1 for site x", self.layout.prefix, [], [], steps, {}, self.modulefile,
+        return Plan("t/1 for site x", self.layout.prefix, [], [], steps, self.modulefile,
                     stage_prefix=stage, build_id=build_id)
 
     def install(self, force: bool = False, stop_after: str | None = None) -> builds.Choice:
@@ -169,7 +169,7 @@ def test_preflight_names_missing_commands_and_compilers(tmp_path):
     plan = Plan("x", str(tmp_path / "p"), ["python"], [], [
         Step("build", "b", [Run(("no-such-tool-xyz", "--help")),
                             Run((str(tmp_path / "p" / "venv" / "bin" / "python"), "-V"), env={"CC": "no-such-cc -m64"})]),
-        Step("install", "i", [Run(("true",))])], {}, str(tmp_path / "mf"))
+        Step("install", "i", [Run(("true",))])], str(tmp_path / "mf"))
     with pytest.raises(ConfigError) as err:
         preflight(plan, {"PATH": os.environ["PATH"]}, ["build", "install"], "site.yaml")
     lines = err.value.lines()

@@ -2,6 +2,8 @@
 
 A built wheel is kept in the site's build cache under a key that hashes everything that changes
 the binary (:class:`CachedWheelBuild`), so the same Horovod is never compiled twice (issue 6).
+The component owns its two actions, :class:`CachedWheelBuild` and :class:`CheckBuild`
+(``horovodrun --check-build``); both follow :class:`hpcstack.install.actions.Action`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 from hpcstack.errors import HpcstackError
-from hpcstack.install.plan import (BUILD, FETCH, INSTALL, PATCH, SANITYCHECK, CheckBuild, ExecContext, Fetch, Run,
-                    Unpack, VerifySha256, bash_word)
+from hpcstack.install.actions import ActionBase, ExecContext, Fetch, Run, Unpack, VerifySha256, bash_word
+from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.wheels import install_run
 
@@ -32,7 +34,7 @@ KEY_VARIABLES = r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|
 
 
 @dataclass(frozen=True)
-class CachedWheelBuild:
+class CachedWheelBuild(ActionBase):
     """Build a wheel, or reuse the one built before under the same build key (an action).
 
     The key is the sha256 of the text a bash function prints: fixed lines (key format, package,
@@ -70,6 +72,17 @@ class CachedWheelBuild:
     fixed: tuple[str, ...] = ()
     probes: tuple[tuple[str, str], ...] = ()
     prepare: tuple = ()
+
+    def commands(self) -> tuple[Run, ...]:
+        """``bash`` (the key function), then on a miss the commands of ``prepare`` (``patch``)
+        and of the build (its compilers): the preflight checks them all, hit or miss."""
+        return (Run(("bash",)), *(r for a in self.prepare for r in a.commands()), *self.build.commands())
+
+    def inputs(self) -> tuple[str, ...]:
+        return (*(p for a in self.prepare for p in a.inputs()), *self.build.inputs())
+
+    def outputs(self) -> tuple[str, ...]:
+        return (self.dist, self.root, *(o for a in self.prepare for o in a.outputs()))
 
     @property
     def function(self) -> str:
@@ -399,3 +412,52 @@ class HorovodBuild(SourceBuild):
         return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
                            tuple(ctx.site.horovod.required_flags),
                            prepend=self.build_prepend(ctx))]
+
+
+@dataclass(frozen=True)
+class CheckBuild(ActionBase):
+    """Run ``horovodrun --check-build`` and require flags (the Horovod build's sanity check).
+
+    The dry-run line is ``hpcstack check-build --horovodrun … --require …``, which calls the same
+    :func:`hpcstack.validate.checkbuild.check_build` as :meth:`execute`, in the environment built
+    from the same ``env`` and ``prepend`` (:meth:`Run.command_env`). :meth:`execute` also keeps
+    the output as ``check-build.txt`` in the build's ``.hpcstack`` (provenance).
+
+    Args:
+        horovodrun (str): path of ``horovodrun`` in the stack.
+        required (tuple[str, ...]): flags that must be ``[X]``, as ``Section:Name`` or ``Name``
+            (any section), e.g. ``("PyTorch", "Controllers:MPI", "Controllers:Gloo", "Operations:NCCL")``.
+        env (dict[str, str]) / prepend (dict[str, str]): as for :class:`Run`.
+
+    Raises:
+        HpcstackError: names every required flag that is missing.
+    """
+
+    horovodrun: str
+    required: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    prepend: dict[str, str] = field(default_factory=dict)
+
+    def _run(self) -> Run:
+        return Run(("hpcstack", "check-build", "--horovodrun", self.horovodrun,
+                    "--require", ",".join(self.required)), env=self.env, prepend=self.prepend)
+
+    def commands(self) -> tuple[Run, ...]:
+        """``horovodrun --check-build``, with the variables it runs with (hpcstack's own code
+        runs it, not the ``hpcstack`` command)."""
+        return (Run((self.horovodrun, "--check-build"), env=self.env, prepend=self.prepend),)
+
+    def to_bash(self) -> str:
+        return self._run().to_bash()
+
+    def execute(self, ctx: ExecContext) -> None:
+        from hpcstack.fsutil import write_atomic
+        from hpcstack.validate.checkbuild import check_build
+
+        env = self._run().command_env(ctx.env)
+        ctx.log.write(f"$ {self.to_bash()}\n")
+        output = check_build(self.horovodrun, self.required, env)
+        ctx.log.write(output)
+        state_dir = getattr(ctx, "state_dir", None)
+        if state_dir is not None:  # provenance: the stack records what its Horovod was built with
+            write_atomic(os.path.join(state_dir, "check-build.txt"), output)
