@@ -33,7 +33,7 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 
 def current_user() -> str:
-    """Return the name of the user running hpcstack, else ``"#<uid>"``'s bare number.
+    """Return the name of the user running hpcstack, else its uid as text.
 
     The password database is asked by uid (``pwd.getpwuid(os.getuid())``), never ``$USER`` or
     ``$LOGNAME``, which a ``sudo`` or a job environment may have left pointing at someone else;

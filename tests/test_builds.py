@@ -179,6 +179,20 @@ def test_preflight_names_missing_commands_and_compilers(tmp_path):
     preflight(plan, {"PATH": os.environ["PATH"]}, ["install"])  # only the steps that will run
 
 
+def test_preflight_sees_the_commands_nested_in_a_cached_build(tmp_path):
+    from hpcstack.install.components.horovod import CachedWheelBuild
+
+    build = Run(("true",), env={"CXX": "no-such-cxx"})
+    cached = CachedWheelBuild("x", str(tmp_path / "cache"), str(tmp_path / "dist"), build,
+                              prepare=(Run(("no-such-patch-xyz", "-p1")),))
+    plan = Plan("x", str(tmp_path / "p"), [], [], [Step("build", "b", [cached])], str(tmp_path / "mf"))
+    with pytest.raises(ConfigError) as err:
+        preflight(plan, {"PATH": os.environ["PATH"]}, ["build"])
+    lines = err.value.lines()
+    assert len(lines) == 2 and "command 'no-such-patch-xyz' not found" in lines[0]
+    assert "compiler CXX=no-such-cxx not found" in lines[1]
+
+
 PIP_LOG = """\
 ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE. If you have updated the package versions, please update the hashes. Otherwise, examine the package contents carefully; someone may have tampered with them.
     six==1.16.0 from https://files.pythonhosted.org/packages/d9/5a/x/six-1.16.0-py2.py3-none-any.whl#sha256=8abb (from -r /r/1.0.pypi.lock (line 2)):

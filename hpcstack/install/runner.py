@@ -288,8 +288,10 @@ def diagnose(log: str) -> str | None:
 def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str = "the site config") -> None:
     """Check, before anything is written, that the commands and compilers of ``steps`` exist.
 
-    Commands are looked up on the PATH of the build environment (the site's modules loaded);
-    compilers are the first word of ``CC``, ``CXX``, … set for a command. Paths inside the
+    The commands are those every action reports (:meth:`~hpcstack.install.actions.Action.commands`),
+    nested ones included (the ``patch`` a cached source build runs on a cache miss). They are
+    looked up on the PATH of the build environment (the site's modules loaded); compilers are
+    the first word of ``CC``, ``CXX``, … set for a command. Paths inside the
     build (the venv's python, the stack's tools) are made by earlier steps and not checked.
 
     Args:

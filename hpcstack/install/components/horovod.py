@@ -27,6 +27,11 @@ from hpcstack.install.components.wheels import install_run
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused.
 KEY_FORMAT = "hpcstack build key v1"
+#: Drops the ``<script>: line N: `` that bash puts before its own errors (``command not found``,
+#: ``No such file or directory``): the line differs between the dry-run script and the key
+#: function run alone, and the key must not. A probe that succeeds prints no such line, so its
+#: keys are unchanged and the wheels already cached stay valid.
+_NO_LINE_NUMBERS = "sed -E 's/^[^:]*: line [0-9]+: //'"
 
 #: Variables of the build environment that change the binary; the key records their values.
 #: ``MAKEFLAGS`` (parallelism) is left out on purpose: ``-j2`` and ``-j8`` give the same wheel.
@@ -95,7 +100,8 @@ class CachedWheelBuild(ActionBase):
         lines += [f"    export {n}={bash_word(v)}" for n, v in self.env.items()]
         lines += [f"    echo {shlex.quote(line)}" for line in self.fixed]
         for label, probe in self.probes:
-            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>&1 || echo \"(exit $?)\"")
+            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>&1 | {_NO_LINE_NUMBERS} "
+                         '|| echo "(exit $?)"')
         return "\n".join(lines + ["  )", "}"])
 
     def key_text(self, env: dict[str, str]) -> str:
