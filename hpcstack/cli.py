@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horovodrun", default="horovodrun", help="horovodrun to run (default: from PATH)")
     p.add_argument("--require", default="PyTorch", help="comma-separated flags, NAME or SECTION:NAME")
 
+    p = sub.add_parser("action", help="run one action of an install's dry-run script (fetch, unpack)",
+                       add_help=False, prefix_chars="\0")
+    p.add_argument("words", nargs=argparse.REMAINDER)
+
     p = sub.add_parser(
         "module", help="module defaults: which version `module load NAME` picks",
         description="Show or switch the default version of a module in the site's module root "
@@ -412,6 +416,14 @@ def cmd_check_build(args) -> int:
     return 0
 
 
+def cmd_action(args) -> int:
+    """``hpcstack action VERB …``: the dry-run script's fetch and unpack lines, run with the code
+    of the real run (:func:`hpcstack.install.actions.cli`)."""
+    from hpcstack.install.actions import cli
+
+    return cli(args.words)
+
+
 def cmd_module(args) -> int:
     """``hpcstack module set-default | default | unset-default``: a module's default version.
 
@@ -464,7 +476,8 @@ def cmd_module(args) -> int:
 
 
 COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
-            "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build}
+            "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
+            "action": cmd_action}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -30,7 +30,7 @@ class Stack:
                  Step("module", "publish", [Publish(self.layout.prefix, where),
                                             WriteFile(self.modulefile, self.module_text)])]
         steps[-1].outputs += [self.modulefile, self.layout.prefix]
-        return Plan("t/1 for site x", self.layout.prefix, [], [], steps, {}, self.modulefile,
+        return Plan("t/1 for site x", self.layout.prefix, [], [], steps, self.modulefile,
                     stage_prefix=stage, build_id=build_id)
 
     def install(self, force: bool = False, stop_after: str | None = None) -> builds.Choice:
@@ -169,7 +169,7 @@ def test_preflight_names_missing_commands_and_compilers(tmp_path):
     plan = Plan("x", str(tmp_path / "p"), ["python"], [], [
         Step("build", "b", [Run(("no-such-tool-xyz", "--help")),
                             Run((str(tmp_path / "p" / "venv" / "bin" / "python"), "-V"), env={"CC": "no-such-cc -m64"})]),
-        Step("install", "i", [Run(("true",))])], {}, str(tmp_path / "mf"))
+        Step("install", "i", [Run(("true",))])], str(tmp_path / "mf"))
     with pytest.raises(ConfigError) as err:
         preflight(plan, {"PATH": os.environ["PATH"]}, ["build", "install"], "site.yaml")
     lines = err.value.lines()
@@ -177,6 +177,20 @@ def test_preflight_names_missing_commands_and_compilers(tmp_path):
     assert lines[0].startswith("step build: command 'no-such-tool-xyz' not found")
     assert lines[1].startswith("step build: compiler CC=no-such-cc not found") and "site.yaml" in lines[1]
     preflight(plan, {"PATH": os.environ["PATH"]}, ["install"])  # only the steps that will run
+
+
+def test_preflight_sees_the_commands_nested_in_a_cached_build(tmp_path):
+    from hpcstack.install.components.horovod import CachedWheelBuild
+
+    build = Run(("true",), env={"CXX": "no-such-cxx"})
+    cached = CachedWheelBuild("x", str(tmp_path / "cache"), str(tmp_path / "dist"), build,
+                              prepare=(Run(("no-such-patch-xyz", "-p1")),))
+    plan = Plan("x", str(tmp_path / "p"), [], [], [Step("build", "b", [cached])], str(tmp_path / "mf"))
+    with pytest.raises(ConfigError) as err:
+        preflight(plan, {"PATH": os.environ["PATH"]}, ["build"])
+    lines = err.value.lines()
+    assert len(lines) == 2 and "command 'no-such-patch-xyz' not found" in lines[0]
+    assert "compiler CXX=no-such-cxx not found" in lines[1]
 
 
 PIP_LOG = """\

@@ -15,7 +15,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -356,6 +355,26 @@ def test_a_missing_horovod_compiler_is_named_before_anything_is_fetched(localhos
                    "--module-root", str(tmp_path / "mf"))
     assert res.returncode == 2, res.stderr
     assert "step build: compiler CC=nonexistent-cc not found" in res.stderr and "toolchain.cc" in res.stderr
+    assert not (tmp_path / "sw").exists() and not (tmp_path / "mf").exists()
+
+
+def test_a_missing_patch_inside_the_cached_build_is_named_before_anything_is_written(localhost_ready, tmp_path):
+    """``patch`` runs only inside the cached source build (on a cache miss); the preflight sees
+    nested commands, so an install on a machine without it stops at once, exit 2, one line."""
+    shadow = tmp_path / "bin"  # the machine's commands, but no patch
+    shadow.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory) or os.path.realpath(directory) == str(shadow):
+            continue
+        for name in os.listdir(directory):
+            target = os.path.join(directory, name)
+            if name != "patch" and not (shadow / name).exists() and os.access(target, os.X_OK):
+                (shadow / name).symlink_to(target)
+    tiny = Tiny(tmp_path)
+    res = tiny.install(env={"PATH": str(shadow)})
+    assert res.returncode == 2, res.stderr
+    errors = [l for l in res.stderr.splitlines() if l.startswith("error:")]
+    assert len(errors) == 1 and "step build: command 'patch' not found" in errors[0], res.stderr
     assert not (tmp_path / "sw").exists() and not (tmp_path / "mf").exists()
 
 

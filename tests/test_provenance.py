@@ -16,7 +16,7 @@ import pytest
 from conftest import CHECK_BUILD_CPU as CHECK_BUILD
 from conftest import hpcstack, make_sdist, write_tiny_recipe
 from hpcstack import __version__
-from hpcstack.install.plan import CheckBuild
+from hpcstack.install.components.horovod import CheckBuild
 
 
 
@@ -50,7 +50,6 @@ def test_check_build_output_is_kept_in_the_build(tmp_path):
     class Ctx:
         env = dict(os.environ)
         log = io.StringIO()
-        dry_run = False
         state_dir = tmp_path / ".hpcstack"
 
     CheckBuild(str(fake), ("PyTorch", "MPI", "Gloo")).execute(Ctx)

@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Callable
 
 from hpcstack.errors import HpcstackError
-from hpcstack.install.plan import IN_PLACE_STEPS, PRE_STAGING, Plan, describe_os_error, fsync_dir, write_atomic
+from hpcstack.fsutil import fsync_dir, write_atomic
+from hpcstack.install.actions import PRE_STAGING, describe_os_error
+from hpcstack.install.plan import IN_PLACE_STEPS, Plan
 from hpcstack.install.runner import pending_steps
 
 __all__ = ["PRE_STAGING", "StackLayout", "Choice", "choose", "start", "finish", "default_marker", "uninstall"]

@@ -20,10 +20,7 @@
 
 from __future__ import annotations
 
-import getpass
-import hashlib
 import json
-import os
 import shutil
 import socket
 import sys
@@ -31,25 +28,17 @@ import time
 from pathlib import Path
 
 from hpcstack import __version__
-from hpcstack.install.plan import Plan, VerifySha256, write_atomic
+from hpcstack.fsutil import current_user, sha256_file, write_atomic
+from hpcstack.install.plan import Plan
 
 #: The files ``hpcstack show`` prints in full, in this order (the others it lists).
 SHOWN_IN_FULL = ("check-build.txt", "pip-freeze.txt")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def recipe_inputs(plan: Plan) -> list[str]:
-    """Files of the recipe the plan reads: declared inputs (lock files) and verified patches."""
-    files = []
-    for step in plan.steps:
-        for action in step.actions:
-            files += list(getattr(action, "inputs", ()))
-            if isinstance(action, VerifySha256):
-                files.append(action.path)
-    return list(dict.fromkeys(files))
+    """Files of the recipe the plan reads: every action's :meth:`~hpcstack.install.actions.Action.inputs`
+    (lock files, verified patches, scripts), nested actions' included, each once, in order."""
+    return list(dict.fromkeys(p for step in plan.steps for action in step.actions for p in action.inputs()))
 
 
 def record_inputs(plan: Plan, recipe_file: Path, site, argv: list[str] | None = None) -> Path:
@@ -90,7 +79,7 @@ def record_inputs(plan: Plan, recipe_file: Path, site, argv: list[str] | None = 
             rel = Path(src.name)
         (recipe_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, recipe_dir / rel)
-        copied[str(rel)] = _sha256(src)
+        copied[str(rel)] = sha256_file(src)
     try:
         write_atomic(state / "site.yaml", site.path.read_text())
     except OSError:
@@ -102,13 +91,13 @@ def record_inputs(plan: Plan, recipe_file: Path, site, argv: list[str] | None = 
         "hpcstack": __version__,
         "python": sys.version.split()[0],
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "user": _user(),
+        "user": current_user(),
         "host": socket.gethostname(),
         "command": ["hpcstack", *(sys.argv[1:] if argv is None else argv)],
         "title": plan.title,
-        "recipe": {"file": str(recipe_file), "sha256": _sha256(recipe_file), "inputs": copied},
+        "recipe": {"file": str(recipe_file), "sha256": sha256_file(recipe_file), "inputs": copied},
         "site": {"name": site.name, "file": str(site.path),
-                 "sha256": _sha256(site.path) if site.path.is_file() else None},
+                 "sha256": sha256_file(site.path) if site.path.is_file() else None},
         "prefix": plan.prefix,
         "stage_prefix": plan.build_prefix,
         "build_id": plan.build_id,
@@ -132,13 +121,6 @@ def record_timings(plan: Plan, timings: dict[str, float]) -> None:
     doc = {"hpcstack": __version__, "runs": runs + 1, "seconds": seconds,
            "total": round(sum(seconds.values()), 1)}
     write_atomic(path, json.dumps(doc, indent=1) + "\n")
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
 
 
 def describe(build_dir: Path, prefix: Path | None = None) -> dict:

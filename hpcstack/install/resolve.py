@@ -9,6 +9,7 @@ import subprocess
 from hpcstack.modules import modsys
 from hpcstack.install.components.base import PlanContext
 from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.fsutil import current_user
 from hpcstack.install.plan import (MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
                    Publish, Run, Step)
 from hpcstack.recipe import Recipe
@@ -103,23 +104,13 @@ def permission_actions(site: Site, ctx: PlanContext) -> list:
     parents = [top]
     if ctx.build_prefix != ctx.prefix:
         parents += [os.path.join(top, ".builds"), os.path.dirname(ctx.build_prefix)]
-    owned = ("find", *parents, "-maxdepth", "0", "-user", _user())
+    owned = ("find", *parents, "-maxdepth", "0", "-user", current_user())
     actions = []
     if group:
         actions += [Run(("chgrp", "-R", "-P", group, ctx.build_prefix)),
                     Run((*owned, "-exec", "chgrp", group, "{}", "+"))]
     actions += [Run(("chmod", "-R", mode, ctx.build_prefix)), Run((*owned, "-exec", "chmod", mode, "{}", "+"))]
     return actions
-
-
-def _user() -> str:
-    """The name (else the ``#uid``) of the user running hpcstack, for ``find -user``."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
 
 
 def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
@@ -179,4 +170,4 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
     steps[-1].outputs += [ctx.modulefile, prefix]
     return Plan(title=f"{recipe.full_name} for site {site.name}", prefix=prefix,
                 modules=build_modules(site), module_use=list(site.modules.use), steps=steps,
-                env={}, modulefile=ctx.modulefile, stage_prefix=ctx.build_prefix, build_id=build_id)
+                modulefile=ctx.modulefile, stage_prefix=ctx.build_prefix, build_id=build_id)

@@ -33,7 +33,9 @@ from rich.console import Console
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.install.plan import CheckBuild, Plan, Run, Step, describe_os_error, expand, fsync_dir
+from hpcstack.fsutil import fsync_dir
+from hpcstack.install.actions import describe_os_error, expand, walk_commands
+from hpcstack.install.plan import Plan, Step
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -88,17 +90,12 @@ class Runner:
     def __init__(self, plan: Plan, env: dict[str, str], stop_after: str | None = None,
                  force: bool = False):
         self.plan = plan
-        self.env = {**env, **plan.env}
+        self.env = dict(env)
         self.stop_after = stop_after
         self.force = force
-        self.dry_run = False
         self.log = None
         self.timings: dict[str, float] = {}
         self.state_dir = Path(plan.state_dir)
-
-    def is_done(self, step: Step, digest: str) -> bool:
-        """True if ``step`` is recorded with ``digest`` and all its outputs exist."""
-        return is_done(self.plan, step, digest)
 
     def pending(self) -> list[str]:
         """Names of the steps that a run would do."""
@@ -184,14 +181,8 @@ class Runner:
 
 
     def _written_paths(self, step: Step) -> list[str]:
-        """Directories the step writes to: the build, and the destinations its actions name."""
-        paths = [self.plan.build_prefix]
-        for action in step.actions:
-            for name in ("dest", "path"):
-                value = getattr(action, name, None)
-                if isinstance(value, str):
-                    paths.append(os.path.dirname(value))
-        return paths
+        """Directories the step writes to: the build, and those of its actions' outputs."""
+        return [self.plan.build_prefix, *(os.path.dirname(o) for a in step.actions for o in a.outputs())]
 
 
 def full_filesystem(paths: list[str], min_free: int = 1 << 20) -> str | None:
@@ -297,8 +288,10 @@ def diagnose(log: str) -> str | None:
 def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str = "the site config") -> None:
     """Check, before anything is written, that the commands and compilers of ``steps`` exist.
 
-    Commands are looked up on the PATH of the build environment (the site's modules loaded);
-    compilers are the first word of ``CC``, ``CXX``, … set for a command. Paths inside the
+    The commands are those every action reports (:meth:`~hpcstack.install.actions.Action.commands`),
+    nested ones included (the ``patch`` a cached source build runs on a cache miss). They are
+    looked up on the PATH of the build environment (the site's modules loaded); compilers are
+    the first word of ``CC``, ``CXX``, … set for a command. Paths inside the
     build (the venv's python, the stack's tools) are made by earlier steps and not checked.
 
     Args:
@@ -325,18 +318,14 @@ def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str 
     for step in plan.steps:
         if step.name not in steps:
             continue
-        for action in step.actions:
-            if isinstance(action, CheckBuild):
-                continue
-            argv = getattr(action, "argv", None)
-            if isinstance(action, Run) or argv:
-                cmd = expand(argv[0], env)
-                if cmd and cmd not in seen and missing(cmd):
-                    seen.add(cmd)
-                    problems.append(f"step {step.name}: command {cmd!r} not found on the PATH of the build "
-                                    f"environment (after loading {', '.join(plan.modules) or 'no modules'}); "
-                                    f"install it or load its module (modules.build in {site_path})")
-            for var, value in getattr(action, "env", {}).items():
+        for run in walk_commands(step.actions):  # nested commands too (a cached build's patch)
+            cmd = expand(run.argv[0], run.command_env(env)) if run.argv else ""
+            if cmd and cmd not in seen and missing(cmd):
+                seen.add(cmd)
+                problems.append(f"step {step.name}: command {cmd!r} not found on the PATH of the build "
+                                f"environment (after loading {', '.join(plan.modules) or 'no modules'}); "
+                                f"install it or load its module (modules.build in {site_path})")
+            for var, value in run.env.items():
                 if var not in COMPILER_VARS:
                     continue
                 words = expand(value, env).split()

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -348,6 +347,10 @@ class WriteDefault:
     under a name becomes ``module load <name>``'s choice, and a later install never moves an
     existing default (that is ``hpcstack module set-default``'s job).
 
+    It is a :class:`hpcstack.install.actions.WriteFile` with ``unless_exists`` (any file of
+    :data:`DEFAULT_CANDIDATES`), so its dry-run bash and its execution are one: execution runs
+    the printed bash, an atomic write.
+
     Args:
         module_dir (str): ``<module root>/<name>``.
         name (str), version (str): the module, e.g. ``"pytorch"``, ``"2.3.1-gpu"``.
@@ -366,18 +369,25 @@ class WriteDefault:
         """The file this action writes."""
         return os.path.join(self.module_dir, DEFAULT_FILES[self.syntax])
 
+    def write(self):
+        """The :class:`~hpcstack.install.actions.WriteFile` this action is."""
+        from hpcstack.install.actions import WriteFile
+
+        return WriteFile(self.path, render_default(self.name, self.version, self.syntax, self.site), 0o644,
+                         unless_exists=tuple(os.path.join(self.module_dir, f) for f in DEFAULT_CANDIDATES))
+
+    def commands(self) -> tuple:
+        return self.write().commands()
+
+    def inputs(self) -> tuple[str, ...]:
+        return ()
+
+    def outputs(self) -> tuple[str, ...]:
+        return (self.path,)
+
     def to_bash(self) -> str:
-        content = render_default(self.name, self.version, self.syntax, self.site)
-        d = shlex.quote(self.module_dir)
-        tests = " || ".join(f"[ -e {d}/{f} ] || [ -L {d}/{f} ]" for f in DEFAULT_CANDIDATES)
-        return (f"# default version, only if {self.name} has none yet\n"
-                f"if ! {{ {tests}; }}; then\n"
-                f"cat > {shlex.quote(self.path)} <<'HPCSTACK_EOF'\n{content}HPCSTACK_EOF\nfi")
+        return f"# default version, only if {self.name} has none yet\n{self.write().to_bash()}"
 
     def execute(self, ctx) -> None:
-        d = Path(self.module_dir)
-        if any((d / f).exists() or (d / f).is_symlink() for f in DEFAULT_CANDIDATES):
-            ctx.log.write(f"default of {self.name} already set in {d}; left alone\n")
-            return
-        ctx.log.write(f"write {self.path} (default {self.name}/{self.version})\n")
-        write_atomic(Path(self.path), render_default(self.name, self.version, self.syntax, self.site))
+        ctx.log.write(f"default of {self.name}: {self.version} unless one is set in {self.module_dir}\n")
+        self.write().execute(ctx)

@@ -2,6 +2,8 @@
 
 A built wheel is kept in the site's build cache under a key that hashes everything that changes
 the binary (:class:`CachedWheelBuild`), so the same Horovod is never compiled twice (issue 6).
+The component owns its two actions, :class:`CachedWheelBuild` and :class:`CheckBuild`
+(``horovodrun --check-build``); both follow :class:`hpcstack.install.actions.Action`.
 """
 
 from __future__ import annotations
@@ -18,13 +20,18 @@ import tempfile
 from dataclasses import dataclass, field
 
 from hpcstack.errors import HpcstackError
-from hpcstack.install.plan import (BUILD, FETCH, INSTALL, PATCH, SANITYCHECK, CheckBuild, ExecContext, Fetch, Run,
-                    Unpack, VerifySha256, bash_word)
+from hpcstack.install.actions import ActionBase, ExecContext, Fetch, Run, Unpack, VerifySha256, bash_word
+from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.wheels import install_run
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused.
 KEY_FORMAT = "hpcstack build key v1"
+#: Drops the ``<script>: line N: `` that bash puts before its own errors (``command not found``,
+#: ``No such file or directory``): the line differs between the dry-run script and the key
+#: function run alone, and the key must not. A probe that succeeds prints no such line, so its
+#: keys are unchanged and the wheels already cached stay valid.
+_NO_LINE_NUMBERS = "sed -E 's/^[^:]*: line [0-9]+: //'"
 
 #: Variables of the build environment that change the binary; the key records their values.
 #: ``MAKEFLAGS`` (parallelism) is left out on purpose: ``-j2`` and ``-j8`` give the same wheel.
@@ -32,7 +39,7 @@ KEY_VARIABLES = r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|
 
 
 @dataclass(frozen=True)
-class CachedWheelBuild:
+class CachedWheelBuild(ActionBase):
     """Build a wheel, or reuse the one built before under the same build key (an action).
 
     The key is the sha256 of the text a bash function prints: fixed lines (key format, package,
@@ -71,6 +78,17 @@ class CachedWheelBuild:
     probes: tuple[tuple[str, str], ...] = ()
     prepare: tuple = ()
 
+    def commands(self) -> tuple[Run, ...]:
+        """``bash`` (the key function), then on a miss the commands of ``prepare`` (``patch``)
+        and of the build (its compilers): the preflight checks them all, hit or miss."""
+        return (Run(("bash",)), *(r for a in self.prepare for r in a.commands()), *self.build.commands())
+
+    def inputs(self) -> tuple[str, ...]:
+        return (*(p for a in self.prepare for p in a.inputs()), *self.build.inputs())
+
+    def outputs(self) -> tuple[str, ...]:
+        return (self.dist, self.root, *(o for a in self.prepare for o in a.outputs()))
+
     @property
     def function(self) -> str:
         """Name of the bash function that prints the key's text."""
@@ -81,11 +99,9 @@ class CachedWheelBuild:
         lines = [f"{self.function}() {{", "  (", "    set +eu -o pipefail"]
         lines += [f"    export {n}={bash_word(v)}" for n, v in self.env.items()]
         lines += [f"    echo {shlex.quote(line)}" for line in self.fixed]
-        # A probe's stderr stays out of the key: bash's own messages name the script and line
-        # ("bash: line 18: …: No such file"), which differ between the dry-run script and this
-        # function run alone; a failing probe still shows as its exit status.
         for label, probe in self.probes:
-            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>/dev/null || echo \"(exit $?)\"")
+            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>&1 | {_NO_LINE_NUMBERS} "
+                         '|| echo "(exit $?)"')
         return "\n".join(lines + ["  )", "}"])
 
     def key_text(self, env: dict[str, str]) -> str:
@@ -174,7 +190,7 @@ class SourceBuild:
     """Download a Python sdist, check its sha256, patch it, build a wheel, install the wheel.
 
     Building a wheel (``pip wheel --no-build-isolation``) and installing that avoids pip's
-    fallback to a legacy ``setup.py install`` that doubles the time of a failed build (docs/notes.md).
+    fallback to a legacy ``setup.py install`` that doubles the time of a failed build (facts.md).
     The wheel goes through the site's build cache (``installer.build_cache``, default on): a
     re-install whose build key matches copies the wheel built before instead of compiling
     (:class:`CachedWheelBuild`; the key covers the sdist and patch sha256s, the venv's Python,
@@ -306,37 +322,26 @@ class SourceBuild:
 class HorovodBuild(SourceBuild):
     """Horovod from its PyPI sdist, built against the site's MPI (and NCCL and CUDA on GPU sites).
 
-    What Horovod is built *with* is this component's (the recipe's) choice: PyTorch only, the MPI
-    and Gloo controllers, ``cpu_operations`` for CPU tensors, and on a site whose toolchain has
-    CUDA, ``gpu_operations`` for GPU tensors. What it is built *against* comes from the site's
-    :class:`hpcstack.site.Toolchain`: the compilers (``CC``/``CXX``/``FC``, the MPI wrappers),
-    ``HOROVOD_CUDA_HOME``, ``HOROVOD_NCCL_HOME``, ``HOROVOD_BUILD_CUDA_CC_LIST``. The variables
-    follow Horovod's install guide (https://horovod.readthedocs.io/en/stable/install_include.html).
-    On a site without CUDA the build sets ``HOROVOD_WITHOUT_CUDA=1`` (our patch): Horovod would
-    otherwise turn CUDA on by itself when torch is a CUDA build and any CUDA toolkit can be found
-    (``nvcc`` on PATH, ``/usr/local/cuda``). A site's CUDA stubs directory is prepended to
+    The HOROVOD_* variables follow Horovod's install guide
+    (https://horovod.readthedocs.io/en/stable/install_include.html) and the site's ``horovod``
+    section: frameworks (PyTorch only), controllers (MPI, Gloo), CPU operations, and on GPU sites
+    ``HOROVOD_GPU``, ``HOROVOD_GPU_OPERATIONS``, CUDA and NCCL homes, ``HOROVOD_BUILD_CUDA_CC_LIST``.
+    ``CC``/``CXX`` are the MPI compiler wrappers. A site's ``cuda_stubs`` directory is prepended to
     ``LD_LIBRARY_PATH`` for the build and the sanity check only (a login node has no driver); it
     never reaches the modulefile. The sanity check runs ``horovodrun --check-build`` and requires
-    :meth:`required_flags`: ``required`` plus the GPU operations on CUDA sites (a Gloo-only GPU
-    build halves per-GPU throughput, Horovod issue #2686).
-
-    The build key adds to :class:`SourceBuild`'s the torch version, the MPI behind the compiler
-    wrappers, the CUDA compiler and NCCL's version, and every ``HOROVOD_*`` variable of the build
-    environment; ``MAKEFLAGS`` does not count. Not in the key: the venv's path. Horovod's CMake
-    gives its ``.so`` files a RUNPATH to the building venv's ``torch/lib``; a wheel reused in
-    another prefix keeps that path. It works, also once the first build is gone:
-    ``horovod.torch`` imports torch first, so the loader matches ``libtorch.so`` and
-    ``libc10.so`` by name among the libraries already loaded, and it looks for ``libmpi*.so`` in
-    that directory in vain (23 failed lookups in the benchmark's strace) before the system
-    directories. A prefix-free wheel needs the RUNPATH dropped at build time (docs/benchmarks.md).
-
-    Args:
-        cpu_operations (str): ``HOROVOD_CPU_OPERATIONS``: ``MPI``, ``Gloo`` or ``CCL``.
-        gpu_operations (str): ``HOROVOD_GPU_OPERATIONS`` on CUDA sites: ``NCCL`` or ``MPI``.
-        required (tuple[str, ...]): ``horovodrun --check-build`` flags every site must show.
+    the site's ``required_flags``. The build key adds to :class:`SourceBuild`'s the torch
+    version, the MPI behind the compiler wrappers, the CUDA compiler and NCCL's version, and
+    every ``HOROVOD_*`` variable of the build environment; ``MAKEFLAGS`` does not count. Not in
+    the key: the venv's path. Horovod's CMake gives its ``.so`` files a RUNPATH to the building
+    venv's ``torch/lib``; a wheel reused in another prefix keeps that path. It works, also once
+    the first build is gone: ``horovod.torch`` imports torch first, so the loader matches
+    ``libtorch.so`` and ``libc10.so`` by name among the libraries already loaded, and it looks
+    for ``libmpi*.so`` in that directory in vain (23 failed lookups in the benchmark's strace,
+    as a self-built Horovod makes in its own ``torch/lib``) before the system directories.
+    A prefix-free wheel needs the RUNPATH dropped at build time (docs/benchmarks.md).
 
     Example:
-        ``HorovodBuild("horovod", "0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
+        ``HorovodBuild("0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
     """
 
     package: str = "horovod"
@@ -344,42 +349,28 @@ class HorovodBuild(SourceBuild):
     url: str = ""
     sha256: str = ""
     patches: tuple[Patch, ...] = field(default=())
-    cpu_operations: str = "MPI"
-    gpu_operations: str = "NCCL"
-    required: tuple[str, ...] = ("PyTorch", "MPI", "Gloo")
-
-    def __post_init__(self):
-        if self.cpu_operations not in ("MPI", "Gloo", "CCL"):
-            raise ValueError(f"cpu_operations {self.cpu_operations!r}: one of MPI, Gloo, CCL")
-        if self.gpu_operations not in ("NCCL", "MPI"):
-            raise ValueError(f"gpu_operations {self.gpu_operations!r}: one of NCCL, MPI")
-
-    def required_flags(self, ctx: PlanContext) -> tuple[str, ...]:
-        """The check-build flags this site's build must show: ``required``, plus
-        ``gpu_operations`` where the toolchain has CUDA."""
-        extra = (self.gpu_operations,) if ctx.toolchain.has_cuda else ()
-        return tuple(dict.fromkeys(self.required + extra))
 
     def build_env(self, ctx: PlanContext) -> dict[str, str]:
-        tc = ctx.toolchain
-        env = {"CC": tc.cc, "CXX": tc.cxx}
-        if tc.fc:
-            env["FC"] = tc.fc
+        h = ctx.site.horovod
+        env = {"CC": h.cc, "CXX": h.cxx}
+        if h.fc:
+            env["FC"] = h.fc
         env.update({
             "HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
             "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
-            "HOROVOD_CPU_OPERATIONS": self.cpu_operations,
+            "HOROVOD_CPU_OPERATIONS": h.cpu_operations,
         })
-        if tc.has_cuda:
-            env["HOROVOD_GPU"] = "CUDA"
-            env["HOROVOD_GPU_OPERATIONS"] = self.gpu_operations
-            env["HOROVOD_CUDA_HOME"] = tc.cuda_home
-            if tc.nccl_home:
-                env["HOROVOD_NCCL_HOME"] = tc.nccl_home
-            if tc.cuda_cc_list:
-                env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(str(c) for c in tc.cuda_cc_list)
-        else:
-            env["HOROVOD_WITHOUT_CUDA"] = "1"
+        if h.gpu:
+            env["HOROVOD_GPU"] = h.gpu
+        if h.gpu_operations:
+            env["HOROVOD_GPU_OPERATIONS"] = h.gpu_operations
+        if h.cuda_home:
+            env["HOROVOD_CUDA_HOME"] = h.cuda_home
+        if h.nccl_home:
+            env["HOROVOD_NCCL_HOME"] = h.nccl_home
+        if h.cuda_cc_list:
+            env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(str(c) for c in h.cuda_cc_list)
+        env.update(h.env)
         return {**env, **super().build_env(ctx)}
 
     def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
@@ -404,7 +395,7 @@ class HorovodBuild(SourceBuild):
         return os.path.join(ctx.stage_dir, "cuda-stubs")
 
     def build_prepend(self, ctx: PlanContext) -> dict[str, str]:
-        stubs = ctx.toolchain.cuda_stubs
+        stubs = ctx.site.horovod.cuda_stubs
         return {"LD_LIBRARY_PATH": f"{self.stub_dir(ctx)}:{stubs}"} if stubs else {}
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
@@ -415,7 +406,7 @@ class HorovodBuild(SourceBuild):
         the NVHPC tree.
         """
         steps = super().contribute(ctx)
-        stubs = ctx.toolchain.cuda_stubs
+        stubs = ctx.site.horovod.cuda_stubs
         if stubs:
             stub_dir = self.stub_dir(ctx)
             steps[BUILD][:0] = [Run(("test", "-e", f"{stubs}/libcuda.so")),
@@ -425,5 +416,54 @@ class HorovodBuild(SourceBuild):
 
     def sanity_actions(self, ctx: PlanContext) -> list:
         return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
-                           self.required_flags(ctx),
+                           tuple(ctx.site.horovod.required_flags),
                            prepend=self.build_prepend(ctx))]
+
+
+@dataclass(frozen=True)
+class CheckBuild(ActionBase):
+    """Run ``horovodrun --check-build`` and require flags (the Horovod build's sanity check).
+
+    The dry-run line is ``hpcstack check-build --horovodrun … --require …``, which calls the same
+    :func:`hpcstack.validate.checkbuild.check_build` as :meth:`execute`, in the environment built
+    from the same ``env`` and ``prepend`` (:meth:`Run.command_env`). :meth:`execute` also keeps
+    the output as ``check-build.txt`` in the build's ``.hpcstack`` (provenance).
+
+    Args:
+        horovodrun (str): path of ``horovodrun`` in the stack.
+        required (tuple[str, ...]): flags that must be ``[X]``, as ``Section:Name`` or ``Name``
+            (any section), e.g. ``("PyTorch", "Controllers:MPI", "Controllers:Gloo", "Operations:NCCL")``.
+        env (dict[str, str]) / prepend (dict[str, str]): as for :class:`Run`.
+
+    Raises:
+        HpcstackError: names every required flag that is missing.
+    """
+
+    horovodrun: str
+    required: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    prepend: dict[str, str] = field(default_factory=dict)
+
+    def _run(self) -> Run:
+        return Run(("hpcstack", "check-build", "--horovodrun", self.horovodrun,
+                    "--require", ",".join(self.required)), env=self.env, prepend=self.prepend)
+
+    def commands(self) -> tuple[Run, ...]:
+        """``horovodrun --check-build``, with the variables it runs with (hpcstack's own code
+        runs it, not the ``hpcstack`` command)."""
+        return (Run((self.horovodrun, "--check-build"), env=self.env, prepend=self.prepend),)
+
+    def to_bash(self) -> str:
+        return self._run().to_bash()
+
+    def execute(self, ctx: ExecContext) -> None:
+        from hpcstack.fsutil import write_atomic
+        from hpcstack.validate.checkbuild import check_build
+
+        env = self._run().command_env(ctx.env)
+        ctx.log.write(f"$ {self.to_bash()}\n")
+        output = check_build(self.horovodrun, self.required, env)
+        ctx.log.write(output)
+        state_dir = getattr(ctx, "state_dir", None)
+        if state_dir is not None:  # provenance: the stack records what its Horovod was built with
+            write_atomic(os.path.join(state_dir, "check-build.txt"), output)

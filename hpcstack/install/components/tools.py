@@ -39,7 +39,7 @@ class StackTools:
                 # a copy (its shebang is `env python3`: the stack's python once the module is loaded);
                 # its content is an input of the step, so an edited trainer redoes the install step
                 Run(("install", "-m", "0755", trainer, os.path.join(ctx.bin_dir, TRAINER)),
-                    inputs=(trainer,)),
+                    input_files=(trainer,)),
             ],
             SANITYCHECK: [Run((extend, "--help"))],
         }

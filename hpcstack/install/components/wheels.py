@@ -69,7 +69,7 @@ def wheel_cache(ctx: PlanContext) -> str:
 
 
 def install_run(ctx: PlanContext, *args: str, reinstall: tuple[str, ...] = (),
-                inputs: tuple[str, ...] = ()) -> Run:
+                input_files: tuple[str, ...] = ()) -> Run:
     """Return the action that installs into the stack's venv with the site's backend.
 
     uv: ``uv pip install --python <venv python> --no-config --cache-dir <wheel cache>
@@ -82,7 +82,8 @@ def install_run(ctx: PlanContext, *args: str, reinstall: tuple[str, ...] = (),
         *args (str): requirements and options common to both (``--require-hashes``, ``-r``,
             ``--no-deps``, ``--no-index``, ``--find-links DIR``, ``name==version``).
         reinstall (tuple[str, ...]): packages to reinstall even when the same version is there.
-        inputs (tuple[str, ...]): files whose content decides whether the step is up to date.
+        input_files (tuple[str, ...]): files whose content decides whether the step is up to
+            date (:meth:`Run.inputs`).
 
     Returns:
         Run: the action.
@@ -99,12 +100,12 @@ def install_run(ctx: PlanContext, *args: str, reinstall: tuple[str, ...] = (),
             argv.append("--compile-bytecode")
         for name in reinstall:
             argv += ["--reinstall-package", name]
-        return Run(tuple(argv + list(args)), unset=UV_UNSET, inputs=inputs)
+        return Run(tuple(argv + list(args)), unset=UV_UNSET, input_files=input_files)
     argv = list(ctx.pip("install", "--cache-dir", cache,
                         "--compile" if inst.compile_bytecode else "--no-compile"))
     if reinstall:
         argv.append("--force-reinstall")
-    return Run(tuple(argv + list(args)), inputs=inputs)
+    return Run(tuple(argv + list(args)), input_files=input_files)
 
 
 def check_run(ctx: PlanContext) -> Run:
@@ -246,6 +247,6 @@ class PipWheels:
         if ctx.site.installer.backend == "uv" and extra_indexes(lock):
             extra = ("--index-strategy", "unsafe-best-match")
         return {
-            WHEELS: [install_run(ctx, *extra, "--require-hashes", "-r", lock, inputs=(lock,))],
+            WHEELS: [install_run(ctx, *extra, "--require-hashes", "-r", lock, input_files=(lock,))],
             SANITYCHECK: [check_run(ctx)],
         }
