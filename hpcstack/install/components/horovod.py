@@ -380,12 +380,14 @@ class HorovodBuild(SourceBuild):
     def key_probes(self, ctx: PlanContext) -> tuple[tuple[str, str], ...]:
         """As :meth:`SourceBuild.key_probes`, plus the MPI behind the compiler wrapper (Open MPI
         ``-showme`` and its version, else MPICH-style ``-show``), the CUDA compiler Horovod would
-        use (``$HOROVOD_CUDA_HOME/bin/nvcc``, else an ``nvcc`` on PATH) and NCCL's version
+        use (``$HOROVOD_CUDA_HOME/bin/nvcc``, else an ``nvcc`` on PATH, none for a build with
+        ``HOROVOD_WITHOUT_CUDA``: a CPU build does not depend on the machine's nvcc) and NCCL's version
         (``$HOROVOD_NCCL_HOME/include/nccl.h``)."""
         return (*super().key_probes(ctx),
                 ("MPI", '"${CC:-mpicc}" -showme 2>/dev/null && "${CC:-mpicc}" -showme:version 2>/dev/null'
                         ' || "${CC:-mpicc}" -show'),
                 ("CUDA", 'if [ -n "$HOROVOD_CUDA_HOME" ]; then "$HOROVOD_CUDA_HOME/bin/nvcc" --version; '
+                         'elif [ -n "$HOROVOD_WITHOUT_CUDA" ]; then echo "CUDA off (HOROVOD_WITHOUT_CUDA)"; '
                          'else command -v nvcc && nvcc --version; fi'),
                 ("NCCL", 'if [ -n "$HOROVOD_NCCL_HOME" ]; then grep -E "^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)" '
                          '"$HOROVOD_NCCL_HOME/include/nccl.h"; fi'))
