@@ -190,7 +190,7 @@ class SourceBuild:
     """Download a Python sdist, check its sha256, patch it, build a wheel, install the wheel.
 
     Building a wheel (``pip wheel --no-build-isolation``) and installing that avoids pip's
-    fallback to a legacy ``setup.py install`` that doubles the time of a failed build (facts.md).
+    fallback to a legacy ``setup.py install`` that doubles the time of a failed build (docs/notes.md).
     The wheel goes through the site's build cache (``installer.build_cache``, default on): a
     re-install whose build key matches copies the wheel built before instead of compiling
     (:class:`CachedWheelBuild`; the key covers the sdist and patch sha256s, the venv's Python,
@@ -322,26 +322,37 @@ class SourceBuild:
 class HorovodBuild(SourceBuild):
     """Horovod from its PyPI sdist, built against the site's MPI (and NCCL and CUDA on GPU sites).
 
-    The HOROVOD_* variables follow Horovod's install guide
-    (https://horovod.readthedocs.io/en/stable/install_include.html) and the site's ``horovod``
-    section: frameworks (PyTorch only), controllers (MPI, Gloo), CPU operations, and on GPU sites
-    ``HOROVOD_GPU``, ``HOROVOD_GPU_OPERATIONS``, CUDA and NCCL homes, ``HOROVOD_BUILD_CUDA_CC_LIST``.
-    ``CC``/``CXX`` are the MPI compiler wrappers. A site's ``cuda_stubs`` directory is prepended to
+    What Horovod is built *with* is this component's (the recipe's) choice: PyTorch only, the MPI
+    and Gloo controllers, ``cpu_operations`` for CPU tensors, and on a site whose toolchain has
+    CUDA, ``gpu_operations`` for GPU tensors. What it is built *against* comes from the site's
+    :class:`hpcstack.site.Toolchain`: the compilers (``CC``/``CXX``/``FC``, the MPI wrappers),
+    ``HOROVOD_CUDA_HOME``, ``HOROVOD_NCCL_HOME``, ``HOROVOD_BUILD_CUDA_CC_LIST``. The variables
+    follow Horovod's install guide (https://horovod.readthedocs.io/en/stable/install_include.html).
+    On a site without CUDA the build sets ``HOROVOD_WITHOUT_CUDA=1`` (our patch): Horovod would
+    otherwise turn CUDA on by itself when torch is a CUDA build and any CUDA toolkit can be found
+    (``nvcc`` on PATH, ``/usr/local/cuda``). A site's CUDA stubs directory is prepended to
     ``LD_LIBRARY_PATH`` for the build and the sanity check only (a login node has no driver); it
     never reaches the modulefile. The sanity check runs ``horovodrun --check-build`` and requires
-    the site's ``required_flags``. The build key adds to :class:`SourceBuild`'s the torch
-    version, the MPI behind the compiler wrappers, the CUDA compiler and NCCL's version, and
-    every ``HOROVOD_*`` variable of the build environment; ``MAKEFLAGS`` does not count. Not in
-    the key: the venv's path. Horovod's CMake gives its ``.so`` files a RUNPATH to the building
-    venv's ``torch/lib``; a wheel reused in another prefix keeps that path. It works, also once
-    the first build is gone: ``horovod.torch`` imports torch first, so the loader matches
-    ``libtorch.so`` and ``libc10.so`` by name among the libraries already loaded, and it looks
-    for ``libmpi*.so`` in that directory in vain (23 failed lookups in the benchmark's strace,
-    as a self-built Horovod makes in its own ``torch/lib``) before the system directories.
-    A prefix-free wheel needs the RUNPATH dropped at build time (docs/benchmarks.md).
+    :meth:`required_flags`: ``required`` plus the GPU operations on CUDA sites (a Gloo-only GPU
+    build halves per-GPU throughput, Horovod issue #2686).
+
+    The build key adds to :class:`SourceBuild`'s the torch version, the MPI behind the compiler
+    wrappers, the CUDA compiler and NCCL's version, and every ``HOROVOD_*`` variable of the build
+    environment; ``MAKEFLAGS`` does not count. Not in the key: the venv's path. Horovod's CMake
+    gives its ``.so`` files a RUNPATH to the building venv's ``torch/lib``; a wheel reused in
+    another prefix keeps that path. It works, also once the first build is gone:
+    ``horovod.torch`` imports torch first, so the loader matches ``libtorch.so`` and
+    ``libc10.so`` by name among the libraries already loaded, and it looks for ``libmpi*.so`` in
+    that directory in vain (23 failed lookups in the benchmark's strace) before the system
+    directories. A prefix-free wheel needs the RUNPATH dropped at build time (docs/benchmarks.md).
+
+    Args:
+        cpu_operations (str): ``HOROVOD_CPU_OPERATIONS``: ``MPI``, ``Gloo`` or ``CCL``.
+        gpu_operations (str): ``HOROVOD_GPU_OPERATIONS`` on CUDA sites: ``NCCL`` or ``MPI``.
+        required (tuple[str, ...]): ``horovodrun --check-build`` flags every site must show.
 
     Example:
-        ``HorovodBuild("0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
+        ``HorovodBuild("horovod", "0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
     """
 
     package: str = "horovod"
@@ -349,28 +360,42 @@ class HorovodBuild(SourceBuild):
     url: str = ""
     sha256: str = ""
     patches: tuple[Patch, ...] = field(default=())
+    cpu_operations: str = "MPI"
+    gpu_operations: str = "NCCL"
+    required: tuple[str, ...] = ("PyTorch", "MPI", "Gloo")
+
+    def __post_init__(self):
+        if self.cpu_operations not in ("MPI", "Gloo", "CCL"):
+            raise ValueError(f"cpu_operations {self.cpu_operations!r}: one of MPI, Gloo, CCL")
+        if self.gpu_operations not in ("NCCL", "MPI"):
+            raise ValueError(f"gpu_operations {self.gpu_operations!r}: one of NCCL, MPI")
+
+    def required_flags(self, ctx: PlanContext) -> tuple[str, ...]:
+        """The check-build flags this site's build must show: ``required``, plus
+        ``gpu_operations`` where the toolchain has CUDA."""
+        extra = (self.gpu_operations,) if ctx.toolchain.has_cuda else ()
+        return tuple(dict.fromkeys(self.required + extra))
 
     def build_env(self, ctx: PlanContext) -> dict[str, str]:
-        h = ctx.site.horovod
-        env = {"CC": h.cc, "CXX": h.cxx}
-        if h.fc:
-            env["FC"] = h.fc
+        tc = ctx.toolchain
+        env = {"CC": tc.cc, "CXX": tc.cxx}
+        if tc.fc:
+            env["FC"] = tc.fc
         env.update({
             "HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
             "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
-            "HOROVOD_CPU_OPERATIONS": h.cpu_operations,
+            "HOROVOD_CPU_OPERATIONS": self.cpu_operations,
         })
-        if h.gpu:
-            env["HOROVOD_GPU"] = h.gpu
-        if h.gpu_operations:
-            env["HOROVOD_GPU_OPERATIONS"] = h.gpu_operations
-        if h.cuda_home:
-            env["HOROVOD_CUDA_HOME"] = h.cuda_home
-        if h.nccl_home:
-            env["HOROVOD_NCCL_HOME"] = h.nccl_home
-        if h.cuda_cc_list:
-            env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(str(c) for c in h.cuda_cc_list)
-        env.update(h.env)
+        if tc.has_cuda:
+            env["HOROVOD_GPU"] = "CUDA"
+            env["HOROVOD_GPU_OPERATIONS"] = self.gpu_operations
+            env["HOROVOD_CUDA_HOME"] = tc.cuda_home
+            if tc.nccl_home:
+                env["HOROVOD_NCCL_HOME"] = tc.nccl_home
+            if tc.cuda_cc_list:
+                env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(str(c) for c in tc.cuda_cc_list)
+        else:
+            env["HOROVOD_WITHOUT_CUDA"] = "1"
         return {**env, **super().build_env(ctx)}
 
     def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
@@ -397,7 +422,7 @@ class HorovodBuild(SourceBuild):
         return os.path.join(ctx.stage_dir, "cuda-stubs")
 
     def build_prepend(self, ctx: PlanContext) -> dict[str, str]:
-        stubs = ctx.site.horovod.cuda_stubs
+        stubs = ctx.toolchain.cuda_stubs
         return {"LD_LIBRARY_PATH": f"{self.stub_dir(ctx)}:{stubs}"} if stubs else {}
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
@@ -408,7 +433,7 @@ class HorovodBuild(SourceBuild):
         the NVHPC tree.
         """
         steps = super().contribute(ctx)
-        stubs = ctx.site.horovod.cuda_stubs
+        stubs = ctx.toolchain.cuda_stubs
         if stubs:
             stub_dir = self.stub_dir(ctx)
             steps[BUILD][:0] = [Run(("test", "-e", f"{stubs}/libcuda.so")),
@@ -418,7 +443,7 @@ class HorovodBuild(SourceBuild):
 
     def sanity_actions(self, ctx: PlanContext) -> list:
         return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
-                           tuple(ctx.site.horovod.required_flags),
+                           self.required_flags(ctx),
                            prepend=self.build_prepend(ctx))]
 
 
