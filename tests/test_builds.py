@@ -237,3 +237,38 @@ def test_step_records_are_json_with_the_hash(stack):
     choice = stack.install()
     record = json.loads(Path(choice.plan.state_dir, "steps", "build.json").read_text())
     assert record["hash"] == choice.plan.step_hashes()["build"]
+
+
+# ------------------------------------------------------------------------------- the site in the identity
+
+def test_another_sites_install_does_not_replace_the_published_stack(localhost_ready, tmp_path):
+    """Two sites sharing one install root: the second is refused (exit 2, nothing changed) rather
+    than replacing the first site's stack under its modulefile; --force does it (issue 16)."""
+    import yaml
+
+    from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
+
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    sites = {}
+    for name in ("sitea", "siteb"):
+        data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+        data["name"] = name
+        sites[name] = tmp_path / f"{name}.yaml"
+        sites[name].write_text(yaml.safe_dump(data))
+    common = ["--prefix", str(tmp_path / "sw"), "--module-root", str(tmp_path / "mf")]
+    first = hpcstack("install", str(recipe), "--site", str(sites["sitea"]), *common)
+    assert first.returncode == 0, first.stderr
+    prefix = tmp_path / "sw" / "tiny" / "1.0"
+    published = os.path.realpath(prefix)
+    again = hpcstack("install", str(recipe), "--site", str(sites["sitea"]), *common)
+    assert again.returncode == 0 and "up to date" in again.stdout + again.stderr
+    other = hpcstack("install", str(recipe), "--site", str(sites["siteb"]), *common)
+    assert other.returncode == 2, other.stderr
+    (line,) = other.stderr.strip().splitlines()
+    assert "is published for site 'sitea'" in line and "install_root of its own" in line
+    assert os.path.realpath(prefix) == published
+    forced = hpcstack("install", str(recipe), "--site", str(sites["siteb"]), *common, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert os.path.realpath(prefix) != published
+    state = json.loads((tmp_path / "sw" / ".hpcstack" / "state" / "tiny-1.0.json").read_text())
+    assert state["published_for"] == "siteb"

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hpcstack.errors import HpcstackError
+from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import fsync_dir, write_atomic
 from hpcstack.install.actions import PRE_STAGING, describe_os_error
 from hpcstack.install.plan import IN_PLACE_STEPS, Plan
@@ -62,13 +62,16 @@ class StackLayout:
         name, version (str): the stack, e.g. ``"pytorch"``, ``"2.3.1-gpu"``.
         stage_dir (str | None): scratch directory of its builds (sources, the build tree).
         modulefile (str | None): its modulefile.
+        site (str | None): the site installing it: part of the build identity; the state records
+            which site published the prefix, and another site's install does not silently
+            replace it (:func:`choose`).
 
     Example:
         ``StackLayout("/opt/hpcstack/software", "pytorch", "2.3.1-gpu").published()``
     """
 
     def __init__(self, install_root: str, name: str, version: str, stage_dir: str | None = None,
-                 modulefile: str | None = None):
+                 modulefile: str | None = None, site: str | None = None):
         self.install_root = os.path.abspath(install_root)
         self.name = name
         self.version = version
@@ -79,6 +82,7 @@ class StackLayout:
         self.lock_file = os.path.join(self.install_root, STATE_DIR, "locks", f"{name}-{version}.lock")
         self.stage_dir = stage_dir
         self.modulefile = modulefile
+        self.site = site
 
     @classmethod
     def for_site(cls, site, name: str, version: str) -> "StackLayout":
@@ -88,7 +92,8 @@ class StackLayout:
 
         return cls(site.install_root, name, version,
                    stage_dir=os.path.join(site.stage_root, f"{name}-{version}"),
-                   modulefile=modulefile_path(site.module_root, name, version, site.modules.syntax))
+                   modulefile=modulefile_path(site.module_root, name, version, site.modules.syntax),
+                   site=site.name)
 
     def provenance_dir(self, build: str) -> str:
         """``<build>/.hpcstack``: what a build records about itself."""
@@ -124,7 +129,8 @@ class StackLayout:
     # -- state file
     def read_state(self) -> dict:
         """The state file: ``building`` (id in progress), ``replaces`` (id it will replace),
-        ``previous`` (id kept after the last publish); missing keys are None."""
+        ``previous`` (id kept after the last publish), ``published_for`` (the site whose build
+        the prefix points at); missing keys are None."""
         try:
             data = json.loads(Path(self.state_file).read_text())
         except (OSError, ValueError):
@@ -132,7 +138,7 @@ class StackLayout:
         if not isinstance(data, dict):
             data = {}
         return {k: data.get(k) if isinstance(data.get(k), str) else None
-                for k in ("building", "replaces", "previous")}
+                for k in ("building", "replaces", "previous", "published_for")}
 
     def write_state(self, state: dict) -> None:
         """Write the state file atomically."""
@@ -201,13 +207,30 @@ def choose(layout: StackLayout, resolve_at: Callable[[str, str], Plan], force: b
     2. Else a build in progress (named in the state file) is resumed.
     3. Else a new build starts in a new stage prefix; the published one stays untouched.
 
+    The site is part of a build's identity: its id hashes the plan together with the site's
+    name, and the prefix records the site it was published for. An install for another site
+    into the same install root would replace that site's stack under its modulefile (the two
+    sites' builds differ: an ``extend-venv-activate`` for another module tool, a modulefile of
+    another syntax), so it is refused unless ``force``: such sites need install roots of their
+    own (``localhost`` and ``localhost-lmod`` have).
+
     Args:
         layout (StackLayout): the stack.
         resolve_at (Callable[[str, str], Plan]): returns the plan for a stage prefix and build id.
         force (bool): redo every step (never in place: a forced install builds anew or redoes
-            the build in progress).
+            the build in progress), also over another site's published stack.
+
+    Raises:
+        ConfigError: the prefix is published for another site (and not ``force``).
     """
     current = layout.published()
+    state = layout.read_state()
+    owner = state["published_for"]
+    if current and not force and owner and layout.site and owner != layout.site:
+        raise ConfigError([f"{layout.prefix} is published for site {owner!r}; an install for site "
+                           f"{layout.site!r} would replace it under {owner}'s modulefile: give site "
+                           f"{layout.site} an install_root of its own (or --prefix), uninstall it for "
+                           f"{owner} first, or use --force"])
     if current and not force:
         plan = resolve_at(current, layout.id_of(current))
         pending = pending_steps(plan)
@@ -215,13 +238,12 @@ def choose(layout: StackLayout, resolve_at: Callable[[str, str], Plan], force: b
             return Choice(plan, "up to date")
         if set(pending) <= set(IN_PLACE_STEPS):
             return Choice(plan, "in place", pending)
-    state = layout.read_state()
     building = state["building"]
     if building and _valid_id(building) and layout.build_path(building) != current:
         plan = resolve_at(layout.build_path(building), building)
         return Choice(plan, "resume", pending_steps(plan, force), replaces=state["replaces"])
     probe = resolve_at(layout.build_path("new"), "")
-    base = hashlib.sha256(probe.to_bash("").encode()).hexdigest()[:12]
+    base = hashlib.sha256(f"site {layout.site}\n{probe.to_bash('')}".encode()).hexdigest()[:12]
     taken = {layout.id_of(current), state["previous"]}
     build_id, n = base, 1
     while build_id in taken:
@@ -253,7 +275,7 @@ def start(layout: StackLayout, choice: Choice) -> None:
     except OSError as exc:
         raise HpcstackError(f"cannot clear old builds in {layout.builds_dir}: {describe_os_error(exc)}") from None
     layout.write_state({"building": choice.plan.build_id, "replaces": choice.replaces,
-                        "previous": state["previous"]})
+                        "previous": state["previous"], "published_for": state["published_for"]})
 
 
 def finish(layout: StackLayout, plan: Plan) -> list[str]:
@@ -269,7 +291,8 @@ def finish(layout: StackLayout, plan: Plan) -> list[str]:
     previous = state["replaces"] if state["replaces"] != plan.build_id else state["previous"]
     if previous and not os.path.isdir(layout.build_path(previous)):
         previous = None
-    layout.write_state({"building": None, "replaces": None, "previous": previous})
+    layout.write_state({"building": None, "replaces": None, "previous": previous,
+                        "published_for": layout.site or state["published_for"]})
     try:
         return layout.prune({plan.build_id, previous} - {None})
     except OSError as exc:
