@@ -66,7 +66,8 @@ def test_a_changed_build_goes_beside_and_the_one_before_it_is_kept(stack):
     assert second.kind == "new" and second.replaces == first and second.plan.build_id != first
     assert stack.published_payload() == "v2"
     assert stack.layout.builds() == sorted([first, second.plan.build_id])
-    assert stack.layout.read_state() == {"building": None, "replaces": None, "previous": first}
+    assert stack.layout.read_state() == {"building": None, "replaces": None, "previous": first,
+                                        "published_for": None}   # a layout without a site
     stack.payload = "v3"
     third = stack.install().plan.build_id
     assert stack.layout.builds() == sorted([second.plan.build_id, third])  # the oldest is gone
