@@ -115,6 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="fail at once if an install of the stack runs")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
 
+    from hpcstack.export import EXPORTERS
+
+    p = sub.add_parser(
+        "export", help="write a recipe's plan for a site in another tool's format",
+        description="Resolve the recipe for the site (as install --dry-run does) and write it in "
+                    "the chosen format: " + "; ".join(f"{n}: {c.description}" for n, c in sorted(EXPORTERS.items())))
+    p.add_argument("recipe", help="recipe as NAME/VERSION or a path to a recipe file")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
+    p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="the output format")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
+
     p = sub.add_parser("check-build", help="run horovodrun --check-build and require flags")
     p.add_argument("--horovodrun", default="horovodrun", help="horovodrun to run (default: from PATH)")
     p.add_argument("--require", default="PyTorch", help="comma-separated flags, NAME or SECTION:NAME")
@@ -406,6 +418,23 @@ def cmd_uninstall(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """``hpcstack export``: the plan in another tool's format (:mod:`hpcstack.export`)."""
+    from hpcstack.export import get_exporter
+    from hpcstack.fsutil import write_atomic
+    from hpcstack.install.service import InstallService
+
+    site, recipe = _load(args)
+    plan = InstallService(site, recipe).dry_run()
+    text = get_exporter(args.format)().render(recipe, site, plan)
+    if args.output:
+        write_atomic(args.output, text, 0o644)
+        print(f"wrote {args.output} ({args.format})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_check_build(args) -> int:
     """``hpcstack check-build``: require Horovod build flags."""
     from hpcstack.validate.checkbuild import check_build
@@ -477,7 +506,7 @@ def cmd_module(args) -> int:
 
 COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
             "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
-            "action": cmd_action}
+            "action": cmd_action, "export": cmd_export}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

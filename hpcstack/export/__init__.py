@@ -1,0 +1,46 @@
+"""Exports: one recipe's plan for one site, written in another tool's format.
+
+An exporter turns the resolved plan (the same :class:`hpcstack.install.plan.Plan` that
+``hpcstack install`` runs) into a file another tool reads: a stand-alone install script, the plan
+as JSON, and — as they come — container specs, EasyBuild easyconfigs, ReFrame checks. A new
+format is one class registered here with :func:`register_exporter`, in a module of this package
+imported below; ``hpcstack export … --format NAME`` and its help pick it up from the registry.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+#: Registered exporters by format name (``hpcstack export --format NAME``).
+EXPORTERS: dict[str, type] = {}
+
+
+def register_exporter(cls: type) -> type:
+    """Class decorator: register an exporter under its ``name``.
+
+    An exporter class has ``name`` (str, the ``--format`` value), ``description`` (str, one line
+    for the help), ``suffix`` (str, the usual file suffix) and ``render(recipe, site, plan) -> str``.
+
+    Raises:
+        ValueError: another class already has that name.
+    """
+    name = cls.name
+    if name in EXPORTERS and EXPORTERS[name] is not cls:
+        raise ValueError(f"exporter {name!r} is registered twice ({EXPORTERS[name].__name__}, {cls.__name__})")
+    EXPORTERS[name] = cls
+    return cls
+
+
+def get_exporter(name: str) -> Callable:
+    """The exporter class registered as ``name``.
+
+    Raises:
+        KeyError: no such format (the message lists the known ones).
+    """
+    try:
+        return EXPORTERS[name]
+    except KeyError:
+        raise KeyError(f"unknown export format {name!r} (known: {', '.join(sorted(EXPORTERS))})") from None
+
+
+from hpcstack.export import script  # noqa: E402,F401  (registers the built-in formats)
