@@ -341,22 +341,21 @@ def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str 
 # ----------------------------------------------------------------------------------- lock
 
 @contextmanager
-def install_lock(install_root: str, name: str, version: str, wait: bool = True):
+def install_lock(layout, wait: bool = True):
     """Hold the lock of one stack (one install or uninstall at a time per stack).
 
     Args:
-        install_root (str): the site's install root.
-        name, version (str): the stack.
+        layout (hpcstack.install.builds.StackLayout): the stack; its ``lock_file`` is the lock.
         wait (bool): wait for another install to finish (with a message) or fail at once.
 
     Raises:
         HpcstackError: ``wait`` is False and another install holds the lock, or the lock file
             cannot be made (e.g. no permission on the install root).
     """
-    lock_dir = Path(install_root) / ".hpcstack" / "locks"
-    path = lock_dir / f"{name}-{version}.lock"
+    name, version = layout.name, layout.version
+    path = Path(layout.lock_file)
     try:
-        lock_dir.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         f = open(path, "a+")
     except OSError as exc:
         raise HpcstackError(f"cannot take the install lock {path}: {describe_os_error(exc)}") from None

@@ -165,7 +165,7 @@ class InstallService:
             except KeyError:
                 raise ConfigError([f"{self.site.path}: permissions.group: no group {group!r} on this "
                                    "machine; create it, or set group: null"]) from None
-        with install_lock(self.site.install_root, self.recipe.name, self.recipe.version, wait=wait):
+        with install_lock(self.layout, wait=wait):
             choice = self.choose(force)                 # again: another install may have run meanwhile
             plan = choice.plan
             if choice.pending:
@@ -251,7 +251,7 @@ class InstallService:
                                 f"{name} ({marker}); make another version the default first, or use --force")
         if dry_run:
             return present + ([marker] if marker else []) + ([self.stage_dir] if os.path.isdir(self.stage_dir) else [])
-        with install_lock(self.site.install_root, name, version, wait=wait):
+        with install_lock(self.layout, wait=wait):
             removed = builds.uninstall(self.layout, self.modulefile, self.stage_dir)
             if marker and os.path.lexists(marker):
                 os.unlink(marker)
