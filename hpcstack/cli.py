@@ -78,7 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collect", metavar="DIR",
                    help="report on the jobs of an earlier --no-wait run in DIR (waits for them)")
     p.add_argument("--local", action="store_true",
-                   help="no Slurm: run the Horovod backend on --ranks ranks of this host with the site's launcher")
+                   help="no Slurm: run the Horovod backend on --ranks ranks of this host (e.g. a "
+                        "compute node you are logged in to) with the site's launcher.command and, "
+                        "as the Slurm jobs would, its slurm.mpi plugin, slurm.cpus_per_task (cores "
+                        "and torch threads per rank), slurm.env (under launcher.env) and the "
+                        "recipe's workload for the site (model, device, sizes); PASS/FAIL from the "
+                        "training program's own checks (collectives, convergence), no report files")
     p.add_argument("--ranks", type=int, metavar="N", help="with --local: ranks (default: the site's launcher.ranks)")
     p.add_argument("--json", action="store_true", help="print the result (or with --dry-run the job scripts) as JSON")
 

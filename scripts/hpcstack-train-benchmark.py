@@ -16,6 +16,8 @@ summary goes to stderr. Rates are images per second (img/s), losses cross-entrop
 
     {"record": "config", "backend", "transport", "launcher", "world_size", "local_size",
      "device", "threads_per_rank", "model", "image_size", ..., "versions": {...}}
+    {"record": "collectives", "backend", "device", "ok", "checks", "ops", "dtypes", "sizes",
+     "skipped", "failures", "failed_checks", "seconds"}   (unless --no-collectives-check)
     {"record": "throughput", "rank", "img_per_sec_mean", "img_per_sec_ci95",
      "img_per_sec_iters", "batch_size", "unit"}                            (one per rank)
     {"record": "throughput_total", "img_per_sec", "img_per_sec_ci95", "img_per_sec_per_rank",
@@ -24,7 +26,13 @@ summary goes to stderr. Rates are images per second (img/s), losses cross-entrop
      "steps", "loss_fell", "below_threshold", "params_identical", "param_hashes", "seconds"}
     {"record": "result", "ok", "reasons", "wall_seconds"}
 
-Exit status 0 only when the convergence checks pass, 1 when they fail (or a rank fails), 2 on a
+Before both phases, unless ``--no-collectives-check``, every rank checks the backend's collectives
+on the training device against exact results (CollectivesCheck: allreduce sum/average/min/max,
+a fused batch, allgather of equal and unequal sizes, broadcast from the last rank, alltoall,
+reducescatter; float32/16, bfloat16, float64, int32/64; 1 to 2^20 + 1 elements).
+
+Exit status 0 only when the collectives and convergence checks pass, 1 when they fail (or a
+rank fails), 2 on a
 usage error.
 
 Only the standard library, torch, torchvision (for models other than ``tiny``) and, for the
@@ -287,6 +295,8 @@ class Comm:
     """
 
     name = "base"
+    #: whether c_reducescatter needs a first dimension divisible by the world size
+    equal_reducescatter = False
 
     def __init__(self) -> None:
         self.rank = 0
@@ -321,6 +331,43 @@ class Comm:
     def allreduce_mean(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
         """Mean of ``tensor`` over the ranks, returned on every rank."""
         raise NotImplementedError
+
+    # The collectives check (CollectivesCheck) calls these with tensors on ``self.device``;
+    # ``op`` is one of REDUCE_OPS. Each returns the result on ``self.device``.
+
+    def lacks(self, collective: str, dtype: torch.dtype) -> Optional[str]:
+        """Why this backend cannot run ``collective`` on ``dtype`` tensors; None when it can.
+
+        ``collective`` is a name in COLLECTIVES (``allreduce_sum``, ``allgather_unequal``, ...).
+        """
+        raise NotImplementedError
+
+    def c_allreduce(self, tensors: Sequence[torch.Tensor], op: str, name: str
+                    ) -> list[torch.Tensor]:
+        """Allreduce every tensor with ``op``, all in flight at once (Horovod fuses them)."""
+        raise NotImplementedError
+
+    def c_allgather(self, tensor: torch.Tensor, counts: Sequence[int], name: str) -> torch.Tensor:
+        """Concatenate every rank's 1-D ``tensor`` (``counts[r]`` elements on rank r)."""
+        raise NotImplementedError
+
+    def c_broadcast(self, tensor: torch.Tensor, root: int, name: str) -> torch.Tensor:
+        """Rank ``root``'s ``tensor`` on every rank."""
+        raise NotImplementedError
+
+    def c_alltoall(self, tensor: torch.Tensor, send: Sequence[int], receive: Sequence[int],
+                   name: str) -> torch.Tensor:
+        """Send ``send[j]`` consecutive elements of ``tensor`` to rank j; receive ``receive[j]``
+        from rank j, concatenated in rank order."""
+        raise NotImplementedError
+
+    def c_reducescatter(self, tensor: torch.Tensor, op: str, name: str) -> torch.Tensor:
+        """Reduce ``tensor`` over the ranks with ``op``; this rank's rows of the result
+        (see reducescatter_rows)."""
+        raise NotImplementedError
+
+    def c_settle(self) -> None:
+        """Wait until every rank is here and the backend holds no more check tensors."""
 
     def shutdown(self) -> None:
         """Release the backend."""
@@ -387,6 +434,45 @@ class HorovodComm(Comm):
     def allreduce_mean(self, tensor, name):
         return self.hvd.allreduce(tensor.detach().cpu(), op=self.hvd.Average, name=name)
 
+    def lacks(self, collective, dtype):
+        if collective.startswith("reducescatter") and collective not in (
+                "reducescatter_sum", "reducescatter_average"):
+            return "horovod reducescatter supports only Sum and Average"
+        # horovod.torch has one C++ function per op and tensor type; 0.28.1 has none for bfloat16
+        kind = torch.empty(0, dtype=dtype, device=self.device).type().replace(".", "_")
+        base = collective.split("_")[0]
+        function = f"horovod_torch_{base}_async_{kind}"
+        from horovod.torch.mpi_ops import mpi_lib
+        if not hasattr(mpi_lib, function):
+            return f"horovod {self.version} has no {function}"
+        return None
+
+    def _op(self, op):
+        return {"sum": self.hvd.Sum, "average": self.hvd.Average, "min": self.hvd.Min,
+                "max": self.hvd.Max}[op]
+
+    def c_allreduce(self, tensors, op, name):
+        handles = [self.hvd.allreduce_async(t, op=self._op(op), name=f"{name}.{i}")
+                   for i, t in enumerate(tensors)]
+        return [self.hvd.synchronize(h) for h in handles]
+
+    def c_allgather(self, tensor, counts, name):
+        return self.hvd.allgather(tensor, name=name)
+
+    def c_broadcast(self, tensor, root, name):
+        return self.hvd.broadcast(tensor, root_rank=root, name=name)
+
+    def c_alltoall(self, tensor, send, receive, name):
+        output, _ = self.hvd.alltoall(tensor, splits=torch.tensor(send, dtype=torch.int32),
+                                      name=name)
+        return output
+
+    def c_reducescatter(self, tensor, op, name):
+        return self.hvd.reducescatter(tensor, op=self._op(op), name=name)
+
+    def c_settle(self):
+        self.hvd.barrier()
+
     def shutdown(self):
         self.hvd.shutdown()
 
@@ -398,6 +484,8 @@ class DdpComm(Comm):
     """
 
     name = "ddp"
+    #: reduce_scatter_tensor splits the first dimension into equal parts
+    equal_reducescatter = True
 
     def __init__(self, device_request: str, launch: LaunchEnv) -> None:
         super().__init__()
@@ -444,6 +532,60 @@ class DdpComm(Comm):
         self._keep_alive.append(tensor)
         return (tensor / self.size).cpu()
 
+    def lacks(self, collective, dtype):
+        gloo = self.transport == "gloo"
+        if gloo and collective.endswith("_average"):
+            return "torch.distributed gloo has no ReduceOp.AVG"
+        if gloo and collective == "allgather_unequal":
+            return "torch.distributed gloo all_gather needs equal shapes"
+        return None
+
+    def _op(self, op):
+        return {"sum": self.dist.ReduceOp.SUM, "average": self.dist.ReduceOp.AVG,
+                "min": self.dist.ReduceOp.MIN, "max": self.dist.ReduceOp.MAX}[op]
+
+    def c_allreduce(self, tensors, op, name):
+        outputs = [t.clone() for t in tensors]
+        works = [self.dist.all_reduce(t, op=self._op(op), async_op=True) for t in outputs]
+        for work in works:
+            work.wait()
+        self._keep_alive += outputs
+        return outputs
+
+    def c_allgather(self, tensor, counts, name):
+        parts = [torch.empty(count, dtype=tensor.dtype, device=tensor.device) for count in counts]
+        self.dist.all_gather(parts, tensor)
+        self._keep_alive += [tensor, *parts]
+        return torch.cat(parts)
+
+    def c_broadcast(self, tensor, root, name):
+        tensor = tensor.clone()
+        self.dist.broadcast(tensor, src=root)
+        self._keep_alive.append(tensor)
+        return tensor
+
+    def c_alltoall(self, tensor, send, receive, name):
+        output = torch.empty(sum(receive), dtype=tensor.dtype, device=tensor.device)
+        self.dist.all_to_all_single(output, tensor, output_split_sizes=list(receive),
+                                    input_split_sizes=list(send))
+        self._keep_alive += [tensor, output]
+        return output
+
+    def c_reducescatter(self, tensor, op, name):
+        output = torch.empty(tensor.numel() // self.size, dtype=tensor.dtype,
+                             device=tensor.device)
+        self.dist.reduce_scatter_tensor(output, tensor, op=self._op(op))
+        self._keep_alive += [tensor, output]
+        return output
+
+    def c_settle(self):
+        # see shutdown: the barrier lets Gloo's workers drop their references without the GIL
+        if self.device.type == "cuda":
+            self.dist.barrier(device_ids=[self.device.index])
+        else:
+            self.dist.barrier()
+        self._keep_alive.clear()
+
     def shutdown(self):
         # The barrier waits without the GIL, so Gloo's workers can finish their last work items.
         if self.device.type == "cuda":
@@ -483,6 +625,412 @@ def open_comm(backend: str, device_request: str,
     if backend == "horovod":
         return HorovodComm(device_request)
     return DdpComm(device_request, resolve_launch_env(environ))
+
+
+# --------------------------------------------------------------------------------------------
+# Collectives check: exact results of every collective the backend offers
+# --------------------------------------------------------------------------------------------
+#
+# Every rank fills its tensors with small integers, computes the exact result of the collective
+# in closed form (int64 on the host, then cast: every value is exactly representable in every
+# dtype checked) and compares element by element. Reductions use
+#     x(r, i) = a(i) + c(i) * (2r - N + 1),   a(i) != 0, c(i) in {0, spread}
+# on rank r of N, so that sum = N a, average = a, min = a - c (N - 1), max = a + c (N - 1) exactly,
+# and every partial sum stays within the dtype's exact integers (see reduction_amplitudes).
+# Motivation: issue 11, a Horovod build whose float32 CUDA Average returned 0 in the last element
+# of 4,913 while training still converged.
+
+REDUCE_OPS = ("sum", "average", "min", "max")
+#: The collectives checked, in order. ``allreduce_fused_*`` is a batch of many small allreduces
+#: in flight at once (Horovod fuses them into one buffer).
+COLLECTIVES = (tuple(f"allreduce_{op}" for op in REDUCE_OPS)
+               + ("allreduce_fused_sum", "allreduce_fused_average", "allgather_equal",
+                  "allgather_unequal", "broadcast", "alltoall", "reducescatter_sum",
+                  "reducescatter_average"))
+CHECK_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
+#: Largest |n| such that every integer up to it is exact: 2^(significand bits) for floats.
+EXACT_LIMIT = {"float32": 2 ** 24, "float16": 2 ** 11, "bfloat16": 2 ** 8, "float64": 2 ** 53,
+               "int32": 2 ** 31 - 1, "int64": 2 ** 63 - 1}
+#: Element counts: 1, odd, primes, just below/above 2^10 and 2^16, 17^3 (the size of issue 11's
+#: wrong Average), and 2^20 + 1 (4 MiB in float32).
+CHECK_SIZES = (1, 17, 1023, 1025, 4913, 65521, 65537, 1048577)
+#: Largest |a(i)| of a reduction and |value| of the other collectives.
+BASE_MAX = 16
+DATA_MAX = 120
+#: The fused batch: FUSED_COUNT tensors of 1 + (37 k mod FUSED_SPAN) elements.
+FUSED_COUNT = 64
+FUSED_SPAN = 257
+#: allgather and alltoall results grow with the world size: they use the sizes for which
+#: world size x size stays below this many elements.
+GATHER_MAX_ELEMENTS = 1 << 23
+#: --inject-collective-mismatch: the last rank's result of this check gets one wrong element.
+INJECT_AT = ("allreduce_sum", "float32", 4913)
+
+
+def exact_pattern(count: int, stream: int, amplitude: int, offset: int = 0) -> torch.Tensor:
+    """Reproducible non-zero integers in ``[-amplitude, -1] U [1, amplitude]`` (int64, host).
+
+    Element i is a multiplicative hash of ``(offset + i, stream)``, so neighbouring elements,
+    chunks and streams (ranks) differ and a slice ``[offset, offset + count)`` costs only its
+    length. Results are cached (treat them as read-only).
+
+    Args:
+        count (int): elements.
+        stream (int): which sequence (0 <= stream < 2^20), e.g. a rank.
+        amplitude (int): largest |value|, >= 1.
+        offset (int): index of the first element in the sequence.
+
+    Returns:
+        torch.Tensor: 1-D int64 tensor of ``count`` elements.
+
+    Example:
+        >>> exact_pattern(4, 0, 1).abs().tolist()
+        [1, 1, 1, 1]
+    """
+    key = (count, stream, amplitude, offset)
+    if key not in _PATTERNS:
+        if len(_PATTERNS) >= PATTERN_CACHE:
+            _PATTERNS.pop(next(iter(_PATTERNS)))
+        _PATTERNS[key] = _hashed_pattern(count, stream, amplitude, offset)
+    return _PATTERNS[key]
+
+
+#: exact_pattern's results, oldest first: every dtype of a check uses the same patterns.
+_PATTERNS: dict[tuple[int, int, int, int], torch.Tensor] = {}
+PATTERN_CACHE = 64
+
+
+def _hashed_pattern(count: int, stream: int, amplitude: int, offset: int) -> torch.Tensor:
+    index = torch.arange(offset, offset + count, dtype=torch.int64)
+    key = (index * 65537 + stream * 7919 + 12345) % (1 << 31)
+    hashed = (key * 2654435761) % (1 << 32) >> 7
+    value = hashed % (2 * amplitude) - amplitude
+    return value + (value >= 0).to(torch.int64)
+
+
+def reduction_amplitudes(world_size: int, limit: int) -> Optional[tuple[int, int]]:
+    """``(base, spread)`` of the reduction pattern for ``world_size`` ranks and a dtype.
+
+    Every |x(r, i)| <= base + spread (N - 1), so every partial sum of N of them stays within
+    ``limit`` (``N (base + spread (N - 1)) <= limit``) and is exact in the dtype. spread is 1
+    (rank-dependent values) when ``N^2 <= limit``, else 0.
+
+    Args:
+        world_size (int): N >= 1.
+        limit (int): the dtype's exact-integer limit (EXACT_LIMIT).
+
+    Returns:
+        tuple[int, int] | None: None when not even base 1 fits (N > limit): the dtype cannot be
+        reduced exactly on so many ranks.
+
+    Example:
+        >>> reduction_amplitudes(2, 2 ** 8), reduction_amplitudes(16, 2 ** 8)
+        ((16, 1), (1, 1))
+    """
+    spread = 1 if world_size * world_size <= limit else 0
+    base = min(BASE_MAX, limit // world_size - spread * (world_size - 1))
+    return (base, spread) if base >= 1 else None
+
+
+def reduction_input(rank: int, world_size: int, count: int, base: int, spread: int,
+                    offset: int = 0) -> torch.Tensor:
+    """Rank ``rank``'s contribution ``x(r, i) = a(i) + c(i) (2r - N + 1)`` (int64, host)."""
+    a = exact_pattern(count, 0, base, offset)
+    c = spread * (exact_pattern(count, 1, 1, offset) > 0).to(torch.int64)
+    return a + c * (2 * rank - world_size + 1)
+
+
+def reduction_expected(op: str, world_size: int, count: int, base: int, spread: int,
+                       offset: int = 0) -> torch.Tensor:
+    """The exact reduction over all ranks of reduction_input, in closed form (int64, host).
+
+    Args:
+        op (str): ``sum`` (N a), ``average`` (a), ``min`` (a - c (N-1)), ``max`` (a + c (N-1)).
+        world_size, count, base, spread, offset: as for reduction_input.
+
+    Raises:
+        ValueError: unknown op.
+    """
+    a = exact_pattern(count, 0, base, offset)
+    c = spread * (exact_pattern(count, 1, 1, offset) > 0).to(torch.int64)
+    if op == "sum":
+        return a * world_size
+    if op == "average":
+        return a
+    if op == "min":
+        return a - c * (world_size - 1)
+    if op == "max":
+        return a + c * (world_size - 1)
+    raise ValueError(f"unknown reduction {op!r}")
+
+
+def reducescatter_rows(rows: int, world_size: int, rank: int) -> tuple[int, int]:
+    """``(first row, row count)`` of ``rank``'s part of a reducescatter over ``rows`` rows.
+
+    Horovod 0.28.1 gives each rank ``rows // N`` rows and the first ``rows % N`` ranks one more
+    (torch's reduce_scatter_tensor needs ``rows % N == 0``, which this also covers).
+    """
+    share, extra = divmod(rows, world_size)
+    first = rank * share + min(rank, extra)
+    return first, share + (1 if rank < extra else 0)
+
+
+def alltoall_splits(count: int, world_size: int, sender: int) -> list[int]:
+    """Elements ``sender`` sends to each rank: ``count // N + (sender + 2 j) mod 3`` to rank j.
+
+    Unequal (and for count < N, zero-length) chunks exercise the split bookkeeping.
+    """
+    return [count // world_size + (sender + 2 * j) % 3 for j in range(world_size)]
+
+
+def first_mismatch(got: torch.Tensor, want: torch.Tensor, tolerance: float = 0.0
+                   ) -> Optional[tuple[int, int, float, float]]:
+    """``(wrong elements, first wrong index, got, want)``, or None when ``got`` equals ``want``.
+
+    Args:
+        got (torch.Tensor): the collective's result (any device; compared on the host).
+        want (torch.Tensor): the exact result, same dtype.
+        tolerance (float): allowed absolute difference (0: exact; NaN is always wrong).
+
+    Returns:
+        tuple | None: a shape mismatch reports index -1 with the element counts as got/want.
+    """
+    got = got.detach().reshape(-1).cpu()
+    want = want.reshape(-1)
+    if got.numel() != want.numel():
+        return (max(got.numel(), want.numel()), -1, float(got.numel()), float(want.numel()))
+    if tolerance:
+        wrong = ~((got.double() - want.double()).abs() <= tolerance)
+    else:
+        wrong = got != want
+    count = int(wrong.sum())
+    if not count:
+        return None
+    index = int(wrong.nonzero()[0, 0])
+    return count, index, float(got[index]), float(want[index])
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if math.isfinite(value) and value == int(value) else repr(value)
+
+
+def mismatch_message(backend: str, collective: str, dtype: str, size, rank: int,
+                     found: tuple[int, int, float, float]) -> str:
+    """One line naming backend, op, dtype, size, rank and the first wrong index with got/want.
+
+    Example:
+        >>> mismatch_message("horovod", "allreduce_sum", "float32", 4913, 1, (1, 4912, 3.0, 2.0))
+        'horovod allreduce_sum float32 size 4913 on rank 1: element 4912 is 3, want 2 (1 of 4913 elements wrong)'
+    """
+    count, index, got, want = found
+    where = f"{backend} {collective} {dtype} size {size} on rank {rank}"
+    if index < 0:
+        return f"{where}: {int(got)} elements, want {int(want)}"
+    total = size if isinstance(size, int) else "?"
+    return (f"{where}: element {index} is {_number(got)}, want {_number(want)} "
+            f"({count} of {total} elements wrong)")
+
+
+class CollectivesCheck:
+    """Run every collective of COLLECTIVES x CHECK_DTYPES x CHECK_SIZES the backend offers on
+    its training device and compare each rank's result with the exact one.
+
+    Results are exact, except for a float Average on a world size that is not a power of two,
+    where a backend may scale each input by 1/N (NCCL does): it may differ by N ulps of the
+    largest input.
+
+    Args:
+        comm (Comm): the initialised backend.
+        inject (bool): testing aid: the last rank's result of INJECT_AT gets +1 in its last
+            element (before the comparison).
+        sizes (Sequence[int]): element counts to check.
+
+    Example:
+        ``CollectivesCheck(comm).run()`` -> the fields of the ``collectives`` record.
+    """
+
+    def __init__(self, comm: Comm, inject: bool = False,
+                 sizes: Sequence[int] = CHECK_SIZES) -> None:
+        self.comm = comm
+        self.inject = inject
+        self.sizes = tuple(sizes)
+        self.failures: list[str] = []
+        self.checked: list[tuple[str, str, str]] = []
+        self.skipped: dict[tuple[str, str], str] = {}
+
+    # -- one comparison --------------------------------------------------------------------
+
+    def _compare(self, collective: str, dtype: torch.dtype, size, got: torch.Tensor,
+                 want: torch.Tensor, tolerance: float = 0.0) -> None:
+        comm = self.comm
+        name = str(dtype).replace("torch.", "")
+        if (self.inject and comm.rank == comm.size - 1 and (collective, name, size) == INJECT_AT):
+            got = got.clone()
+            got.view(-1)[-1] += 1
+        self.checked.append((collective, name, str(size)))
+        found = first_mismatch(got, want.to(dtype), tolerance)
+        if found:
+            self.failures.append(mismatch_message(comm.name, collective, name, size, comm.rank,
+                                                  found))
+
+    def _put(self, values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return values.to(dtype).to(self.comm.device)
+
+    # -- the collectives -------------------------------------------------------------------
+
+    def _allreduce(self, op: str, dtype: torch.dtype, fused: bool) -> None:
+        comm, n = self.comm, self.comm.size
+        base, spread = reduction_amplitudes(n, EXACT_LIMIT[_dtype_name(dtype)])
+        if fused:
+            shapes = [(1 + (37 * k) % FUSED_SPAN, k * FUSED_SPAN) for k in range(FUSED_COUNT)]
+            size = f"{FUSED_COUNT}x1..{FUSED_SPAN}"
+        else:
+            shapes = [(count, 0) for count in self.sizes]
+        inputs = [self._put(reduction_input(comm.rank, n, count, base, spread, offset), dtype)
+                  for count, offset in shapes]
+        tolerance = 0.0
+        if op == "average" and dtype.is_floating_point and n & (n - 1):
+            tolerance = n * torch.finfo(dtype).eps * (base + spread * (n - 1))
+        collective = "allreduce_fused_" + op if fused else "allreduce_" + op
+        if fused:
+            results = comm.c_allreduce(inputs, op, f"check.{collective}.{dtype}")
+            got = torch.cat([r.reshape(-1) for r in results])
+            want = torch.cat([reduction_expected(op, n, count, base, spread, offset)
+                              for count, offset in shapes])
+            self._compare(collective, dtype, size, got, want, tolerance)
+            return
+        for (count, _), tensor in zip(shapes, inputs):
+            got = comm.c_allreduce([tensor], op, f"check.{collective}.{dtype}.{count}")[0]
+            self._compare(collective, dtype, count, got,
+                          reduction_expected(op, n, count, base, spread), tolerance)
+
+    def _allgather(self, dtype: torch.dtype, equal: bool) -> None:
+        comm, n = self.comm, self.comm.size
+        collective = "allgather_equal" if equal else "allgather_unequal"
+        for size in self._gather_sizes():
+            counts = [size if equal else size + (r % 3) for r in range(n)]
+            tensor = self._put(exact_pattern(counts[comm.rank], comm.rank, DATA_MAX), dtype)
+            got = comm.c_allgather(tensor, counts, f"check.{collective}.{dtype}.{size}")
+            want = torch.cat([exact_pattern(counts[r], r, DATA_MAX) for r in range(n)])
+            self._compare(collective, dtype, size, got, want)
+
+    def _broadcast(self, dtype: torch.dtype) -> None:
+        comm = self.comm
+        root = comm.size - 1  # non-zero whenever there are two ranks or more
+        for size in self.sizes:
+            tensor = self._put(exact_pattern(size, comm.rank, DATA_MAX), dtype)
+            got = comm.c_broadcast(tensor, root, f"check.broadcast.{dtype}.{size}")
+            self._compare("broadcast", dtype, size, got, exact_pattern(size, root, DATA_MAX))
+
+    def _alltoall(self, dtype: torch.dtype) -> None:
+        comm, n = self.comm, self.comm.size
+
+        def chunk(sender: int, receiver: int, size: int) -> torch.Tensor:
+            return exact_pattern(alltoall_splits(size, n, sender)[receiver],
+                                 sender * n + receiver, DATA_MAX)
+
+        for size in self._gather_sizes():
+            send = alltoall_splits(size, n, comm.rank)
+            receive = [alltoall_splits(size, n, r)[comm.rank] for r in range(n)]
+            tensor = self._put(torch.cat([chunk(comm.rank, j, size) for j in range(n)]), dtype)
+            got = comm.c_alltoall(tensor, send, receive, f"check.alltoall.{dtype}.{size}")
+            want = torch.cat([chunk(r, comm.rank, size) for r in range(n)])
+            self._compare("alltoall", dtype, size, got, want)
+
+    def _reducescatter(self, op: str, dtype: torch.dtype) -> None:
+        comm, n = self.comm, self.comm.size
+        base, spread = reduction_amplitudes(n, EXACT_LIMIT[_dtype_name(dtype)])
+        tolerance = 0.0
+        if op == "average" and dtype.is_floating_point and n & (n - 1):
+            tolerance = n * torch.finfo(dtype).eps * (base + spread * (n - 1))
+        for size in self._gather_sizes():
+            rows = -(-size // n) * n if comm.equal_reducescatter else max(size, n)
+            tensor = self._put(reduction_input(comm.rank, n, rows, base, spread), dtype)
+            got = comm.c_reducescatter(tensor, op, f"check.reducescatter_{op}.{dtype}.{size}")
+            first, count = reducescatter_rows(rows, n, comm.rank)
+            want = reduction_expected(op, n, count, base, spread, offset=first)
+            self._compare("reducescatter_" + op, dtype, size, got, want, tolerance)
+
+    def _gather_sizes(self) -> list[int]:
+        return [size for size in self.sizes if size * self.comm.size <= GATHER_MAX_ELEMENTS]
+
+    # -- driver ----------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        """Run every check; gather every rank's failures to every rank.
+
+        Returns:
+            dict: the fields of the ``collectives`` record: ``ok``, ``checks`` (op x dtype x
+            size combinations compared on each rank), ``ops``, ``dtypes``, ``sizes`` (those
+            checked), ``skipped`` (``{"op", "dtype", "reason"}`` for each op the backend lacks),
+            ``failures`` (one message per failing rank: its first mismatch), ``failed_checks``
+            (over all ranks), ``device`` and ``seconds``.
+        """
+        comm = self.comm
+        started = time.perf_counter()
+        for dtype_name in CHECK_DTYPES:
+            dtype = getattr(torch, dtype_name)
+            for collective in COLLECTIVES:
+                reason = comm.lacks(collective, dtype)
+                if reason is None and collective.startswith(("allreduce", "reducescatter")) \
+                        and reduction_amplitudes(comm.size, EXACT_LIMIT[dtype_name]) is None:
+                    reason = f"{comm.size} ranks: sums of {dtype_name} cannot stay exact"
+                if reason:
+                    self.skipped[(collective, dtype_name)] = reason
+                    continue
+                kind, _, op = collective.partition("_")
+                if kind == "allreduce":
+                    fused = op.startswith("fused_")
+                    self._allreduce(op.replace("fused_", ""), dtype, fused)
+                elif kind == "allgather":
+                    self._allgather(dtype, equal=op == "equal")
+                elif kind == "broadcast":
+                    self._broadcast(dtype)
+                elif kind == "alltoall":
+                    self._alltoall(dtype)
+                else:
+                    self._reducescatter(op, dtype)
+            comm.c_settle()
+        _synchronize(comm.device)
+        _PATTERNS.clear()
+        seconds = time.perf_counter() - started
+        for message in self.failures[:20]:
+            print(f"{SCRIPT_NAME}: rank {comm.rank}: collective mismatch: {message}",
+                  file=sys.stderr, flush=True)
+        first = (self.failures[0] if self.failures else "").encode()[:MESSAGE_BYTES]
+        encoded = torch.zeros(MESSAGE_BYTES + 1, dtype=torch.int64)
+        encoded[0] = len(self.failures)
+        encoded[1:1 + len(first)] = torch.tensor(list(first), dtype=torch.int64)
+        gathered = comm.allgather(encoded, "check.failures")
+        failures = [bytes(row[1:].tolist()).rstrip(b"\0").decode(errors="replace")
+                    for row in gathered if int(row[0])]
+        seconds_all = comm.allgather(torch.tensor([seconds], dtype=torch.float64),
+                                     "check.seconds")
+        return {
+            "backend": comm.name,
+            "device": comm.device.type,
+            "ok": not failures,
+            "checks": len(self.checked),
+            "ops": sorted({c for c, _, _ in self.checked}, key=COLLECTIVES.index),
+            "dtypes": [d for d in CHECK_DTYPES if any(x == d for _, x, _ in self.checked)],
+            "sizes": sorted({s for _, _, s in self.checked}, key=_size_key),
+            "skipped": [{"op": c, "dtype": d, "reason": r} for (c, d), r in self.skipped.items()],
+            "failures": failures,
+            "failed_checks": int(sum(int(row[0]) for row in gathered)),
+            "seconds": float(seconds_all.max()),
+        }
+
+
+#: Bytes of a failure message gathered from each rank.
+MESSAGE_BYTES = 400
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _size_key(size: str) -> tuple[int, str]:
+    return (int(size), "") if size.isdigit() else (1 << 62, size)
 
 
 # --------------------------------------------------------------------------------------------
@@ -776,6 +1324,28 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
     }
 
 
+def collectives_summary(record: dict) -> str:
+    """The stderr line of a ``collectives`` record, e.g. ``collectives: 356 checks (11 ops x 5
+    dtypes x 9 sizes) on cpu in 2.1 s: OK; skipped: ...``."""
+    line = (f"collectives: {record['checks']} checks ({len(record['ops'])} ops x "
+            f"{len(record['dtypes'])} dtypes x {len(record['sizes'])} sizes) on "
+            f"{record['device']} in {record['seconds']:.1f} s: "
+            + ("OK" if record["ok"] else "FAILED: " + "; ".join(record["failures"])))
+    return line + "".join(f"; skipped {what}" for what in skipped_summary(record["skipped"]))
+
+
+def skipped_summary(skipped: Sequence[dict]) -> list[str]:
+    """One phrase per distinct reason of the ``skipped`` list: ``"<ops> on <dtypes>: <reason>"``
+    (``all ops`` when every op of COLLECTIVES is skipped for those dtypes)."""
+    by_reason: dict[str, tuple[list[str], list[str]]] = {}
+    for item in skipped:
+        ops, dtypes = by_reason.setdefault(item["reason"], ([], []))
+        ops += [item["op"]] if item["op"] not in ops else []
+        dtypes += [item["dtype"]] if item["dtype"] not in dtypes else []
+    return [(f"all ops" if len(ops) == len(COLLECTIVES) else ", ".join(ops))
+            + f" on {', '.join(dtypes)}: {reason}" for reason, (ops, dtypes) in by_reason.items()]
+
+
 def failure_reasons(convergence: dict) -> list[str]:
     """Human-readable reasons the convergence record fails its checks (empty when it passes)."""
     reasons = []
@@ -902,6 +1472,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add("--inject-param-mismatch", action="store_true",
         help="testing aid: the last rank perturbs a parameter before hashing, so the "
              "identical-parameters check must fail")
+    add("--no-collectives-check", dest="collectives_check", action="store_false",
+        help="skip the collectives check (exact results of allreduce, allgather, broadcast, "
+             "alltoall and reducescatter, run before training), e.g. for benchmarking alone")
+    add("--inject-collective-mismatch", action="store_true",
+        help="testing aid: the last rank's result of one collective (%s %s size %d) gets one "
+             "wrong element, so the collectives check must fail" % INJECT_AT)
     args = parser.parse_args(argv)
     if args.num_warmup_batches < 0:
         parser.error("--num-warmup-batches must be >= 0")
@@ -949,6 +1525,12 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
                f"model {args.model}, batch {args.batch_size}, {args.image_size}px, "
                f"{args.precision}, {threads} thread(s) per rank")
 
+    collectives = None
+    if args.collectives_check:
+        collectives = CollectivesCheck(comm, inject=args.inject_collective_mismatch).run()
+        report.record("collectives", **collectives)
+        report.say(collectives_summary(collectives))
+
     img_secs = run_benchmark(comm, args)
     gathered = comm.allgather(torch.tensor(img_secs, dtype=torch.float64), "benchmark.img_secs")
     per_rank = []
@@ -977,6 +1559,9 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
                    f"predicting the label frequencies ({convergence['baseline_loss']:.4f}): "
                    "passing it does not show that the model learnt from its input")
     reasons = failure_reasons(convergence)
+    if collectives is not None and not collectives["ok"]:
+        reasons.insert(0, f"collectives check: {collectives['failed_checks']} wrong result(s): "
+                          + "; ".join(collectives["failures"]))
     wall = time.perf_counter() - started
     report.record("result", ok=not reasons, reasons=reasons, wall_seconds=wall)
     report.say(f"result: OK in {wall:.1f} s" if not reasons

@@ -243,3 +243,76 @@ def test_bad_references_give_one_line_with_the_key_path(tmp_path, refs, expected
     problems = err.value.problems
     assert len(problems) == 1 and expected in problems[0], problems
     assert problems[0].startswith(f"{tmp_path / 'v.yaml'}: references.")
+
+
+# ----------------------------------------------------------------------------- collectives check
+
+def collectives_record(ok: bool = True, failures=(), backend: str = "horovod") -> dict:
+    """A ``collectives`` record as the training program writes it."""
+    return {"record": "collectives", "backend": backend, "device": "cpu", "ok": ok, "checks": 410,
+            "ops": ["allreduce_sum"] * 12, "dtypes": ["float32"] * 5, "sizes": ["1"] * 9,
+            "skipped": [{"op": "broadcast", "dtype": "bfloat16", "reason": "no bfloat16 ops"}],
+            "failures": list(failures), "failed_checks": len(failures), "seconds": 3.46}
+
+
+BAD = ("horovod allreduce_average float32 size 4913 on rank 1: element 4912 is 0, want 7 "
+       "(1 of 4913 elements wrong)")
+
+
+def with_collectives(r: RunOutcome, record: dict) -> RunOutcome:
+    r.records.insert(1, record)
+    return r
+
+
+def test_failed_collectives_check_is_a_sanity_failure_naming_the_message():
+    bad = with_collectives(run("horovod", 1, 310, ok=False, exit_status=1,
+                               reasons=[f"collectives check: 1 wrong result(s): {BAD}"]),
+                           collectives_record(False, [BAD]))
+    rep = report([bad])
+    r = rep["runs"][0]
+    assert rep["ok"] is False and r["ok"] is False
+    # named once, from the collectives record (not again from the result's reasons)
+    assert [x for x in r["sanity"] if "collectives" in x] == [f"collectives check failed: {BAD}"]
+    assert f"sanity: horovod on 1 node(s) (job 101): collectives check failed: {BAD}" in rep["failures"]
+    assert r["collectives"]["ok"] is False and r["collectives"]["failures"] == [BAD]
+
+
+def test_collectives_failure_is_named_even_without_a_result_record():
+    r = with_collectives(run("ddp", 1, 310, exit_status=1), collectives_record(False, [BAD]))
+    r.records = [x for x in r.records if x["record"] != "result"]
+    sanity = report([r])["runs"][0]["sanity"]
+    assert sanity[:2] == ["exit status 1", f"collectives check failed: {BAD}"]
+
+
+def test_passing_collectives_check_is_recorded_and_not_a_failure():
+    rep = report([with_collectives(run("horovod", 1, 310), collectives_record())])
+    c = rep["runs"][0]["collectives"]
+    assert rep["ok"] is True
+    assert (c["ran"], c["ok"], c["checks"], c["ops"], c["dtypes"], c["sizes"]) == (True, True, 410, 12, 5, 9)
+    assert c["seconds"] == pytest.approx(3.46)
+
+
+def test_markdown_and_png_have_one_collectives_line_per_run(tmp_path):
+    rep = report([with_collectives(run("horovod", 1, 310), collectives_record()),
+                  with_collectives(run("ddp", 1, 310, ok=False, exit_status=1),
+                                   collectives_record(False, [BAD.replace("horovod", "ddp")], "ddp")),
+                  run("horovod", 2, 300)])
+    md = to_markdown(rep)
+    assert "Collectives check (exact results" in md
+    assert ("- horovod on 1 node(s): 410 checks (12 ops x 5 dtypes x 9 sizes) in 3.5 s: PASS; "
+            "skipped 1 op/dtype pairs: no bfloat16 ops") in md
+    assert ("- ddp on 1 node(s): 410 checks (12 ops x 5 dtypes x 9 sizes) in 3.5 s: FAIL: ddp "
+            "allreduce_average float32 size 4913 on rank 1: element 4912 is 0, want 7") in md
+    assert "- horovod on 2 node(s): not run" in md
+    from hpcstack.validate.render import collectives_caption
+    assert collectives_caption(rep["runs"]) == ("collectives ddp: FAIL (1N 410 checks 3.5 s)\n"
+                                                "collectives horovod: PASS (1N 410 checks 3.5 s)")
+    paths = write_report(rep, tmp_path)
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "plot" in paths
+    assert json.loads((tmp_path / "report.json").read_text())["runs"][0]["collectives"]["ran"] is True
+
+
+def test_a_report_from_before_the_check_still_renders():
+    rep = report([run("horovod", 1, 310)])
+    del rep["runs"][0]["collectives"]
+    assert "- horovod on 1 node(s): not run" in to_markdown(rep)

@@ -29,7 +29,8 @@ STACK_PYTHONS = [Path(top) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bi
 # threshold 1.0) where it must pass.
 FAST = ["--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
 RUN_TIMEOUT_S = 180
-RECORD_ORDER = ["config", "throughput", "throughput", "throughput_total", "convergence", "result"]
+RECORD_ORDER = ["config", "collectives", "throughput", "throughput", "throughput_total",
+                "convergence", "result"]
 
 
 def _probe(python: str, code: str) -> subprocess.CompletedProcess:
@@ -164,6 +165,54 @@ def test_two_ranks_converge_with_identical_parameters(mpirun, python, backend):
     assert result["ok"] is True and result["reasons"] == []
     assert "result: OK" in done.stderr
 
+    collectives = by_kind(records, "collectives")[0]
+    assert collectives["ok"] is True and collectives["failures"] == []
+    assert collectives["failed_checks"] == 0
+    assert (collectives["backend"], collectives["device"]) == (backend, "cpu")
+    common = {"allreduce_sum", "allreduce_min", "allreduce_max", "allreduce_fused_sum",
+              "allgather_equal", "broadcast", "alltoall", "reducescatter_sum"}
+    skipped = {(item["op"], item["dtype"]): item["reason"] for item in collectives["skipped"]}
+    if backend == "horovod":
+        # Horovod 0.28.1 has Average (and reducescatter, alltoall, uneven allgather) on the
+        # CPU, but no bfloat16 ops at all
+        assert set(collectives["ops"]) == common | {"allreduce_average", "allreduce_fused_average",
+                                                    "allgather_unequal", "reducescatter_average"}
+        assert collectives["dtypes"] == ["float32", "float16", "float64", "int32", "int64"]
+        assert "BFloat16Tensor" in skipped[("allreduce_sum", "bfloat16")]
+        assert collectives["checks"] == 5 * (4 * 8 + 2 + 2 * 8 + 8 + 8 + 2 * 8)
+    else:
+        # Gloo has neither ReduceOp.AVG nor all_gather of unequal shapes
+        assert set(collectives["ops"]) == common
+        assert len(collectives["dtypes"]) == 6
+        assert "ReduceOp.AVG" in skipped[("allreduce_average", "float16")]
+        assert "equal shapes" in skipped[("allgather_unequal", "int64")]
+        assert collectives["checks"] == 6 * (3 * 8 + 1 + 8 + 8 + 8 + 8)
+    assert collectives["sizes"] == ["1", "17", "1023", "1025", "4913", "65521", "65537",
+                                    "1048577", "64x1..257"]
+    assert 0 < collectives["seconds"] < result["wall_seconds"]
+    assert "collectives: " in done.stderr and " checks (" in done.stderr
+
+
+@pytest.mark.integration
+def test_collective_mismatch_fails_naming_backend_op_dtype_size_rank_and_element(
+        mpirun, python, backend, tmp_path):
+    output = tmp_path / "result.jsonl"
+    done = run_two_ranks(mpirun, python, backend, "--inject-collective-mismatch",
+                         "--convergence-steps", "20", "--output", str(output))
+    assert done.returncode == 1, done.stderr[-3000:]
+    records = parse_records(output.read_text())
+    assert [record["record"] for record in records] == RECORD_ORDER
+    # the last rank's allreduce_sum of 4,913 float32 values is one too large in its last element
+    message = (f"{backend} allreduce_sum float32 size 4913 on rank 1: element 4912 is 21, "
+               "want 20 (1 of 4913 elements wrong)")
+    collectives = by_kind(records, "collectives")[0]
+    assert collectives["ok"] is False
+    assert collectives["failures"] == [message] and collectives["failed_checks"] == 1
+    result = by_kind(records, "result")[0]
+    assert result["ok"] is False
+    assert result["reasons"][0] == f"collectives check: 1 wrong result(s): {message}"
+    assert f"rank 1: collective mismatch: {message}" in done.stderr
+
 
 @pytest.mark.integration
 def test_failed_checks_exit_1(mpirun, python, backend, tmp_path):
@@ -171,11 +220,13 @@ def test_failed_checks_exit_1(mpirun, python, backend, tmp_path):
     output = tmp_path / "result.jsonl"
     done = run_two_ranks(mpirun, python, backend, "--loss-threshold", "0",
                          "--inject-param-mismatch", "--convergence-steps", "40",
-                         "--output", str(output))
+                         "--no-collectives-check", "--output", str(output))
     assert done.returncode == 1, done.stderr[-3000:]
     assert parse_records(done.stdout) == []  # --output replaces stdout
     records = parse_records(output.read_text())
-    assert [record["record"] for record in records] == RECORD_ORDER
+    assert [record["record"] for record in records] == [
+        kind for kind in RECORD_ORDER if kind != "collectives"]
+    assert "collectives:" not in done.stderr
 
     convergence = by_kind(records, "convergence")[0]
     assert convergence["threshold"] == 0
@@ -285,3 +336,122 @@ def test_first_host_of_nodelist(helpers):
 def test_threads_per_rank(helpers):
     # max(1, cores // ranks per node), capped by the cores the rank is bound to
     assert helpers["threads"] == [1, 1, 16, 3, 1]
+
+
+# The collectives check's expected values: closed forms against brute force over explicit
+# per-rank inputs, exactness in every dtype, and the partitions of reducescatter and alltoall.
+COLLECTIVE_CASES = textwrap.dedent("""
+    import importlib.util, json, sys, torch
+    spec = importlib.util.spec_from_file_location("train_benchmark", sys.argv[1])
+    tb = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = tb
+    spec.loader.exec_module(tb)
+
+    out = {"closed_form_wrong": [], "inexact": [], "max_abs_partial": {}}
+    for n in (1, 2, 3, 5, 16, 17):
+        for dtype, limit in tb.EXACT_LIMIT.items():
+            amp = tb.reduction_amplitudes(n, limit)
+            if amp is None:
+                continue
+            base, spread = amp
+            inputs = torch.stack([tb.reduction_input(r, n, 4913, base, spread) for r in range(n)])
+            brute = {"sum": inputs.sum(0), "min": inputs.min(0).values,
+                     "max": inputs.max(0).values}
+            assert (brute["sum"] % n == 0).all()
+            brute["average"] = brute["sum"] // n
+            for op, want in brute.items():
+                if not torch.equal(tb.reduction_expected(op, n, 4913, base, spread), want):
+                    out["closed_form_wrong"].append([n, dtype, op])
+            # every partial sum in any order is bounded by the sum of magnitudes
+            bound = int(inputs.abs().sum(0).max())
+            out["max_abs_partial"][f"{n}:{dtype}"] = [bound, limit]
+            values = torch.cat([inputs.reshape(-1), brute["sum"]])
+            if not torch.equal(values.to(getattr(torch, dtype)).to(torch.int64), values):
+                out["inexact"].append([n, dtype])
+    out["zero_in_a"] = int((tb.exact_pattern(100000, 0, 16) == 0).sum())
+    out["a_range"] = [int(tb.exact_pattern(100000, 0, 16).min()),
+                      int(tb.exact_pattern(100000, 0, 16).max())]
+    out["slice_equals_offset"] = torch.equal(tb.exact_pattern(100, 3, 7)[40:60],
+                                             tb.exact_pattern(20, 3, 7, offset=40))
+    out["streams_differ"] = not torch.equal(tb.exact_pattern(64, 0, 120),
+                                            tb.exact_pattern(64, 1, 120))
+    out["amplitudes"] = [tb.reduction_amplitudes(2, 2 ** 8), tb.reduction_amplitudes(16, 2 ** 8),
+                         tb.reduction_amplitudes(17, 2 ** 8), tb.reduction_amplitudes(300, 2 ** 8),
+                         tb.reduction_amplitudes(2, 2 ** 24)]
+    out["rows"] = {f"{rows}/{n}": [tb.reducescatter_rows(rows, n, r) for r in range(n)]
+                   for rows, n in ((5, 2), (4913, 3), (2, 2), (7, 4))}
+    out["splits"] = {f"{count}/{n}": [tb.alltoall_splits(count, n, s) for s in range(n)]
+                     for count, n in ((1, 2), (17, 3))}
+    got = torch.tensor([1., 2., 3., 4.])
+    out["mismatch"] = [tb.first_mismatch(got, torch.tensor([1., 2., 3., 4.])),
+                       tb.first_mismatch(got, torch.tensor([1., 0., 3., 0.])),
+                       tb.first_mismatch(torch.tensor([1., float("nan")]), torch.tensor([1., 2.])),
+                       tb.first_mismatch(got, torch.tensor([1., 2.])),
+                       tb.first_mismatch(got, torch.tensor([1., 2., 3., 4.001]), 0.01)]
+    out["message"] = tb.mismatch_message("horovod", "allreduce_average", "float32", 4913, 1,
+                                         (1, 4912, 0.0, 7.0))
+    out["skipped"] = tb.skipped_summary([
+        {"op": op, "dtype": "bfloat16", "reason": "no bf16"} for op in tb.COLLECTIVES] + [
+        {"op": "allreduce_average", "dtype": d, "reason": "no AVG"} for d in ("int32", "int64")])
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module")
+def collective_cases(python) -> dict:
+    done = subprocess.run([python, "-c", COLLECTIVE_CASES, str(SCRIPT)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_reduction_closed_forms_equal_brute_force(collective_cases):
+    assert collective_cases["closed_form_wrong"] == []
+    assert len(collective_cases["max_abs_partial"]) >= 30
+
+
+def test_reduction_values_and_partial_sums_are_exact_in_every_dtype(collective_cases):
+    assert collective_cases["inexact"] == []
+    for key, (bound, limit) in collective_cases["max_abs_partial"].items():
+        assert bound <= limit, key
+
+
+def test_patterns_are_nonzero_reproducible_and_sliceable(collective_cases):
+    assert collective_cases["zero_in_a"] == 0           # a "returns 0" fault is always visible
+    assert collective_cases["a_range"] == [-16, 16]
+    assert collective_cases["slice_equals_offset"] and collective_cases["streams_differ"]
+
+
+def test_reduction_amplitudes_fit_the_dtype(collective_cases):
+    # bfloat16 (exact to 256): rank-dependent values up to 16 ranks, then a constant per
+    # element, none beyond 256 ranks
+    assert collective_cases["amplitudes"] == [[16, 1], [1, 1], [15, 0], None, [16, 1]]
+
+
+def test_reducescatter_rows_partition_the_rows_first_ranks_get_more(collective_cases):
+    rows = collective_cases["rows"]
+    assert rows["5/2"] == [[0, 3], [3, 2]]              # as Horovod 0.28.1 splits them
+    assert rows["2/2"] == [[0, 1], [1, 1]]
+    assert rows["7/4"] == [[0, 2], [2, 2], [4, 2], [6, 1]]
+    assert sum(count for _, count in rows["4913/3"]) == 4913
+
+
+def test_alltoall_splits_are_unequal_and_may_be_empty(collective_cases):
+    assert collective_cases["splits"]["1/2"] == [[0, 2], [1, 0]]
+    assert collective_cases["splits"]["17/3"] == [[5, 7, 6], [6, 5, 7], [7, 6, 5]]
+
+
+def test_first_mismatch_and_its_message(collective_cases):
+    exact, two_wrong, nan, shape, tolerated = collective_cases["mismatch"]
+    assert exact is None and tolerated is None
+    assert two_wrong == [2, 1, 2.0, 0.0]
+    assert nan[:2] == [1, 1]
+    assert shape == [4, -1, 4.0, 2.0]
+    assert collective_cases["message"] == (
+        "horovod allreduce_average float32 size 4913 on rank 1: element 4912 is 0, want 7 "
+        "(1 of 4913 elements wrong)")
+
+
+def test_skipped_ops_are_summarised_per_reason(collective_cases):
+    assert collective_cases["skipped"] == ["all ops on bfloat16: no bf16",
+                                           "allreduce_average on int32, int64: no AVG"]

@@ -208,7 +208,9 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
     """Why a run fails its sanity checks (empty when it passes).
 
     Checks, in order: the backend finished (else the job's id, state and exit code are named),
-    with exit status 0; its ``result`` record exists and is ok (the training program's own
+    with exit status 0; its collectives check (``collectives`` record), if it ran, found every
+    result exact (each failing rank's message is passed on: backend, op, dtype, size, rank, first
+    wrong element); its ``result`` record exists and is ok (the training program's own
     reasons are passed on); it ran on the expected number of ranks, and reported the throughput
     of every rank; its transport contains ``required_transport`` (e.g. ``nccl`` on GPU sites).
 
@@ -223,10 +225,16 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
     if run.exit_status != 0:
         reasons.append(f"exit status {run.exit_status}")
     result = next((r for r in run.records if r.get("record") == "result"), None)
+    collectives = CollectivesOutcome.from_records(run.records)
+    if collectives.ok is False:
+        # named even when the program stopped before its result record
+        reasons += [f"collectives check failed: {message}"
+                    for message in collectives.failures or ["a result was wrong"]]
     if result is None:
         reasons.append("no result record in its output (it stopped before the end)")
     elif not result.get("ok"):
-        reasons += list(result.get("reasons") or ["result not ok"])
+        reasons += [reason for reason in result.get("reasons") or ["result not ok"]
+                    if not (collectives.ok is False and reason.startswith("collectives check:"))]
     config = next((r for r in run.records if r.get("record") == "config"), None)
     if config is not None and config.get("world_size") != run.ranks:
         reasons.append(f"ran on {config.get('world_size')} ranks, expected {run.ranks}")
@@ -236,6 +244,50 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
     if required_transport and config is not None and required_transport not in str(config.get("transport")):
         reasons.append(f"transport {config.get('transport')!r} does not use {required_transport}")
     return reasons
+
+
+@dataclass(frozen=True)
+class CollectivesOutcome:
+    """The training program's collectives check of one run (its ``collectives`` record).
+
+    Attributes:
+        ran (bool): the record exists (False: the program ran with ``--no-collectives-check`` or
+            stopped before it).
+        ok (bool | None): every result exact; None when it did not run.
+        checks (int): op x dtype x size combinations compared on each rank.
+        ops, dtypes, sizes (int): how many of each were checked.
+        seconds (float | None): how long the check took (the slowest rank), in s.
+        failures (list[str]): one message per failing rank, naming backend, op, dtype, size,
+            rank and the first wrong element with got/want.
+        skipped (list[dict]): ``{"op", "dtype", "reason"}`` for what the backend lacks.
+    """
+
+    ran: bool
+    ok: bool | None = None
+    checks: int = 0
+    ops: int = 0
+    dtypes: int = 0
+    sizes: int = 0
+    seconds: float | None = None
+    failures: list[str] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def from_records(cls, records: list[dict]) -> "CollectivesOutcome":
+        """Read the ``collectives`` record of a run's records (``ran=False`` without one)."""
+        rec = next((r for r in records if r.get("record") == "collectives"), None)
+        if rec is None:
+            return cls(ran=False)
+        return cls(ran=True, ok=bool(rec.get("ok")), checks=int(rec.get("checks", 0)),
+                   ops=len(rec.get("ops") or []), dtypes=len(rec.get("dtypes") or []),
+                   sizes=len(rec.get("sizes") or []), seconds=rec.get("seconds"),
+                   failures=list(rec.get("failures") or []), skipped=list(rec.get("skipped") or []))
+
+    def to_dict(self) -> dict:
+        """``{"ran", "ok", "checks", "ops", "dtypes", "sizes", "seconds", "failures", "skipped"}``."""
+        return {"ran": self.ran, "ok": self.ok, "checks": self.checks, "ops": self.ops,
+                "dtypes": self.dtypes, "sizes": self.sizes, "seconds": self.seconds,
+                "failures": list(self.failures), "skipped": list(self.skipped)}
 
 
 @dataclass(frozen=True)
@@ -276,6 +328,7 @@ class RunVerdict:
         figures (dict[str, FigureOutcome]): every figure of :data:`FIGURES`.
         transport (str | None): the transport the program reported.
         throughput_total_ci95 (float | None): 95 % confidence half-width of the total, img/s.
+        collectives (CollectivesOutcome): the program's collectives check.
     """
 
     run: RunOutcome
@@ -283,6 +336,7 @@ class RunVerdict:
     figures: dict[str, FigureOutcome]
     transport: str | None = None
     throughput_total_ci95: float | None = None
+    collectives: CollectivesOutcome = field(default_factory=lambda: CollectivesOutcome(ran=False))
 
     @property
     def ok(self) -> bool:
@@ -302,7 +356,8 @@ class RunVerdict:
                 "job_state": r.job_state, "exit_status": r.exit_status, "transport": self.transport,
                 "ok": self.ok, "sanity": list(self.sanity),
                 "figures": {name: f.to_dict() for name, f in self.figures.items()},
-                "throughput_total_ci95": self.throughput_total_ci95}
+                "throughput_total_ci95": self.throughput_total_ci95,
+                "collectives": self.collectives.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -424,7 +479,8 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
         config = next((r for r in run.records if r.get("record") == "config"), {})
         verdict = RunVerdict(run, reasons, figures, config.get("transport"),
                              next((r.get("img_per_sec_ci95") for r in run.records
-                                   if r.get("record") == "throughput_total"), None))
+                                   if r.get("record") == "throughput_total"), None),
+                             CollectivesOutcome.from_records(run.records))
         failures += verdict.failures()
         verdicts.append(verdict)
     return Verdict(site, partition, recipe, verdicts, failures,

@@ -5,7 +5,9 @@ returns (the ``report.json`` format), so a report can be rendered again from its
 here judges; :mod:`hpcstack.validate.judge` never calls into this module.
 
 The plot shows total img/s against node count per backend, with the ideal line
-``N * throughput_total(1)`` (matplotlib, imported only when plotting).
+``N * throughput_total(1)`` (matplotlib, imported only when plotting), and a caption with each
+backend's collectives check (PASS/FAIL, checks, seconds). The markdown has a table of runs and one
+line per run on its collectives check (ops x dtypes x sizes, seconds, PASS/FAIL).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def to_markdown(report: dict) -> str:
                  "PASS" if not r["sanity"] else "FAIL", "PASS" if r["ok"] else "FAIL"]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    lines += collectives_lines(report["runs"])
     refs = [(r, name, fig) for r in report["runs"] for name, fig in r["figures"].items() if fig["reference"]]
     if refs:
         lines += ["References (value, lower and upper tolerance relative to it):", ""]
@@ -65,6 +68,57 @@ def to_markdown(report: dict) -> str:
             lines += job["output_tail"] + ["```", ""]
     lines.append(f"**{'PASS' if report['ok'] else 'FAIL'}**")
     return "\n".join(lines) + "\n"
+
+
+def collectives_line(run: dict) -> str:
+    """One line on a run's collectives check: ops x dtypes x sizes checked, time, PASS/FAIL.
+
+    Args:
+        run (dict): a run of the report document (its ``collectives`` entry may be absent in
+            reports written before the check existed).
+
+    Returns:
+        str: e.g. ``"horovod on 2 node(s): 410 checks (12 ops x 5 dtypes x 9 sizes) in 3.5 s:
+        PASS; skipped: 10 op/dtype pairs the backend lacks"``.
+    """
+    c = run.get("collectives") or {"ran": False}
+    where = f"{run['backend']} on {run['nodes']} node(s)"
+    if not c.get("ran"):
+        return f"{where}: not run"
+    seconds = "?" if c.get("seconds") is None else f"{c['seconds']:.1f}"
+    line = (f"{where}: {c['checks']} checks ({c['ops']} ops x {c['dtypes']} dtypes x "
+            f"{c['sizes']} sizes) in {seconds} s: {'PASS' if c['ok'] else 'FAIL'}")
+    if c.get("failures"):
+        line += ": " + "; ".join(c["failures"])
+    if c.get("skipped"):
+        reasons = sorted({item["reason"] for item in c["skipped"]})
+        line += f"; skipped {len(c['skipped'])} op/dtype pairs: " + "; ".join(reasons)
+    return line
+
+
+def collectives_lines(runs: list[dict]) -> list[str]:
+    """The report's "Collectives check" section: one line per run (backend and node count)."""
+    if not runs:
+        return []
+    return (["Collectives check (exact results of every collective the backend offers, before "
+             "training):", ""] + [f"- {collectives_line(r)}" for r in runs] + [""])
+
+
+def collectives_caption(runs: list[dict]) -> str:
+    """The PNG's caption: per backend, the collectives checks of its runs, e.g.
+    ``collectives: horovod PASS (1 node: 410 checks, 3.5 s; 2 nodes: ...)``."""
+    per_backend: dict[str, list[str]] = {}
+    verdict: dict[str, str] = {}
+    for r in runs:
+        c = r.get("collectives") or {}
+        if not c.get("ran"):
+            continue
+        seconds = "?" if c.get("seconds") is None else f"{c['seconds']:.1f} s"
+        per_backend.setdefault(r["backend"], []).append(f"{r['nodes']}N {c['checks']} checks {seconds}")
+        if not c["ok"] or r["backend"] not in verdict:
+            verdict[r["backend"]] = "PASS" if c["ok"] and verdict.get(r["backend"]) != "FAIL" else "FAIL"
+    return "\n".join(f"collectives {b}: {verdict[b]} ({', '.join(parts)})"
+                     for b, parts in sorted(per_backend.items()))
 
 
 def _cell(fig: dict) -> str:
@@ -120,7 +174,10 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
     model = f", {settings['model']} batch {settings.get('batch_size')}" if settings.get("model") else ""
     ax.set_title(f"{report['recipe']} on {report['system']}{model}", fontsize=10)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    summary = collectives_caption(report.get("runs", []))
+    if summary:
+        fig.text(0.01, 0.01, summary, fontsize=7, family="monospace", va="bottom")
+    fig.tight_layout(rect=(0, 0.04 * len(summary.splitlines()), 1, 1))
     fig.savefig(path)
     plt.close(fig)
     return True

@@ -13,7 +13,10 @@ site's references, scaling efficiency; the report goes to the output directory a
 
 **Local** (``--local``, or a site without a ``slurm`` section): the ``local`` scheduler runs the
 training program on ``--ranks`` ranks of this host under the launcher the site names in
-``launcher.command``, Horovod backend; the result is PASS/FAIL from the program's own checks.
+``launcher.command``, Horovod backend, with what a Slurm job would take from the site: the MPI
+plugin, cores and threads per rank, environment (``slurm.mpi``, ``slurm.cpus_per_task``,
+``slurm.env`` under ``launcher.env``) and the recipe's workload for the site's partition (model,
+device, ...); the result is PASS/FAIL from the program's own checks (collectives, convergence).
 
 Schedulers and launchers are picked by name from registries; every value this module takes from
 the site is read in one function, :func:`validation_settings`.
@@ -86,13 +89,20 @@ class SlurmSettings:
 
 @dataclass(frozen=True)
 class LocalSettings:
-    """The settings of a ``--local`` run (the site's ``launcher`` section).
+    """The settings of a ``--local`` run: the site's ``launcher`` section, and what the Slurm jobs
+    would take from its ``slurm`` section (so that a ``--local`` run on a compute node trains as a
+    job would).
 
     Attributes:
         launcher (str): a name in :data:`hpcstack.validate.launchers.LAUNCHERS`.
         ranks (int): default rank count.
-        env (dict[str, str]): variables for the launcher.
+        env (dict[str, str]): variables for the launcher: the site's ``slurm.env`` (as in the jobs)
+            updated with its ``launcher.env``.
         mpi (str | None): the launcher's MPI plugin: the site's ``slurm.mpi`` (None without one).
+        cpus_per_task (int): cores per rank (the launcher's ``--cpus-per-task`` where it has one):
+            the site's ``slurm.cpus_per_task``, 1 without a ``slurm`` section.
+        threads (int): torch threads per rank (``--threads``): ``slurm.cpus_per_task`` as in the
+            jobs; 0 (the training program's own choice: cores // ranks) without a ``slurm`` section.
         scheduler (str): ``local``.
     """
 
@@ -100,6 +110,8 @@ class LocalSettings:
     ranks: int
     env: dict
     mpi: str | None = None
+    cpus_per_task: int = 1
+    threads: int = 0
     scheduler: str = "local"
 
 
@@ -132,8 +144,9 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
                         account: str | None = None) -> ValidationSettings:
     """Read the validation settings: the one place that reads the site and recipe for validation.
 
-    From the site, the machine: ``site.launcher``, ``site.slurm`` (partition, tasks, GPUs);
-    from the recipe (issue 16), what to train and how to judge it: its :class:`Validation`
+    From the site, the machine: ``site.launcher``, ``site.slurm`` (partition, tasks, GPUs, cores
+    per task, MPI plugin, environment; the ``--local`` run takes the last four from it too, see
+    :class:`LocalSettings`); from the recipe (issue 16), what to train and how to judge it: its :class:`Validation`
     component's workload for this site and partition, its references, and the transport the
     Horovod build must use (``nccl`` where it is built with NCCL GPU operations, i.e. on a site
     whose toolchain has CUDA).
@@ -163,7 +176,9 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
             env=dict(s.get("env", {})), account_required=bool(s.get("account_required")),
             output_root=s.get("output_root"))
     local = LocalSettings(launcher=site.launcher.command, ranks=site.launcher.ranks,
-                          env=dict(site.launcher.env), mpi=s.get("mpi"))
+                          env={**s.get("env", {}), **site.launcher.env}, mpi=s.get("mpi"),
+                          cpus_per_task=s.get("cpus_per_task", 1),
+                          threads=s.get("cpus_per_task", 0) if s else 0)
     named = [("launcher.command", local.launcher)] + ([("slurm.launcher", slurm.launcher)] if slurm else [])
     unknown = [f"{site.path}: {key}: unknown launcher {name!r} (known: {', '.join(sorted(LAUNCHERS))})"
                for key, name in named if name not in LAUNCHERS]
@@ -214,17 +229,21 @@ def installed_stack(site, recipe):
 def local_program(settings: ValidationSettings, prefix: str, output: str) -> list[str]:
     """Return the training program's command line for a local run (Horovod backend).
 
+    The same options as a Slurm job's (:func:`trainer_argv`): the workload the recipe gives for
+    this site and its Slurm partition (model, sizes, precision, device, iterations, convergence
+    check) and ``--threads`` from :attr:`LocalSettings.threads`.
+
     Args:
-        settings (ValidationSettings): its ``workload`` gives model, image size, batch size and
-            precision (defaults: tiny, 32, 16, fp32).
+        settings (ValidationSettings): its ``workload`` and ``local.threads``.
         prefix (str): the stack's prefix.
         output (str): JSON-lines file the program writes.
+
+    Example:
+        ``["python", "<prefix>/bin/hpcstack-train-benchmark", "--backend", "horovod", "--model",
+        "tiny", …, "--threads", "1", "--output", "records.jsonl"]``
     """
-    w = settings.workload
-    return ["python", os.path.join(prefix, "bin", TRAINER), "--backend", "horovod",
-            "--model", str(w.get("model", "tiny")), "--image-size", str(w.get("image_size", 32)),
-            "--batch-size", str(w.get("batch_size", 16)), "--precision", str(w.get("precision", "fp32")),
-            "--output", output]
+    return ["python", *trainer_argv(settings.workload, prefix, "horovod", output,
+                                    settings.local.threads)]
 
 
 def read_records(path: Path) -> list[dict]:
@@ -263,7 +282,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     use = [*site.modules.use, site.module_root]
     scheduler = get_scheduler(settings.scheduler)()
     launcher = get_launcher(settings.launcher)(mpi=settings.mpi)
-    alloc = scheduler.allocation(1, ranks)
+    alloc = scheduler.allocation(1, ranks, settings.cpus_per_task)
     with tempfile.TemporaryDirectory(prefix="hpcstack-validate-") as tmp:
         output = os.path.join(tmp, "records.jsonl") if not dry_run else "records.jsonl"
         argv = launcher.argv(local_program(all_settings, prefix, output), alloc)
@@ -304,6 +323,10 @@ def report_local(records: list[dict], returncode: int, output: str, as_json: boo
                 print(f"rank {r['rank']}: {r['img_per_sec_mean']:.1f} ± {r['img_per_sec_ci95']:.1f} img/s")
             elif r.get("record") == "throughput_total":
                 print(f"total: {r['img_per_sec']:.1f} img/s on {r['world_size']} ranks")
+            elif r.get("record") == "collectives":
+                print(f"collectives: {r['checks']} checks ({len(r['ops'])} ops x {len(r['dtypes'])} dtypes x "
+                      f"{len(r['sizes'])} sizes) in {r['seconds']:.1f} s: "
+                      + ("PASS" if r["ok"] else "FAIL: " + "; ".join(r["failures"])))
             elif r.get("record") == "convergence":
                 print(f"loss {r['initial_loss']:.4f} -> {r['final_loss']:.4f} (threshold {r['threshold']}); "
                       f"parameters identical on all ranks: {r['params_identical']}")
