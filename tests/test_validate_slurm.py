@@ -180,7 +180,8 @@ def test_local_srun_follows_the_sites_mpi_plugin_not_a_hard_coded_one():
     proc = hpcstack("validate", RECIPE, "--site", "cirrus", "--local", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     (launch,) = [line for line in proc.stdout.splitlines() if line.startswith("srun ")]
-    assert launch.startswith("srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=1 python "), launch
+    # the site's cpus per task (10 of 40 cores per V100 rank), as in its Slurm jobs
+    assert launch.startswith("srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 python "), launch
     assert "--mpi" not in launch
 
 
