@@ -249,11 +249,21 @@ _NETWORK = re.compile(r"(Failed to establish a new connection|ProxyError|Cannot 
                       r"Connection refused|timed out|Could not fetch URL)")
 
 
+#: A compiler's error line (GCC, Clang, nvcc): ``file.cc:35:10: error: …`` or ``fatal error``;
+#: the first one is what a build log's hundreds of lines come down to (issue 10).
+_COMPILER_ERROR = re.compile(
+    r"^(?:.*?\s)?(\S+\.(?:c|cc|cpp|cxx|h|hh|hpp|hxx|cu|cuh)(?:\(\d+\)|:\d+(?::\d+)?):\s+(?:fatal\s+)?error:?\s.*)$",
+    re.M)
+#: CMake's configure errors: ``CMake Error at CMakeLists.txt:12 (…):`` and the message under it.
+_CMAKE_ERROR = re.compile(r"^CMake Error(?: at ([^\n]*?))?:?\s*\n\s*([^\n]+)", re.M)
+
+
 def diagnose(log: str) -> str | None:
     """Return one clear line for a failure recognised in a step's log, else None.
 
     Recognised: a wheel whose sha256 is not the one in the lock (pip's and uv's messages; both
-    hashes and the file), a full disk, no network (pip's and uv's messages), a missing compiler.
+    hashes and the file), a full disk, no network (pip's and uv's messages), a missing compiler,
+    and a compile error (the first compiler error line, else CMake's first error).
 
     Args:
         log (str): the text of the step's log.
@@ -280,6 +290,12 @@ def diagnose(log: str) -> str | None:
     if m:
         return (f"compiler {m.group(1)} not found; install it or fix the compilers in the site "
                 "config (toolchain.cc/cxx/fc, build.env)")
+    m = _COMPILER_ERROR.search(log)
+    if m:
+        return f"the build failed; the first compiler error: {m.group(1).strip()}"
+    m = _CMAKE_ERROR.search(log)
+    if m:
+        return f"the build failed; CMake: {m.group(1).strip()} {m.group(2).strip()}".rstrip()
     return None
 
 
@@ -334,6 +350,10 @@ def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str 
                     problems.append(f"step {step.name}: compiler {var}={words[0]} not found on the PATH of "
                                     f"the build environment; install it, load its module, or fix the "
                                     f"compilers in {site_path} (toolchain.cc/cxx/fc, build.env)")
+        for action in step.actions:  # checks of an action's own (a toolkit's GPU architectures)
+            check = getattr(action, "preflight", None)
+            if callable(check):
+                problems += [f"step {step.name}: {line} ({site_path})" for line in check(env)]
     if problems:
         raise ConfigError(problems)
 

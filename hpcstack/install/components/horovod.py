@@ -433,6 +433,9 @@ class HorovodBuild(SourceBuild):
         the NVHPC tree.
         """
         steps = super().contribute(ctx)
+        tc = ctx.toolchain
+        if tc.has_cuda and tc.cuda_cc_list:
+            steps[BUILD][:0] = [CudaArchCheck(f"{tc.cuda_home}/bin/nvcc", tuple(tc.cuda_cc_list), tc.cuda_version)]
         stubs = ctx.toolchain.cuda_stubs
         if stubs:
             stub_dir = self.stub_dir(ctx)
@@ -445,6 +448,80 @@ class HorovodBuild(SourceBuild):
         return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
                            self.required_flags(ctx),
                            prepend=self.build_prepend(ctx))]
+
+
+@dataclass(frozen=True)
+class CudaArchCheck(ActionBase):
+    """Check that the site's CUDA toolkit compiles for every compute capability it lists.
+
+    CUDA 13 dropped compute capability 7.0 (V100): ``nvcc --list-gpu-arch`` of 13.0 starts at
+    ``compute_75``, so a site with ``cuda.cc_list: [70]`` needs a CUDA 12.x toolkit (the CUDA
+    13.0 release notes; issue 10). The install's preflight runs :meth:`preflight` before anything
+    is written; the dry-run prints the same check as bash (``nvcc --list-gpu-arch`` and a
+    ``grep`` for each capability), and :meth:`execute` runs that bash, so the three agree.
+
+    Args:
+        nvcc (str): the toolkit's ``nvcc``; may hold ``${VAR}`` references to the build
+            environment (``${NVHPC_ROOT}/cuda/12.4/bin/nvcc``).
+        cc_list (tuple[int, ...]): compute capabilities, e.g. ``(70,)``.
+        cuda_version (str | None): the site's CUDA ``X.Y``, named in the message.
+
+    Raises:
+        HpcstackError: (execute) a capability the toolkit does not offer, or no usable nvcc.
+    """
+
+    nvcc: str
+    cc_list: tuple[int, ...]
+    cuda_version: str | None = None
+
+    def commands(self) -> tuple[Run, ...]:
+        return (Run((self.nvcc, "--list-gpu-arch")),)
+
+    def problems(self, env: dict[str, str]) -> list[str]:
+        """One line naming the toolkit and every unsupported capability; empty when all are offered.
+
+        Args:
+            env (dict[str, str]): the build environment (the site's modules loaded).
+        """
+        from hpcstack.install.actions import expand
+
+        nvcc = expand(self.nvcc, env)
+        where = f"CUDA {self.cuda_version} ({nvcc})" if self.cuda_version else nvcc
+        try:
+            proc = subprocess.run([nvcc, "--list-gpu-arch"], env=env, capture_output=True, text=True,
+                                  timeout=60, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return [f"toolchain.cuda: cannot run {nvcc} --list-gpu-arch ({exc}); check toolchain.cuda.home"]
+        offered = sorted({int(m) for m in re.findall(r"compute_(\d+)", proc.stdout)})
+        if proc.returncode != 0 or not offered:
+            return [f"toolchain.cuda: {nvcc} --list-gpu-arch listed no architectures (exit "
+                    f"{proc.returncode}); check toolchain.cuda.home"]
+        missing = [cc for cc in self.cc_list if cc not in offered]
+        if not missing:
+            return []
+        shown = ", ".join(f"{cc // 10}.{cc % 10} (compute_{cc})" for cc in missing)
+        return [f"toolchain.cuda.cc_list: {where} does not compile for compute capability {shown}; "
+                f"it offers compute_{offered[0]} to compute_{offered[-1]}: use a toolkit that has "
+                "them (CUDA 12.x for 7.0, V100) or drop them from cc_list"]
+
+    def preflight(self, env: dict[str, str]) -> list[str]:
+        """The install's preflight calls this before anything is written (:func:`hpcstack.install.runner.preflight`)."""
+        return self.problems(env)
+
+    def to_bash(self) -> str:
+        nvcc = bash_word(self.nvcc)
+        ccs = " ".join(str(c) for c in self.cc_list)
+        return (f"hpcstack_archs=$({nvcc} --list-gpu-arch)\n"
+                f"for cc in {ccs}; do\n"
+                f'  grep -qx "compute_$cc" <<<"$hpcstack_archs" || '
+                f'{{ echo "{self.nvcc} does not compile for compute_$cc" >&2; exit 2; }}\n'
+                "done")
+
+    def execute(self, ctx: ExecContext) -> None:
+        problems = self.problems(getattr(ctx, "env", None) or dict(os.environ))
+        ctx.log.write(f"$ {self.nvcc} --list-gpu-arch: {'; '.join(problems) or 'every capability offered'}\n")
+        if problems:
+            raise HpcstackError(problems[0])
 
 
 @dataclass(frozen=True)
