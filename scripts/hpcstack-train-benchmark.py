@@ -1469,7 +1469,7 @@ def classifier_reasons(classifier: dict) -> list[str]:
     worst = min(classifier["test_accuracy_per_rank"])
     if not worst >= classifier["threshold"]:
         reasons.append(f"test accuracy {worst:.4f} below the threshold {classifier['threshold']} "
-                       f"({classifier['test_images']} test images, {classifier['epochs']} epochs)")
+                       f"({classifier['test_images']} test images, {classifier['epochs']} epoch(s))")
     if not classifier["params_identical"]:
         reasons.append(f"parameters differ between ranks: {len(set(classifier['param_hashes']))} "
                        f"distinct sha256 digests on {len(classifier['param_hashes'])} ranks")

@@ -236,7 +236,7 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
         accuracy = "n/a" if classifier.test_accuracy is None else f"{classifier.test_accuracy:.4f}"
         reasons.append(f"test accuracy {accuracy} below the threshold "
                        f"{classifier.threshold} (digits classifier, {classifier.test_images} test "
-                       f"images, {classifier.epochs} epochs)")
+                       f"images, {classifier.epochs} epoch(s))")
     if result is None:
         reasons.append("no result record in its output (it stopped before the end)")
     elif not result.get("ok"):
