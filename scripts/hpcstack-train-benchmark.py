@@ -11,6 +11,17 @@ The program validates an installed PyTorch + Horovod stack on N ranks in two pha
    averaged over all ranks, ends below ``--loss-threshold`` and below its initial value, and when
    the sha256 digests of the parameter bytes agree on every rank.
 
+With ``--model digits`` both phases give way to a real image classifier: a small CNN trained on
+scikit-learn's bundled 8x8 handwritten digits (1,797 images; ``load_digits`` reads the copy in
+the package, nothing is downloaded), split 80/20 into train and test sets by ``--seed``, the
+training set sharded by rank, SGD with ``--lr`` x ranks for ``--epochs`` epochs (the img/s of
+each epoch are its throughput figures); every rank then classifies the whole test set, and the
+run passes when every rank's test accuracy reaches ``--accuracy-threshold`` and the parameters
+agree on every rank. Its records are config, collectives, throughput, throughput_total,
+``{"record": "classifier", "dataset", "train_images", "test_images", "epochs", "lr",
+"batch_size", "final_train_loss", "test_accuracy", "test_accuracy_per_rank", "threshold",
+"params_identical", "param_hashes", "seconds"}`` and result.
+
 Records go out as JSON lines from rank 0 (stdout, or ``--output``), in this order; a short
 summary goes to stderr. Rates are images per second (img/s), losses cross-entropy in nats::
 
@@ -31,12 +42,11 @@ on the training device against exact results (CollectivesCheck: allreduce sum/av
 a fused batch, allgather of equal and unequal sizes, broadcast from the last rank, alltoall,
 reducescatter; float32/16, bfloat16, float64, int32/64; 1 to 2^20 + 1 elements).
 
-Exit status 0 only when the collectives and convergence checks pass, 1 when they fail (or a
-rank fails), 2 on a
-usage error.
+Exit status 0 only when the collectives and convergence (or classifier) checks pass, 1 when they
+fail (or a rank fails), 2 on a usage error.
 
-Only the standard library, torch, torchvision (for models other than ``tiny``) and, for the
-Horovod backend, horovod are needed: the script is installed on its own and never imports hpcstack.
+Only the standard library, torch, torchvision (for models other than ``tiny`` and ``digits``),
+scikit-learn (for ``digits``) and, for the Horovod backend, horovod are needed: the script is installed on its own and never imports hpcstack.
 
 Examples (2 ranks on one CPU node; root needs OMPI_ALLOW_RUN_AS_ROOT=1 and
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun)::
@@ -44,6 +54,8 @@ OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun)::
     mpirun -np 2 python hpcstack-train-benchmark.py --backend ddp
     torchrun --nproc-per-node 2 hpcstack-train-benchmark.py --backend ddp
     horovodrun -np 2 -H localhost:2 --gloo python hpcstack-train-benchmark.py --backend horovod
+    torchrun --nproc-per-node 2 hpcstack-train-benchmark.py --backend ddp --model digits \
+        --batch-size 32
     srun --mpi=pmix -n 8 python hpcstack-train-benchmark.py --backend horovod --model resnet50 \\
         --batch-size 32 --device cuda --precision amp --output result.jsonl
 """
