@@ -158,7 +158,9 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
         recipe (hpcstack.recipe.Recipe): the recipe, with a Validation component.
         partition, qos, account (str | None): command-line values; they win over the site's.
         workload (str | None): a named workload of the recipe (``--workload digits``); None:
-            the recipe's workload for the site and partition.
+            the recipe's workload for the site and partition. A named workload gets no
+            performance references (they are figures of the site's own workload): it is judged
+            on sanity alone, its img/s reported.
 
     Returns:
         ValidationSettings: with ``slurm`` None when the site has no ``slurm`` section.
@@ -191,7 +193,9 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
     return ValidationSettings(
         workload=spec.workload(site, slurm.partition if slurm else None, workload),
         nodes=list(spec.nodes), backends=list(spec.backends),
-        references=dict(spec.references),
+        # the references are figures of the site's own workload (its model and sizes): a named
+        # workload is judged on sanity alone (for digits: its test accuracy), its img/s reported
+        references=dict(spec.references) if workload is None else {},
         required_transport=_required_transport(site, recipe),
         local=local, slurm=slurm, workload_name=workload)
 
