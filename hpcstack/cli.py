@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "recipe's workload for the site (model, device, sizes); PASS/FAIL from the "
                         "training program's own checks (collectives, convergence), no report files")
     p.add_argument("--ranks", type=int, metavar="N", help="with --local: ranks (default: the site's launcher.ranks)")
+    p.add_argument("--workload", metavar="NAME",
+                   help="train a named workload of the recipe's validation file instead of its "
+                        "workload for the site, e.g. digits: a small CNN on scikit-learn's 8x8 "
+                        "handwritten digits, judged on its test accuracy (reported next to img/s); "
+                        "on the site's device (default: the recipe's workload for the site)")
     p.add_argument("--json", action="store_true", help="print the result (or with --dry-run the job scripts) as JSON")
 
     p = sub.add_parser("lock", help="regenerate a recipe's lock file with uv (hashes for every package)")
@@ -281,13 +286,15 @@ def cmd_validate(args) -> int:
             problems.append("--ranks: must be at least 1")
         if problems:
             raise ConfigError(problems)
-        return local_validation(site, recipe, ranks=args.ranks, dry_run=args.dry_run, as_json=args.json)
+        return local_validation(site, recipe, ranks=args.ranks, dry_run=args.dry_run, as_json=args.json,
+                                workload=args.workload)
     if args.ranks is not None:
         raise ConfigError(["--ranks: only with --local (Slurm jobs take --nodes and the site's "
                            "slurm.tasks_per_node)"])
     if args.collect:
         clash = [opt for opt, value in (("--dry-run", args.dry_run), ("--no-wait", args.no_wait),
-                                        ("--nodes", args.nodes), ("--output-dir", args.output_dir)) if value]
+                                        ("--nodes", args.nodes), ("--output-dir", args.output_dir),
+                                        ("--workload", args.workload)) if value]
         if clash:
             raise ConfigError([f"{opt}: not used with --collect" for opt in clash])
         return collect(site, recipe, args.collect, as_json=args.json)
@@ -295,7 +302,7 @@ def cmd_validate(args) -> int:
     return slurm_validation(
         site, recipe, nodes=parse_nodes(args.nodes) if args.nodes else None, backends=backends,
         partition=args.partition, qos=args.qos, account=args.account, output_dir=args.output_dir,
-        dry_run=args.dry_run, no_wait=args.no_wait, as_json=args.json)
+        dry_run=args.dry_run, no_wait=args.no_wait, as_json=args.json, workload=args.workload)
 
 
 def cmd_lock(args) -> int:

@@ -11,6 +11,17 @@ The program validates an installed PyTorch + Horovod stack on N ranks in two pha
    averaged over all ranks, ends below ``--loss-threshold`` and below its initial value, and when
    the sha256 digests of the parameter bytes agree on every rank.
 
+With ``--model digits`` both phases give way to a real image classifier: a small CNN trained on
+scikit-learn's bundled 8x8 handwritten digits (1,797 images; ``load_digits`` reads the copy in
+the package, nothing is downloaded), split 80/20 into train and test sets by ``--seed``, the
+training set sharded by rank, SGD with ``--lr`` x ranks for ``--epochs`` epochs (the img/s of
+each epoch are its throughput figures); every rank then classifies the whole test set, and the
+run passes when every rank's test accuracy reaches ``--accuracy-threshold`` and the parameters
+agree on every rank. Its records are config, collectives, throughput, throughput_total,
+``{"record": "classifier", "dataset", "train_images", "test_images", "epochs", "lr",
+"batch_size", "final_train_loss", "test_accuracy", "test_accuracy_per_rank", "threshold",
+"params_identical", "param_hashes", "seconds"}`` and result.
+
 Records go out as JSON lines from rank 0 (stdout, or ``--output``), in this order; a short
 summary goes to stderr. Rates are images per second (img/s), losses cross-entropy in nats::
 
@@ -31,12 +42,11 @@ on the training device against exact results (CollectivesCheck: allreduce sum/av
 a fused batch, allgather of equal and unequal sizes, broadcast from the last rank, alltoall,
 reducescatter; float32/16, bfloat16, float64, int32/64; 1 to 2^20 + 1 elements).
 
-Exit status 0 only when the collectives and convergence checks pass, 1 when they fail (or a
-rank fails), 2 on a
-usage error.
+Exit status 0 only when the collectives and convergence (or classifier) checks pass, 1 when they
+fail (or a rank fails), 2 on a usage error.
 
-Only the standard library, torch, torchvision (for models other than ``tiny``) and, for the
-Horovod backend, horovod are needed: the script is installed on its own and never imports hpcstack.
+Only the standard library, torch, torchvision (for models other than ``tiny`` and ``digits``),
+scikit-learn (for ``digits``) and, for the Horovod backend, horovod are needed: the script is installed on its own and never imports hpcstack.
 
 Examples (2 ranks on one CPU node; root needs OMPI_ALLOW_RUN_AS_ROOT=1 and
 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun)::
@@ -44,6 +54,8 @@ OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun)::
     mpirun -np 2 python hpcstack-train-benchmark.py --backend ddp
     torchrun --nproc-per-node 2 hpcstack-train-benchmark.py --backend ddp
     horovodrun -np 2 -H localhost:2 --gloo python hpcstack-train-benchmark.py --backend horovod
+    torchrun --nproc-per-node 2 hpcstack-train-benchmark.py --backend ddp --model digits \
+        --batch-size 32
     srun --mpi=pmix -n 8 python hpcstack-train-benchmark.py --backend horovod --model resnet50 \\
         --batch-size 32 --device cuda --precision amp --output result.jsonl
 """
@@ -84,6 +96,11 @@ TORCHVISION_NUM_CLASSES = 1000
 # ResNet-18 on the teacher task (batch 32, lr 0.01) is near loss 0.9 after 100 steps, 0.5 after 300.
 TINY_CONVERGENCE_STEPS = 100
 TORCHVISION_CONVERGENCE_STEPS = 300
+# The digits workload: a small CNN on scikit-learn's bundled 8x8 handwritten digits.
+DIGITS_MODEL = "digits"
+DIGITS_IMAGE_SIZE = 8
+DIGITS_CLASSES = 10
+DIGITS_TEST_FRACTION = 0.2
 
 
 class UsageError(Exception):
@@ -1039,11 +1056,12 @@ def _size_key(size: str) -> tuple[int, str]:
 
 
 def build_model(name: str, num_classes: int) -> nn.Module:
-    """A randomly initialised classifier for 3-channel images.
+    """A randomly initialised classifier for 3-channel images (1-channel 8x8 for ``digits``).
 
     Args:
         name: ``tiny`` (two 3x3 convolutions, ~5k parameters, a few ms per batch of 16 32x32
-            images on one CPU core) or any torchvision classification model name
+            images on one CPU core), ``digits`` (two 3x3 convolutions and two linear layers,
+            ~150k parameters, for 1 x 8 x 8 images) or any torchvision classification model name
             (``resnet50``, ``vgg16``, ...), built with ``weights=None``.
         num_classes: outputs of the last layer.
 
@@ -1051,6 +1069,13 @@ def build_model(name: str, num_classes: int) -> nn.Module:
         UsageError: unknown model name.
     """
     check_model_name(name)
+    if name == DIGITS_MODEL:
+        # 1 x 8 x 8 -> 32 x 8 x 8 -> 64 x 4 x 4 -> 128 -> 10 (~150k parameters)
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(inplace=True),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(inplace=True),
+            nn.Linear(128, num_classes))
     if name == TINY_MODEL:
         return nn.Sequential(
             nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2),
@@ -1061,7 +1086,15 @@ def build_model(name: str, num_classes: int) -> nn.Module:
 
 
 def check_model_name(name: str) -> None:
-    """Raise UsageError unless ``name`` is ``tiny`` or a torchvision classification model."""
+    """Raise UsageError unless ``name`` is ``tiny``, ``digits`` or a torchvision classification
+    model (``digits`` needs scikit-learn, for its bundled data set)."""
+    if name == DIGITS_MODEL:
+        try:
+            import sklearn.datasets  # noqa: F401
+        except ImportError as err:
+            raise UsageError(f"--model {DIGITS_MODEL} needs scikit-learn (its bundled digits "
+                             f"data set; in the stack's lock from pytorch/2.3.1-gpu on): {err}") from None
+        return
     if name == TINY_MODEL:
         return
     try:
@@ -1324,6 +1357,137 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
     }
 
 
+# --------------------------------------------------------------------------------------------
+# The digits workload: a real image classifier (--model digits)
+# --------------------------------------------------------------------------------------------
+
+
+def load_digits_split(seed: int, test_fraction: float = DIGITS_TEST_FRACTION
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """scikit-learn's bundled 8x8 handwritten digits, split into train and test sets.
+
+    ``sklearn.datasets.load_digits`` reads the copy inside the scikit-learn package (1,797
+    images of 8x8 pixels, values 0-16, 10 classes); nothing is downloaded. Pixels are scaled to
+    [0, 1]. The split is a permutation drawn from ``seed`` alone, so every rank holds the same
+    train and test sets (``round(1797 * test_fraction)`` test images: 359 for 0.2).
+
+    Returns:
+        ``(train_images, train_labels, test_images, test_labels)`` on the CPU; images are
+        float32 ``N x 1 x 8 x 8``, labels int64.
+
+    Raises:
+        UsageError: scikit-learn is not installed.
+    """
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:
+        raise UsageError(f"--model {DIGITS_MODEL} needs scikit-learn (its bundled digits data "
+                         f"set): {err}") from None
+    data = load_digits()
+    images = torch.tensor(data.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    labels = torch.tensor(data.target, dtype=torch.int64)
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(
+        derive_seed(seed, "digits-split", 0)))
+    test_count = round(len(labels) * test_fraction)
+    test, train = order[:test_count], order[test_count:]
+    return images[train], labels[train], images[test], labels[test]
+
+
+def shard_indices(count: int, rank: int, size: int, epoch: int, seed: int) -> torch.Tensor:
+    """This rank's training images of one epoch: a shuffle shared by all ranks (drawn from
+    ``seed`` and ``epoch``), every ``size``-th index from ``rank`` on, cut to ``count // size``
+    so that every rank takes the same number of steps (as ``DistributedSampler(drop_last=True)``)."""
+    order = torch.randperm(count, generator=torch.Generator().manual_seed(
+        derive_seed(seed, f"digits-epoch-{epoch}", 0)))
+    return order[rank::size][:count // size]
+
+
+def run_digits(comm: Comm, args: argparse.Namespace) -> tuple[list[float], dict]:
+    """Train the digits CNN on the training set sharded by rank; evaluate on the whole test set.
+
+    A model is built from ``--seed`` and broadcast from rank 0; SGD (momentum 0.9, learning rate
+    ``--lr`` x world size, Horovod's rule for a global batch that grows with the ranks) wrapped
+    by the backend trains ``--epochs`` epochs of ``--batch-size`` images per rank and step. Each
+    epoch's training rate (img/s on this rank) is measured. Afterwards every rank classifies
+    the whole test set; the accuracies and parameter digests of all ranks are gathered.
+
+    Args:
+        comm: the initialised backend.
+        args: parsed command line (seed, epochs, lr, batch_size, precision, accuracy_threshold).
+
+    Returns:
+        ``(img_secs, classifier)``: this rank's img/s per epoch (the first included: the data
+        set is small and already in memory), and the fields of the ``classifier`` record:
+        dataset, train_images, test_images, epochs, lr, batch_size, final_train_loss,
+        test_accuracy (rank 0's), test_accuracy_per_rank, threshold, params_identical,
+        param_hashes, seconds.
+    """
+    started = time.perf_counter()
+    train_x, train_y, test_x, test_y = load_digits_split(args.seed)
+    train_x, train_y = train_x.to(comm.device), train_y.to(comm.device)
+    test_x, test_y = test_x.to(comm.device), test_y.to(comm.device)
+    torch.manual_seed(derive_seed(args.seed, "digits-model", 0))
+    lr = args.lr * comm.size
+    model, optimizer = comm.prepare(
+        build_model(DIGITS_MODEL, DIGITS_CLASSES),
+        lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9))
+    plain = comm.unwrap(model)
+    step = make_train_step(model, optimizer, comm, args.precision)
+    model.train()
+    img_secs, losses = [], []
+    for epoch in range(args.epochs):
+        shard = shard_indices(len(train_y), comm.rank, comm.size, epoch, args.seed).to(comm.device)
+        _synchronize(comm.device)
+        start = time.perf_counter()
+        for first in range(0, len(shard), args.batch_size):
+            batch = shard[first:first + args.batch_size]
+            losses.append(step(train_x[batch], train_y[batch]).detach())
+        _synchronize(comm.device)
+        img_secs.append(len(shard) / (time.perf_counter() - start))
+    steps_per_epoch = math.ceil(len(train_y) // comm.size / args.batch_size)
+    final_loss = float(comm.allreduce_mean(
+        torch.stack(losses[-steps_per_epoch:]).float().mean().cpu(), "digits.final_loss"))
+    plain.eval()
+    with torch.no_grad():
+        correct = sum(int((logits_of(plain(test_x[i:i + 512])).argmax(dim=1)
+                           == test_y[i:i + 512]).sum()) for i in range(0, len(test_y), 512))
+    plain.train()
+    accuracy = correct / len(test_y)
+    accuracies = comm.allgather(torch.tensor(accuracy, dtype=torch.float64),
+                                "digits.test_accuracy").reshape(-1).tolist()
+    digest = torch.tensor(list(parameter_digest(plain)), dtype=torch.int64)
+    hashes = [bytes(row.tolist()).hex() for row in comm.allgather(digest, "digits.param_digest")]
+    return img_secs, {
+        "dataset": "sklearn.datasets.load_digits (8x8, 10 classes)",
+        "train_images": len(train_y),
+        "test_images": len(test_y),
+        "epochs": args.epochs,
+        "lr": lr,
+        "batch_size": args.batch_size,
+        "final_train_loss": final_loss,
+        "test_accuracy": accuracies[0],
+        "test_accuracy_per_rank": accuracies,
+        "threshold": args.accuracy_threshold,
+        "params_identical": len(set(hashes)) == 1,
+        "param_hashes": hashes,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def classifier_reasons(classifier: dict) -> list[str]:
+    """Why the ``classifier`` record fails (empty when it passes): a test accuracy below the
+    threshold (on any rank), or parameters that differ between ranks."""
+    reasons = []
+    worst = min(classifier["test_accuracy_per_rank"])
+    if not worst >= classifier["threshold"]:
+        reasons.append(f"test accuracy {worst:.4f} below the threshold {classifier['threshold']} "
+                       f"({classifier['test_images']} test images, {classifier['epochs']} epoch(s))")
+    if not classifier["params_identical"]:
+        reasons.append(f"parameters differ between ranks: {len(set(classifier['param_hashes']))} "
+                       f"distinct sha256 digests on {len(classifier['param_hashes'])} ranks")
+    return reasons
+
+
 def collectives_summary(record: dict) -> str:
     """The stderr line of a ``collectives`` record, e.g. ``collectives: 356 checks (11 ops x 5
     dtypes x 9 sizes) on cpu in 2.1 s: OK; skipped: ...``."""
@@ -1435,7 +1599,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="distributed backend: horovod (hvd.DistributedOptimizer) or ddp "
              "(torch DistributedDataParallel, NCCL on CUDA, Gloo on CPU)")
     add("--model", default=TINY_MODEL,
-        help=f"'{TINY_MODEL}' (small CNN for CPUs) or a torchvision model name, e.g. resnet50")
+        help=f"'{TINY_MODEL}' (small CNN for CPUs) or a torchvision model name, e.g. resnet50: "
+             f"synthetic benchmark and convergence check; '{DIGITS_MODEL}': a small CNN trained "
+             "on scikit-learn's bundled 8x8 handwritten digits (real images), judged on its "
+             "test accuracy (--epochs, --lr, --accuracy-threshold)")
     add("--image-size", type=_positive, default=None,
         help=f"image side in pixels (default {TINY_IMAGE_SIZE} for {TINY_MODEL}, "
              f"{TORCHVISION_IMAGE_SIZE} otherwise)")
@@ -1466,6 +1633,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="the mean held-out cross-entropy (nats) must end below this; it starts near "
              "ln(classes) = 2.30 for 10 classes, and predicting the label frequencies alone "
              "gives about 1.7 (baseline_loss in the record)")
+    add("--epochs", type=_positive, default=20,
+        help=f"--model {DIGITS_MODEL}: training epochs over the training set (sharded by rank)")
+    add("--lr", type=float, default=0.01,
+        help=f"--model {DIGITS_MODEL}: SGD learning rate (momentum 0.9) per rank; the optimizer "
+             "uses lr x ranks, as the global batch grows with the ranks")
+    add("--accuracy-threshold", type=float, default=0.95,
+        help=f"--model {DIGITS_MODEL}: the test accuracy (fraction of the 359 held-out images "
+             "classified right, on every rank) must reach this")
     add("--output", default=None,
         help="JSON-lines file written by rank 0 (default: stdout of rank 0)")
     add("--seed", type=int, default=42, help="seed of models, data and teacher")
@@ -1483,6 +1658,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         parser.error("--num-warmup-batches must be >= 0")
     if args.threads < 0:
         parser.error("--threads must be >= 0")
+    if not 0 <= args.accuracy_threshold <= 1:
+        parser.error("--accuracy-threshold must be between 0 and 1")
+    if args.model == DIGITS_MODEL:
+        if args.image_size not in (None, DIGITS_IMAGE_SIZE):
+            parser.error(f"--model {DIGITS_MODEL} trains on {DIGITS_IMAGE_SIZE}x{DIGITS_IMAGE_SIZE} "
+                         f"images; --image-size {args.image_size} does not apply")
+        args.image_size, args.num_classes = DIGITS_IMAGE_SIZE, DIGITS_CLASSES
     tiny = args.model == TINY_MODEL
     if args.image_size is None:
         args.image_size = TINY_IMAGE_SIZE if tiny else TORCHVISION_IMAGE_SIZE
@@ -1504,6 +1686,26 @@ def _versions(comm: Comm) -> dict:
     return versions
 
 
+def report_throughput(comm: Comm, report: Report, img_secs: Sequence[float], batch_size: int,
+                      kind: str) -> None:
+    """Gather every rank's img/s per iteration; write the ``throughput`` (one per rank) and
+    ``throughput_total`` records and their summary lines."""
+    gathered = comm.allgather(torch.tensor(img_secs, dtype=torch.float64), "benchmark.img_secs")
+    per_rank = []
+    for rank, row in enumerate(gathered.tolist()):
+        mean, ci95 = mean_ci95(row)
+        per_rank.append((mean, ci95))
+        report.record("throughput", rank=rank, img_per_sec_mean=mean, img_per_sec_ci95=ci95,
+                      img_per_sec_iters=row, batch_size=batch_size, unit="img/s")
+    total = sum(mean for mean, _ in per_rank)
+    total_ci95 = sum(ci95 for _, ci95 in per_rank)
+    report.record("throughput_total", img_per_sec=total, img_per_sec_ci95=total_ci95,
+                  img_per_sec_per_rank=total / comm.size, world_size=comm.size, unit="img/s")
+    report.say(f"Img/sec per {kind}: {per_rank[0][0]:.1f} +-{per_rank[0][1]:.1f} (rank 0); "
+               + ", ".join(f"rank {r}: {m:.1f}" for r, (m, _) in enumerate(per_rank)))
+    report.say(f"Total img/sec on {comm.size} {kind}(s): {total:.1f} +-{total_ci95:.1f}")
+
+
 def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: int,
                started: float) -> int:
     """Write the config record, run both phases, write their records; return 0 or 1."""
@@ -1519,6 +1721,7 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
         num_warmup_batches=args.num_warmup_batches,
         num_batches_per_iter=args.num_batches_per_iter, num_iters=args.num_iters,
         precision=args.precision, convergence_steps=args.convergence_steps,
+        epochs=args.epochs, lr=args.lr, accuracy_threshold=args.accuracy_threshold,
         convergence_classes=args.convergence_classes, convergence_lr=args.convergence_lr,
         loss_threshold=args.loss_threshold, seed=args.seed, versions=_versions(comm))
     report.say(f"backend {comm.name} ({comm.transport}), {comm.size} {kind} rank(s), "
@@ -1531,34 +1734,32 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
         report.record("collectives", **collectives)
         report.say(collectives_summary(collectives))
 
-    img_secs = run_benchmark(comm, args)
-    gathered = comm.allgather(torch.tensor(img_secs, dtype=torch.float64), "benchmark.img_secs")
-    per_rank = []
-    for rank, row in enumerate(gathered.tolist()):
-        mean, ci95 = mean_ci95(row)
-        per_rank.append((mean, ci95))
-        report.record("throughput", rank=rank, img_per_sec_mean=mean, img_per_sec_ci95=ci95,
-                      img_per_sec_iters=row, batch_size=args.batch_size, unit="img/s")
-    total = sum(mean for mean, _ in per_rank)
-    total_ci95 = sum(ci95 for _, ci95 in per_rank)
-    report.record("throughput_total", img_per_sec=total, img_per_sec_ci95=total_ci95,
-                  img_per_sec_per_rank=total / comm.size, world_size=comm.size, unit="img/s")
-    report.say(f"Img/sec per {kind}: {per_rank[0][0]:.1f} +-{per_rank[0][1]:.1f} (rank 0); "
-               + ", ".join(f"rank {r}: {m:.1f}" for r, (m, _) in enumerate(per_rank)))
-    report.say(f"Total img/sec on {comm.size} {kind}(s): {total:.1f} +-{total_ci95:.1f}")
-
-    convergence = run_convergence(comm, args)
-    report.record("convergence", **convergence)
-    report.say(f"convergence: loss {convergence['initial_loss']:.4f} -> "
-               f"{convergence['final_loss']:.4f} (threshold {args.loss_threshold}) in "
-               f"{args.convergence_steps} steps, {convergence['seconds']:.1f} s; parameters "
-               + ("identical" if convergence["params_identical"] else "DIFFER")
-               + f" on {comm.size} rank(s) (sha256 {convergence['param_hashes'][0][:16]}...)")
-    if args.loss_threshold >= convergence["baseline_loss"]:
-        report.say(f"warning: threshold {args.loss_threshold} is not below the loss of "
-                   f"predicting the label frequencies ({convergence['baseline_loss']:.4f}): "
-                   "passing it does not show that the model learnt from its input")
-    reasons = failure_reasons(convergence)
+    if args.model == DIGITS_MODEL:
+        img_secs, classifier = run_digits(comm, args)
+        report_throughput(comm, report, img_secs, args.batch_size, kind)
+        report.record("classifier", **classifier)
+        report.say(f"digits: test accuracy {classifier['test_accuracy']:.4f} (threshold "
+                   f"{classifier['threshold']}) on {classifier['test_images']} test images after "
+                   f"{classifier['epochs']} epochs of {classifier['train_images']} training images "
+                   f"over {comm.size} rank(s), lr {classifier['lr']:g}, "
+                   f"{classifier['seconds']:.1f} s; parameters "
+                   + ("identical" if classifier["params_identical"] else "DIFFER"))
+        reasons = classifier_reasons(classifier)
+    else:
+        img_secs = run_benchmark(comm, args)
+        report_throughput(comm, report, img_secs, args.batch_size, kind)
+        convergence = run_convergence(comm, args)
+        report.record("convergence", **convergence)
+        report.say(f"convergence: loss {convergence['initial_loss']:.4f} -> "
+                   f"{convergence['final_loss']:.4f} (threshold {args.loss_threshold}) in "
+                   f"{args.convergence_steps} steps, {convergence['seconds']:.1f} s; parameters "
+                   + ("identical" if convergence["params_identical"] else "DIFFER")
+                   + f" on {comm.size} rank(s) (sha256 {convergence['param_hashes'][0][:16]}...)")
+        if args.loss_threshold >= convergence["baseline_loss"]:
+            report.say(f"warning: threshold {args.loss_threshold} is not below the loss of "
+                       f"predicting the label frequencies ({convergence['baseline_loss']:.4f}): "
+                       "passing it does not show that the model learnt from its input")
+        reasons = failure_reasons(convergence)
     if collectives is not None and not collectives["ok"]:
         reasons.insert(0, f"collectives check: {collectives['failed_checks']} wrong result(s): "
                           + "; ".join(collectives["failures"]))

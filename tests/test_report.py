@@ -316,3 +316,68 @@ def test_a_report_from_before_the_check_still_renders():
     rep = report([run("horovod", 1, 310)])
     del rep["runs"][0]["collectives"]
     assert "- horovod on 1 node(s): not run" in to_markdown(rep)
+
+
+# ----------------------------------------------------------------------------- digits classifier
+
+def classifier_record(accuracy: float, threshold: float = 0.95, ranks: int = 1) -> dict:
+    return {"record": "classifier", "test_accuracy": accuracy, "test_accuracy_per_rank": [accuracy] * ranks,
+            "threshold": threshold, "test_images": 359, "train_images": 1438, "epochs": 20,
+            "params_identical": True, "seconds": 4.2}
+
+
+def with_classifier(r: RunOutcome, accuracy: float, threshold: float = 0.95) -> RunOutcome:
+    r.records.insert(-1, classifier_record(accuracy, threshold, r.ranks))
+    return r
+
+
+def test_accuracy_below_the_threshold_is_a_sanity_failure_naming_it_once():
+    reason = "test accuracy 0.8120 below the threshold 0.95 (359 test images, 20 epoch(s))"
+    bad = with_classifier(run("ddp", 2, 300, ok=False, exit_status=1, reasons=[reason]), 0.812)
+    rep = report([with_classifier(run("ddp", 1, 310), 0.986), bad])
+    assert rep["ok"] is False
+    one, two = rep["runs"]
+    assert one["ok"] is True and one["classifier"]["ok"] is True
+    # named once, from the classifier record (not again from the result's reasons)
+    assert [x for x in two["sanity"] if "accuracy" in x] == [
+        "test accuracy 0.8120 below the threshold 0.95 (digits classifier, 359 test images, 20 epoch(s))"]
+    assert ("sanity: ddp on 2 node(s) (job 102): test accuracy 0.8120 below the threshold 0.95 "
+            "(digits classifier, 359 test images, 20 epoch(s))") in rep["failures"]
+    assert two["classifier"] == {"ran": True, "ok": False, "test_accuracy": 0.812, "threshold": 0.95,
+                                 "test_images": 359, "train_images": 1438, "epochs": 20, "seconds": 4.2}
+
+
+def test_the_lowest_rank_accuracy_is_judged():
+    r = with_classifier(run("horovod", 2, 300), 0.97)
+    r.records[-2]["test_accuracy_per_rank"] = [0.97, 0.94]
+    rep = report([r])
+    assert rep["runs"][0]["classifier"]["test_accuracy"] == 0.94
+    assert any("test accuracy 0.9400 below the threshold 0.95" in x for x in rep["runs"][0]["sanity"])
+
+
+def test_accuracy_per_node_count_next_to_img_s_in_markdown_json_and_png(tmp_path):
+    rep = report([with_classifier(run("horovod", 1, 310), 0.986),
+                  with_classifier(run("horovod", 2, 300), 0.981),
+                  with_classifier(run("ddp", 1, 320), 0.986)])
+    assert rep["ok"] is True
+    md = to_markdown(rep)
+    assert "| img/s total | img/s per rank | test accuracy | scaling efficiency |" in md
+    assert "| horovod | 2 | 2 | 102 | 600.0 ✓ | 300.0 ✓ | 0.981 (>= 0.95) ✓ |" in md
+    assert rep["scaling"]["horovod"]["2"]["test_accuracy"] == 0.981
+    assert rep["scaling"]["ddp"]["1"]["test_accuracy"] == 0.986
+    from hpcstack.validate.render import accuracy_caption
+    assert accuracy_caption(rep["runs"]) == ("test accuracy (>= 0.95): ddp 1N 0.986; "
+                                             "horovod 1N 0.986, 2N 0.981")
+    paths = write_report(rep, tmp_path)
+    assert "plot" in paths and (tmp_path / "scaling.png").read_bytes()[:4] == b"\x89PNG"
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert [r["classifier"]["test_accuracy"] for r in saved["runs"]] == [0.986, 0.986, 0.981]  # ddp, then horovod
+
+
+def test_synthetic_workloads_have_no_accuracy_column():
+    rep = report([run("horovod", 1, 310)])
+    assert rep["runs"][0]["classifier"] == {"ran": False, "ok": None, "test_accuracy": None,
+                                            "threshold": None, "test_images": 0, "train_images": 0,
+                                            "epochs": 0, "seconds": None}
+    assert "test accuracy" not in to_markdown(rep)
+    assert rep["scaling"]["horovod"]["1"]["test_accuracy"] is None

@@ -455,3 +455,74 @@ def test_first_mismatch_and_its_message(collective_cases):
 def test_skipped_ops_are_summarised_per_reason(collective_cases):
     assert collective_cases["skipped"] == ["all ops on bfloat16: no bf16",
                                            "allreduce_average on int32, int64: no AVG"]
+
+
+# --------------------------------------------------------------------------------------------
+# The digits workload (--model digits): a real image classifier
+# --------------------------------------------------------------------------------------------
+
+DIGITS = ["--model", "digits", "--batch-size", "32", "--no-collectives-check"]
+DIGITS_RECORDS = ["config", "throughput", "throughput", "throughput_total", "classifier", "result"]
+
+
+@pytest.fixture(scope="module")
+def sklearn(python: str) -> None:
+    """The digits data set comes with scikit-learn (in the pytorch/2.3.1-gpu lock since issue 11)."""
+    probe = _probe(python, "import sklearn.datasets")
+    if probe.returncode != 0:
+        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
+        pytest.skip(f"{python} cannot import sklearn (the stack predates scikit-learn in its "
+                    f"lock; re-install it): {last}")
+
+
+@pytest.mark.integration
+def test_digits_two_ranks_reach_the_accuracy_threshold(mpirun, python, backend, sklearn, tmp_path):
+    output = tmp_path / "digits.jsonl"
+    done = run_two_ranks(mpirun, python, backend, *DIGITS, "--output", str(output))
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = parse_records(output.read_text())
+    assert [record["record"] for record in records] == DIGITS_RECORDS
+    config = by_kind(records, "config")[0]
+    assert (config["model"], config["image_size"], config["num_classes"]) == ("digits", 8, 10)
+    assert (config["epochs"], config["accuracy_threshold"]) == (20, 0.95)
+
+    classifier = by_kind(records, "classifier")[0]
+    # 1,797 images, 20 % held out; every rank evaluates the whole test set with the same model
+    assert (classifier["train_images"], classifier["test_images"]) == (1438, 359)
+    assert classifier["lr"] == pytest.approx(0.01 * 2)          # scaled by the ranks
+    assert classifier["test_accuracy"] >= 0.95
+    assert classifier["test_accuracy_per_rank"] == [classifier["test_accuracy"]] * 2
+    assert classifier["params_identical"] and len(classifier["param_hashes"]) == 2
+    assert classifier["final_train_loss"] < 0.3
+
+    throughput = by_kind(records, "throughput")
+    assert sorted(record["rank"] for record in throughput) == [0, 1]
+    assert all(len(record["img_per_sec_iters"]) == 20 for record in throughput)   # one per epoch
+    assert by_kind(records, "throughput_total")[0]["img_per_sec"] > 0
+    result = by_kind(records, "result")[0]
+    assert result["ok"] is True and result["reasons"] == []
+    assert "digits: test accuracy" in done.stderr and "result: OK" in done.stderr
+
+
+@pytest.mark.integration
+def test_digits_below_the_accuracy_threshold_fails_naming_it(mpirun, python, sklearn, tmp_path):
+    output = tmp_path / "digits.jsonl"
+    # one epoch cannot classify all 359 test images right
+    done = run_two_ranks(mpirun, python, "ddp", *DIGITS, "--epochs", "1",
+                         "--accuracy-threshold", "1.0", "--output", str(output))
+    assert done.returncode == 1, done.stderr[-3000:]
+    records = parse_records(output.read_text())
+    classifier = by_kind(records, "classifier")[0]
+    assert classifier["test_accuracy"] < 1.0 and classifier["threshold"] == 1.0
+    result = by_kind(records, "result")[0]
+    assert result["ok"] is False
+    assert result["reasons"] == [f"test accuracy {classifier['test_accuracy']:.4f} below the "
+                                 "threshold 1.0 (359 test images, 1 epoch(s))"]
+    assert "result: FAILED: test accuracy" in done.stderr
+
+
+def test_digits_refuses_another_image_size(python):
+    done = subprocess.run([python, str(SCRIPT), "--model", "digits", "--image-size", "32"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--model digits trains on 8x8 images" in done.stderr

@@ -83,3 +83,75 @@ def test_help_says_what_local_does():
     for words in ("slurm.mpi plugin", "slurm.cpus_per_task (cores and torch threads per rank)",
                   "slurm.env (under launcher.env)", "workload for the site (model, device, sizes)"):
         assert words in text
+
+
+# --------------------------------------------------------------------------------------------
+# --workload digits (issue 11 item 4): the real image classifier as a validation workload
+# --------------------------------------------------------------------------------------------
+
+DIGITS_OPTIONS = "--model digits --batch-size 32 --device {device} --epochs 20 --lr 0.01 --accuracy-threshold 0.95"
+
+
+@pytest.mark.parametrize("site, device, launch", [
+    ("localhost", "cpu", "srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 "),
+    ("cirrus", "cuda", "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 "),
+])
+def test_dry_run_of_the_digits_workload_shows_the_trainer_command(site, device, launch):
+    done = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", site, "--workload", "digits",
+                    "--nodes", "2", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    for backend in ("horovod", "ddp"):
+        line = next(x for x in done.stdout.splitlines() if f"--backend {backend} " in x)
+        assert line.startswith(launch), line
+        assert f"bin/hpcstack-train-benchmark --backend {backend} {DIGITS_OPTIONS.format(device=device)} " in line
+    assert "--model tiny" not in done.stdout and "--model resnet50" not in done.stdout
+
+
+def test_local_dry_run_of_the_digits_workload():
+    done = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "localhost", "--workload", "digits",
+                    "--local", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert DIGITS_OPTIONS.format(device="cpu") + " --threads 1" in done.stdout
+
+
+def test_without_workload_the_site_keeps_its_own():
+    done = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "localhost", "--dry-run")
+    assert "--model tiny" in done.stdout and "--model digits" not in done.stdout
+
+
+def test_an_unknown_workload_names_the_known_ones():
+    done = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "localhost", "--workload", "mnist",
+                    "--dry-run")
+    assert done.returncode != 0
+    assert "--workload mnist: no such workload in the recipe's validation (known: cpu, digits, gpu)" \
+        in done.stderr
+
+
+def test_named_workload_takes_the_sites_device_unless_it_names_one():
+    site = load_site("cirrus")
+    recipe = load_recipe("pytorch/2.3.1-gpu", site)
+    s = validation_settings(site, recipe, workload="digits")
+    assert s.workload == {"model": "digits", "batch_size": 32, "epochs": 20, "lr": 0.01,
+                          "accuracy_threshold": 0.95, "device": "cuda"}
+    assert s.workload_name == "digits"
+
+
+def test_schema_checks_the_accuracy_threshold(tmp_path):
+    from hpcstack.errors import ConfigError
+    from hpcstack.validate.workload import Validation
+
+    data = yaml.safe_load((REPO / "recipes" / "pytorch" / "2.3.1-gpu.validation.yaml").read_text())
+    data["workloads"]["digits"]["accuracy_threshold"] = 95
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as err:
+        Validation("v.yaml").load(tmp_path)
+    assert "accuracy_threshold" in str(err.value)
+
+
+def test_a_named_workload_is_not_judged_against_the_sites_img_s_references():
+    # cirrus's references are ResNet-50 figures (367 img/s per V100, +15 % at most): the digits
+    # CNN runs far faster, which must not read as a performance failure
+    site = load_site("cirrus")
+    recipe = load_recipe("pytorch/2.3.1-gpu", site)
+    assert validation_settings(site, recipe).references["cirrus:gpu"]
+    assert validation_settings(site, recipe, workload="digits").references == {}

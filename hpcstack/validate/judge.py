@@ -210,7 +210,8 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
     Checks, in order: the backend finished (else the job's id, state and exit code are named),
     with exit status 0; its collectives check (``collectives`` record), if it ran, found every
     result exact (each failing rank's message is passed on: backend, op, dtype, size, rank, first
-    wrong element); its ``result`` record exists and is ok (the training program's own
+    wrong element); the test accuracy of its ``classifier`` record (``--model digits``), if any,
+    reached its threshold (every rank's; the lowest is named); its ``result`` record exists and is ok (the training program's own
     reasons are passed on); it ran on the expected number of ranks, and reported the throughput
     of every rank; its transport contains ``required_transport`` (e.g. ``nccl`` on GPU sites).
 
@@ -230,11 +231,18 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
         # named even when the program stopped before its result record
         reasons += [f"collectives check failed: {message}"
                     for message in collectives.failures or ["a result was wrong"]]
+    classifier = ClassifierOutcome.from_records(run.records)
+    if classifier.ok is False:
+        accuracy = "n/a" if classifier.test_accuracy is None else f"{classifier.test_accuracy:.4f}"
+        reasons.append(f"test accuracy {accuracy} below the threshold "
+                       f"{classifier.threshold} (digits classifier, {classifier.test_images} test "
+                       f"images, {classifier.epochs} epoch(s))")
     if result is None:
         reasons.append("no result record in its output (it stopped before the end)")
     elif not result.get("ok"):
         reasons += [reason for reason in result.get("reasons") or ["result not ok"]
-                    if not (collectives.ok is False and reason.startswith("collectives check:"))]
+                    if not (collectives.ok is False and reason.startswith("collectives check:"))
+                    and not (classifier.ok is False and reason.startswith("test accuracy"))]
     config = next((r for r in run.records if r.get("record") == "config"), None)
     if config is not None and config.get("world_size") != run.ranks:
         reasons.append(f"ran on {config.get('world_size')} ranks, expected {run.ranks}")
@@ -291,6 +299,56 @@ class CollectivesOutcome:
 
 
 @dataclass(frozen=True)
+class ClassifierOutcome:
+    """The digits classifier of one run (the training program's ``classifier`` record, written
+    with ``--model digits``).
+
+    Attributes:
+        ran (bool): the record exists (False for the synthetic workloads).
+        test_accuracy (float | None): the lowest test accuracy over the ranks (fraction).
+        threshold (float | None): the accuracy the run had to reach.
+        test_images, train_images, epochs (int): the data set split and training length.
+        seconds (float | None): training and evaluation time on rank 0, in s.
+    """
+
+    ran: bool
+    test_accuracy: float | None = None
+    threshold: float | None = None
+    test_images: int = 0
+    train_images: int = 0
+    epochs: int = 0
+    seconds: float | None = None
+
+    @property
+    def ok(self) -> bool | None:
+        """The accuracy reached the threshold; None when the classifier did not run."""
+        if not self.ran:
+            return None
+        return (self.test_accuracy is not None and self.threshold is not None
+                and self.test_accuracy >= self.threshold)
+
+    @classmethod
+    def from_records(cls, records: list[dict]) -> "ClassifierOutcome":
+        """Read the ``classifier`` record of a run's records (``ran=False`` without one)."""
+        rec = next((r for r in records if r.get("record") == "classifier"), None)
+        if rec is None:
+            return cls(ran=False)
+        per_rank = [float(a) for a in rec.get("test_accuracy_per_rank") or []]
+        accuracy = min(per_rank) if per_rank else rec.get("test_accuracy")
+        return cls(ran=True, test_accuracy=None if accuracy is None else float(accuracy),
+                   threshold=rec.get("threshold"), test_images=int(rec.get("test_images", 0)),
+                   train_images=int(rec.get("train_images", 0)), epochs=int(rec.get("epochs", 0)),
+                   seconds=rec.get("seconds"))
+
+    def to_dict(self) -> dict:
+        """``{"ran", "ok", "test_accuracy", "threshold", "test_images", "train_images", "epochs",
+        "seconds"}``."""
+        return {"ran": self.ran, "ok": self.ok, "test_accuracy": self.test_accuracy,
+                "threshold": self.threshold, "test_images": self.test_images,
+                "train_images": self.train_images, "epochs": self.epochs, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
 class FigureOutcome:
     """One performance figure of one run, judged against its reference.
 
@@ -329,6 +387,8 @@ class RunVerdict:
         transport (str | None): the transport the program reported.
         throughput_total_ci95 (float | None): 95 % confidence half-width of the total, img/s.
         collectives (CollectivesOutcome): the program's collectives check.
+        classifier (ClassifierOutcome): the digits classifier's test accuracy (``ran`` False
+            for the synthetic workloads).
     """
 
     run: RunOutcome
@@ -337,6 +397,7 @@ class RunVerdict:
     transport: str | None = None
     throughput_total_ci95: float | None = None
     collectives: CollectivesOutcome = field(default_factory=lambda: CollectivesOutcome(ran=False))
+    classifier: ClassifierOutcome = field(default_factory=lambda: ClassifierOutcome(ran=False))
 
     @property
     def ok(self) -> bool:
@@ -357,7 +418,7 @@ class RunVerdict:
                 "ok": self.ok, "sanity": list(self.sanity),
                 "figures": {name: f.to_dict() for name, f in self.figures.items()},
                 "throughput_total_ci95": self.throughput_total_ci95,
-                "collectives": self.collectives.to_dict()}
+                "collectives": self.collectives.to_dict(), "classifier": self.classifier.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -395,13 +456,15 @@ class Verdict:
         return not self.failures and bool(self.runs) and all(r.ok for r in self.runs)
 
     def scaling(self) -> dict[str, dict[str, dict]]:
-        """``{backend: {"<nodes>": {"img_per_sec", "efficiency"}}}`` for runs that measured."""
+        """``{backend: {"<nodes>": {"img_per_sec", "efficiency", "test_accuracy"}}}`` for runs
+        that measured (``test_accuracy`` None unless the digits classifier ran)."""
         out: dict[str, dict[str, dict]] = {}
         for r in self.runs:
             total = r.figures["throughput_total"].value
             if total is not None:
                 out.setdefault(r.run.backend, {})[str(r.run.nodes)] = {
-                    "img_per_sec": total, "efficiency": r.figures["scaling_efficiency"].value}
+                    "img_per_sec": total, "efficiency": r.figures["scaling_efficiency"].value,
+                    "test_accuracy": r.classifier.test_accuracy}
         return out
 
     def to_dict(self) -> dict:
@@ -480,7 +543,8 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
         verdict = RunVerdict(run, reasons, figures, config.get("transport"),
                              next((r.get("img_per_sec_ci95") for r in run.records
                                    if r.get("record") == "throughput_total"), None),
-                             CollectivesOutcome.from_records(run.records))
+                             CollectivesOutcome.from_records(run.records),
+                             ClassifierOutcome.from_records(run.records))
         failures += verdict.failures()
         verdicts.append(verdict)
     return Verdict(site, partition, recipe, verdicts, failures,

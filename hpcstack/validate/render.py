@@ -6,8 +6,10 @@ here judges; :mod:`hpcstack.validate.judge` never calls into this module.
 
 The plot shows total img/s against node count per backend, with the ideal line
 ``N * throughput_total(1)`` (matplotlib, imported only when plotting), and a caption with each
-backend's collectives check (PASS/FAIL, checks, seconds). The markdown has a table of runs and one
-line per run on its collectives check (ops x dtypes x sizes, seconds, PASS/FAIL).
+backend's collectives check (PASS/FAIL, checks, seconds) and, for the digits workload, the test
+accuracy per node count (also next to each point). The markdown has a table of runs (with a test
+accuracy column next to img/s for the digits workload) and one line per run on its collectives
+check (ops x dtypes x sizes, seconds, PASS/FAIL).
 """
 
 from __future__ import annotations
@@ -32,13 +34,16 @@ def to_markdown(report: dict) -> str:
     lines = [f"# Validation of {report['recipe']} on {report['system']}", ""]
     if s:
         lines += ["Settings: " + ", ".join(f"{k} {v}" for k, v in s.items()), ""]
-    lines += ["| backend | nodes | ranks | job | img/s total | img/s per rank | scaling efficiency | sanity | result |",
-              "|---|---:|---:|---|---:|---:|---:|---|---|"]
+    accuracy = any((r.get("classifier") or {}).get("ran") for r in report["runs"])
+    lines += ["| backend | nodes | ranks | job | img/s total | img/s per rank | "
+              + ("test accuracy | " if accuracy else "") + "scaling efficiency | sanity | result |",
+              "|---|---:|---:|---|---:|---:|" + ("---:|" if accuracy else "") + "---:|---|---|"]
     for r in report["runs"]:
         f = r["figures"]
         eff = f["scaling_efficiency"]["value"]
         cells = [r["backend"], str(r["nodes"]), str(r["ranks"]), str(r["job_id"]),
                  _cell(f["throughput_total"]), _cell(f["throughput_per_rank"]),
+                 *([accuracy_cell(r)] if accuracy else []),
                  "n/a" if eff is None else f"{100 * eff:.1f} %" + _mark(f["scaling_efficiency"]),
                  "PASS" if not r["sanity"] else "FAIL", "PASS" if r["ok"] else "FAIL"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -121,6 +126,33 @@ def collectives_caption(runs: list[dict]) -> str:
                      for b, parts in sorted(per_backend.items()))
 
 
+def accuracy_cell(run: dict) -> str:
+    """A run's digits test accuracy against its threshold, e.g. ``0.981 (>= 0.95) ✓``; ``n/a``
+    when the classifier did not run or reported no accuracy."""
+    c = run.get("classifier") or {}
+    if not c.get("ran") or c.get("test_accuracy") is None:
+        return "n/a"
+    return f"{c['test_accuracy']:.3f} (>= {c['threshold']})" + _mark(c)
+
+
+def accuracy_caption(runs: list[dict]) -> str:
+    """The PNG's caption line on the digits classifier: test accuracy per backend and node
+    count, e.g. ``test accuracy (>= 0.95): horovod 1N 0.986, 2N 0.981; ddp ...``; empty when
+    no run trained it."""
+    per_backend: dict[str, list[str]] = {}
+    thresholds = set()
+    for r in runs:
+        c = r.get("classifier") or {}
+        if c.get("ran") and c.get("test_accuracy") is not None:
+            per_backend.setdefault(r["backend"], []).append(
+                f"{r['nodes']}N {c['test_accuracy']:.3f}" + ("" if c.get("ok") else " FAIL"))
+            thresholds.add(c.get("threshold"))
+    if not per_backend:
+        return ""
+    return (f"test accuracy (>= {', '.join(str(t) for t in sorted(thresholds, key=str))}): "
+            + "; ".join(f"{b} {', '.join(parts)}" for b, parts in sorted(per_backend.items())))
+
+
 def _cell(fig: dict) -> str:
     return "n/a" if fig["value"] is None else f"{fig['value']:.1f}" + _mark(fig)
 
@@ -162,6 +194,10 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
             if eff is not None and n > 1:
                 ax.annotate(f"{100 * eff:.0f} %", (n, v), textcoords="offset points",
                             xytext=(6, -12), fontsize=8, color=colour)
+            accuracy = points[str(n)].get("test_accuracy")
+            if accuracy is not None:
+                ax.annotate(f"acc {accuracy:.3f}", (n, v), textcoords="offset points",
+                            xytext=(6, 4), fontsize=8, color=colour)
         if "1" in points:
             ax.plot([1, top], [points["1"]["img_per_sec"], top * points["1"]["img_per_sec"]],
                     "--", color=colour, alpha=0.6, label=f"{backend} ideal (N x 1-node)")
@@ -174,7 +210,8 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
     model = f", {settings['model']} batch {settings.get('batch_size')}" if settings.get("model") else ""
     ax.set_title(f"{report['recipe']} on {report['system']}{model}", fontsize=10)
     ax.legend(fontsize=8)
-    summary = collectives_caption(report.get("runs", []))
+    summary = "\n".join(line for line in (collectives_caption(report.get("runs", [])),
+                                           accuracy_caption(report.get("runs", []))) if line)
     if summary:
         fig.text(0.01, 0.01, summary, fontsize=7, family="monospace", va="bottom")
     fig.tight_layout(rect=(0, 0.04 * len(summary.splitlines()), 1, 1))

@@ -129,6 +129,7 @@ class ValidationSettings:
         required_transport (str | None): a transport every run must use (``nccl`` on NCCL builds).
         local (LocalSettings): the ``--local`` run.
         slurm (SlurmSettings | None): the Slurm jobs; None for a site without a ``slurm`` section.
+        workload_name (str | None): the named workload (``--workload``); None: the site's own.
     """
 
     workload: dict
@@ -138,10 +139,11 @@ class ValidationSettings:
     required_transport: str | None
     local: LocalSettings
     slurm: SlurmSettings | None = None
+    workload_name: str | None = None
 
 
 def validation_settings(site, recipe, *, partition: str | None = None, qos: str | None = None,
-                        account: str | None = None) -> ValidationSettings:
+                        account: str | None = None, workload: str | None = None) -> ValidationSettings:
     """Read the validation settings: the one place that reads the site and recipe for validation.
 
     From the site, the machine: ``site.launcher``, ``site.slurm`` (partition, tasks, GPUs, cores
@@ -155,6 +157,10 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
         site (hpcstack.site.Site): the site (already validated against its schema).
         recipe (hpcstack.recipe.Recipe): the recipe, with a Validation component.
         partition, qos, account (str | None): command-line values; they win over the site's.
+        workload (str | None): a named workload of the recipe (``--workload digits``); None:
+            the recipe's workload for the site and partition. A named workload gets no
+            performance references (they are figures of the site's own workload): it is judged
+            on sanity alone, its img/s reported.
 
     Returns:
         ValidationSettings: with ``slurm`` None when the site has no ``slurm`` section.
@@ -185,11 +191,13 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
     if unknown:
         raise ConfigError(unknown)
     return ValidationSettings(
-        workload=spec.workload(site, slurm.partition if slurm else None),
+        workload=spec.workload(site, slurm.partition if slurm else None, workload),
         nodes=list(spec.nodes), backends=list(spec.backends),
-        references=dict(spec.references),
+        # the references are figures of the site's own workload (its model and sizes): a named
+        # workload is judged on sanity alone (for digits: its test accuracy), its img/s reported
+        references=dict(spec.references) if workload is None else {},
         required_transport=_required_transport(site, recipe),
-        local=local, slurm=slurm)
+        local=local, slurm=slurm, workload_name=workload)
 
 
 def _required_transport(site, recipe) -> str | None:
@@ -258,7 +266,7 @@ def read_records(path: Path) -> list[dict]:
 
 
 def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = False,
-                     as_json: bool = False) -> int:
+                     as_json: bool = False, workload: str | None = None) -> int:
     """Load the stack's module, run the training program on ``ranks`` ranks, report.
 
     Args:
@@ -267,6 +275,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
         ranks (int | None): default the site's ``launcher.ranks``.
         dry_run (bool): print the commands instead.
         as_json (bool): print the records as JSON instead of a summary.
+        workload (str | None): a named workload of the recipe (``digits``); None: the site's.
 
     Returns:
         int: 0 when the run passed its checks, 1 otherwise.
@@ -274,7 +283,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     Raises:
         HpcstackError: the stack is not installed, the module does not load, or the launcher fails.
     """
-    all_settings = validation_settings(site, recipe)
+    all_settings = validation_settings(site, recipe, workload=workload)
     settings = all_settings.local
     ranks = ranks or settings.ranks
     layout = stack_layout(site, recipe)
@@ -327,6 +336,10 @@ def report_local(records: list[dict], returncode: int, output: str, as_json: boo
                 print(f"collectives: {r['checks']} checks ({len(r['ops'])} ops x {len(r['dtypes'])} dtypes x "
                       f"{len(r['sizes'])} sizes) in {r['seconds']:.1f} s: "
                       + ("PASS" if r["ok"] else "FAIL: " + "; ".join(r["failures"])))
+            elif r.get("record") == "classifier":
+                print(f"digits: test accuracy {r['test_accuracy']:.4f} (threshold {r['threshold']}) "
+                      f"after {r['epochs']} epochs; parameters identical on all ranks: "
+                      f"{r['params_identical']}")
             elif r.get("record") == "convergence":
                 print(f"loss {r['initial_loss']:.4f} -> {r['final_loss']:.4f} (threshold {r['threshold']}); "
                       f"parameters identical on all ranks: {r['params_identical']}")
@@ -348,7 +361,8 @@ _TRAINER_OPTIONS = {"model": "--model", "image_size": "--image-size", "batch_siz
                     "precision": "--precision", "device": "--device",
                     "warmup_batches": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
                     "iterations": "--num-iters", "convergence_steps": "--convergence-steps",
-                    "loss_threshold": "--loss-threshold"}
+                    "loss_threshold": "--loss-threshold", "epochs": "--epochs", "lr": "--lr",
+                    "accuracy_threshold": "--accuracy-threshold"}
 
 
 def parse_nodes(text: str) -> list[int]:
@@ -486,7 +500,8 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
 
 def _settings_record(settings: ValidationSettings) -> dict:
     w, s = settings.workload, settings.slurm
-    return {"model": w.get("model", "tiny"), "image_size": w.get("image_size"),
+    named = {"workload": settings.workload_name} if settings.workload_name else {}
+    return {**named, "model": w.get("model", "tiny"), "image_size": w.get("image_size"),
             "batch_size": w.get("batch_size"), "precision": w.get("precision", "fp32"),
             "device": w.get("device", "auto"), "launcher": s.launcher,
             "tasks_per_node": s.tasks_per_node, "cpus_per_task": s.cpus_per_task,
@@ -502,7 +517,7 @@ def _chown_tree(path: Path, user: str) -> None:
 def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: list[str] | None = None,
                      partition: str | None = None, qos: str | None = None, account: str | None = None,
                      output_dir: str | None = None, dry_run: bool = False, no_wait: bool = False,
-                     as_json: bool = False) -> int:
+                     as_json: bool = False, workload: str | None = None) -> int:
     """Validate a stack with Slurm jobs: one per node count, each running every backend.
 
     Args:
@@ -518,6 +533,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         dry_run (bool): print the job scripts; submit nothing, write nothing.
         no_wait (bool): submit, print the job ids, return; ``--collect DIR`` reports later.
         as_json (bool): print the report (or, with ``dry_run``, the scripts) as JSON.
+        workload (str | None): a named workload of the recipe (``digits``); None: the site's.
 
     Returns:
         int: 0 when every job, sanity check and performance reference passed, else 1.
@@ -526,7 +542,8 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         ConfigError: no ``slurm`` section, a required account missing, bad ``--nodes``.
         HpcstackError: the stack is not installed, or Slurm refused a job or is not running.
     """
-    settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account)
+    settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account,
+                                   workload=workload)
     s = settings.slurm
     if s is None:
         raise ConfigError([f"{site.path}: slurm: missing key (needed for Slurm jobs; or use --local)"])
@@ -632,7 +649,8 @@ def collect(site, recipe, directory: str, as_json: bool = False) -> int:
     if data.get("site") != site.name or data.get("recipe") != recipe.full_name:
         raise ConfigError([f"--collect: {out} holds jobs of {data.get('recipe')} on {data.get('site')}, "
                            f"not {recipe.full_name} on {site.name}"])
-    settings = validation_settings(site, recipe, partition=data.get("partition"))
+    settings = validation_settings(site, recipe, partition=data.get("partition"),
+                                   workload=(data.get("settings") or {}).get("workload"))
     jobs = [ValidationJob(j["nodes"], Path(j["directory"]), "", j["backends"], j["ranks"], j["job_id"])
             for j in data["jobs"]]
     scheduler = get_scheduler(data.get("scheduler", settings.slurm.scheduler))()

@@ -11,12 +11,17 @@ A recipe lists a :class:`Validation` component naming a YAML file next to it
       cpu: {model: tiny, image_size: 32, batch_size: 16, precision: fp32, device: cpu}
       gpu: {model: resnet50, image_size: 224, batch_size: 32, precision: fp32, device: cuda}
       "cirrus:gpu": {...}              # optional: one system's own
+      digits: {model: digits, batch_size: 32, epochs: 20, lr: 0.01, accuracy_threshold: 0.95}
+                                       # optional: named, picked with --workload digits
     references:                        # [value, lower, upper, unit], relative tolerances
       "cirrus:gpu": {"*": {throughput_per_rank: [367, -0.25, 0.15, img/s]}, "2": {...}}
 
 The workload of a run is the system's own (``<site>:<partition>``, then ``<site>:*``), else
 ``gpu`` where the partition has GPUs (the site's ``slurm.gpus_per_node``) or the site's toolchain
-has CUDA, else ``cpu``. A site with no references is judged on sanity alone.
+has CUDA, else ``cpu``. ``hpcstack validate --workload NAME`` picks a named workload instead
+(any other lower-case key, e.g. ``digits``: the real image classifier); it takes the ``device``
+of the workload the run would have had unless it names its own, so one entry serves CPU and GPU
+sites. A site with no references is judged on sanity alone.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ from hpcstack.validate.judge import FIGURES
 _POS_INT = {"type": "integer", "minimum": 1}
 _SYSTEM_KEY = r"^([a-z0-9][a-z0-9_-]*|\*):([A-Za-z0-9_.-]+|\*)$"
 _NODES_KEY = r"^([1-9][0-9]*|\*)$"
-_KEY_HINTS = {_SYSTEM_KEY: "'<site>:<partition>', '*' for any", _NODES_KEY: "a node count or '*'"}
+_KEY_HINTS = {_SYSTEM_KEY: "'<site>:<partition>', '*' for any", _NODES_KEY: "a node count or '*'",
+              r"^[a-z][a-z0-9_-]*$": "a workload name (lower case) or '<site>:<partition>'"}
 #: One performance reference: [value, lower, upper, unit] (tolerances relative, ReFrame style).
 _REFERENCE = {"type": "array", "minItems": 4, "maxItems": 4, "prefixItems": [
     {"type": "number", "exclusiveMinimum": 0},
@@ -52,7 +58,12 @@ _WORKLOAD = {"type": "object", "additionalProperties": False, "properties": {
     "iterations": _POS_INT,
     "convergence_steps": _POS_INT,
     "loss_threshold": {"type": "number", "exclusiveMinimum": 0},
+    "epochs": _POS_INT,
+    "lr": {"type": "number", "exclusiveMinimum": 0},
+    "accuracy_threshold": {"type": "number", "minimum": 0, "maximum": 1},
 }}
+#: A named workload (``hpcstack validate --workload NAME``), e.g. ``digits``.
+_NAME_KEY = r"^[a-z][a-z0-9_-]*$"
 
 #: JSON schema (draft 2020-12) of a recipe's validation file.
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["workloads"], "properties": {
@@ -60,7 +71,7 @@ SCHEMA = {"type": "object", "additionalProperties": False, "required": ["workloa
     "backends": {"type": "array", "minItems": 1, "items": {"enum": ["horovod", "ddp"]}},
     "workloads": {"type": "object", "required": ["cpu", "gpu"], "additionalProperties": False,
                   "properties": {"cpu": _WORKLOAD, "gpu": _WORKLOAD},
-                  "patternProperties": {_SYSTEM_KEY: _WORKLOAD}},
+                  "patternProperties": {_SYSTEM_KEY: _WORKLOAD, _NAME_KEY: _WORKLOAD}},
     "references": {"type": "object", "additionalProperties": False, "patternProperties": {
         _SYSTEM_KEY: {"type": "object", "additionalProperties": False, "patternProperties": {
             _NODES_KEY: {"type": "object", "additionalProperties": False,
@@ -87,18 +98,38 @@ class ValidationSpec:
     workloads: dict
     references: dict
 
-    def workload(self, site, partition: str | None) -> dict:
+    def names(self) -> list[str]:
+        """The named workloads (``--workload``): every key but the system ones, sorted."""
+        return sorted(k for k in self.workloads if ":" not in k)
+
+    def workload(self, site, partition: str | None, name: str | None = None) -> dict:
         """The training settings for a run on ``site`` (its ``partition``; None for ``--local``).
 
         Args:
             site (hpcstack.site.Site): gives its name, ``slurm.gpus_per_node`` and toolchain.
             partition (str | None): the Slurm partition; None for a run on this host.
+            name (str | None): a named workload (``--workload``); None: the site's own.
+
+        Raises:
+            ConfigError: ``name`` is not a workload of the file (the message lists them).
         """
+        default = None
         for key in (f"{site.name}:{partition or '*'}", f"{site.name}:*"):
             if key in self.workloads:
-                return dict(self.workloads[key])
-        gpus = (site.slurm or {}).get("gpus_per_node", 0) or site.toolchain.has_cuda
-        return dict(self.workloads["gpu" if gpus else "cpu"])
+                default = dict(self.workloads[key])
+                break
+        if default is None:
+            gpus = (site.slurm or {}).get("gpus_per_node", 0) or site.toolchain.has_cuda
+            default = dict(self.workloads["gpu" if gpus else "cpu"])
+        if name is None:
+            return default
+        if name not in self.names():
+            raise ConfigError([f"--workload {name}: no such workload in the recipe's validation "
+                               f"(known: {', '.join(self.names())})"])
+        named = dict(self.workloads[name])
+        if "device" not in named and "device" in default:
+            named["device"] = default["device"]
+        return named
 
 
 @dataclass(frozen=True)
