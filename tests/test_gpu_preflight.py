@@ -4,7 +4,6 @@ compiler error."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
