@@ -47,5 +47,5 @@ def test_a_new_format_is_one_registered_class():
             register_exporter(type("Other", (), {"name": "lines-test"}))
     finally:
         EXPORTERS.pop("lines-test")
-    with pytest.raises(KeyError, match="unknown export format 'lines-test'"):
+    with pytest.raises(ValueError, match="unknown export format 'lines-test'"):
         get_exporter("lines-test")

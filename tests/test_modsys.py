@@ -128,9 +128,9 @@ def test_a_new_module_tool_is_one_registered_class(tmp_path):
         env = modsys.build_environment("modules-again", None, [str(tmp_path)], ["app/1.0"], env=clean_env())
         assert env["APP_ROOT"] == "/x"
         assert writer.available_versions(tmp_path / "app", "modules-again") == ["1.0"]
-        with pytest.raises(ValueError, match="registered twice"):
+        with pytest.raises(ValueError, match="registered already"):
             modsys.register_tool(ModulesAgain)
     finally:
         del modsys.TOOLS["modules-again"]
-    with pytest.raises(ValueError, match="unknown module tool 'modules-again' \\(environment-modules or lmod\\)"):
+    with pytest.raises(ValueError, match="unknown module tool 'modules-again' \\(known: environment-modules, lmod\\)"):
         modsys.get_tool("modules-again")

@@ -9,10 +9,10 @@ imported below; ``hpcstack export … --format NAME`` and its help pick it up fr
 
 from __future__ import annotations
 
-from typing import Callable
+from hpcstack.registry import Registry
 
 #: Registered exporters by format name (``hpcstack export --format NAME``).
-EXPORTERS: dict[str, type] = {}
+EXPORTERS = Registry("export format")
 
 
 def register_exporter(cls: type) -> type:
@@ -24,23 +24,16 @@ def register_exporter(cls: type) -> type:
     Raises:
         ValueError: another class already has that name.
     """
-    name = cls.name
-    if name in EXPORTERS and EXPORTERS[name] is not cls:
-        raise ValueError(f"exporter {name!r} is registered twice ({EXPORTERS[name].__name__}, {cls.__name__})")
-    EXPORTERS[name] = cls
-    return cls
+    return EXPORTERS.add(cls.name, cls)
 
 
-def get_exporter(name: str) -> Callable:
+def get_exporter(name: str) -> type:
     """The exporter class registered as ``name``.
 
     Raises:
-        KeyError: no such format (the message lists the known ones).
+        ValueError: no such format (the message lists the known ones).
     """
-    try:
-        return EXPORTERS[name]
-    except KeyError:
-        raise KeyError(f"unknown export format {name!r} (known: {', '.join(sorted(EXPORTERS))})") from None
+    return EXPORTERS.lookup(name)
 
 
 from hpcstack.export import script  # noqa: E402,F401  (registers the built-in formats)

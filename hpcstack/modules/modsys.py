@@ -26,6 +26,7 @@ import subprocess
 from pathlib import Path
 from typing import ClassVar
 
+from hpcstack.registry import Registry
 from hpcstack.errors import HpcstackError
 
 
@@ -42,31 +43,25 @@ class _OsProxy:
 
 
 #: Registered module tools, by the name a site config gives in ``modules.tool``.
-TOOLS: dict[str, type["ModuleTool"]] = {}
+TOOLS = Registry("module tool")
 
 
 def register_tool(cls: type["ModuleTool"]) -> type["ModuleTool"]:
-    """Class decorator: add a module tool to :data:`TOOLS`.
+    """Class decorator: add a module tool to :data:`TOOLS` under its ``name``.
 
     Raises:
         ValueError: the name is taken.
     """
-    if cls.name in TOOLS:
-        raise ValueError(f"module tool {cls.name!r} is registered twice")
-    TOOLS[cls.name] = cls
-    return cls
+    return TOOLS.add(cls.name, cls)
 
 
 def get_tool(name: str) -> "ModuleTool":
-    """Return the module tool called ``name``.
+    """Return (an instance of) the module tool called ``name``.
 
     Raises:
         ValueError: no such tool (the known ones are listed).
     """
-    try:
-        return TOOLS[name]()
-    except KeyError:
-        raise ValueError(f"unknown module tool {name!r} ({' or '.join(TOOLS)})") from None
+    return TOOLS.lookup(name)()
 
 
 def default_sources() -> tuple[str, ...]:

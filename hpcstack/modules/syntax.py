@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 from hpcstack import templates
+from hpcstack.registry import Registry
 
 #: Registered syntaxes, by the name a site config gives in ``modules.syntax``.
-SYNTAXES: dict[str, type["ModuleSyntax"]] = {}
+SYNTAXES = Registry("modulefile syntax")
 
 
 def register_syntax(cls: type["ModuleSyntax"]) -> type["ModuleSyntax"]:
@@ -32,22 +33,18 @@ def register_syntax(cls: type["ModuleSyntax"]) -> type["ModuleSyntax"]:
         ValueError: the name is taken, or a filter name clashes with another syntax's.
     """
     if cls.name in SYNTAXES:
-        raise ValueError(f"modulefile syntax {cls.name!r} is registered twice")
+        SYNTAXES.add(cls.name, cls)      # raises, naming the class registered already
     templates.add_filters(cls.filters)
-    SYNTAXES[cls.name] = cls
-    return cls
+    return SYNTAXES.add(cls.name, cls)
 
 
 def get_syntax(name: str) -> "ModuleSyntax":
-    """Return the syntax called ``name``.
+    """Return (an instance of) the syntax called ``name``.
 
     Raises:
         ValueError: no such syntax (the known ones are listed).
     """
-    try:
-        return SYNTAXES[name]()
-    except KeyError:
-        raise ValueError(f"unknown modulefile syntax {name!r} ({' or '.join(SYNTAXES)})") from None
+    return SYNTAXES.lookup(name)()
 
 
 class ModuleSyntax:

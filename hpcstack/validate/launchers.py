@@ -22,8 +22,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Sequence
 
+from hpcstack.registry import Registry
+
 #: name -> launcher class, filled by :func:`register_launcher`.
-LAUNCHERS: dict[str, type["Launcher"]] = {}
+LAUNCHERS = Registry("launcher")
 
 
 class ShellWord(str):
@@ -140,18 +142,12 @@ class Launcher:
 
 
 def register_launcher(name: str) -> Callable[[type[Launcher]], type[Launcher]]:
-    """Class decorator: register a :class:`Launcher` subclass under ``name``.
+    """Class decorator: register a :class:`Launcher` subclass under ``name`` (:data:`LAUNCHERS`).
 
     Raises:
         ValueError: the name is taken already.
     """
-    def register(cls: type[Launcher]) -> type[Launcher]:
-        if name in LAUNCHERS:
-            raise ValueError(f"launcher {name!r} is registered already ({LAUNCHERS[name].__name__})")
-        cls.name = name
-        LAUNCHERS[name] = cls
-        return cls
-    return register
+    return LAUNCHERS.register(name)
 
 
 def get_launcher(name: str) -> type[Launcher]:
@@ -160,10 +156,7 @@ def get_launcher(name: str) -> type[Launcher]:
     Raises:
         ValueError: no such launcher (the message lists the known ones).
     """
-    try:
-        return LAUNCHERS[name]
-    except KeyError:
-        raise ValueError(f"unknown launcher {name!r} (known: {', '.join(sorted(LAUNCHERS))})") from None
+    return LAUNCHERS.lookup(name)
 
 
 @register_launcher("srun")

@@ -41,10 +41,11 @@ from typing import Callable, ClassVar
 
 from hpcstack import templates
 from hpcstack.errors import HpcstackError
+from hpcstack.registry import Registry
 from hpcstack.validate.launchers import Allocation
 
 #: name -> scheduler class, filled by :func:`register_scheduler`.
-SCHEDULERS: dict[str, type["JobScheduler"]] = {}
+SCHEDULERS = Registry("scheduler")
 
 #: The job script template, under the data root.
 TEMPLATE = "scripts/slurm-job.sh.j2"
@@ -321,18 +322,12 @@ class JobScheduler:
 
 
 def register_scheduler(name: str) -> Callable[[type[JobScheduler]], type[JobScheduler]]:
-    """Class decorator: register a :class:`JobScheduler` subclass under ``name``.
+    """Class decorator: register a :class:`JobScheduler` subclass under ``name`` (:data:`SCHEDULERS`).
 
     Raises:
         ValueError: the name is taken already.
     """
-    def register(cls: type[JobScheduler]) -> type[JobScheduler]:
-        if name in SCHEDULERS:
-            raise ValueError(f"scheduler {name!r} is registered already ({SCHEDULERS[name].__name__})")
-        cls.name = name
-        SCHEDULERS[name] = cls
-        return cls
-    return register
+    return SCHEDULERS.register(name)
 
 
 def get_scheduler(name: str) -> type[JobScheduler]:
@@ -341,10 +336,7 @@ def get_scheduler(name: str) -> type[JobScheduler]:
     Raises:
         ValueError: no such scheduler (the message lists the known ones).
     """
-    try:
-        return SCHEDULERS[name]
-    except KeyError:
-        raise ValueError(f"unknown scheduler {name!r} (known: {', '.join(sorted(SCHEDULERS))})") from None
+    return SCHEDULERS.lookup(name)
 
 
 @register_scheduler("local")
