@@ -127,6 +127,12 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "account": _NULL_STR,
         "account_required": {"type": "boolean"},
         "gpus_per_node": {"type": "integer", "minimum": 0},
+        # how the GPUs are asked for: --gres=gpu:N (default) or --gpus-per-node=N (NERSC's form)
+        "gpu_request": {"enum": ["gres", "gpus-per-node"]},
+        "constraint": _NULL_STR,         # --constraint (e.g. NERSC's -C gpu); null: none
+        # false: the partition only names the node class (references, workloads), no --partition
+        # line (Perlmutter picks GPU nodes by constraint and QOS, not by partition)
+        "partition_option": {"type": "boolean"},
         "tasks_per_node": _POS_INT,
         "cpus_per_task": _POS_INT,
         "time_limit": {"type": "string", "pattern": r"^([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}$"},

@@ -339,3 +339,10 @@ def test_cancelled_job_is_reported_cancelled(workdir):
     info = slurm.wait([job_id], timeout=60)[job_id]
     assert info.state == "CANCELLED" and not info.ok
     assert not (workdir / "sleep.exit").exists()
+
+
+def test_constraint_and_gpus_per_node_replace_gres_where_the_site_asks():
+    opts = job(constraint="gpu", gpu_request="gpus-per-node", partition=None).sbatch_options()
+    assert "--constraint=gpu" in opts and "--gpus-per-node=4" in opts
+    assert not any(o.startswith(("--gres", "--partition")) for o in opts)
+    assert opts.index("--constraint=gpu") < opts.index("--gpus-per-node=4") < opts.index("--exclusive")

@@ -90,7 +90,10 @@ class BatchJob:
         module_init (str): the module tool's bash init script, sourced by the job: with
             ``--export=NONE`` the job does not inherit the ``module`` function.
         partition, qos, account (str | None): as for sbatch; None leaves the option out.
-        gpus_per_node (int): ``--gres=gpu:N`` when > 0.
+        gpus_per_node (int): GPUs per node, when > 0: ``--gres=gpu:N``, or ``--gpus-per-node=N``
+            where ``gpu_request`` is ``gpus-per-node`` (as NERSC's Perlmutter documents it).
+        gpu_request (str): ``gres`` or ``gpus-per-node``.
+        constraint (str | None): ``--constraint`` (node features; Perlmutter's ``-C gpu``).
         exclusive (bool): ``--exclusive`` (whole nodes: no other job disturbs the figures).
         export_none (bool): ``--export=NONE``: the job starts from a clean environment, not the
             submitter's; the script then exports ``SLURM_EXPORT_ENV=ALL`` so that ``srun`` steps
@@ -118,6 +121,8 @@ class BatchJob:
     qos: str | None = None
     account: str | None = None
     gpus_per_node: int = 0
+    gpu_request: str = "gres"
+    constraint: str | None = None
     exclusive: bool = False
     export_none: bool = True
     module_use: list[str] = field(default_factory=list)
@@ -136,7 +141,10 @@ class BatchJob:
         opts += [f"--account={self.account}"] if self.account else []
         opts += [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}",
                  f"--cpus-per-task={self.cpus_per_task}"]
-        opts += [f"--gres=gpu:{self.gpus_per_node}"] if self.gpus_per_node else []
+        opts += [f"--constraint={self.constraint}"] if self.constraint else []
+        if self.gpus_per_node:
+            opts += [f"--gpus-per-node={self.gpus_per_node}" if self.gpu_request == "gpus-per-node"
+                     else f"--gres=gpu:{self.gpus_per_node}"]
         opts += ["--exclusive"] if self.exclusive else []
         opts += [f"--time={self.time_limit}", f"--output={self.output}", f"--chdir={self.workdir}"]
         opts += ["--export=NONE"] if self.export_none else []

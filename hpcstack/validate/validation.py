@@ -58,7 +58,11 @@ class SlurmSettings:
         partition, qos, account (str | None): where and on whose budget the jobs run.
         tasks_per_node (int): ranks per node (one per GPU on GPU sites).
         cpus_per_task (int): cores per rank (also torch's threads per rank).
-        gpus_per_node (int): ``--gres=gpu:N`` when > 0.
+        gpus_per_node (int): GPUs per node when > 0, asked for as ``gpu_request`` says.
+        gpu_request (str): ``gres`` (``--gres=gpu:N``) or ``gpus-per-node`` (``--gpus-per-node=N``).
+        constraint (str | None): ``--constraint`` (node features, e.g. ``gpu`` on Perlmutter).
+        partition_option (bool): write ``--partition``; False where the partition only names the
+            node class for references and workloads (Perlmutter: constraint and QOS select nodes).
         time_limit (str): per job, ``[D-]HH:MM:SS``.
         exclusive (bool): whole nodes.
         launcher (str): a name in :data:`hpcstack.validate.launchers.LAUNCHERS`.
@@ -85,6 +89,9 @@ class SlurmSettings:
     account_required: bool = False
     output_root: str | None = None
     scheduler: str = "slurm"
+    gpu_request: str = "gres"
+    constraint: str | None = None
+    partition_option: bool = True
 
 
 @dataclass(frozen=True)
@@ -180,7 +187,8 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
             time_limit=s.get("time_limit", "00:30:00"), exclusive=s.get("exclusive", False),
             launcher=s.get("launcher", "srun"), mpi=s.get("mpi"), submit_as=s.get("submit_as"),
             env=dict(s.get("env", {})), account_required=bool(s.get("account_required")),
-            output_root=s.get("output_root"))
+            output_root=s.get("output_root"), gpu_request=s.get("gpu_request", "gres"),
+            constraint=s.get("constraint"), partition_option=s.get("partition_option", True))
     local = LocalSettings(launcher=site.launcher.command, ranks=site.launcher.ranks,
                           env={**s.get("env", {}), **site.launcher.env}, mpi=s.get("mpi"),
                           cpus_per_task=s.get("cpus_per_task", 1),
@@ -482,9 +490,9 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             name=f"hpcstack-validate-{recipe.name}-n{n}", nodes=n,
             tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task,
             time_limit=s.time_limit, output=str(directory / "slurm-%j.out"),
-            workdir=str(directory), module_init=init, partition=s.partition,
+            workdir=str(directory), module_init=init, partition=s.partition if s.partition_option else None,
             qos=s.qos, account=s.account, gpus_per_node=s.gpus_per_node,
-            exclusive=s.exclusive, module_use=[*site.modules.use, site.module_root],
+            gpu_request=s.gpu_request, constraint=s.constraint, exclusive=s.exclusive, module_use=[*site.modules.use, site.module_root],
             module_load=[recipe.full_name], env=dict(s.env),
             # a port per job: DDP's rendezvous of one job must not meet another's
             setup=[f"export MASTER_PORT=$((20000 + {scheduler.job_id_variable} % 20000))",

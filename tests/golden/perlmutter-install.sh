@@ -1,0 +1,835 @@
+#!/bin/bash
+# hpcstack 0.2.0: install pytorch/2.3.1-gpu for site perlmutter
+# prefix: /global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu (published by the module step)
+# stage prefix: /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@ (build @BUILD@)
+# modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua
+set -euo pipefail
+module load python
+module load cudatoolkit
+module load cray-mpich
+
+# --- step fetch: download sources and check their sha256
+hpcstack action fetch --sha256 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0 https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz
+
+# --- step venv: create the venv on top of the site's Python module
+python3 -m venv --clear /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv
+
+# --- step wheels: install the pinned wheels from the lock file in one resolution
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock
+
+# --- step patch: unpack sources into the stage dir and apply patches
+echo '35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch' | sha256sum -c -
+
+# --- step build: build from source with the site's compilers and libraries
+hpcstack_archs=$("${CUDA_HOME}/bin/nvcc" --list-gpu-arch)
+for cc in 80; do
+  grep -qx "compute_$cc" <<<"$hpcstack_archs" || { echo "${CUDA_HOME}/bin/nvcc does not compile for compute_$cc" >&2; exit 2; }
+done
+# the wheel cache: the key hashes everything that changes the horovod binary
+hpcstack_build_key_horovod() {
+  (
+    set +eu -o pipefail
+    export CC=cc
+    export CXX=CC
+    export FC=ftn
+    export HOROVOD_WITH_PYTORCH=1
+    export HOROVOD_WITHOUT_TENSORFLOW=1
+    export HOROVOD_WITHOUT_MXNET=1
+    export HOROVOD_WITH_MPI=1
+    export HOROVOD_WITH_GLOO=1
+    export HOROVOD_CPU_OPERATIONS=MPI
+    export HOROVOD_GPU=CUDA
+    export HOROVOD_GPU_OPERATIONS=NCCL
+    export HOROVOD_CUDA_HOME="${CUDA_HOME}"
+    export HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl"
+    export HOROVOD_BUILD_CUDA_CC_LIST=80
+    export MAKEFLAGS=-j8
+    echo 'hpcstack build key v1'
+    echo 'package horovod 0.28.1'
+    echo 'sdist horovod-0.28.1.tar.gz sha256 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0'
+    echo 'patch horovod-0.28.1-cxx17.patch sha256 35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a'
+    echo '--- python'; { /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in ["torch"]]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- C compiler'; { "${CC:-cc}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- C++ compiler'; { "${CXX:-c++}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- cmake'; { cmake --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- MPI'; { "${CC:-mpicc}" -showme 2>/dev/null && "${CC:-mpicc}" -showme:version 2>/dev/null || "${CC:-mpicc}" -show; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- CUDA'; { if [ -n "$HOROVOD_CUDA_HOME" ]; then "$HOROVOD_CUDA_HOME/bin/nvcc" --version; elif [ -n "$HOROVOD_WITHOUT_CUDA" ]; then echo "CUDA off (HOROVOD_WITHOUT_CUDA)"; else command -v nvcc && nvcc --version; fi; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- NCCL'; { if [ -n "$HOROVOD_NCCL_HOME" ]; then grep -E "^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)" "$HOROVOD_NCCL_HOME/include/nccl.h"; fi; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+  )
+}
+hpcstack_build_key_horovod_key=$(hpcstack_build_key_horovod | sha256sum | cut -c1-24)
+if ls /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}"/*.whl >/dev/null 2>&1; then
+  echo "horovod: reusing the wheel built before with key ${hpcstack_build_key_horovod_key}"
+  rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist && mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist && cp /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}"/*.whl /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/
+else
+  hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
+  cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
+  rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
+  CC=cc CXX=CC FC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl" HOROVOD_BUILD_CUDA_CC_LIST=80 MAKEFLAGS=-j8 /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -m pip --isolated --no-input --disable-pip-version-check wheel --no-deps --no-build-isolation --no-cache-dir -w /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
+  mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1 && tmp=$(mktemp -d /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/.new-XXXXXX) && chmod 755 "$tmp" && cp /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/*.whl "$tmp"/ \
+    && hpcstack_build_key_horovod > "$tmp/key.txt" && { mv -T "$tmp" /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}" 2>/dev/null || rm -rf "$tmp"; }
+fi
+
+# --- step install: install built packages and the stack's tools
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --reinstall-package horovod --no-deps --no-index --find-links /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist horovod==0.28.1
+mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin
+hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/.extend-venv-activate.XXXXXX)
+cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
+#!/global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python
+"""extend-venv-activate: make a Python venv load an hpcstack module when activated.
+
+Rendered by hpcstack from scripts/extend-venv-activate.j2; edit the template, not this file.
+Standalone on purpose (standard library only): the stack it ships with has no hpcstack installed.
+Run it with --help for what it changes.
+"""
+
+MODULE_NAME = 'pytorch/2.3.1-gpu'
+MODULE_INIT = {'bash': '/usr/share/lmod/lmod/init/bash', 'sh': '/usr/share/lmod/lmod/init/sh', 'zsh': '/usr/share/lmod/lmod/init/zsh', 'csh': '/usr/share/lmod/lmod/init/csh'}
+
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+PROG = "extend-venv-activate"
+FENCE_OPEN = "# >>> hpcstack {name} >>>"
+FENCE_CLOSE = "# <<< hpcstack {name} <<<"
+_FENCE_OPEN_RE = re.compile(r"^[ \t]*# >>> hpcstack (\S+) >>>[ \t]*$")
+_FENCE_ANY_RE = re.compile(r"^[ \t]*# (>>>|<<<) hpcstack \S+ (>>>|<<<)[ \t]*$")
+_TOKEN_RE = re.compile(r"@([A-Z_]+)@")
+
+# Lines the venv's own scripts must contain around our blocks (CPython venv and virtualenv alike).
+_PATH_SAVE_RE = re.compile(r"_OLD_VIRTUAL_PATH[= ]+\"?\$PATH\b")
+_PATH_RESTORE_RE = re.compile(r"\bPATH[= ]+\"?\$\{?_OLD_VIRTUAL_PATH\b")
+
+
+class PatchError(Exception):
+    """An activation script cannot be extended or restored safely; nothing was written."""
+
+
+# --------------------------------------------------------------------------------------------
+# Shell code. @NAME@ tokens are replaced by values already quoted for the shell in question.
+# State while a venv is active: ACTIVE (set), UNLOAD (module to unload on deactivate, if we
+# loaded it), OLD_PYTHONPATH (set only if PYTHONPATH was set before activation).
+# --------------------------------------------------------------------------------------------
+
+_SH_LOAD = """\
+# Added by extend-venv-activate: load the stack module and put this venv's
+# site-packages first on PYTHONPATH; deactivate undoes both.
+if ! command -v module >/dev/null 2>&1 ; then
+    # no module function (dash, env -i, sbatch --export=NONE): initialise the module tool
+    if [ -n "${ZSH_VERSION:-}" ] ; then
+        _hpcstack_init=@INIT_ZSH@
+    elif [ -n "${BASH_VERSION:-}" ] ; then
+        _hpcstack_init=@INIT_BASH@
+    else
+        _hpcstack_init=@INIT_SH@
+    fi
+    if [ -n "$_hpcstack_init" ] && [ -r "$_hpcstack_init" ] ; then
+        . "$_hpcstack_init"
+    fi
+    if ! command -v module >/dev/null 2>&1 ; then
+        echo "activate: the 'module' command is missing and the init script '$_hpcstack_init'" \\
+            "did not define it; cannot load" @MODULE@ "- venv not activated" >&2
+        unset _hpcstack_init
+        return 1
+    fi
+    unset _hpcstack_init
+fi
+_hpcstack_restore () {
+    if [ -n "${_HPCSTACK_UNLOAD:-}" ] ; then
+        module unload "$_HPCSTACK_UNLOAD"
+    fi
+    if [ -n "${_HPCSTACK_OLD_PYTHONPATH+x}" ] ; then
+        PYTHONPATH="$_HPCSTACK_OLD_PYTHONPATH"
+        export PYTHONPATH
+    else
+        unset PYTHONPATH
+    fi
+    unset _HPCSTACK_ACTIVE _HPCSTACK_UNLOAD _HPCSTACK_OLD_PYTHONPATH
+    hash -r 2>/dev/null || true
+}
+if [ -n "${_HPCSTACK_ACTIVE:-}" ] ; then
+    # sourced again without deactivate: undo the earlier activation first
+    _hpcstack_restore
+fi
+_HPCSTACK_ACTIVE=1
+if [ -n "${PYTHONPATH+x}" ] ; then
+    _HPCSTACK_OLD_PYTHONPATH="$PYTHONPATH"
+fi
+if ! module is-loaded @MODULE@ ; then
+    if ! module load @MODULE@ ; then
+        echo "activate: 'module load'" @MODULE@ "failed - venv not activated" >&2
+        _hpcstack_restore
+        unset -f _hpcstack_restore
+        return 1
+    fi
+    _HPCSTACK_UNLOAD=@MODULE@
+fi
+PYTHONPATH=@SITE@"${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH
+"""
+
+_SH_UNLOAD = """\
+if [ -n "${_HPCSTACK_ACTIVE:-}" ] ; then
+    _hpcstack_restore
+fi
+unset -f _hpcstack_restore 2>/dev/null || true
+"""
+
+_FISH_LOAD = """\
+# Added by extend-venv-activate: load the stack module and put this venv's
+# site-packages first on PYTHONPATH; deactivate undoes both.
+if not functions -q module
+    # no module function yet: initialise the module tool
+    set -l init @INIT_FISH@
+    if test -n "$init"; and test -r "$init"
+        source "$init"
+    end
+    if not functions -q module
+        echo "activate.fish: the 'module' command is missing and the init script '$init'" \\
+            "did not define it; cannot load" @MODULE@ "- venv not activated" >&2
+        return 1
+    end
+end
+function _hpcstack_restore
+    if test -n "$_hpcstack_unload"
+        module unload $_hpcstack_unload
+    end
+    if set -q _hpcstack_old_pythonpath
+        set -gx PYTHONPATH $_hpcstack_old_pythonpath
+    else
+        set -e PYTHONPATH
+    end
+    set -e _hpcstack_active
+    set -e _hpcstack_unload
+    set -e _hpcstack_old_pythonpath
+end
+if set -q _hpcstack_active
+    # sourced again without deactivate: undo the earlier activation first
+    _hpcstack_restore
+end
+set -g _hpcstack_active 1
+if set -q PYTHONPATH
+    set -g _hpcstack_old_pythonpath $PYTHONPATH
+end
+if not module is-loaded @MODULE@
+    if not module load @MODULE@
+        echo "activate.fish: 'module load'" @MODULE@ "failed - venv not activated" >&2
+        _hpcstack_restore
+        functions -e _hpcstack_restore
+        return 1
+    end
+    set -g _hpcstack_unload @MODULE@
+end
+if test -n "$PYTHONPATH"
+    set -gx PYTHONPATH @SITE@ $PYTHONPATH
+else
+    set -gx PYTHONPATH @SITE@
+end
+"""
+
+_FISH_UNLOAD = """\
+if set -q _hpcstack_active
+    _hpcstack_restore
+end
+functions -e _hpcstack_restore
+"""
+
+# csh has no functions and cannot return from a sourced file: the restore commands live in a
+# variable that deactivate evals, and a failed load jumps to a label at the end of the file.
+# `module` is a multi-command alias, so it is never put behind && or a one-line if: the unload
+# is a command in _hpcstack_unload (empty when we did not load the module), run through eval.
+_CSH_RESTORE = (
+    'eval "$_hpcstack_unload"; '
+    'if ($_hpcstack_pp_set) setenv PYTHONPATH "$_hpcstack_pp:q"; '
+    "if (! $_hpcstack_pp_set) unsetenv PYTHONPATH; "
+    "unset _hpcstack_unload _hpcstack_pp_set _hpcstack_pp _hpcstack_restore; rehash"
+)
+
+_CSH_LOAD = """\
+# Added by extend-venv-activate: load the stack module and put this venv's
+# site-packages first on PYTHONPATH; deactivate undoes both.
+if ("`alias module`" == "") then
+    # no module alias (env -i, a new csh): initialise the module tool
+    set _hpcstack_init = @INIT_CSH@
+    if ("$_hpcstack_init" != "") then
+        if (-r "$_hpcstack_init") source "$_hpcstack_init"
+    endif
+    if ("`alias module`" == "") then
+        echo "activate.csh: the 'module' command is missing and the init script" \\
+            "'$_hpcstack_init' did not define it; cannot load" @MODULE@ \\
+            "- venv not activated" > /dev/stderr
+        unset _hpcstack_init
+        goto _hpcstack_abort
+    endif
+    unset _hpcstack_init
+endif
+if ($?_hpcstack_restore) then
+    # sourced again without deactivate: undo the earlier activation first
+    eval "$_hpcstack_restore"
+endif
+set _hpcstack_restore = '@RESTORE@'
+set _hpcstack_unload = ''
+set _hpcstack_pp_set = 0
+set _hpcstack_pp = ''
+if ($?PYTHONPATH) then
+    set _hpcstack_pp_set = 1
+    set _hpcstack_pp = "$PYTHONPATH:q"
+endif
+module is-loaded @MODULE@
+if ($status != 0) then
+    module load @MODULE@
+    if ($status != 0) then
+        echo "activate.csh: 'module load'" @MODULE@ "failed - venv not activated" > /dev/stderr
+        eval "$_hpcstack_restore"
+        goto _hpcstack_abort
+    endif
+    set _hpcstack_unload = 'module unload '@MODULE@
+endif
+if ($?PYTHONPATH) then
+    if ("$PYTHONPATH:q" != "") then
+        setenv PYTHONPATH @SITE@":$PYTHONPATH:q"
+    else
+        setenv PYTHONPATH @SITE@
+    endif
+else
+    setenv PYTHONPATH @SITE@
+endif
+"""
+
+_CSH_ABORT_LABEL = """\
+_hpcstack_abort:
+"""
+
+# Inserted into csh's deactivate (inside the alias, or in virtualenv's deactivate.csh).
+_CSH_DEACTIVATE_CALL = ('test "\\!:*" != "nondestructive" && test $?_hpcstack_restore = 1 '
+                        '&& eval "$_hpcstack_restore"; ')
+_CSH_DEACTIVATE_FILE = """\
+if ($?_hpcstack_restore) then
+    eval "$_hpcstack_restore"
+endif
+"""
+_CSH_SELF_DESTRUCT = 'test "\\!:*" != "nondestructive" && unalias deactivate'
+
+
+# --------------------------------------------------------------------------------------------
+# Where the blocks go
+# --------------------------------------------------------------------------------------------
+
+BlockMaker = Callable[[str, Mapping[str, str]], str]
+
+
+def _from_template(template: str) -> BlockMaker:
+    """Return a block maker that fills ``template``'s @TOKENS@ (the anchor line is not used)."""
+    return lambda anchor_line, values: _TOKEN_RE.sub(lambda m: values[m.group(1)], template)
+
+
+def _csh_alias_with_restore(anchor_line: str, values: Mapping[str, str]) -> str:
+    """Redefine csh's one-line deactivate alias with the restore call before its self-destruct.
+
+    The original alias line stays untouched above this block, so removing the block restores it.
+    """
+    cut = anchor_line.rindex(_CSH_SELF_DESTRUCT)
+    return anchor_line[:cut] + _CSH_DEACTIVATE_CALL + anchor_line[cut:]
+
+
+@dataclass(frozen=True)
+class Insertion:
+    """One fenced block: where it goes and the lines that must surround it.
+
+    anchor: the line the block is placed next to; None means the end of the file.
+    place: "after" or "before" the anchor line ("end" when anchor is None).
+    what: the anchor described for error messages.
+    make: builds the block text from the anchor line and the quoted values.
+    indent: extra indentation of the block relative to the anchor line.
+    needs_before: a line that must come at or before the anchor (e.g. deactivate restoring PATH).
+    needs_after: a line that must come after the anchor (e.g. activate saving PATH).
+    """
+
+    anchor: "re.Pattern[str] | None"
+    place: str
+    what: str
+    make: BlockMaker
+    indent: str = ""
+    needs_before: "tuple[re.Pattern[str], str] | None" = None
+    needs_after: "tuple[re.Pattern[str], str] | None" = None
+
+
+@dataclass(frozen=True)
+class ScriptFile:
+    """An activation script in VENV/bin and the blocks it receives."""
+
+    name: str
+    insertions: "tuple[Insertion, ...]"
+
+
+@dataclass(frozen=True)
+class Shell:
+    """A shell family: how to quote for it and the venv layouts we know how to extend."""
+
+    name: str
+    main_file: str
+    quote: Callable[[str], str]
+    layouts: "tuple[tuple[ScriptFile, ...], ...]"
+
+
+def quote_sh(value: str) -> str:
+    """Quote ``value`` as one word for bash, zsh and POSIX sh."""
+    return shlex.quote(value)
+
+
+def quote_fish(value: str) -> str:
+    """Quote ``value`` as one word for fish (single quotes; only \\ and ' are escaped)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_csh(value: str) -> str:
+    """Quote ``value`` as one word for csh/tcsh (single quotes; ' and ! spliced in escaped)."""
+    return "'" + value.replace("'", "'\\''").replace("!", "'\\!'") + "'"
+
+
+_DEACTIVATE_NONDESTRUCTIVE = re.compile(r"^deactivate nondestructive[ \t]*$")
+_PATH_SAVED = (_PATH_SAVE_RE, "activate saving PATH (_OLD_VIRTUAL_PATH)")
+_PATH_RESTORED = (_PATH_RESTORE_RE, "deactivate restoring PATH from _OLD_VIRTUAL_PATH")
+
+POSIX = Shell(
+    name="bash/zsh",
+    main_file="activate",
+    quote=quote_sh,
+    layouts=((ScriptFile("activate", (
+        Insertion(_DEACTIVATE_NONDESTRUCTIVE, "after", "the line 'deactivate nondestructive'",
+                  _from_template(_SH_LOAD), needs_after=_PATH_SAVED),
+        Insertion(re.compile(r'^[ \t]*if \[ (! "\$\{?1(:?-)?\}?" =|"\$\{?1(:?-)?\}?" !=) '
+                             r'"?nondestructive"? \] ?; then[ \t]*$'),
+                  "after", "deactivate's 'if [ ! \"${1:-}\" = \"nondestructive\" ] ; then' line",
+                  _from_template(_SH_UNLOAD), indent="    ", needs_before=_PATH_RESTORED),
+    )),),),
+)
+
+FISH = Shell(
+    name="fish",
+    main_file="activate.fish",
+    quote=quote_fish,
+    layouts=((ScriptFile("activate.fish", (
+        Insertion(_DEACTIVATE_NONDESTRUCTIVE, "after", "the line 'deactivate nondestructive'",
+                  _from_template(_FISH_LOAD), needs_after=_PATH_SAVED),
+        Insertion(re.compile(r"""^[ \t]*if test "\$argv\[1\]" != """
+                             r"""["']?nondestructive["']?[ \t]*$"""),
+                  "after", "deactivate's 'if test \"$argv[1]\" != \"nondestructive\"' line",
+                  _from_template(_FISH_UNLOAD), indent="    ", needs_before=_PATH_RESTORED),
+    )),),),
+)
+
+_CSH_LOAD_INSERTION = Insertion(
+    re.compile(r"^setenv VIRTUAL_ENV\b"), "before", "the line 'setenv VIRTUAL_ENV ...'",
+    _from_template(_CSH_LOAD), needs_after=_PATH_SAVED)
+_CSH_ABORT_INSERTION = Insertion(None, "end", "the end of the file",
+                                 _from_template(_CSH_ABORT_LABEL))
+
+CSH = Shell(
+    name="csh",
+    main_file="activate.csh",
+    quote=quote_csh,
+    layouts=(
+        # CPython venv, virtualenv 20: deactivate is a one-line alias
+        (ScriptFile("activate.csh", (
+            Insertion(re.compile(r"^alias deactivate '.*"
+                                 + re.escape(_CSH_SELF_DESTRUCT) + r".*'[ \t]*$"),
+                      "after", "the one-line 'alias deactivate ...' definition",
+                      _csh_alias_with_restore, needs_before=_PATH_RESTORED),
+            _CSH_LOAD_INSERTION,
+            _CSH_ABORT_INSERTION,
+        )),),
+        # virtualenv 21: deactivate sources deactivate.csh
+        (ScriptFile("activate.csh", (_CSH_LOAD_INSERTION, _CSH_ABORT_INSERTION)),
+         ScriptFile("deactivate.csh", (
+             Insertion(re.compile(r"^unalias deactivate[ \t]*$"), "before",
+                       "the line 'unalias deactivate'", _from_template(_CSH_DEACTIVATE_FILE),
+                       needs_before=_PATH_RESTORED),
+         ))),
+    ),
+)
+
+SHELLS = {"sh": POSIX, "fish": FISH, "csh": CSH}
+ALL_FILES = ("activate", "activate.fish", "activate.csh", "deactivate.csh")
+
+
+# --------------------------------------------------------------------------------------------
+# Text surgery (bytes in, bytes out; undecodable bytes survive via surrogateescape)
+# --------------------------------------------------------------------------------------------
+
+def strip_blocks(text: str, where: str) -> "tuple[str, list[str]]":
+    """Remove every hpcstack fenced block from ``text``.
+
+    Args:
+        text (str): a script's content.
+        where (str): the file's name, for error messages.
+
+    Returns:
+        tuple[str, list[str]]: the text without blocks, and the module names the blocks were for.
+
+    Raises:
+        PatchError: a fence is opened and not closed, or closed without being opened.
+    """
+    lines = text.splitlines(keepends=True)
+    kept: "list[str]" = []
+    names: "list[str]" = []
+    i = 0
+    while i < len(lines):
+        opened = _FENCE_OPEN_RE.match(lines[i].rstrip("\r\n"))
+        if opened is None:
+            if _FENCE_ANY_RE.match(lines[i].rstrip("\r\n")):
+                raise PatchError(f"{where}:{i + 1}: hpcstack block end without a start; "
+                                 "fix or recreate the file by hand")
+            kept.append(lines[i])
+            i += 1
+            continue
+        name = opened.group(1)
+        close = FENCE_CLOSE.format(name=name)
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == close), None)
+        if end is None:
+            raise PatchError(f"{where}:{i + 1}: hpcstack block for {name} is not closed by "
+                             f"'{close}'; fix or recreate the file by hand")
+        names.append(name)
+        i = end + 1
+    return "".join(kept), names
+
+
+def _find_anchor(lines: "list[str]", ins: Insertion, where: str) -> int:
+    """Return the index of the one line matching ``ins.anchor``; raise PatchError otherwise."""
+    hits = [i for i, line in enumerate(lines) if ins.anchor.search(line.rstrip("\r\n"))]
+    if len(hits) != 1:
+        problem = "cannot find" if not hits else f"found {len(hits)} lines like"
+        raise PatchError(f"{where}: {problem} {ins.what}; this activation script's layout is "
+                         "not one extend-venv-activate knows, so it was left unchanged")
+    at = hits[0]
+    checks = ((ins.needs_before, range(0, at + 1), "before"),
+              (ins.needs_after, range(at + 1, len(lines)), "after"))
+    for need, span, side in checks:
+        if need is not None and not any(need[0].search(lines[k]) for k in span):
+            raise PatchError(f"{where}: expected {need[1]} {side} {ins.what}; "
+                             "layout not recognised, file left unchanged")
+    return at
+
+
+def _indent_block(body: str, indent: str, name: str) -> "list[str]":
+    """Return the fenced block's lines, every line prefixed by ``indent``."""
+    lines = [FENCE_OPEN.format(name=name)] + body.splitlines() + [FENCE_CLOSE.format(name=name)]
+    return [(indent + line if line else line) + "\n" for line in lines]
+
+
+def insert_blocks(text: str, spec: ScriptFile, values: Mapping[str, str], where: str) -> str:
+    """Insert ``spec``'s fenced blocks into ``text`` (which must hold no hpcstack block).
+
+    Args:
+        text (str): the pristine script.
+        spec (ScriptFile): the blocks and their anchors.
+        values (Mapping[str, str]): @TOKEN@ values, already quoted for the file's shell.
+        where (str): the file's name, for error messages.
+
+    Returns:
+        str: the extended script; strip_blocks() on it gives back ``text`` exactly.
+
+    Raises:
+        PatchError: an anchor or a required surrounding line is missing or ambiguous, or the
+            block would follow a last line with no newline.
+    """
+    lines = text.splitlines(keepends=True)
+    planned = []
+    for ins in spec.insertions:
+        if ins.anchor is None:
+            at, anchor_line = len(lines), ""
+        else:
+            idx = _find_anchor(lines, ins, where)
+            at = idx + 1 if ins.place == "after" else idx
+            anchor_line = lines[idx].rstrip("\r\n")
+        if at > 0 and not lines[at - 1].endswith("\n"):
+            raise PatchError(f"{where}: the last line has no newline; add one and retry")
+        lead = re.match(r"[ \t]*", anchor_line).group(0) + ins.indent
+        planned.append((at, _indent_block(ins.make(anchor_line, values), lead, MODULE_NAME)))
+    for at, block in sorted(planned, key=lambda p: p[0], reverse=True):
+        lines[at:at] = block
+    return "".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# The venv
+# --------------------------------------------------------------------------------------------
+
+def venv_site_packages(venv: Path) -> str:
+    """Ask the venv's own interpreter for its site-packages directory (sysconfig purelib).
+
+    Raises:
+        PatchError: the interpreter is missing, fails, or prints something unusable.
+    """
+    python = venv / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        raise PatchError(f"{python} not found or not executable; is {venv} a venv?")
+    code = 'import sysconfig; print(sysconfig.get_path("purelib"))'
+    try:
+        out = subprocess.run([str(python), "-I", "-c", code], check=True, capture_output=True,
+                             text=True, errors="surrogateescape").stdout
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        raise PatchError(f"{python} could not report its site-packages: {detail}") from exc
+    site = out.rstrip("\n")
+    if not site.startswith("/") or "\n" in site or ":" in site:
+        raise PatchError(f"{python} reported an unusable site-packages path: {site!r}")
+    return site
+
+
+def _read(path: Path) -> str:
+    return path.read_bytes().decode("utf-8", "surrogateescape")
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace ``path`` atomically with ``text``, keeping its permission bits."""
+    mode = path.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode("utf-8", "surrogateescape"))
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _values(shell: Shell, site: str) -> "dict[str, str]":
+    """The @TOKEN@ values for ``shell``, each quoted for it."""
+    values = {"MODULE": shell.quote(MODULE_NAME), "SITE": shell.quote(site),
+              "RESTORE": _CSH_RESTORE}
+    for key in ("bash", "zsh", "sh", "fish", "csh"):
+        values[f"INIT_{key.upper()}"] = shell.quote(MODULE_INIT.get(key, ""))
+    return values
+
+
+def _plan_shell(bindir: Path, shell: Shell, site: str) -> "dict[Path, str]":
+    """New contents of ``shell``'s files, from the first layout that fits."""
+    errors = []
+    for layout in shell.layouts:
+        try:
+            plan = {}
+            for spec in layout:
+                path = bindir / spec.name
+                if not path.is_file():
+                    raise PatchError(f"{path}: missing")
+                pristine, _ = strip_blocks(_read(path), str(path))
+                plan[path] = insert_blocks(pristine, spec, _values(shell, site), str(path))
+            return plan
+        except PatchError as exc:
+            errors.append(str(exc))
+    hint = "" if shell is POSIX else f"\n(--shell lets you leave {shell.name} out)"
+    raise PatchError("\n".join(dict.fromkeys(errors)) + hint)
+
+
+def extend(venv: Path, shells: "list[str] | None" = None) -> "list[Path]":
+    """Extend the venv's activation scripts; all or nothing.
+
+    Args:
+        venv (Path): the virtual environment's directory.
+        shells (list[str] | None): keys of SHELLS to extend; None means every shell whose main
+            script exists (bash/zsh's ``activate`` is then required).
+
+    Returns:
+        list[Path]: the files whose content changed (empty when already extended).
+
+    Raises:
+        PatchError: not a venv, its python fails, or a script's layout is not recognised; no file
+            has been written then.
+    """
+    bindir = venv / "bin"
+    if not (bindir / "activate").is_file():
+        raise PatchError(f"{bindir / 'activate'} not found; is {venv} a venv?")
+    chosen = shells or [key for key, sh in SHELLS.items() if (bindir / sh.main_file).is_file()]
+    site = venv_site_packages(venv)
+    plan: "dict[Path, str]" = {}
+    for key in chosen:
+        plan.update(_plan_shell(bindir, SHELLS[key], site))
+    changed = [path for path, text in plan.items() if _read(path) != text]
+    for path in changed:
+        _write(path, plan[path])
+    return changed
+
+
+def undo(venv: Path) -> "list[Path]":
+    """Remove every hpcstack block from the venv's activation scripts, restoring them exactly.
+
+    Returns:
+        list[Path]: the files that changed (empty when nothing was extended).
+
+    Raises:
+        PatchError: a block is damaged (unclosed fence); no file has been written then.
+    """
+    bindir = venv / "bin"
+    plan = {}
+    for name in ALL_FILES:
+        path = bindir / name
+        if path.is_file():
+            text = _read(path)
+            pristine, names = strip_blocks(text, str(path))
+            if names:
+                plan[path] = pristine
+    for path, text in plan.items():
+        _write(path, text)
+    return list(plan)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+_INIT_LINES = "\n".join(f"  {shell}: {path}" for shell, path in sorted(MODULE_INIT.items())) or "  (none)"
+
+DESCRIPTION = f"""\
+Make a Python virtual environment use the {MODULE_NAME} module.
+
+After `{PROG} VENV`, `source VENV/bin/activate`:
+  - makes sure the `module` command exists: if the shell has none (dash, `env -i`,
+    `sbatch --export=NONE`) it sources the site's init script; if that fails it prints
+    an error and returns non-zero instead of activating;
+  - loads {MODULE_NAME} unless it is already loaded, after `deactivate nondestructive`
+    and before the venv puts its bin/ first on PATH, so `python` is the venv's;
+  - puts the venv's site-packages (recorded now, from the venv's own python) first on
+    PYTHONPATH, so packages you pip-install into the venv win over the stack's copies.
+`deactivate` then restores PATH, unloads {MODULE_NAME} only if activation loaded it,
+and restores PYTHONPATH exactly (unset stays unset, empty stays empty).
+"""
+
+EPILOG = f"""\
+What it changes: VENV/bin/activate (bash, zsh, POSIX sh), activate.fish and
+activate.csh (and virtualenv's deactivate.csh), by inserting blocks fenced by
+  {FENCE_OPEN.format(name=MODULE_NAME)}
+  {FENCE_CLOSE.format(name=MODULE_NAME)}
+Running it again is harmless (same bytes); running another stack's tool replaces
+the blocks with its own. --undo removes the blocks, giving back the files byte for
+byte. If a script does not look as expected, nothing is changed and the exit
+status is 1; --shell limits which shells are extended.
+
+Supported: venvs made by `python -m venv` (3.6 to 3.13) and virtualenv (20, 21), before
+or after the module was loaded; shells bash, zsh, dash/POSIX sh, fish, csh/tcsh; module
+tools Environment Modules (4.x, 5.x) and Lmod (8.x). Under csh a failed module load
+prints an error and skips the rest of activation, but `source` cannot report a failure
+status. Under Lmod a PATH with duplicate entries comes back without them after
+deactivate (Lmod removes duplicates from the paths it changes).
+
+Module tool init scripts (sourced when `module` is missing):
+{_INIT_LINES}
+
+Examples:
+  {PROG} ~/myvenv && source ~/myvenv/bin/activate
+  {PROG} --undo ~/myvenv
+"""
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage)."""
+    parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("venv", type=Path, help="the virtual environment's directory")
+    parser.add_argument("--undo", action="store_true",
+                        help="remove the extension, restoring the original scripts exactly")
+    parser.add_argument("--shell", action="append", choices=sorted(SHELLS), dest="shells",
+                        help="extend only this shell's script (repeatable; default: every "
+                             "script present; 'sh' means bin/activate for bash/zsh/sh)")
+    args = parser.parse_args(argv)
+    venv = Path(os.path.abspath(args.venv))
+    try:
+        changed = undo(venv) if args.undo else extend(venv, args.shells)
+    except PatchError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    verb = "restored" if args.undo else "extended"
+    for path in changed:
+        print(f"{PROG}: {verb} {path}")
+    if not changed:
+        print(f"{PROG}: nothing to do in {venv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+HPCSTACK_EOF
+chmod 755 "$hpcstack_tmp"
+mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate
+install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-train-benchmark
+
+# --- step sanitycheck: check imports, build flags and dependencies
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config
+hpcstack check-build --horovodrun /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/horovodrun --require PyTorch,MPI,Gloo,NCCL
+/global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate --help
+/global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import torch; import torchvision; import torchaudio; import torchmetrics; import torchtext; import tensorboard; import tensorboard_plugin_profile; import tensorboard_plugin_wit; import torch_tb_profiler; import horovod.torch; import sklearn; print('"'"'imports ok'"'"')'
+/global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -m pip --isolated --no-input --disable-pip-version-check freeze --all > /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/pip-freeze.txt
+
+# --- step permissions: make the stack world-readable and not world-writable
+chmod -R u+rwX,go+rX,go-w /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@
+find /global/common/software/PROJECT/hpcstack/pytorch /global/common/software/PROJECT/hpcstack/pytorch/.builds /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu -maxdepth 0 -user root -exec chmod u+rwX,go+rX,go-w '{}' +
+
+# --- step module: publish the stack (switch its prefix link atomically) and write the modulefile
+[ -L /global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu ] || [ ! -d /global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu ] || mv -T /global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/pre-staging
+ln -sfn .builds/2.3.1-gpu/@BUILD@ /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu.publish-tmp
+mv -T /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu.publish-tmp /global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu
+mkdir -p /global/common/software/PROJECT/hpcstack/modulefiles/pytorch
+hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.2.3.1-gpu.lua.XXXXXX)
+cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
+-- pytorch/2.3.1-gpu: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard
+-- Written by hpcstack 0.2.0 from recipe pytorch/2.3.1-gpu for site perlmutter.
+
+help([[
+pytorch/2.3.1-gpu: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard
+
+Load it with `module load pytorch/2.3.1-gpu`; it loads python first (depends-on).
+The stack lives in /global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu (HPCSTACK_PYTORCH_ROOT); its python is on PATH and its
+site-packages on PYTHONPATH.
+
+Your own packages on top of the stack: make a venv and extend it, e.g.
+    module load pytorch/2.3.1-gpu
+    python -m venv ~/myvenv
+    extend-venv-activate ~/myvenv
+Then `source ~/myvenv/bin/activate` loads this module (if it is not loaded yet) and
+puts the venv first, and `deactivate` unloads it again (only if activate loaded it).
+`extend-venv-activate --help` says more; `extend-venv-activate --undo ~/myvenv`
+restores the venv's original activate scripts.
+]])
+
+whatis("Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard")
+
+family("pytorch")
+
+depends_on("python")
+depends_on("cudatoolkit")
+depends_on("cray-mpich")
+
+local root = "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu"
+setenv("HPCSTACK_PYTORCH_ROOT", root)
+prepend_path("PATH", "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin")
+prepend_path("PATH", "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu/venv/bin")
+prepend_path("PYTHONPATH", "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu/venv/lib/python3.11/site-packages")
+HPCSTACK_EOF
+chmod 644 "$hpcstack_tmp"
+mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua
+# default version, only if pytorch has none yet
+if ! { [ -e /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.modulerc ] || [ -L /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.modulerc ] || [ -e /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.version ] || [ -L /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.version ] || [ -e /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.modulerc.lua ] || [ -L /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.modulerc.lua ] || [ -e /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/default ] || [ -L /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/default ]; }; then
+mkdir -p /global/common/software/PROJECT/hpcstack/modulefiles/pytorch
+hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/..modulerc.lua.XXXXXX)
+cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
+-- The default version of pytorch: `module load pytorch` loads pytorch/2.3.1-gpu.
+-- Written by hpcstack module set-default; read by Lmod (before .modulerc and .version).
+-- Change it with: hpcstack module set-default pytorch/VERSION --site perlmutter
+module_version("pytorch/2.3.1-gpu", "default")
+HPCSTACK_EOF
+chmod 644 "$hpcstack_tmp"
+mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.modulerc.lua
+fi
+
+# afterwards hpcstack removes earlier builds of the stack but the one this replaced
