@@ -51,6 +51,20 @@ def current_user() -> str:
         return str(os.getuid())
 
 
+def _fsync(path: str | os.PathLike, flags: int) -> None:
+    """Open ``path`` with ``flags`` and flush it; errors are ignored (best effort)."""
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
     """Flush a directory's entries to disk (after a rename in it), so that a reboot keeps them.
 
@@ -60,16 +74,7 @@ def fsync_dir(path: str | os.PathLike) -> None:
     Args:
         path (str | os.PathLike): the directory.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    _fsync(path, os.O_RDONLY | os.O_DIRECTORY)
 
 
 def fsync_file(path: str | os.PathLike) -> None:
@@ -78,16 +83,7 @@ def fsync_file(path: str | os.PathLike) -> None:
     Args:
         path (str | os.PathLike): the file.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    _fsync(path, os.O_RDONLY)
 
 
 def write_atomic(path: str | os.PathLike, content: str, mode: int = 0o644) -> None:

@@ -250,34 +250,29 @@ def test_venv_and_pip(admin, wheel):
     _check_tool(admin, "~/hpcstack-venv/bin/hpcstack")  # without activating
 
 
-def test_uv_tool_install(admin, wheel):
-    if not UV.is_file():
-        pytest.skip(f"{UV} missing; run scripts/localhost-setup")
+@pytest.mark.parametrize("installer", ["uv", "pipx"])
+def test_tool_install(admin, wheel, installer):
+    """``uv tool install`` and ``pipx install`` of the wheel: a venv of its own under
+    ``~/.local/share``, the command linked into ``~/.local/bin``; the uninstall removes it."""
+    tool, venvs, hint = {
+        "uv": (UV, ".local/share/uv/tools/hpcstack", "run scripts/localhost-setup"),
+        "pipx": (PIPX, ".local/share/pipx/venvs/hpcstack",
+                 "scripts/localhost-setup --with-test-tools installs it (test extras)"),
+    }[installer]
+    if not tool.is_file():
+        pytest.skip(f"{tool} missing; {hint}")
     _local_bin_is_free(admin)
+    install = f"{tool} tool install" if installer == "uv" else f"{tool} install"
+    uninstall = f"{tool} tool uninstall" if installer == "uv" else f"{tool} uninstall"
     try:
-        admin.ok(f"{UV} tool install {wheel}")
+        admin.ok(f"{install} {wheel}")
         # a new login shell has ~/.local/bin on its PATH (Debian's ~/.profile)
         assert admin.ok("command -v hpcstack").strip() == f"{admin.home}/.local/bin/hpcstack"
         target = os.readlink(admin.home / ".local/bin/hpcstack")
-        assert Path(target).is_relative_to(admin.home / ".local/share/uv/tools/hpcstack"), target
+        assert Path(target).is_relative_to(admin.home / venvs), target
         _check_tool(admin, "hpcstack")
     finally:
-        admin.run(f"{UV} tool uninstall hpcstack")
-    assert not os.path.lexists(admin.home / ".local/bin/hpcstack")
-
-
-def test_pipx_install(admin, wheel):
-    if not PIPX.is_file():
-        pytest.skip(f"{PIPX} missing; scripts/localhost-setup --with-test-tools installs it (test extras)")
-    _local_bin_is_free(admin)
-    try:
-        admin.ok(f"{PIPX} install {wheel}")
-        assert admin.ok("command -v hpcstack").strip() == f"{admin.home}/.local/bin/hpcstack"
-        target = os.readlink(admin.home / ".local/bin/hpcstack")
-        assert Path(target).is_relative_to(admin.home / ".local/share/pipx/venvs/hpcstack"), target
-        _check_tool(admin, "hpcstack")
-    finally:
-        admin.run(f"{PIPX} uninstall hpcstack")
+        admin.run(f"{uninstall} hpcstack")
     assert not os.path.lexists(admin.home / ".local/bin/hpcstack")
 
 
