@@ -200,13 +200,3 @@ def _fields(action) -> dict:
     if not dataclasses.is_dataclass(action):
         return {}
     return {f.name: plain(getattr(action, f.name)) for f in dataclasses.fields(action)}
-
-
-def __getattr__(name: str):
-    """``CheckBuild`` moved to its component (:mod:`hpcstack.install.components.horovod`); the
-    old import ``from hpcstack.install.plan import CheckBuild`` still works."""
-    if name == "CheckBuild":
-        from hpcstack.install.components.horovod import CheckBuild
-
-        return CheckBuild
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
