@@ -91,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "handwritten digits, judged on its test accuracy (reported next to img/s); "
                         "on the site's device (default: the recipe's workload for the site)")
     p.add_argument("--json", action="store_true", help="print the result (or with --dry-run the job scripts) as JSON")
+    p.add_argument("--emit", nargs=2, metavar=("FORMAT", "DIR"),
+                   help="write the validation for another tool into DIR instead of running it: "
+                        "reframe: a ReFrame check (the same trainer, options, sanity and performance "
+                        "references, per --nodes and --backend) and a ReFrame site configuration "
+                        "for the site; run with: reframe -C DIR/settings.py -c DIR -r")
 
     p = sub.add_parser("lock", help="regenerate a recipe's lock file with uv (hashes for every package)")
     p.add_argument("recipe")
@@ -274,6 +279,8 @@ def cmd_validate(args) -> int:
     from hpcstack.validate.validation import collect, local_validation, parse_nodes, slurm_validation
 
     site, recipe = _load(args)
+    if args.emit:
+        return _emit_validation(args, site, recipe)
     slurm_only = {"--nodes": args.nodes, "--partition": args.partition, "--qos": args.qos,
                   "--account": args.account, "--output-dir": args.output_dir,
                   "--no-wait": args.no_wait, "--collect": args.collect}
@@ -303,6 +310,32 @@ def cmd_validate(args) -> int:
         site, recipe, nodes=parse_nodes(args.nodes) if args.nodes else None, backends=backends,
         partition=args.partition, qos=args.qos, account=args.account, output_dir=args.output_dir,
         dry_run=args.dry_run, no_wait=args.no_wait, as_json=args.json, workload=args.workload)
+
+
+def _emit_validation(args, site, recipe) -> int:
+    """``hpcstack validate … --emit FORMAT DIR`` (:mod:`hpcstack.export.reframe`).
+
+    Raises:
+        ConfigError: an unknown format, or options that only apply to running a validation.
+    """
+    from hpcstack.export.reframe import EMIT_FORMATS, emit_reframe, reframe_command
+    from hpcstack.validate.validation import parse_nodes
+
+    fmt, directory = args.emit
+    problems = [] if fmt in EMIT_FORMATS else [f"--emit {fmt}: unknown format (known: {', '.join(EMIT_FORMATS)})"]
+    problems += [f"{opt}: not used with --emit" for opt, value in (
+        ("--local", args.local), ("--ranks", args.ranks), ("--dry-run", args.dry_run), ("--no-wait", args.no_wait),
+        ("--collect", args.collect), ("--output-dir", args.output_dir), ("--json", args.json)) if value]
+    if problems:
+        raise ConfigError(problems)
+    backends = {None: None, "both": ["horovod", "ddp"]}.get(args.backend, [args.backend])
+    paths = emit_reframe(site, recipe, directory, nodes=parse_nodes(args.nodes) if args.nodes else None,
+                         backends=backends, partition=args.partition, qos=args.qos, account=args.account,
+                         workload=args.workload)
+    for path in paths:
+        print(f"wrote {path}")
+    print(f"run it: {reframe_command(paths, site)}")
+    return 0
 
 
 def cmd_lock(args) -> int:

@@ -1,0 +1,188 @@
+"""``hpcstack validate … --emit reframe DIR``: the validation as a ReFrame check, for sites that
+test their stacks with ReFrame (nightly, after maintenance) rather than with hpcstack.
+
+Two files are written into DIR, both rendered from jinja2 templates
+(``scripts/reframe-check.py.j2``, ``scripts/reframe-settings.py.j2``):
+
+* ``<name>_<version>_check.py`` — a ``rfm.RunOnlyRegressionTest`` that runs the stack's trainer
+  (``<prefix>/bin/hpcstack-train-benchmark``) with exactly the command line of
+  ``hpcstack validate``'s Slurm jobs (:func:`hpcstack.validate.validation.trainer_argv` on the
+  settings of :func:`hpcstack.validate.validation.validation_settings`), one test per node count
+  and backend (ReFrame ``parameter``\\ s); a ``@sanity_function`` asserting what
+  :func:`hpcstack.validate.judge.sanity_reasons` asserts (the result record is ok, the
+  collectives check was exact, the program ran on every rank, NCCL where the build requires it);
+  ``@performance_function``\\ s for ``throughput_total``, ``throughput_per_rank`` (img/s) and,
+  for N > 1 nodes, ``scaling_efficiency`` against the 1-node test of the same backend (a ReFrame
+  test dependency); and the recipe's performance references ``(value, lower, upper, unit)`` per
+  node count (:func:`hpcstack.validate.judge.lookup_references`) as ReFrame's ``reference``.
+* ``settings.py`` — a ReFrame site configuration for the site: one system with the validation's
+  partition, the Slurm scheduler, the site's launcher (``srun`` …), its module system
+  (``envmod`` for Environment Modules, ``lmod``), the module tool's init and ``module use`` of the
+  site's module roots as ``prepare_cmds``, and ``--partition``/``--qos``/``--account``/
+  ``--constraint`` as the partition's ``access``; GPUs as a ``gpu`` resource.
+
+Sources: ReFrame's regression test API and configuration reference
+(https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html,
+https://reframe-hpc.readthedocs.io/en/stable/config_reference.html); issue 13.
+
+Emitting needs no ReFrame; running the check does (``pip install reframe-hpc``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from hpcstack import __version__
+from hpcstack.errors import ConfigError
+from hpcstack.fsutil import write_atomic
+
+#: Formats of ``hpcstack validate --emit FORMAT DIR``.
+EMIT_FORMATS = ("reframe",)
+
+#: hpcstack launcher name -> ReFrame launcher name (ReFrame's ``launcher`` config key).
+REFRAME_LAUNCHERS = {"srun": "srun", "mpirun": "mpirun"}
+
+#: hpcstack module tool -> ReFrame ``modules_system``.
+REFRAME_MODULE_SYSTEMS = {"environment-modules": "envmod", "lmod": "lmod"}
+
+#: The file the trainer writes its JSON-lines records to, in the test's stage directory.
+RECORDS = "records.jsonl"
+
+
+def _duration(time_limit: str) -> str:
+    """``[D-]HH:MM:SS`` (Slurm) -> ReFrame's duration form, e.g. ``"00:20:00"`` -> ``"20m"``."""
+    days, _, hms = time_limit.rpartition("-")
+    parts = [int(p) for p in hms.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts
+    h += 24 * int(days or 0)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"
+
+
+def class_name(recipe) -> str:
+    """The check's class name, e.g. ``HpcstackPytorch_2_3_1_gpu`` for ``pytorch/2.3.1-gpu``."""
+    words = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_")
+    return "Hpcstack" + words[:1].upper() + words[1:]
+
+
+def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: list[str] | None = None,
+                  partition: str | None = None, qos: str | None = None, account: str | None = None,
+                  workload: str | None = None) -> dict[str, str]:
+    """Render the ReFrame check and the ReFrame site configuration.
+
+    Args:
+        site (hpcstack.site.Site): a site with a ``slurm`` section.
+        recipe (hpcstack.recipe.Recipe): the stack, with a Validation component.
+        nodes (list[int] | None): node counts (one test each); default the recipe's.
+        backends (list[str] | None): ``horovod``/``ddp``; default the recipe's.
+        partition, qos, account (str | None): override the site's ``slurm`` values, as for
+            ``hpcstack validate``.
+        workload (str | None): a named workload of the recipe (``digits``); None: the site's.
+
+    Returns:
+        dict[str, str]: file name -> text (``<check>.py`` and ``settings.py``).
+
+    Raises:
+        ConfigError: the site has no ``slurm`` section, or names a launcher or module tool
+            ReFrame has no counterpart for; the recipe's validation file is bad.
+    """
+    from hpcstack.modules import modsys
+    from hpcstack.templates import render
+    from hpcstack.validate.judge import lookup_references
+    from hpcstack.validate.scheduler import get_scheduler
+    from hpcstack.validate.validation import _required_transport, stack_layout, trainer_argv, validation_settings
+
+    settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account,
+                                   workload=workload)
+    s = settings.slurm
+    problems = []
+    if s is None:
+        raise ConfigError([f"{site.path}: slurm: missing key (the ReFrame check runs Slurm jobs)"])
+    if s.launcher not in REFRAME_LAUNCHERS:
+        problems.append(f"{site.path}: slurm.launcher: {s.launcher!r} has no ReFrame launcher "
+                        f"(ReFrame's: {', '.join(sorted(REFRAME_LAUNCHERS))})")
+    if site.modules.tool not in REFRAME_MODULE_SYSTEMS:
+        problems.append(f"{site.path}: modules.tool: {site.modules.tool!r} has no ReFrame modules system")
+    init = site.modules.init.get("bash")
+    if not init:
+        problems.append(f"{site.path}: modules.init.bash: missing key (the jobs source it to get `module`)")
+    if problems:
+        raise ConfigError(problems)
+    nodes = list(nodes or settings.nodes)
+    backends = list(backends or settings.backends)
+    prefix = stack_layout(site, recipe).prefix
+    system = f"{site.name}:{s.partition}"
+    argv = {b: trainer_argv(settings.workload, prefix, b, RECORDS, s.cpus_per_task) for b in backends}
+    references = {n: {name: (ref.value, ref.lower, ref.upper, ref.unit)
+                      for name, ref in lookup_references(settings.references, site.name, s.partition, n).items()}
+                  for n in nodes}
+    scheduler = get_scheduler(s.scheduler)()
+    env = {"OMP_NUM_THREADS": str(s.cpus_per_task), "SRUN_CPUS_PER_TASK": str(s.cpus_per_task),
+           # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass to its steps
+           "SLURM_EXPORT_ENV": "ALL", **s.env}
+    access = [f"--partition={s.partition}"] if s.partition_option else []
+    access += [f"--{k}={v}" for k, v in (("qos", s.qos), ("account", s.account), ("constraint", s.constraint)) if v]
+    gpu_option = ("--gres=gpu:{num_gpus_per_node}" if s.gpu_request == "gres"
+                  else "--gpus-per-node={num_gpus_per_node}")
+    prepare = []
+    if modsys.get_tool(site.modules.tool).job_unsets_bash_env:
+        prepare.append("unset BASH_ENV")
+    prepare.append(f"source {init}")
+    prepare += [f"module use {d}" for d in [*site.modules.use, site.module_root]]
+    command = (f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref or site.name} "
+               f"--emit reframe DIR")
+    stem = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_")
+    check_file = f"{stem}_check.py"
+    check = render(
+        "scripts/reframe-check.py.j2", check_file=check_file, hpcstack_version=__version__, command=command,
+        class_name=class_name(recipe), recipe=recipe.full_name, site=site.name, system=system,
+        module=recipe.full_name, nodes=nodes, backends=backends, argv=argv, references=references,
+        tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task, gpus_per_node=s.gpus_per_node,
+        time_limit=_duration(s.time_limit), exclusive=s.exclusive,
+        launcher_options=[f"--mpi={s.mpi}"] if s.mpi else [],
+        env=env, setup=[f"export MASTER_PORT=$((20000 + {scheduler.job_id_variable} % 20000))"],
+        required_transport=_required_transport(site, recipe), records=RECORDS,
+        account_hint=bool(s.account_required and not s.account), workload=settings.workload)
+    config = render(
+        "scripts/reframe-settings.py.j2", hpcstack_version=__version__, command=command,
+        site=site.name, description=site.description or site.name, partition=s.partition,
+        modules_system=REFRAME_MODULE_SYSTEMS[site.modules.tool], launcher=REFRAME_LAUNCHERS[s.launcher],
+        access=access, prepare_cmds=prepare, gpu_option=gpu_option, max_jobs=max(4, 2 * len(nodes) * len(backends)),
+        cc=site.toolchain.cc, cxx=site.toolchain.cxx, ftn=getattr(site.toolchain, "fc", None))
+    return {check_file: check, "settings.py": config}
+
+
+def emit_reframe(site, recipe, directory: str, **options) -> list[str]:
+    """Write the files of :func:`reframe_files` into ``directory`` (each atomically).
+
+    Args:
+        site, recipe: as for :func:`reframe_files`.
+        directory (str): where to write (created if missing).
+        **options: ``nodes``, ``backends``, ``partition``, ``qos``, ``account``, ``workload``.
+
+    Returns:
+        list[str]: the paths written.
+
+    Raises:
+        ConfigError: as :func:`reframe_files` (nothing is written), or ``directory`` is a file.
+    """
+    files = reframe_files(site, recipe, **options)       # every problem before any write
+    out = Path(directory)
+    if out.exists() and not out.is_dir():
+        raise ConfigError([f"--emit reframe {directory}: not a directory"])
+    paths = []
+    for name, text in files.items():
+        path = out / name
+        write_atomic(path, text, 0o644)
+        paths.append(str(path))
+    return paths
+
+
+def reframe_command(paths: list[str], site) -> str:
+    """The command that runs the written check, e.g. ``reframe -C DIR/settings.py -c DIR/x_check.py -r``."""
+    config = next(p for p in paths if os.path.basename(p) == "settings.py")
+    check = next(p for p in paths if p != config)
+    return f"reframe -C {config} -c {check} -r"
