@@ -471,8 +471,17 @@ def cmd_export(args) -> int:
 
     site, recipe = _load(args)
     plan = InstallService(site, recipe).dry_run()
-    text = get_exporter(args.format)().render(recipe, site, plan)
+    exporter = get_exporter(args.format)()
+    text = exporter.render(recipe, site, plan)
+    # files the format wants next to the output (an easyconfig's patches), name -> source
+    extra = exporter.extra_files(recipe, site, plan) if hasattr(exporter, "extra_files") else {}
+    if extra and not args.output:
+        raise ConfigError([f"--format {args.format}: give -o FILE (its {', '.join(extra)} go next to it)"])
     if args.output:
+        directory = os.path.dirname(os.path.abspath(args.output))
+        for name, source in extra.items():
+            write_atomic(os.path.join(directory, name), Path(source).read_text(), 0o644)
+            print(f"wrote {os.path.join(directory, name)}", file=sys.stderr)
         write_atomic(args.output, text, 0o644)
         print(f"wrote {args.output} ({args.format})", file=sys.stderr)
     else:

@@ -36,4 +36,4 @@ def get_exporter(name: str) -> type:
     return EXPORTERS.lookup(name)
 
 
-from hpcstack.export import script  # noqa: E402,F401  (registers the built-in formats)
+from hpcstack.export import easyconfig, script  # noqa: E402,F401  (registers the built-in formats)
