@@ -1,0 +1,44 @@
+# ReFrame site configuration for the hpcstack site cirrus (its validation partition).
+# Written by hpcstack @VERSION@ hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
+# A site with a ReFrame configuration of its own adds this system (or only its partition's
+# prepare_cmds and the 'gpu' resource) to it instead.
+# https://reframe-hpc.readthedocs.io/en/stable/config_reference.html
+
+site_configuration = {
+    'systems': [
+        {
+            'name': 'cirrus',
+            'descr': 'Cirrus GPU nodes, 4x V100-SXM2-16GB per node, NVHPC 24.5 (CUDA 12.4), Environment Modules',
+            # any host: pick the system with `reframe --system cirrus:gpu` where the
+            # login nodes' names are not known here
+            'hostnames': ['.*'],
+            'modules_system': 'envmod',
+            'partitions': [
+                {
+                    'name': 'gpu',
+                    'descr': 'Slurm partition gpu of cirrus',
+                    'scheduler': 'slurm',
+                    'launcher': 'srun',
+                    'access': ['--partition=gpu', '--qos=gpu'],
+                    'environs': ['builtin'],
+                    'max_jobs': 8,
+                    # --nodes=N in the job script, as hpcstack's jobs have
+                    'sched_options': {'use_nodes_option': True},
+                    # the batch shell gets `module` from the tool's init, and the site's module roots
+                    'prepare_cmds': ['unset BASH_ENV', 'source /usr/share/Modules/init/bash', 'module use /work/y07/shared/cirrus-modulefiles'],
+                    'resources': [
+                        {'name': 'gpu', 'options': ['--gres=gpu:{num_gpus_per_node}']},
+                    ],
+                },
+            ],
+        },
+    ],
+    'environments': [
+        {
+            'name': 'builtin',
+            'cc': 'mpicc',
+            'cxx': 'mpicxx',
+            'ftn': 'mpifort',
+        },
+    ],
+}

@@ -1,0 +1,227 @@
+"""``hpcstack validate … --emit reframe DIR`` (issue 13): the validation as a ReFrame check.
+
+* Golden files: the cirrus check and ReFrame site configuration (``tests/golden/cirrus-reframe-
+  check.py``, ``cirrus-reframe-settings.py``; the hpcstack version normalised to ``@VERSION@``;
+  regenerate with ``HPCSTACK_UPDATE_GOLDEN=1``), and the key values asserted one by one.
+* ReFrame itself (reframe-hpc, test extras) loads the emitted files and lists the tests with their
+  dependencies (``reframe -l``; about 3 s).
+* Real runs on the local 2-node Slurm with the installed localhost stack (as
+  test_validate_slurm.py finds it): ``reframe -C settings.py -c DIR -r`` passes on 1 and 2 nodes,
+  and fails with ReFrame's own messages when a reference is out of reach and when the trainer's
+  sanity fails. The runs use the Horovod backend, the localhost ``cpu`` workload (tiny model,
+  about 10-30 s of training per job on 2 busy cores); about 2-3 minutes in all.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import MODULES_INIT, hpcstack, two_node_cluster
+from test_validate_slurm import STACK, STACK_ARGS, _installed
+
+RECIPE = "pytorch/2.3.1-gpu"
+GOLDEN = Path(__file__).parent / "golden"
+REFRAME = shutil.which("reframe", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+CHECK = "pytorch_2_3_1_gpu_check.py"
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"hpcstack \d+\.\d+\.\d+\S*", "hpcstack @VERSION@", text)
+
+
+def emit(directory: Path, *args: str, site: str = "cirrus") -> subprocess.CompletedProcess:
+    return hpcstack("validate", RECIPE, "--site", site, *args, "--emit", "reframe", str(directory))
+
+
+@pytest.fixture(scope="module")
+def cirrus(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reframe") / "cirrus"
+    proc = emit(out)
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {out / CHECK}" in proc.stdout and f"wrote {out / 'settings.py'}" in proc.stdout
+    assert f"run it: reframe -C {out / 'settings.py'} -c {out / CHECK} -r" in proc.stdout
+    return out
+
+
+@pytest.mark.parametrize("name, golden", [(CHECK, "cirrus-reframe-check.py"),
+                                          ("settings.py", "cirrus-reframe-settings.py")])
+def test_cirrus_files_match_the_golden_files(cirrus, name, golden):
+    got = normalise((cirrus / name).read_text())
+    path = GOLDEN / golden
+    if os.environ.get("HPCSTACK_UPDATE_GOLDEN"):
+        path.write_text(got)
+    assert got == path.read_text(), f"{path} differs: HPCSTACK_UPDATE_GOLDEN=1 regenerates it"
+
+
+def _constant(source: str, name: str):
+    tree = ast.parse(source)
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == name)
+    return ast.literal_eval(node.value)
+
+
+def test_cirrus_check_runs_the_validation_trainer_with_its_settings_and_references(cirrus):
+    from hpcstack.recipe import load_recipe
+    from hpcstack.site import load_site
+    from hpcstack.validate.validation import trainer_argv, validation_settings
+
+    source = (cirrus / CHECK).read_text()
+    site = load_site("cirrus")
+    settings = validation_settings(site, load_recipe(RECIPE, site))
+    trainer = _constant(source, "TRAINER")
+    prefix = "/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu"
+    for backend in ("horovod", "ddp"):
+        assert trainer[backend] == trainer_argv(settings.workload, prefix, backend, "records.jsonl", 10)
+    assert "--model resnet50 --image-size 224 --batch-size 32" in " ".join(trainer["horovod"])
+    refs = _constant(source, "REFERENCES")
+    assert refs[1]["throughput_total"] == (1468.0, -0.25, 0.15, "img/s")
+    assert refs[2]["throughput_total"] == (2855.0, -0.25, 0.15, "img/s")
+    assert refs[2]["scaling_efficiency"] == (0.9, -0.1, 0.12, "")
+    assert refs[1]["throughput_per_rank"] == (367.0, -0.25, 0.15, "img/s")
+    assert _constant(source, "NODES") == [1, 2]
+    for line in ("class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):", "valid_systems = ['cirrus:gpu']",
+                 "modules = ['pytorch/2.3.1-gpu']", "num_tasks_per_node = 4", "num_cpus_per_task = 10",
+                 "num_gpus_per_node = 4", "time_limit = '20m'", "value='nccl')", "@sanity_function",
+                 "@performance_function('img/s')", "'NCCL_DEBUG': 'WARN'", "-J account=BUDGET"):
+        assert line in source, line
+    config = (cirrus / "settings.py").read_text()
+    for line in ("'modules_system': 'envmod'", "'scheduler': 'slurm'", "'launcher': 'srun'",
+                 "'access': ['--partition=gpu', '--qos=gpu']", "'--gres=gpu:{num_gpus_per_node}'",
+                 "'source /usr/share/Modules/init/bash', 'module use /work/y07/shared/cirrus-modulefiles'"):
+        assert line in config, line
+    compile(source, CHECK, "exec")
+    compile(config, "settings.py", "exec")
+
+
+def test_perlmutter_asks_for_gpus_per_node_and_its_constraint(tmp_path):
+    proc = emit(tmp_path, "--account", "m0000", site="perlmutter")
+    assert proc.returncode == 0, proc.stderr
+    config = (tmp_path / "settings.py").read_text()
+    assert "'--gpus-per-node={num_gpus_per_node}'" in config and "--constraint=gpu" in config
+    assert "--account=m0000" in config
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--emit", "spack", "DIR"], "--emit spack: unknown format (known: reframe)"),
+    (["--emit", "reframe", "DIR", "--local"], "--local: not used with --emit"),
+    (["--emit", "reframe", "DIR", "--dry-run"], "--dry-run: not used with --emit"),
+    (["--emit", "reframe", "DIR", "--nodes", "0"], "--nodes: '0' is not"),
+])
+def test_bad_command_lines_exit_2_and_write_nothing(tmp_path, args, message):
+    args = [str(tmp_path / "out") if a == "DIR" else a for a in args]
+    proc = hpcstack("validate", RECIPE, "--site", "cirrus", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_site_without_slurm_is_refused(tmp_path):
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "site-configs" / "localhost.yaml").read_text())
+    del data["slurm"]
+    site = tmp_path / "noslurm.yaml"
+    site.write_text(yaml.safe_dump(data))
+    proc = hpcstack("validate", RECIPE, "--site", str(site), "--emit", "reframe", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "slurm: missing key (the ReFrame check runs Slurm jobs)" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def _reframe(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run ReFrame the way an admin does: in a shell with the module tool initialised."""
+    full = {k: v for k, v in os.environ.items() if k != "BASH_ENV"}
+    full.update(env or {})
+    command = " ".join(["source", str(MODULES_INIT), "&&", "exec", REFRAME, *args])
+    return subprocess.run(["bash", "--norc", "--noprofile", "-c", command], capture_output=True, text=True,
+                          cwd=cwd, env=full, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def reframe_tool():
+    if REFRAME is None:
+        pytest.skip("reframe missing (pip install reframe-hpc; the test extras have it)")
+    if not MODULES_INIT.is_file():
+        pytest.skip(f"Environment Modules missing ({MODULES_INIT}); run scripts/localhost-setup")
+
+
+def test_reframe_loads_the_check_with_one_test_per_node_count_and_backend(reframe_tool, cirrus):
+    proc = _reframe(["-C", "settings.py", "-c", CHECK, "--system", "cirrus:gpu", "-l"], cirrus)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for nodes, backend in ((1, "horovod"), (2, "horovod"), (1, "ddp"), (2, "ddp")):
+        assert f"HpcstackPytorch_2_3_1_gpu %num_nodes={nodes} %backend={backend}" in proc.stdout
+    assert "Found 4 check(s)" in proc.stdout
+    # the 2-node tests depend on the 1-node ones (scaling efficiency)
+    assert re.search(r"%num_nodes=2 %backend=horovod .*\n\s+\^HpcstackPytorch_2_3_1_gpu %num_nodes=1 "
+                     r"%backend=horovod", proc.stdout), proc.stdout
+
+
+# ----------------------------------------------------------------------------- real Slurm jobs
+
+@pytest.fixture(scope="module")
+def localhost_stack(reframe_tool):
+    with two_node_cluster():
+        if not _installed(STACK):
+            pytest.skip(f"{RECIPE} is not installed under {STACK}; install it or set HPCSTACK_VALIDATE_ROOT")
+        yield STACK
+
+
+@pytest.fixture
+def workdir():
+    """A directory under /tmp that both Slurm "nodes" see (pytest's tmp_path may not be)."""
+    d = Path(tempfile.mkdtemp(prefix="hpcstack-reframe-test-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run_localhost(workdir: Path, *emit_args: str, reframe_args: tuple = ()) -> subprocess.CompletedProcess:
+    proc = emit(workdir / "rfm", *STACK_ARGS, "--backend", "horovod", *emit_args, site="localhost")
+    assert proc.returncode == 0, proc.stderr
+    return _reframe(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(workdir / "rfm"), *reframe_args,
+                     "-r"], workdir, env={"HOME": str(workdir)})
+
+
+@pytest.mark.integration
+def test_reframe_run_passes_on_one_and_two_nodes(localhost_stack, workdir):
+    proc = run_localhost(workdir, "--nodes", "1,2")
+    out = proc.stdout + proc.stderr
+    print(out[-3000:])
+    assert proc.returncode == 0, out[-5000:]
+    assert "[  PASSED  ] Ran 2/2 test case(s) from 2 check(s) (0 failure(s)" in out
+    for nodes in (1, 2):
+        assert re.search(rf"\[\s+OK \] \(\d/2\) HpcstackPytorch_2_3_1_gpu %num_nodes={nodes} %backend=horovod", out)
+    assert re.search(r"P: throughput_per_rank: [0-9.]+ img/s \(r:500\.0, l:-0\.9, u:None\)", out), out
+    assert re.search(r"P: scaling_efficiency: [0-9.]+ +\(r:0\.5, l:-0\.7, u:None\)", out), out
+
+
+@pytest.mark.integration
+def test_reframe_run_fails_with_reframes_message_when_the_reference_is_out_of_reach(localhost_stack, workdir):
+    proc = emit(workdir / "rfm", *STACK_ARGS, "--backend", "horovod", "--nodes", "1", site="localhost")
+    assert proc.returncode == 0, proc.stderr
+    check = workdir / "rfm" / CHECK
+    text = check.read_text()
+    assert "'throughput_per_rank': (500.0, -0.9, None, 'img/s')" in text
+    check.write_text(text.replace("(500.0, -0.9, None, 'img/s')", "(1e9, -0.1, None, 'img/s')"))
+    proc = _reframe(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(check), "-r"], workdir,
+                    env={"HOME": str(workdir)})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    assert "failed to meet reference(s): throughput_per_rank=" in out, out[-5000:]
+    assert re.search(r"throughput_per_rank=[0-9.]+ img/s, expected 1000000000\.0 \(l=9", out), out[-5000:]
+
+
+@pytest.mark.integration
+def test_reframe_run_fails_with_reframes_message_when_the_trainers_sanity_fails(localhost_stack, workdir):
+    proc = run_localhost(workdir, "--nodes", "1", reframe_args=(
+        "-S", "trainer_extra_opts=--loss-threshold,0.0001,--convergence-steps,5"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    assert "sanity error: the trainer reported failure (its result record is not ok)" in out, out[-5000:]
