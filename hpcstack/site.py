@@ -141,6 +141,8 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "mpi": _NULL_STR,
         "submit_as": _NULL_STR,
         "output_root": _NULL_STR,
+        # false: no slurmdbd, so no sacct (localhost); ReFrame checks then poll with squeue
+        "accounting": {"type": "boolean"},
         "env": _ENV,
     }),
 })

@@ -16,7 +16,8 @@ Two files are written into DIR, both rendered from jinja2 templates
   test dependency); and the recipe's performance references ``(value, lower, upper, unit)`` per
   node count (:func:`hpcstack.validate.judge.lookup_references`) as ReFrame's ``reference``.
 * ``settings.py`` — a ReFrame site configuration for the site: one system with the validation's
-  partition, the Slurm scheduler, the site's launcher (``srun`` …), its module system
+  partition, the Slurm scheduler (ReFrame's ``slurm``, which polls with ``sacct``; ``squeue`` where
+  the site's ``slurm.accounting`` is false), the site's launcher (``srun`` …), its module system
   (``envmod`` for Environment Modules, ``lmod``), the module tool's init and ``module use`` of the
   site's module roots as ``prepare_cmds``, and ``--partition``/``--qos``/``--account``/
   ``--constraint`` as the partition's ``access``; GPUs as a ``gpu`` resource.
@@ -149,6 +150,7 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     config = render(
         "scripts/reframe-settings.py.j2", hpcstack_version=__version__, command=command,
         site=site.name, description=site.description or site.name, partition=s.partition,
+        scheduler="slurm" if s.accounting else "squeue",
         modules_system=REFRAME_MODULE_SYSTEMS[site.modules.tool], launcher=REFRAME_LAUNCHERS[s.launcher],
         access=access, prepare_cmds=prepare, gpu_option=gpu_option, max_jobs=max(4, 2 * len(nodes) * len(backends)),
         cc=site.toolchain.cc, cxx=site.toolchain.cxx, ftn=getattr(site.toolchain, "fc", None))

@@ -72,6 +72,9 @@ class SlurmSettings:
         account_required (bool): the site charges every job to a budget.
         output_root (str | None): where validation directories go (None: the working directory).
         scheduler (str): a name in :data:`hpcstack.validate.scheduler.SCHEDULERS`.
+        accounting (bool): the cluster keeps job accounting (``sacct`` works); False on a
+            cluster without slurmdbd (localhost). hpcstack's own jobs need none; a ReFrame check
+            polls with ``sacct`` where there is accounting, else with ``squeue`` (issue 13).
     """
 
     partition: str
@@ -92,6 +95,7 @@ class SlurmSettings:
     gpu_request: str = "gres"
     constraint: str | None = None
     partition_option: bool = True
+    accounting: bool = True
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,8 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
             launcher=s.get("launcher", "srun"), mpi=s.get("mpi"), submit_as=s.get("submit_as"),
             env=dict(s.get("env", {})), account_required=bool(s.get("account_required")),
             output_root=s.get("output_root"), gpu_request=s.get("gpu_request", "gres"),
-            constraint=s.get("constraint"), partition_option=s.get("partition_option", True))
+            constraint=s.get("constraint"), partition_option=s.get("partition_option", True),
+            accounting=s.get("accounting", True))
     local = LocalSettings(launcher=site.launcher.command, ranks=site.launcher.ranks,
                           env={**s.get("env", {}), **site.launcher.env}, mpi=s.get("mpi"),
                           cpus_per_task=s.get("cpus_per_task", 1),
