@@ -32,6 +32,8 @@ RECIPE = "pytorch/2.3.1-gpu"
 GOLDEN = Path(__file__).parent / "golden"
 REFRAME = shutil.which("reframe", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 CHECK = "pytorch_2_3_1_gpu_check.py"
+#: The localhost site's base modules and the installed stack's module root.
+MODULE_USE = ("/opt/hpcstack/base-modulefiles", str(STACK / "modulefiles"))
 
 
 def normalise(text: str) -> str:
@@ -135,11 +137,14 @@ def test_a_site_without_slurm_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def _reframe(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ReFrame the way an admin does: in a shell with the module tool initialised."""
+def _reframe(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 900,
+             module_use: tuple = ()) -> subprocess.CompletedProcess:
+    """Run ReFrame the way an admin does: in a shell with the module tool initialised and the
+    stack's module root on MODULEPATH (ReFrame looks the check's module up itself)."""
     full = {k: v for k, v in os.environ.items() if k != "BASH_ENV"}
     full.update(env or {})
-    command = " ".join(["source", str(MODULES_INIT), "&&", "exec", REFRAME, *args])
+    use = "".join(f"module use {d} && " for d in module_use)
+    command = " ".join(["source", str(MODULES_INIT), "&&", use, "exec", REFRAME, "--nocolor", *args])
     return subprocess.run(["bash", "--norc", "--noprofile", "-c", command], capture_output=True, text=True,
                           cwd=cwd, env=full, timeout=timeout)
 
@@ -186,7 +191,7 @@ def run_localhost(workdir: Path, *emit_args: str, reframe_args: tuple = ()) -> s
     proc = emit(workdir / "rfm", *STACK_ARGS, "--backend", "horovod", *emit_args, site="localhost")
     assert proc.returncode == 0, proc.stderr
     return _reframe(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(workdir / "rfm"), *reframe_args,
-                     "-r"], workdir, env={"HOME": str(workdir)})
+                     "-r"], workdir, env={"HOME": str(workdir)}, module_use=MODULE_USE)
 
 
 @pytest.mark.integration
@@ -211,7 +216,7 @@ def test_reframe_run_fails_with_reframes_message_when_the_reference_is_out_of_re
     assert "'throughput_per_rank': (500.0, -0.9, None, 'img/s')" in text
     check.write_text(text.replace("(500.0, -0.9, None, 'img/s')", "(1e9, -0.1, None, 'img/s')"))
     proc = _reframe(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(check), "-r"], workdir,
-                    env={"HOME": str(workdir)})
+                    env={"HOME": str(workdir)}, module_use=MODULE_USE)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-5000:]
     assert "failed to meet reference(s): throughput_per_rank=" in out, out[-5000:]

@@ -39,7 +39,7 @@ RECORDS = 'records.jsonl'
 class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     descr = 'pytorch/2.3.1-gpu: train on cirrus:gpu with hpcstack-train-benchmark'
     valid_systems = ['cirrus:gpu']
-    valid_prog_environs = ['builtin']
+    valid_prog_environs = ['hpcstack']
     modules = ['pytorch/2.3.1-gpu']
     num_nodes = parameter(NODES)
     backend = parameter(['horovod', 'ddp'])

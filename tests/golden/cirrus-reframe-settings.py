@@ -20,7 +20,7 @@ site_configuration = {
                     'scheduler': 'slurm',
                     'launcher': 'srun',
                     'access': ['--partition=gpu', '--qos=gpu'],
-                    'environs': ['builtin'],
+                    'environs': ['hpcstack'],
                     'max_jobs': 8,
                     # --nodes=N in the job script, as hpcstack's jobs have
                     'sched_options': {'use_nodes_option': True},
@@ -35,7 +35,9 @@ site_configuration = {
     ],
     'environments': [
         {
-            'name': 'builtin',
+            # the site's compilers (the check runs an installed program and compiles nothing)
+            'name': 'hpcstack',
+            'target_systems': ['cirrus'],
             'cc': 'mpicc',
             'cxx': 'mpicxx',
             'ftn': 'mpifort',
