@@ -50,7 +50,8 @@ def cirrus(tmp_path_factory) -> Path:
     proc = emit(out)
     assert proc.returncode == 0, proc.stderr
     assert f"wrote {out / CHECK}" in proc.stdout and f"wrote {out / 'settings.py'}" in proc.stdout
-    assert f"run it: reframe -C {out / 'settings.py'} -c {out / CHECK} -r" in proc.stdout
+    assert (f"run it: module use /work/y07/shared/cirrus-modulefiles; reframe -C {out / 'settings.py'} "
+            f"-c {out / CHECK} -r") in proc.stdout
     return out
 
 

@@ -138,7 +138,7 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     stem = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_")
     check_file = f"{stem}_check.py"
     check = render(
-        "scripts/reframe-check.py.j2", check_file=check_file, hpcstack_version=__version__, command=command,
+        "scripts/reframe-check.py.j2", check_file=check_file, module_root=site.module_root, hpcstack_version=__version__, command=command,
         class_name=class_name(recipe), recipe=recipe.full_name, site=site.name, system=system,
         module=recipe.full_name, nodes=nodes, backends=backends, argv=argv, references=references,
         tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task, gpus_per_node=s.gpus_per_node,
@@ -184,7 +184,8 @@ def emit_reframe(site, recipe, directory: str, **options) -> list[str]:
 
 
 def reframe_command(paths: list[str], site) -> str:
-    """The command that runs the written check, e.g. ``reframe -C DIR/settings.py -c DIR/x_check.py -r``."""
+    """The commands that run the written check: ``module use <module root>`` (ReFrame looks the
+    stack's module up itself), then ``reframe -C DIR/settings.py -c DIR/<check>.py -r``."""
     config = next(p for p in paths if os.path.basename(p) == "settings.py")
     check = next(p for p in paths if p != config)
-    return f"reframe -C {config} -c {check} -r"
+    return f"module use {site.module_root}; reframe -C {config} -c {check} -r"

@@ -5,6 +5,7 @@
 # (result record ok, collectives exact, every rank ran, nccl transport), then the
 # performance references (value, lower, upper, unit) of the recipe's validation file.
 #
+#   module use /work/y07/shared/cirrus-modulefiles        # ReFrame looks the stack's module up itself
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -r
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -S trainer_extra_opts=--no-collectives-check -r
 #       (options added to the trainer's)
