@@ -37,7 +37,7 @@ MODULE_USE = ("/opt/hpcstack/base-modulefiles", str(STACK / "modulefiles"))
 
 
 def normalise(text: str) -> str:
-    return re.sub(r"hpcstack \d+\.\d+\.\d+\S*", "hpcstack @VERSION@", text)
+    return re.sub(r"hpcstack \d+\.\d+\.\d+[^\s:]*", "hpcstack @VERSION@", text)
 
 
 def emit(directory: Path, *args: str, site: str = "cirrus") -> subprocess.CompletedProcess:

@@ -1,5 +1,5 @@
 # ReFrame check of the hpcstack stack pytorch/2.3.1-gpu on cirrus:gpu.
-# Written by hpcstack @VERSION@ hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
+# Written by hpcstack @VERSION@: hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
 # It runs what `hpcstack validate pytorch/2.3.1-gpu --site cirrus` runs (the stack's trainer, the
 # same options, one Slurm job per node count and backend) and judges it the same way: sanity
 # (result record ok, collectives exact, every rank ran, nccl transport), then the
@@ -23,11 +23,44 @@ from reframe.core.builtins import (parameter, performance_function, run_after, r
                                    sanity_function, variable)
 
 #: The trainer's command line per backend (hpcstack.validate.validation.trainer_argv).
-TRAINER = {'horovod': ['/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark', '--backend', 'horovod', '--model', 'resnet50', '--image-size', '224', '--batch-size', '32', '--precision', 'fp32', '--device', 'cuda', '--threads', '10', '--output', 'records.jsonl'], 'ddp': ['/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark', '--backend', 'ddp', '--model', 'resnet50', '--image-size', '224', '--batch-size', '32', '--precision', 'fp32', '--device', 'cuda', '--threads', '10', '--output', 'records.jsonl']}
+TRAINER = {
+    'horovod': [
+        '/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark',
+        '--backend', 'horovod',
+        '--model', 'resnet50',
+        '--image-size', '224',
+        '--batch-size', '32',
+        '--precision', 'fp32',
+        '--device', 'cuda',
+        '--threads', '10',
+        '--output', 'records.jsonl',
+    ],
+    'ddp': [
+        '/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark',
+        '--backend', 'ddp',
+        '--model', 'resnet50',
+        '--image-size', '224',
+        '--batch-size', '32',
+        '--precision', 'fp32',
+        '--device', 'cuda',
+        '--threads', '10',
+        '--output', 'records.jsonl',
+    ],
+}
 
 #: Performance references per node count: figure -> (value, lower, upper, unit), tolerances
 #: relative to the value (None: unbounded), from the recipe's validation file for cirrus:gpu.
-REFERENCES = {1: {'throughput_per_rank': (367.0, -0.25, 0.15, 'img/s'), 'throughput_total': (1468.0, -0.25, 0.15, 'img/s')}, 2: {'throughput_per_rank': (367.0, -0.25, 0.15, 'img/s'), 'throughput_total': (2855.0, -0.25, 0.15, 'img/s'), 'scaling_efficiency': (0.9, -0.1, 0.12, '')}}
+REFERENCES = {
+    1: {
+        'throughput_per_rank': (367.0, -0.25, 0.15, 'img/s'),
+        'throughput_total': (1468.0, -0.25, 0.15, 'img/s'),
+    },
+    2: {
+        'throughput_per_rank': (367.0, -0.25, 0.15, 'img/s'),
+        'throughput_total': (2855.0, -0.25, 0.15, 'img/s'),
+        'scaling_efficiency': (0.9, -0.1, 0.12, ''),
+    },
+}
 
 #: Node counts (one test each); scaling efficiency is against the 1-node test.
 NODES = [1, 2]
@@ -49,7 +82,12 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     num_gpus_per_node = 4
     time_limit = '20m'
     exclusive_access = True
-    env_vars = {'OMP_NUM_THREADS': '10', 'SRUN_CPUS_PER_TASK': '10', 'SLURM_EXPORT_ENV': 'ALL', 'NCCL_DEBUG': 'WARN'}
+    env_vars = {
+        'OMP_NUM_THREADS': '10',
+        'SRUN_CPUS_PER_TASK': '10',
+        'SLURM_EXPORT_ENV': 'ALL',
+        'NCCL_DEBUG': 'WARN',
+    }
     prerun_cmds = ['export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))']
     #: Options appended to the trainer's, e.g. --no-collectives-check or a testing aid.
     trainer_extra_opts = variable(typ.List[str], value=[])

@@ -1,5 +1,5 @@
 # ReFrame site configuration for the hpcstack site cirrus (its validation partition).
-# Written by hpcstack @VERSION@ hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
+# Written by hpcstack @VERSION@: hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
 # A site with a ReFrame configuration of its own adds this system (or only its partition's
 # prepare_cmds and the 'gpu' resource) to it instead.
 # https://reframe-hpc.readthedocs.io/en/stable/config_reference.html
