@@ -98,7 +98,7 @@ def test_cirrus_check_runs_the_validation_trainer_with_its_settings_and_referenc
     config = (cirrus / "settings.py").read_text()
     for line in ("'modules_system': 'envmod'", "'scheduler': 'slurm'", "'launcher': 'srun'",
                  "'access': ['--partition=gpu', '--qos=gpu']", "'--gres=gpu:{num_gpus_per_node}'",
-                 "'source /usr/share/Modules/init/bash', 'module use /work/y07/shared/cirrus-modulefiles'"):
+                 "'source /usr/share/Modules/init/bash',\n", "'module use /work/y07/shared/cirrus-modulefiles',\n"):
         assert line in config, line
     compile(source, CHECK, "exec")
     compile(config, "settings.py", "exec")

@@ -25,7 +25,11 @@ site_configuration = {
                     # --nodes=N in the job script, as hpcstack's jobs have
                     'sched_options': {'use_nodes_option': True},
                     # the batch shell gets `module` from the tool's init, and the site's module roots
-                    'prepare_cmds': ['unset BASH_ENV', 'source /usr/share/Modules/init/bash', 'module use /work/y07/shared/cirrus-modulefiles'],
+                    'prepare_cmds': [
+                        'unset BASH_ENV',
+                        'source /usr/share/Modules/init/bash',
+                        'module use /work/y07/shared/cirrus-modulefiles',
+                    ],
                     'resources': [
                         {'name': 'gpu', 'options': ['--gres=gpu:{num_gpus_per_node}']},
                     ],
