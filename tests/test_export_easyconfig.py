@@ -234,3 +234,85 @@ def test_eb_dry_run_resolves_the_dependencies_on_the_robot_path(exported):
     joined = output.replace("\n", "")                         # eb wraps its lines at 80 columns
     assert f"* [ ] {robot}/Python-{python}.eb (module: Python/{python})" in joined, output
     assert f"* [ ] {out} (module: pytorch/2.3.1-gpu)" in joined, output
+
+
+# ----------------------------------------------------------------------------- a GPU site
+
+@pytest.fixture
+def cirrus_export(tmp_path):
+    """cirrus's export from a local simple index (PEP 503 HTML pages, served over HTTP) that holds
+    a cp312 manylinux wheel for every pin of the cu121 lock: the PyTorch index cannot be reached
+    from every test machine. The recipe comes from a repository copy whose lock names that index."""
+    import functools
+    import http.server
+    import threading
+
+    from hpcstack.export.pins import read_lock
+
+    lock = LOCK.with_name("2.3.1-gpu.cu121.lock")
+    index = tmp_path / "index"
+    for pin in read_lock(str(lock)):
+        page = index / "simple" / re.sub(r"[-_.]+", "-", pin.name).lower()
+        page.mkdir(parents=True)
+        wheel = f"{re.sub(r'[-_.]+', '_', pin.name)}-{pin.version}-cp312-cp312-manylinux_2_17_x86_64.whl"
+        sha = sorted(pin.hashes)[0]
+        (page / "index.html").write_text(f'<a href="/files/{wheel.replace("+", "%2B")}#sha256={sha}">{wheel}</a>\n')
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(index)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/simple"
+    repo = tmp_path / "repo" / "recipes" / "pytorch"
+    shutil.copytree(REPO / "recipes" / "pytorch", repo, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (repo / lock.name).read_text()
+    (repo / lock.name).write_text(text.replace("https://download.pytorch.org/whl/cu121", url)
+                                  .replace("https://pypi.org/simple", url))
+    out = tmp_path / "eb" / "pytorch-2.3.1-gpu.eb"
+    proc = hpcstack("export", RECIPE, "--site", "cirrus", "--repo", str(tmp_path / "repo"), "--format",
+                    "easyconfig", "-o", str(out), env={"no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"})
+    server.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    return out, url, read_lock(str(lock))
+
+
+def test_cirrus_easyconfig_builds_horovod_with_nccl_against_the_sites_modules(cirrus_export):
+    out, url, pins = cirrus_export
+    text = out.read_text()
+    assert "('Python', '3.12.1', '-gpu')," in text and "builddependencies = [\n    ('CMake', '3.25.2'),\n]" in text
+    assert "the lock file 2.3.1-gpu.cu121.lock that apply to CPython 3.12" in text
+    # the +cu121 wheels, their URLs with %2B escaped for EasyBuild's templates
+    assert "('torch', '2.3.1+cu121', {" in text
+    assert f"'source_urls': ['{url.rsplit('/', 1)[0]}/files/']," in text
+    assert ("'sources': [{\n            'filename': 'torch-2.3.1+cu121-cp312-cp312-manylinux_2_17_x86_64.whl',\n"
+            "            'download_filename': 'torch-2.3.1%%2Bcu121-cp312-cp312-manylinux_2_17_x86_64.whl',\n"
+            "        }],") in text
+    preinstall = "".join(re.findall(r"^\s+'(.*)'$", text.split("'preinstallopts': (")[1].split("),")[0], re.M))
+    for setting in ("HOROVOD_GPU=CUDA", "HOROVOD_GPU_OPERATIONS=NCCL", "HOROVOD_CUDA_HOME=${NVHPC_ROOT}/cuda/12.4",
+                    "HOROVOD_NCCL_HOME=${NVHPC_ROOT}/comm_libs/nccl", "HOROVOD_BUILD_CUDA_CC_LIST=70",
+                    "MAKEFLAGS=-j8", "ln -sfn ${NVHPC_ROOT}/cuda/lib64/stubs/libcuda.so %(builddir)s/cuda-stubs/libcuda.so.1"):
+        assert setting in preinstall, setting
+    import ast
+
+    commands = next(ast.literal_eval(node.value) for node in ast.parse(text).body
+                    if isinstance(node, ast.Assign) and node.targets[0].id == "sanity_check_commands")
+    stubs = "LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:${NVHPC_ROOT}/cuda/lib64/stubs:$LD_LIBRARY_PATH "
+    assert commands[1:] == [f"{stubs}horovodrun --check-build | grep -F '[X] {flag}'"
+                            for flag in ("PyTorch", "MPI", "Gloo", "NCCL")]
+    assert commands[0].startswith(f"{stubs}python -c 'import torch;")
+    assert "modextrapaths = {'PATH': ['bin'], 'PYTHONPATH': ['lib/python%(pyshortver)s/site-packages']}" in text
+    from hpcstack.export.pins import applies
+
+    extensions = re.findall(r"^    \('([^']+)', '([^']+)', \{$", text, re.M)
+    assert extensions == [(p.name, p.version) for p in pins if applies(p, "3.12")] + [("horovod", "0.28.1")]
+    assert "('colorama'" not in text                                    # win32 only
+
+
+@pytest.mark.integration
+def test_cirrus_easyconfig_passes_easybuilds_style_check(cirrus_export, tmp_path):
+    if EB is None or not MODULES_INIT.is_file():
+        pytest.skip("eb or Environment Modules missing (test extras; scripts/localhost-setup)")
+    out = cirrus_export[0]
+    proc = _in_modules_shell(f"eb --check-contrib {out}", tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]

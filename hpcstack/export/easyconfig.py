@@ -176,13 +176,15 @@ class EasyConfig:
 
         extensions = []
         for f in files:
-            base, _, filename = f.url.rpartition("/")
+            base, _, download = f.url.rpartition("/")
             url_dir = base + "/"
             short = url_dir.startswith(_PYPI_FILES)
             extensions.append({
                 "name": f.pin.name, "version": f.pin.version,
                 "source_url": _template_safe(url_dir[len(_PYPI_FILES):] if short else url_dir),
-                "pypi_files": short, "filename": _template_safe(filename), "sha256": f.sha256,
+                "pypi_files": short, "filename": _template_safe(f.filename), "sha256": f.sha256,
+                # the name in the URL where it differs (torch-2.3.1%2Bcu121-…: '+' quoted)
+                "download_filename": _template_safe(download) if download != f.filename else None,
                 "wheel": f.is_wheel})
 
         builds = []
