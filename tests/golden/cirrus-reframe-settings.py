@@ -1,7 +1,7 @@
 # ReFrame site configuration for the hpcstack site cirrus (its validation partition).
 # Written by hpcstack @VERSION@: hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
-# A site with a ReFrame configuration of its own adds this system (or only its partition's
-# prepare_cmds and the 'gpu' resource) to it instead.
+# A site with a ReFrame configuration of its own adds this system to it instead (or, to its own
+# partition, these prepare_cmds, the 'gpu' resource and the 'hpcstack' environment).
 # https://reframe-hpc.readthedocs.io/en/stable/config_reference.html
 
 site_configuration = {
