@@ -480,7 +480,8 @@ def cmd_export(args) -> int:
     if args.output:
         directory = os.path.dirname(os.path.abspath(args.output))
         for name, source in extra.items():
-            write_atomic(os.path.join(directory, name), Path(source).read_text(), 0o644)
+            with open(source, encoding="utf-8", newline="") as f:     # byte for byte: its sha256
+                write_atomic(os.path.join(directory, name), f.read(), 0o644)
             print(f"wrote {os.path.join(directory, name)}", file=sys.stderr)
         write_atomic(args.output, text, 0o644)
         print(f"wrote {args.output} ({args.format})", file=sys.stderr)
