@@ -310,3 +310,73 @@ def test_doctor_without_venv_or_stack_says_so_and_exits_2(tmp_path):
     assert proc.stderr.splitlines() == [
         "error: no venv: give --venv DIR or activate one",
         "error: no stack: load its module (HPCSTACK_<NAME>_ROOT) or give --stack PREFIX"]
+
+
+# ------------------------------------------------------------------------------ a real install
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tool", [p for p in tool_params() if p.id == "modules"])
+def test_an_install_writes_constraints_and_sbom_and_its_module_holds_pip_to_them(tool, tmp_path, localhost_ready):
+    """The tiny recipe with StackManifest, installed for real for localhost; then pip in an
+    extended venv under the modulefile the install wrote. About 50 s (Lmod: the same with
+    ``localhost-lmod``; left out to keep CI short, since the test on the installed stack above runs
+    pip and uv under both tools with the Lua modulefile an install writes)."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    from conftest import make_sdist, write_tiny_recipe
+
+    require(tool)
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    text = recipe.read_text().replace("StackTools,\n", "StackManifest, StackTools,\n")
+    assert "        Imports((" in text
+    recipe.write_text(text.replace("        Imports((", "        StackManifest(),\n        Imports(("))
+    site = "localhost-lmod" if tool.syntax == "lua" else "localhost"
+    proc = hpcstack("install", str(recipe), "--site", site, "--prefix", str(tmp_path / "sw"),
+                    "--module-root", str(tmp_path / "mf"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prefix = tmp_path / "sw" / "tiny" / "1.0"
+    constraints = prefix / ".hpcstack" / CONSTRAINTS
+    lines = constraints.read_text().splitlines()
+    assert {"six==1.16.0", "wheel==0.43.0", "setuptools==72.1.0", "tinypkg==1.0"} <= set(lines), lines
+    sbom = (prefix / ".hpcstack" / "sbom.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
+    assert {"six", "tinypkg", "tiny.patch"} <= {c["name"] for c in json.loads(sbom)["components"]}
+    show = hpcstack("show", str(prefix))
+    assert f"sbom:          {os.path.realpath(prefix)}/.hpcstack/sbom.cdx.json" in show.stdout, show.stdout
+    venv = tmp_path / "venv"
+    script = f"""
+module use {tmp_path / 'mf'}
+module use /opt/hpcstack/base-modulefiles
+module load tiny/1.0 || exit 9
+python -m venv {venv} && extend-venv-activate {venv} >/dev/null || exit 8
+source {venv}/bin/activate || exit 7
+echo "CONSTRAINT=$PIP_CONSTRAINT NOUSERSITE=$PYTHONNOUSERSITE"
+echo "=== pip six"; python -m pip install six 2>&1; echo "rc=$?"
+echo "=== pip six>=1.17"; python -m pip install 'six>=1.17' 2>&1; echo "rc=$?"
+echo "=== end"
+"""
+    env = {"HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           **_network_env()}
+    run = tool.bash(script, env=env, modulepath="", timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    sections = dict(re.findall(r"=== (.+?)\n(.*?)(?==== )", run.stdout, re.S))
+    assert f"CONSTRAINT={prefix}/.hpcstack/{CONSTRAINTS} NOUSERSITE=1" in run.stdout
+    assert "rc=0" in sections["pip six"] and "Requirement already satisfied: six" in sections["pip six"]
+    assert "rc=0" not in sections["pip six>=1.17"]
+    assert "The user requested (constraint) six==1.16.0" in sections["pip six>=1.17"], sections["pip six>=1.17"]
+
+
+def test_the_dry_run_line_writes_the_same_sbom(plan, tmp_path):
+    """``hpcstack action sbom`` (what the dry-run prints) and the real run give the same components."""
+    import shlex
+    import subprocess
+
+    action = next(a for a in _actions(plan) if isinstance(a, WriteSbom))
+    WriteSbom(str(tmp_path / "a.json"), action.spec).execute(_Ctx())
+    words = shlex.split(WriteSbom(str(tmp_path / "b.json"), action.spec).to_bash())
+    assert words[:3] == ["hpcstack", "action", "sbom"]
+    proc = subprocess.run([*__import__("conftest").HPCSTACK, *words[1:]], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
+    assert a["components"] == b["components"] and a["dependencies"] == b["dependencies"]

@@ -258,17 +258,24 @@ def run_probe(command: str, env: dict[str, str]) -> str:
 
 
 def probed_versions(probed: dict[str, str]) -> list[tuple[str, str, str]]:
-    """Pick ``(component, version, raw first line)`` for compilers, MPI, CUDA and NCCL out of probe output.
+    """Pick ``(component, version, raw first line)`` for Python, compilers, cmake, MPI, CUDA and
+    NCCL out of probe output (GCC/Clang/NVHPC ``--version``, Open MPI ``-showme:version``, MPICH or
+    Intel MPI ``-show`` output naming the library, ``nvcc --version``'s ``release X.Y, VX.Y.Z``,
+    ``nccl.h``'s ``NCCL_MAJOR``/``MINOR``/``PATCH``).
 
     Args:
         probed (dict[str, str]): probe label -> output (labels of :meth:`HorovodBuild.key_probes`:
-            ``C compiler``, ``C++ compiler``, ``MPI``, ``CUDA``, ``NCCL``, ``cmake``).
+            ``python`` (the stack's venv), ``C compiler``, ``C++ compiler``, ``MPI``, ``CUDA``,
+            ``NCCL``, ``cmake``).
 
     Returns:
         list[tuple[str, str, str]]: one entry per tool found; a tool that is absent (a CPU-only
         build has no CUDA or NCCL) gives none.
     """
     out = []
+    m = re.match(r"\s*(\d+\.\d+\.\d+)", probed.get("python", ""))
+    if m:
+        out.append(("Python", m.group(1), probed["python"].strip().splitlines()[0]))
     for label in ("C compiler", "C++ compiler", "cmake"):
         text = probed.get(label, "")
         first = text.strip().splitlines()[0] if text.strip() else ""
