@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """``hpcstack doctor``: check a user's venv on top of a stack (issue 15).
 
 Three kinds of problem, one line each (exit 1 when there is any, 0 when the venv is clean):
@@ -17,6 +18,11 @@ The stack is found from ``--stack PREFIX`` or the loaded modules' ``HPCSTACK_<NA
 variables; the venv from ``--venv DIR`` or ``VIRTUAL_ENV``. Distributions are read from their
 ``.dist-info`` metadata with :mod:`importlib.metadata`; versions, specifiers and markers are
 compared with :mod:`packaging` (PEP 440, PEP 508), markers evaluated for the venv's Python.
+
+The same file is installed into each stack as ``<prefix>/bin/hpcstack-doctor`` (by
+:class:`~hpcstack.install.components.manifest.StackManifest`), so that users, who may not have
+the ``hpcstack`` command, get it with the module: there it checks against its own stack and runs
+with the standard library and ``packaging`` (the stack's, else the copy inside pip).
 """
 
 from __future__ import annotations
@@ -29,11 +35,30 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+try:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+except ImportError:  # standalone in a stack without packaging: the copy every pip carries
+    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+    from pip._vendor.packaging.version import InvalidVersion, Version
 
-from hpcstack.errors import ConfigError
+try:
+    from hpcstack.errors import ConfigError
+except ImportError:  # standalone (<prefix>/bin/hpcstack-doctor)
+    class ConfigError(Exception):
+        """Bad input: one line per problem (``lines``), exit status 2."""
+
+        def __init__(self, lines):
+            super().__init__("; ".join(lines))
+            self.problems = list(lines)
+
+        def lines(self):
+            return self.problems
+
+#: The name of the copy installed into each stack's ``bin/``.
+SCRIPT = "hpcstack-doctor"
 
 #: The installer tools ``python -m venv`` puts into every venv (ensurepip); they belong to the
 #: venv, and a fresh venv would otherwise never be clean (pip 23 and setuptools 65 of a Python
@@ -236,3 +261,38 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
     problems = check(venv_path, stacks)
     header = f"checked {venv_path} on top of {', '.join(map(str, stacks))}"
     return problems, [header]
+
+
+def main(argv=None) -> int:
+    """``hpcstack-doctor [--venv DIR] [--stack PREFIX]``, the copy in a stack's ``bin/``: as
+    ``hpcstack doctor``, the stack defaulting to the one the script lives in.
+
+    Returns:
+        int: 0 clean, 1 problems (one line each on stdout), 2 bad input (one ``error:`` line each).
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", metavar="DIR", help="the venv (default: the active one, VIRTUAL_ENV)")
+    parser.add_argument("--stack", metavar="PREFIX", action="append",
+                        help="a stack prefix (default: the stack this script belongs to)")
+    args = parser.parse_args(argv)
+    own = Path(os.path.abspath(__file__)).parent.parent
+    try:
+        problems, header = run(args.venv, args.stack or [str(own)])
+    except ConfigError as exc:
+        for line in exc.lines():
+            print(f"{SCRIPT}: error: {line}", file=sys.stderr)
+        return 2
+    for line in problems:
+        print(line)
+    if not problems:
+        print(f"ok: {header[0]}: nothing shadows or conflicts with the stack, no user-site packages")
+        return 0
+    print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

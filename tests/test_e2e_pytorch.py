@@ -55,6 +55,7 @@ def test_the_stack_carries_its_constraints_and_sbom(installed):
     modulefile = (E2E_ROOT / "modulefiles" / "pytorch" / "2.3.1-gpu").read_text()
     assert f"setenv PIP_CONSTRAINT {{{PREFIX}/.hpcstack/constraints.txt}}" in modulefile
     assert "setenv PYTHONNOUSERSITE {1}" in modulefile
+    assert os.access(PREFIX / "bin" / "hpcstack-doctor", os.X_OK)
     show = hpcstack("show", str(PREFIX))
     assert f"sbom:          {os.path.realpath(PREFIX)}/.hpcstack/sbom.cdx.json" in show.stdout, show.stdout
 

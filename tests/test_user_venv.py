@@ -354,6 +354,7 @@ source {venv}/bin/activate || exit 7
 echo "CONSTRAINT=$PIP_CONSTRAINT NOUSERSITE=$PYTHONNOUSERSITE"
 echo "=== pip six"; python -m pip install six 2>&1; echo "rc=$?"
 echo "=== pip six>=1.17"; python -m pip install 'six>=1.17' 2>&1; echo "rc=$?"
+echo "=== doctor"; hpcstack-doctor 2>&1; echo "rc=$?"
 echo "=== end"
 """
     env = {"HOME": str(tmp_path), "PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
@@ -365,6 +366,9 @@ echo "=== end"
     assert "rc=0" in sections["pip six"] and "Requirement already satisfied: six" in sections["pip six"]
     assert "rc=0" not in sections["pip six>=1.17"]
     assert "The user requested (constraint) six==1.16.0" in sections["pip six>=1.17"], sections["pip six>=1.17"]
+    # the stack's own hpcstack-doctor (no hpcstack command needed): the venv is clean
+    assert sections["doctor"].startswith(f"ok: checked {venv} on top of {prefix}:"), sections["doctor"]
+    assert "rc=0" in sections["doctor"]
 
 
 def test_the_dry_run_line_writes_the_same_sbom(plan, tmp_path):

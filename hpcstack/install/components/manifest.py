@@ -1,7 +1,8 @@
 """The ``StackManifest`` component: what the stack holds, for pip, uv and for people (issue 15).
 
-It writes two files into the stack's ``.hpcstack/`` (next to the provenance) and sets three
-variables in the modulefile:
+It writes two files into the stack's ``.hpcstack/`` (next to the provenance), installs
+``<prefix>/bin/hpcstack-doctor`` (``hpcstack doctor`` for users, :mod:`hpcstack.doctor`) and sets
+three variables in the modulefile:
 
 ``constraints.txt``
     every pin of the stack, ``name==version`` with its environment marker, one a line: the pins
@@ -57,7 +58,7 @@ from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import sha256_file, write_atomic
 from hpcstack.install.actions import ACTION_COMMAND, ActionBase, Run, expand
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.plan import INSTALL
+from hpcstack.install.plan import INSTALL, SANITYCHECK
 from hpcstack.modules.envchange import SetEnv
 
 #: Names of the files in ``<prefix>/.hpcstack/``.
@@ -146,9 +147,10 @@ def source_builds(recipe) -> list:
 
 @dataclass(frozen=True)
 class StackManifest:
-    """Write ``constraints.txt`` and the CycloneDX SBOM into ``<prefix>/.hpcstack/`` and set
-    ``PYTHONNOUSERSITE``, ``PIP_CONSTRAINT`` and ``UV_CONSTRAINT`` in the modulefile (see the
-    module's docstring for why, and for what pip and uv then do).
+    """Write ``constraints.txt`` and the CycloneDX SBOM into ``<prefix>/.hpcstack/``, install
+    ``<prefix>/bin/hpcstack-doctor`` (:mod:`hpcstack.doctor`, for users without the ``hpcstack``
+    command) and set ``PYTHONNOUSERSITE``, ``PIP_CONSTRAINT`` and ``UV_CONSTRAINT`` in the
+    modulefile (see the module's docstring for why, and for what pip and uv then do).
 
     Both files are written in the ``install`` step, after the components before it in the recipe
     (list it after the wheels and source builds). The lock is the one
@@ -175,7 +177,8 @@ class StackManifest:
                 SetEnv("UV_CONSTRAINT", path)]
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
-        """Return ``{step name: actions}``: ``install``: write ``constraints.txt``, then the SBOM."""
+        """Return ``{step name: actions}``: ``install``: write ``constraints.txt``, the SBOM and
+        ``bin/hpcstack-doctor``; ``sanitycheck``: ``hpcstack-doctor --help`` with the stack's python."""
         from hpcstack.install.plan import WriteFile
 
         state = os.path.join(ctx.build_prefix, ".hpcstack")
@@ -194,8 +197,16 @@ class StackManifest:
                 "env": {k: v for k, v in b.build_env(ctx).items() if k != "MAKEFLAGS"}, "probes": [list(p) for p in b.key_probes(ctx)],
             } for b in builds],
         }
-        return {INSTALL: [WriteFile(os.path.join(state, CONSTRAINTS), text),
-                          WriteSbom(os.path.join(state, SBOM), json.dumps(spec, sort_keys=True))]}
+        from hpcstack import doctor
+
+        source = os.path.abspath(doctor.__file__)
+        script = os.path.join(ctx.bin_dir, doctor.SCRIPT)
+        return {SANITYCHECK: [Run((ctx.python, script, "--help"))],
+                INSTALL: [WriteFile(os.path.join(state, CONSTRAINTS), text),
+                          WriteSbom(os.path.join(state, SBOM), json.dumps(spec, sort_keys=True)),
+                          # `hpcstack doctor` for users without hpcstack: a copy of the module
+                          Run(("install", "-D", "-m", "0755", source, script),
+                              input_files=(source,))]}
 
 
 # ------------------------------------------------------------------------------------ the SBOM
