@@ -197,9 +197,11 @@ class StackManifest:
                 "env": {k: v for k, v in b.build_env(ctx).items() if k != "MAKEFLAGS"}, "probes": [list(p) for p in b.key_probes(ctx)],
             } for b in builds],
         }
-        from hpcstack import doctor
+        from hpcstack import data_root, doctor
 
-        source = os.path.abspath(doctor.__file__)
+        # named from the package's data directory, as the trainer of StackTools is, so that the
+        # dry-run names it the same way wherever hpcstack is installed
+        source = os.path.join(str(data_root()), os.pardir, os.path.basename(doctor.__file__))
         script = os.path.join(ctx.bin_dir, doctor.SCRIPT)
         return {SANITYCHECK: [Run((ctx.python, script, "--help"))],
                 INSTALL: [WriteFile(os.path.join(state, CONSTRAINTS), text),
