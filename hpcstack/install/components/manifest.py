@@ -27,7 +27,7 @@ site-packages in ``sys.path``). A package of another version that pip or uv puts
 extended or not, either hides the stack's copy (extended venvs put their site-packages first) or
 is hidden by it while its dependents expect it; so every install made while the module is loaded
 must agree with the stack's pins. The cost, written down in the README: the module replaces a
-``PIP_CONSTRAINT``/``UV_CONSTRAINT`` of the user's own (``module unload`` gives it back), and pip
+``PIP_CONSTRAINT``/``UV_CONSTRAINT`` of the user's own (and ``module unload`` unsets it), and pip
 (but not uv, which has ``UV_BUILD_CONSTRAINT`` for that) applies ``PIP_CONSTRAINT`` in its
 isolated build environments too, so an sdist whose build needs e.g. ``setuptools>=73`` fails to
 build until the user runs that one ``pip install`` with ``PIP_CONSTRAINT=``.
