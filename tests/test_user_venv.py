@@ -6,7 +6,8 @@ under Environment Modules and under Lmod, on the installed stack (read only; see
 :func:`moduletools.find_installed_stack`). That stack's own modulefile may predate issue 15, so
 each test renders the modulefile an install writes now into a module root of its own, with the
 constraints file an install writes now in a temporary directory. pip reaches PyPI (``rich``).
-About 40 s per module tool, most of it pip.
+The whole file: about 2 minutes on 2 cores (the pip and uv tests about 30 s per module tool,
+the tiny install with pip about 40 s, the re-lock 15 s).
 """
 
 from __future__ import annotations
@@ -121,17 +122,24 @@ def test_the_sbom_is_valid_cyclonedx_with_the_lock_the_sdist_the_patch_and_the_t
     assert "pypi:horovod==0.28.1" in deps["stack:pytorch/2.3.1-gpu"]
 
 
-def test_cuda_and_nccl_versions_are_read_from_nvcc_and_nccl_h():
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-    if not nvcc:
-        pytest.skip("no nvcc here (a CUDA toolkit is needed to read a real nvcc --version)")
+def test_cuda_and_nccl_versions_are_read_from_nvcc_and_nccl_h(plan, tmp_path):
+    """The build key's CUDA and NCCL probes (as a GPU site's build runs them), on a real CUDA
+    toolkit and the real ``nccl.h`` of the nvidia-nccl-cu12 wheel in the installed stack."""
     from hpcstack.install.components.manifest import run_probe
 
-    found = dict((name, version) for name, version, _ in probed_versions({
-        "CUDA": run_probe(f"{nvcc} --version", dict(os.environ)),
-        "NCCL": "#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n"}))
+    cuda_home = next((p for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
+                      if p and os.access(f"{p}/bin/nvcc", os.X_OK)), None)
+    stack = find_installed_stack(tmp_path)
+    if cuda_home is None or isinstance(stack, str):
+        pytest.skip(f"needs a CUDA toolkit (nvcc) and the installed stack's nccl.h: {stack if cuda_home else 'no nvcc'}")
+    nccl_home = next(stack.prefix.glob("venv/lib/python*/site-packages/nvidia/nccl"))
+    probes = dict(json.loads(next(a for a in _actions(plan) if isinstance(a, WriteSbom)).spec)["builds"][0]["probes"])
+    env = {**os.environ, "HOROVOD_CUDA_HOME": cuda_home, "HOROVOD_NCCL_HOME": str(nccl_home)}
+    env.pop("HOROVOD_WITHOUT_CUDA", None)
+    found = {name: version for name, version, _ in probed_versions(
+        {label: run_probe(probes[label], env) for label in ("CUDA", "NCCL")})}
     assert re.fullmatch(r"\d+\.\d+\.\d+", found["CUDA"]), found
-    assert found["NCCL"] == "2.21.5"
+    assert found["NCCL"] == "2.20.5"  # nvidia-nccl-cu12==2.20.5 in the lock
 
 
 def test_show_points_to_the_sbom(tmp_path):
@@ -384,3 +392,22 @@ def test_the_dry_run_line_writes_the_same_sbom(plan, tmp_path):
     assert proc.returncode == 0, proc.stderr
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
     assert a["components"] == b["components"] and a["dependencies"] == b["dependencies"]
+
+
+def test_a_loaded_stacks_uv_constraint_does_not_hold_a_relock(tmp_path):
+    """``hpcstack lock`` under a loaded stack module (UV_CONSTRAINT set): the re-lock resolves
+    freely. About 15 s (uv resolves ``six`` on PyPI)."""
+    from conftest import make_sdist, write_tiny_recipe
+
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    (recipe.parent / "1.0.in").write_text("six\n")
+    old = tmp_path / "constraints.txt"
+    old.write_text("six==1.15.0\n")
+    import sys
+
+    # `hpcstack lock` runs the uv on PATH: the one installed with hpcstack
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    proc = hpcstack("lock", str(recipe), "--site", "localhost", env={"UV_CONSTRAINT": str(old), "PATH": path})
+    assert proc.returncode == 0, proc.stderr
+    pins = {(p.name, p.version) for p in read_lock(str(recipe.parent / "1.0.pypi.lock"))}
+    assert [v for n, v in pins if n == "six"] and ("six", "1.15.0") not in pins, pins
