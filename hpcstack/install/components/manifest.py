@@ -54,11 +54,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcstack import data_root, doctor
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import sha256_file, write_atomic
 from hpcstack.install.actions import ACTION_COMMAND, ActionBase, Run, expand
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.plan import INSTALL, SANITYCHECK
+from hpcstack.install.components.horovod import SourceBuild
+from hpcstack.install.components.wheels import PipWheels
+from hpcstack.install.plan import INSTALL, SANITYCHECK, WriteFile
 from hpcstack.modules.envchange import SetEnv
 
 #: Names of the files in ``<prefix>/.hpcstack/``.
@@ -138,11 +141,9 @@ def constraints_text(title: str, pins, builds) -> str:
     return "\n".join(lines) + "\n"
 
 
-def source_builds(recipe) -> list:
-    """The recipe's components that build a package from source (they have ``package``,
-    ``version``, ``url``, ``sha256`` and ``patches``: :class:`~hpcstack.install.components.horovod.SourceBuild`)."""
-    return [c for c in recipe.components
-            if all(hasattr(c, a) for a in ("package", "version", "url", "sha256", "patches"))]
+def source_builds(recipe) -> list[SourceBuild]:
+    """The recipe's components that build a package from source (:class:`SourceBuild`, e.g. ``HorovodBuild``)."""
+    return [c for c in recipe.components if isinstance(c, SourceBuild)]
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,6 @@ class StackManifest:
     """
 
     def _lock(self, ctx: PlanContext) -> str | None:
-        from hpcstack.install.components.wheels import PipWheels
-
         wheels = [c for c in ctx.recipe.components if isinstance(c, PipWheels)]
         return wheels[0].lock_file(ctx) if wheels else None
 
@@ -179,8 +178,6 @@ class StackManifest:
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}``: ``install``: write ``constraints.txt``, the SBOM and
         ``bin/hpcstack-doctor``; ``sanitycheck``: ``hpcstack-doctor --help`` with the stack's python."""
-        from hpcstack.install.plan import WriteFile
-
         state = os.path.join(ctx.build_prefix, ".hpcstack")
         lock = self._lock(ctx)
         pins = read_lock(lock) if lock and os.path.isfile(lock) else []
@@ -192,23 +189,23 @@ class StackManifest:
             "site": ctx.site.name, "prefix": ctx.prefix, "lock": lock,
             "builds": [{
                 "package": b.package, "version": b.version, "url": b.url, "sha256": b.sha256,
-                "patches": [{"file": os.path.join(str(ctx.recipe.directory), "patches", p.file),
-                             "sha256": p.sha256} for p in b.patches],
-                "env": {k: v for k, v in b.build_env(ctx).items() if k != "MAKEFLAGS"}, "probes": [list(p) for p in b.key_probes(ctx)],
+                "patches": [{"file": b.patch_path(ctx, p), "sha256": p.sha256} for p in b.patches],
+                # MAKEFLAGS (parallelism) changes nothing in the binary, as in the build key
+                "env": {k: v for k, v in b.build_env(ctx).items() if k != "MAKEFLAGS"},
+                "probes": [list(p) for p in b.key_probes(ctx)],
             } for b in builds],
         }
-        from hpcstack import data_root, doctor
-
-        # named from the package's data directory, as the trainer of StackTools is, so that the
-        # dry-run names it the same way wherever hpcstack is installed
+        # the doctor's source named from the package's data directory, as StackTools names the
+        # trainer, so that the dry-run reads the same wherever hpcstack is installed
         source = os.path.join(str(data_root()), os.pardir, os.path.basename(doctor.__file__))
         script = os.path.join(ctx.bin_dir, doctor.SCRIPT)
-        return {SANITYCHECK: [Run((ctx.python, script, "--help"))],
-                INSTALL: [WriteFile(os.path.join(state, CONSTRAINTS), text),
-                          WriteSbom(os.path.join(state, SBOM), json.dumps(spec, sort_keys=True)),
-                          # `hpcstack doctor` for users without hpcstack: a copy of the module
-                          Run(("install", "-D", "-m", "0755", source, script),
-                              input_files=(source,))]}
+        return {
+            INSTALL: [WriteFile(os.path.join(state, CONSTRAINTS), text),
+                      WriteSbom(os.path.join(state, SBOM), json.dumps(spec, sort_keys=True)),
+                      # `hpcstack doctor` for users without the hpcstack command
+                      Run(("install", "-D", "-m", "0755", source, script), input_files=(source,))],
+            SANITYCHECK: [Run((ctx.python, script, "--help"))],
+        }
 
 
 # ------------------------------------------------------------------------------------ the SBOM
