@@ -146,7 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--horovodrun", default="horovodrun", help="horovodrun to run (default: from PATH)")
     p.add_argument("--require", default="PyTorch", help="comma-separated flags, NAME or SECTION:NAME")
 
-    p = sub.add_parser("action", help="run one action of an install's dry-run script (fetch, unpack)",
+    p = sub.add_parser(
+        "doctor", help="check your venv on top of a stack: what shadows it, conflicts, ~/.local",
+        description="List, one line per problem, what in a venv shadows the loaded stack (same "
+                    "distribution, other version), what conflicts with the stack's constraints or "
+                    "needs other versions than the stack has, and packages in the user site "
+                    "(~/.local) that Python without PYTHONNOUSERSITE=1 would import. Exit 1 when "
+                    "there is a problem, 0 when the venv is clean.")
+    p.add_argument("--venv", metavar="DIR", help="the venv (default: the active one, VIRTUAL_ENV)")
+    p.add_argument("--stack", metavar="PREFIX", action="append",
+                   help="a stack prefix (repeatable; default: the loaded modules' HPCSTACK_<NAME>_ROOT)")
+
+    p = sub.add_parser("action", help="run one action of an install's dry-run script (fetch, unpack, sbom)",
                        add_help=False, prefix_chars="\0")
     p.add_argument("words", nargs=argparse.REMAINDER)
 
@@ -508,6 +519,21 @@ def cmd_action(args) -> int:
     return cli(args.words)
 
 
+def cmd_doctor(args) -> int:
+    """``hpcstack doctor``: one line per problem of a venv on top of a stack (:mod:`hpcstack.doctor`);
+    exit 1 when there is any, 0 when clean, 2 when the venv or stack cannot be found."""
+    from hpcstack import doctor
+
+    problems, header = doctor.run(args.venv, args.stack)
+    for line in problems:
+        print(line)
+    if not problems:
+        print(f"ok: {header[0]}: nothing shadows or conflicts with the stack, no user-site packages")
+        return 0
+    print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
+    return 1
+
+
 def cmd_module(args) -> int:
     """``hpcstack module set-default | default | unset-default``: a module's default version.
 
@@ -561,7 +587,7 @@ def cmd_module(args) -> int:
 
 COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
             "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
-            "action": cmd_action, "export": cmd_export}
+            "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -39,6 +39,27 @@ def test_install_records_every_step(installed):
     assert (E2E_ROOT / "modulefiles" / "pytorch" / "2.3.1-gpu").is_file()
 
 
+def test_the_stack_carries_its_constraints_and_sbom(installed):
+    """Issue 15: the install writes constraints.txt and the CycloneDX SBOM next to the provenance,
+    the modulefile names the constraints, and `hpcstack show` points to the SBOM."""
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    state = PREFIX / ".hpcstack"
+    constraints = (state / "constraints.txt").read_text().splitlines()
+    assert "horovod==0.28.1" in constraints and "torch==2.3.1" in constraints
+    sbom = (state / "sbom.cdx.json").read_text()
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
+    names = {c["name"] for c in json.loads(sbom)["components"]}
+    assert {"torch", "horovod", "horovod-0.28.1-cxx17.patch", "C compiler"} <= names
+    modulefile = (E2E_ROOT / "modulefiles" / "pytorch" / "2.3.1-gpu").read_text()
+    assert f"setenv PIP_CONSTRAINT {{{PREFIX}/.hpcstack/constraints.txt}}" in modulefile
+    assert "setenv PYTHONNOUSERSITE {1}" in modulefile
+    assert os.access(PREFIX / "bin" / "hpcstack-doctor", os.X_OK)
+    show = hpcstack("show", str(PREFIX))
+    assert f"sbom:          {os.path.realpath(PREFIX)}/.hpcstack/sbom.cdx.json" in show.stdout, show.stdout
+
+
 def test_module_load_gives_torch_and_horovod_and_unload_restores(installed):
     proc = bash_modules(f"""
     {USE}

@@ -696,7 +696,8 @@ def cli(argv: list[str]) -> int:
     of the real run (the dry-run prints these lines; see the module's docstring).
 
     ``hpcstack action fetch --sha256 SHA URL DEST`` is :class:`Fetch`;
-    ``hpcstack action unpack ARCHIVE DEST`` is :class:`Unpack`.
+    ``hpcstack action unpack ARCHIVE DEST`` is :class:`Unpack`;
+    ``hpcstack action sbom --spec JSON PATH`` is :class:`hpcstack.install.components.manifest.WriteSbom`.
 
     Args:
         argv (list[str]): the words after ``hpcstack action``.
@@ -718,7 +719,14 @@ def cli(argv: list[str]) -> int:
     p = sub.add_parser("unpack", help="unpack ARCHIVE into DEST (emptied first), refusing unsafe members")
     p.add_argument("archive")
     p.add_argument("dest")
+    p = sub.add_parser("sbom", help="write a stack's CycloneDX SBOM to PATH (WriteSbom of the StackManifest component)")
+    p.add_argument("--spec", required=True, help="the action's JSON spec, as the dry-run prints it")
+    p.add_argument("path")
     args = parser.parse_args(argv)
+    if args.verb == "sbom":
+        from hpcstack.install.components.manifest import action_cli
+
+        return action_cli(args)
     if args.verb == "fetch":
         action = Fetch(args.url, args.sha256, os.path.abspath(args.dest))
     else:

@@ -8,12 +8,13 @@ resolves as of the recipe's date, so a re-lock gives the same set.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from hpcstack.install.components.wheels import PipWheels
+from hpcstack.install.components.wheels import UV_UNSET, PipWheels
 from hpcstack.errors import ConfigError, HpcstackError
 
 def lock_command(source: Path, output: Path, indexes, python_version: str,
@@ -65,7 +66,10 @@ def write_lock(recipe, site) -> Path:
         tmp_out = Path(tmp) / output.name
         cmd = lock_command(source, tmp_out, lock.indexes, wheels[0].min_python, wheels[0].exclude_newer)
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            # without the uv settings of the caller's shell: a loaded stack module sets
+            # UV_CONSTRAINT to the stack's pins, which would hold a re-lock to the old versions
+            env = {k: v for k, v in os.environ.items() if k not in UV_UNSET}
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         except FileNotFoundError:
             raise HpcstackError("uv not found: pip install uv")
         if proc.returncode != 0:

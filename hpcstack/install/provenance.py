@@ -13,6 +13,10 @@
 ``pip-freeze.txt``          ``pip freeze --all`` of the stack's venv (sanity check step)
 ``check-build.txt``         ``horovodrun --check-build`` (sanity check step, Horovod recipes)
 ``timings.json``            seconds per step, summed over the runs that made the build
+``constraints.txt``         every pin of the stack (``PIP_CONSTRAINT``/``UV_CONSTRAINT``;
+                            :mod:`hpcstack.install.components.manifest`)
+``sbom.cdx.json``           the stack as a CycloneDX 1.6 SBOM (JSON): packages, sdists and
+                            patches with hashes, the build environment's compilers, MPI, CUDA, NCCL
 ==========================  ==========================================================
 
 ``hpcstack show PREFIX`` or ``hpcstack show NAME/VERSION --site S`` prints them.
@@ -147,7 +151,7 @@ def describe(build_dir: Path, prefix: Path | None = None) -> dict:
             steps[path.stem] = {"step": path.stem, "unreadable": True}
     files = {}
     for name in ("provenance.json", "plan.json", "install.sh", "site.yaml", "site.json",
-                 "pip-freeze.txt", "check-build.txt", "timings.json"):
+                 "pip-freeze.txt", "check-build.txt", "timings.json", "constraints.txt", "sbom.cdx.json"):
         if (state / name).is_file():
             files[name] = str(state / name)
     for path in sorted((state / "recipe").rglob("*")):
@@ -188,6 +192,10 @@ def render(info: dict, order: list[str] | None = None) -> str:
         ]
         for name, sha in sorted(rec.get("recipe", {}).get("inputs", {}).items()):
             lines.append(f"recipe input:  {name} (sha256 {sha[:16]}…)")
+    if "sbom.cdx.json" in info["files"]:
+        lines.append(f"sbom:          {info['files']['sbom.cdx.json']} (CycloneDX 1.6 JSON)")
+    if "constraints.txt" in info["files"]:
+        lines.append(f"constraints:   {info['files']['constraints.txt']} (PIP_CONSTRAINT, UV_CONSTRAINT)")
     names = order or list(info["steps"])
     lines.append("steps:")
     for name in names:

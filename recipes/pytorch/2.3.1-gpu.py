@@ -6,7 +6,7 @@ Horovod built from source against the site's MPI (and NCCL and CUDA on GPU sites
 """
 
 from hpcstack.install.components import (HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
-                                         StackTools, Venv)
+                                         StackManifest, StackTools, Venv)
 from hpcstack.install.components.wheels import PYPI
 from hpcstack.recipe import Recipe
 from hpcstack.validate.workload import Validation
@@ -39,6 +39,9 @@ def recipe(site):
             cpu_operations="MPI", gpu_operations="NCCL", required=("PyTorch", "MPI", "Gloo")),
         # extend-venv-activate and the validation trainer in <prefix>/bin
         StackTools(),
+        # <prefix>/.hpcstack/constraints.txt (every pin, for PIP_CONSTRAINT/UV_CONSTRAINT) and the
+        # CycloneDX SBOM sbom.cdx.json; the module sets PYTHONNOUSERSITE=1
+        StackManifest(),
         # sanity check: everything imports (horovodrun --check-build runs in HorovodBuild);
         # sklearn brings the digits data set of the classifier workload and examples/digits
         Imports(("torch", "torchvision", "torchaudio", "torchmetrics", "torchtext", "tensorboard",

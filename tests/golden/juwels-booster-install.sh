@@ -770,11 +770,91 @@ HPCSTACK_EOF
 chmod 755 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate
 install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-train-benchmark
+mkdir -p /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack
+hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
+cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
+# Constraints of the stack pytorch/2.3.1-gpu: every package it holds, at its version.
+# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so
+# that a pip or uv install next to the stack cannot bring another version of them.
+absl-py==2.1.0
+certifi==2024.7.4
+cffi==1.16.0
+charset-normalizer==3.3.2
+cloudpickle==3.0.0
+colorama==0.4.6 ; sys_platform == 'win32'
+filelock==3.15.4
+fsspec==2024.6.1
+grpcio==1.65.2
+gviz-api==1.10.0
+idna==3.7
+intel-openmp==2021.4.0 ; sys_platform == 'win32'
+jinja2==3.1.4
+joblib==1.4.2
+lightning-utilities==0.11.6
+markdown==3.6
+markupsafe==2.1.5
+mkl==2021.4.0 ; sys_platform == 'win32'
+mpmath==1.3.0
+networkx==3.3
+numpy==1.26.4
+nvidia-cublas-cu12==12.1.3.1 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-cuda-cupti-cu12==12.1.105 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-cuda-nvrtc-cu12==12.1.105 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-cuda-runtime-cu12==12.1.105 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-cudnn-cu12==8.9.2.26 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-cufft-cu12==11.0.2.54 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-curand-cu12==10.3.2.106 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-cusolver-cu12==11.4.5.107 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-cusparse-cu12==12.1.0.106 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-nccl-cu12==2.20.5 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-nvjitlink-cu12==12.6.20 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+nvidia-nvtx-cu12==12.1.105 ; platform_machine == 'x86_64' and sys_platform == 'linux'
+packaging==24.1
+pandas==2.2.2
+pillow==10.4.0
+protobuf==4.25.4
+psutil==6.0.0
+pycparser==2.22
+python-dateutil==2.9.0.post0
+pytz==2024.1
+pyyaml==6.0.1
+requests==2.32.3
+scikit-learn==1.5.1
+scipy==1.14.0
+setuptools==72.1.0
+six==1.16.0
+sympy==1.13.1
+tbb==2021.13.0 ; sys_platform == 'win32'
+tensorboard==2.17.0
+tensorboard-data-server==0.7.2
+tensorboard-plugin-profile==2.15.2
+tensorboard-plugin-wit==1.8.1
+threadpoolctl==3.5.0
+torch==2.3.1
+torch-tb-profiler==0.4.3
+torchaudio==2.3.1
+torchmetrics==1.0.3
+torchtext==0.18.0
+torchvision==0.18.1
+tqdm==4.66.4
+triton==2.3.1 ; python_full_version < '3.12' and platform_machine == 'x86_64' and sys_platform == 'linux'
+typing-extensions==4.12.2
+tzdata==2024.1
+urllib3==2.2.2
+werkzeug==3.0.3
+wheel==0.43.0
+horovod==0.28.1
+HPCSTACK_EOF
+chmod 644 "$hpcstack_tmp"
+mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/constraints.txt
+hpcstack action sbom --spec '{"builds": [{"env": {"CC": "mpicc", "CXX": "mpicxx", "FC": "mpifort", "HOROVOD_BUILD_CUDA_CC_LIST": "80", "HOROVOD_CPU_OPERATIONS": "MPI", "HOROVOD_CUDA_HOME": "${EBROOTCUDA}", "HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": "${EBROOTNCCL}", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_PYTORCH": "1"}, "package": "horovod", "patches": [{"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch", "sha256": "35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"}], "probes": [["python", "/p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in [\"torch\"]]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["cmake", "cmake --version"], ["MPI", "\"${CC:-mpicc}\" -showme 2>/dev/null && \"${CC:-mpicc}\" -showme:version 2>/dev/null || \"${CC:-mpicc}\" -show"], ["CUDA", "if [ -n \"$HOROVOD_CUDA_HOME\" ]; then \"$HOROVOD_CUDA_HOME/bin/nvcc\" --version; elif [ -n \"$HOROVOD_WITHOUT_CUDA\" ]; then echo \"CUDA off (HOROVOD_WITHOUT_CUDA)\"; else command -v nvcc && nvcc --version; fi"], ["NCCL", "if [ -n \"$HOROVOD_NCCL_HOME\" ]; then grep -E \"^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)\" \"$HOROVOD_NCCL_HOME/include/nccl.h\"; fi"]], "sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "url": "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz", "version": "0.28.1"}], "description": "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu", "site": "juwels-booster", "version": "2.3.1-gpu"}' /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/sbom.cdx.json
+install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-doctor
 
 # --- step sanitycheck: check imports, build flags and dependencies
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config
 LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" hpcstack check-build --horovodrun /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/horovodrun --require PyTorch,MPI,Gloo,NCCL
 /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate --help
+/p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-doctor --help
 LD_LIBRARY_PATH="${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import torch; import torchvision; import torchaudio; import torchmetrics; import torchtext; import tensorboard; import tensorboard_plugin_profile; import tensorboard_plugin_wit; import torch_tb_profiler; import horovod.torch; import sklearn; print('"'"'imports ok'"'"')'
 /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -m pip --isolated --no-input --disable-pip-version-check freeze --all > /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/pip-freeze.txt
 
@@ -825,6 +905,9 @@ setenv("HPCSTACK_PYTORCH_ROOT", root)
 prepend_path("PATH", "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin")
 prepend_path("PATH", "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/venv/bin")
 prepend_path("PYTHONPATH", "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/venv/lib/python3.11/site-packages")
+setenv("PYTHONNOUSERSITE", "1")
+setenv("PIP_CONSTRAINT", "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/.hpcstack/constraints.txt")
+setenv("UV_CONSTRAINT", "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/.hpcstack/constraints.txt")
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua

@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""``hpcstack doctor``: check a user's venv on top of a stack (issue 15).
+
+Three kinds of problem, one line each (exit 1 when there is any, 0 when the venv is clean):
+
+- **shadows**: a distribution in the venv with the name of one of the stack's, at another version
+  (the extended venv's site-packages come first on PYTHONPATH, so the venv's copy is imported);
+  the venv's own ``pip``, ``setuptools`` and ``wheel`` (:data:`VENV_TOOLS`) do not count;
+- **conflicts**: a distribution in the venv whose version breaks the stack's constraints
+  (``<prefix>/.hpcstack/constraints.txt``), or whose requirements the stack's packages do not
+  meet (e.g. it needs ``torch>=2.4``; the stack has 2.3.1), which ``pip install --no-deps`` or a
+  uv install lets through;
+- **user site**: distributions in the user site directory (``~/.local/lib/pythonX.Y/site-packages``,
+  or under ``PYTHONUSERBASE``) of the venv's Python, which any Python run without
+  ``PYTHONNOUSERSITE=1`` (the module sets it) imports (ARCHER2 docs PR #525; Horovod #1059).
+
+The stack is found from ``--stack PREFIX`` or the loaded modules' ``HPCSTACK_<NAME>_ROOT``
+variables; the venv from ``--venv DIR`` or ``VIRTUAL_ENV``. Distributions are read from their
+``.dist-info`` metadata with :mod:`importlib.metadata`; versions, specifiers and markers are
+compared with :mod:`packaging` (PEP 440, PEP 508), markers evaluated for the venv's Python.
+
+The same file is installed into each stack as ``<prefix>/bin/hpcstack-doctor`` (by
+:class:`~hpcstack.install.components.manifest.StackManifest`), so that users, who may not have
+the ``hpcstack`` command, get it with the module: there it checks against its own stack and runs
+with the standard library and ``packaging`` (the stack's, else the copy inside pip).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+except ImportError:  # standalone in a stack without packaging: the copy every pip carries
+    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
+    from pip._vendor.packaging.utils import canonicalize_name
+    from pip._vendor.packaging.version import InvalidVersion, Version
+
+try:
+    from hpcstack.errors import ConfigError
+except ImportError:  # standalone (<prefix>/bin/hpcstack-doctor)
+    class ConfigError(Exception):
+        """Bad input: one line per problem (``lines``), exit status 2."""
+
+        def __init__(self, lines):
+            super().__init__("; ".join(lines))
+            self.problems = list(lines)
+
+        def lines(self):
+            return self.problems
+
+#: The name of the copy installed into each stack's ``bin/``.
+SCRIPT = "hpcstack-doctor"
+
+#: The installer tools ``python -m venv`` puts into every venv (ensurepip); they belong to the
+#: venv, and a fresh venv would otherwise never be clean (pip 23 and setuptools 65 of a Python
+#: 3.11 venv against the stack's own), so they are not counted as shadowing or conflicting.
+VENV_TOOLS = frozenset({"pip", "setuptools", "wheel"})
+
+#: Printed by the venv's python: what PEP 508 markers and the user site depend on.
+_PROBE = r"""
+import json, os, platform, site, sys, sysconfig
+impl = sys.implementation
+iver = "{0.major}.{0.minor}.{0.micro}".format(impl.version)
+print(json.dumps({
+    "markers": {"implementation_name": impl.name, "implementation_version": iver,
+                "os_name": os.name, "platform_machine": platform.machine(),
+                "platform_release": platform.release(), "platform_system": platform.system(),
+                "platform_version": platform.version(),
+                "python_full_version": platform.python_version(),
+                "platform_python_implementation": platform.python_implementation(),
+                "python_version": ".".join(platform.python_version_tuple()[:2]),
+                "sys_platform": sys.platform},
+    "purelib": sysconfig.get_path("purelib"), "platlib": sysconfig.get_path("platlib"),
+    "user_site": site.getusersitepackages(), "user_site_enabled": bool(site.ENABLE_USER_SITE),
+}))
+"""
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A distribution found on disk: canonical name, version, where, and its requirements."""
+
+    name: str
+    version: str
+    location: str
+    requires: tuple = ()
+
+
+def distributions(paths) -> dict[str, Dist]:
+    """The distributions in ``paths`` (site-packages directories), first found wins, by canonical name."""
+    found: dict[str, Dist] = {}
+    for path in paths:
+        if not path or not os.path.isdir(path):
+            continue
+        for dist in md.distributions(path=[path]):
+            name = dist.metadata["Name"]
+            if not name:
+                continue
+            key = canonicalize_name(name)
+            found.setdefault(key, Dist(key, dist.version, path, tuple(dist.requires or ())))
+    return found
+
+
+def stack_prefixes(environ) -> list[Path]:
+    """The prefixes of the loaded stacks: every ``HPCSTACK_<NAME>_ROOT`` whose directory has ``venv/``."""
+    out = []
+    for key, value in sorted(environ.items()):
+        if re.fullmatch(r"HPCSTACK_[A-Z0-9_]+_ROOT", key) and value and (Path(value) / "venv").is_dir():
+            out.append(Path(value))
+    return out
+
+
+def stack_site_packages(prefix: Path) -> list[str]:
+    """The stack venv's site-packages (``venv/lib/python*/site-packages``)."""
+    return [str(p) for p in sorted((prefix / "venv" / "lib").glob("python*/site-packages"))]
+
+
+def read_constraints(prefix: Path) -> tuple[list[Requirement], str]:
+    """The stack's constraints and where they came from: ``.hpcstack/constraints.txt``, else
+    (stacks installed before it existed) the pins of ``.hpcstack/pip-freeze.txt``."""
+    for name in ("constraints.txt", "pip-freeze.txt"):
+        path = prefix / ".hpcstack" / name
+        if path.is_file():
+            reqs = []
+            for line in path.read_text().splitlines():
+                line = line.split("#", 1)[0].strip()
+                if not line or line.startswith("-"):
+                    continue
+                try:
+                    reqs.append(Requirement(line))
+                except InvalidRequirement:
+                    continue
+            return reqs, str(path)
+    return [], ""
+
+
+def probe_venv(venv: Path) -> dict:
+    """Ask the venv's python for its marker environment, site-packages and user site.
+
+    Raises:
+        ConfigError: no ``bin/python`` in ``venv`` or it fails.
+    """
+    python = venv / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        raise ConfigError([f"--venv {venv}: no {python}; is it a venv?"])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONNOUSERSITE", "PYTHONPATH", "PYTHONHOME")}
+    proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise ConfigError([f"--venv {venv}: {python} fails: {proc.stderr.strip()[-300:]}"])
+    return json.loads(proc.stdout)
+
+
+def _version(text: str):
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def check(venv: Path, stacks: list[Path]) -> list[str]:
+    """Return one line per problem of ``venv`` on top of ``stacks`` (empty: clean).
+
+    Args:
+        venv (Path): the user's venv.
+        stacks (list[Path]): stack prefixes (each with ``venv/`` and ``.hpcstack/``).
+
+    Raises:
+        ConfigError: the venv's python is missing or fails.
+    """
+    info = probe_venv(venv)
+    env = info["markers"]
+    mine = distributions(dict.fromkeys([info["purelib"], info["platlib"]]))
+    stack: dict[str, Dist] = {}
+    constraints: list[tuple[Requirement, str]] = []
+    for prefix in stacks:
+        for key, dist in distributions(stack_site_packages(prefix)).items():
+            stack.setdefault(key, dist)
+        reqs, where = read_constraints(prefix)
+        constraints += [(r, where) for r in reqs if r.marker is None or r.marker.evaluate(env)]
+    problems = []
+    shadowing = set()
+    mine = {k: v for k, v in mine.items() if k not in VENV_TOOLS}
+    for key, dist in sorted(mine.items()):
+        theirs = stack.get(key)
+        if theirs and _version(dist.version) != _version(theirs.version):
+            shadowing.add(key)
+            problems.append(f"shadows: {dist.name} {dist.version} in {dist.location} hides the stack's "
+                            f"{theirs.name} {theirs.version} ({theirs.location})")
+    for key, dist in sorted(mine.items()):
+        if key in shadowing:
+            continue
+        version = _version(dist.version)
+        for req, where in constraints:
+            if canonicalize_name(req.name) == key and version is not None \
+                    and not req.specifier.contains(version, prereleases=True):
+                problems.append(f"conflict: {dist.name} {dist.version} in {dist.location} breaks the "
+                                f"stack's constraint {req} ({where})")
+    for key, dist in sorted(mine.items()):
+        for text in dist.requires:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate({**env, "extra": ""}):
+                continue
+            target = stack.get(canonicalize_name(req.name))
+            if target is None or canonicalize_name(req.name) in mine:
+                continue
+            version = _version(target.version)
+            if version is not None and not req.specifier.contains(version, prereleases=True):
+                problems.append(f"conflict: {dist.name} {dist.version} requires {req}; the stack has "
+                                f"{target.name} {target.version}")
+    user_site = info["user_site"]
+    for key, dist in sorted(distributions([user_site]).items()):
+        theirs = stack.get(key) or mine.get(key)
+        also = f" (the stack or venv has {theirs.version})" if theirs else ""
+        problems.append(f"user site: {dist.name} {dist.version} in {user_site} is imported by any Python "
+                        f"without PYTHONNOUSERSITE=1{also}")
+    return problems
+
+
+def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[str], list[str]]:
+    """``hpcstack doctor``: resolve the venv and stacks, then :func:`check`.
+
+    Args:
+        venv (str | None): ``--venv``; default ``VIRTUAL_ENV``.
+        stack (list[str] | None): ``--stack`` prefixes; default the loaded modules' ``HPCSTACK_*_ROOT``.
+        environ (Mapping | None): the environment (default ``os.environ``).
+
+    Returns:
+        tuple[list[str], list[str]]: (problems, a header line naming what was checked).
+
+    Raises:
+        ConfigError: no venv or no stack given or found, or one that is not a directory (exit 2).
+    """
+    environ = os.environ if environ is None else environ
+    errors = []
+    venv = venv or environ.get("VIRTUAL_ENV")
+    if not venv:
+        errors.append("no venv: give --venv DIR or activate one")
+    elif not os.path.isdir(venv):
+        errors.append(f"--venv {venv}: no such directory")
+    stacks = [Path(s) for s in stack] if stack else stack_prefixes(environ)
+    if not stacks:
+        errors.append("no stack: load its module (HPCSTACK_<NAME>_ROOT) or give --stack PREFIX")
+    for s in stacks:
+        if not (s / "venv").is_dir():
+            errors.append(f"--stack {s}: not a stack prefix (no venv/ in it)")
+    if errors:
+        raise ConfigError(errors)
+    venv_path = Path(os.path.abspath(venv))
+    problems = check(venv_path, stacks)
+    header = f"checked {venv_path} on top of {', '.join(map(str, stacks))}"
+    return problems, [header]
+
+
+def main(argv=None) -> int:
+    """``hpcstack-doctor [--venv DIR] [--stack PREFIX]``, the copy in a stack's ``bin/``: as
+    ``hpcstack doctor``, the stack defaulting to the one the script lives in.
+
+    Returns:
+        int: 0 clean, 1 problems (one line each on stdout), 2 bad input (one ``error:`` line each).
+    """
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", metavar="DIR", help="the venv (default: the active one, VIRTUAL_ENV)")
+    parser.add_argument("--stack", metavar="PREFIX", action="append",
+                        help="a stack prefix (default: the stack this script belongs to)")
+    args = parser.parse_args(argv)
+    own = Path(os.path.abspath(__file__)).parent.parent
+    try:
+        problems, header = run(args.venv, args.stack or [str(own)])
+    except ConfigError as exc:
+        for line in exc.lines():
+            print(f"{SCRIPT}: error: {line}", file=sys.stderr)
+        return 2
+    for line in problems:
+        print(line)
+    if not problems:
+        print(f"ok: {header[0]}: nothing shadows or conflicts with the stack, no user-site packages")
+        return 0
+    print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

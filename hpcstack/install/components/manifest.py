@@ -1,0 +1,408 @@
+"""The ``StackManifest`` component: what the stack holds, for pip, uv and for people (issue 15).
+
+It writes two files into the stack's ``.hpcstack/`` (next to the provenance), installs
+``<prefix>/bin/hpcstack-doctor`` (``hpcstack doctor`` for users, :mod:`hpcstack.doctor`) and sets
+three variables in the modulefile:
+
+``constraints.txt``
+    every pin of the stack, ``name==version`` with its environment marker, one a line: the pins
+    of the lock file the site got (:class:`~hpcstack.install.components.wheels.PipWheels`) and
+    the packages built from source (``horovod==0.28.1``). No hashes: pip turns on hash-checking
+    mode for a whole install as soon as one requirement carries a hash, so a hashed constraints
+    file would make ``pip install rich`` fail.
+``sbom.cdx.json``
+    a CycloneDX 1.6 SBOM (JSON, written with ``cyclonedx-python-lib``): every pin of the lock with
+    its package URL and the sha256 of every file the lock allows, the lock file itself, each
+    source build (``horovod``) with its sdist URL and sha256 and its patches (pedigree, and each
+    patch as a file component with its sha256), and the build environment's compilers, MPI, CUDA
+    and NCCL, probed when the step runs (the probes of the build key, :meth:`SourceBuild.key_probes`).
+
+Modulefile: ``PYTHONNOUSERSITE=1`` (packages in ``~/.local`` are not seen: ARCHER2 docs PR #525,
+Horovod issue #1059), and ``PIP_CONSTRAINT`` and ``UV_CONSTRAINT`` naming ``constraints.txt``.
+
+Why the module sets the constraint variables for every user of the module, not only in venvs
+extended with ``extend-venv-activate``: with the module loaded, every Python sees the stack
+through PYTHONPATH, ahead of any venv's own site-packages (PYTHONPATH entries come before
+site-packages in ``sys.path``). A package of another version that pip or uv puts into *any* venv,
+extended or not, either hides the stack's copy (extended venvs put their site-packages first) or
+is hidden by it while its dependents expect it; so every install made while the module is loaded
+must agree with the stack's pins. The cost, written down in the README: the module replaces a
+``PIP_CONSTRAINT``/``UV_CONSTRAINT`` of the user's own (and ``module unload`` unsets it), and pip
+(but not uv, which has ``UV_BUILD_CONSTRAINT`` for that) applies ``PIP_CONSTRAINT`` in its
+isolated build environments too, so an sdist whose build needs e.g. ``setuptools>=73`` fails to
+build until the user runs that one ``pip install`` with ``PIP_CONSTRAINT=``.
+
+How pip and uv see the stack (checked with pip 23 and uv 0.13; ``tests/test_user_venv.py``):
+pip lists the installed distributions of ``sys.path``, PYTHONPATH included, so in an extended
+venv ``pip install torchvision`` is "Requirement already satisfied" by the stack and
+``pip install 'torch>=2.4'`` fails with pip's ``ResolutionImpossible`` naming the constraint
+``torch==2.3.1``. uv reads only the target venv's own site-packages (it queries the interpreter
+with ``-I``, which ignores PYTHONPATH: astral-sh/uv#16540, #1397), so it cannot be made to see the
+stack: ``uv pip install 'torch>=2.4'`` fails with uv's own "your requirements are
+unsatisfiable" naming ``torch==2.3.1``, but ``uv pip install torchvision`` installs copies of the
+stack's packages, at the stack's versions, into the venv (gigabytes; ``hpcstack doctor`` does not
+count a same-version copy as a problem). Use pip in venvs on top of the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcstack import data_root, doctor
+from hpcstack.errors import HpcstackError
+from hpcstack.fsutil import sha256_file, write_atomic
+from hpcstack.install.actions import ACTION_COMMAND, ActionBase, Run, expand
+from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.horovod import SourceBuild
+from hpcstack.install.components.wheels import PipWheels
+from hpcstack.install.plan import INSTALL, SANITYCHECK, WriteFile
+from hpcstack.modules.envchange import SetEnv
+
+#: Names of the files in ``<prefix>/.hpcstack/``.
+CONSTRAINTS = "constraints.txt"
+SBOM = "sbom.cdx.json"
+
+_PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)\s*(?:;\s*(.*?))?\s*\\?\s*$")
+_HASH_RE = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+_FROM_RE = re.compile(r"^\s*#\s*from\s+(\S+)")
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One pinned package of a lock file.
+
+    Attributes:
+        name (str): the distribution name as the lock spells it.
+        version (str): the exact version (``2.3.1+cu121`` keeps its local part).
+        marker (str): the environment marker, ``""`` when none.
+        hashes (tuple[str, ...]): sha256 of every file the lock allows for it.
+        index (str): the index it comes from (``# from`` annotation), ``""`` when not recorded.
+    """
+
+    name: str
+    version: str
+    marker: str = ""
+    hashes: tuple = ()
+    index: str = ""
+
+    def constraint(self) -> str:
+        """``name==version`` with ``; marker`` when there is one."""
+        return f"{self.name}=={self.version}" + (f" ; {self.marker}" if self.marker else "")
+
+
+def read_lock(path: str) -> list[Pin]:
+    """Read the pins of a lock file written by ``hpcstack lock`` (``uv pip compile --generate-hashes``).
+
+    Args:
+        path (str): the lock file.
+
+    Returns:
+        list[Pin]: in the lock's order.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    pins: list[dict] = []
+    for line in Path(path).read_text().splitlines():
+        m = _PIN_RE.match(line)
+        if m and not line[:1].isspace():
+            pins.append({"name": m.group(1), "version": m.group(2), "marker": m.group(3) or "",
+                         "hashes": [], "index": ""})
+        elif pins:
+            pins[-1]["hashes"] += _HASH_RE.findall(line)
+            f = _FROM_RE.match(line)
+            if f:
+                pins[-1]["index"] = f.group(1)
+    return [Pin(p["name"], p["version"], p["marker"], tuple(p["hashes"]), p["index"]) for p in pins]
+
+
+def constraints_text(title: str, pins, builds) -> str:
+    """The text of ``constraints.txt``.
+
+    Args:
+        title (str): the stack, e.g. ``pytorch/2.3.1-gpu``, for the header.
+        pins (Iterable[Pin]): the lock's pins.
+        builds (Iterable[tuple[str, str]]): ``(package, version)`` of each source build.
+
+    Returns:
+        str: a pip/uv constraints file: comment header, then one ``name==version[ ; marker]`` a line.
+    """
+    lines = [f"# Constraints of the stack {title}: every package it holds, at its version.",
+             "# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so",
+             "# that a pip or uv install next to the stack cannot bring another version of them."]
+    lines += [p.constraint() for p in pins]
+    lines += [f"{name}=={version}" for name, version in builds]
+    return "\n".join(lines) + "\n"
+
+
+def source_builds(recipe) -> list[SourceBuild]:
+    """The recipe's components that build a package from source (:class:`SourceBuild`, e.g. ``HorovodBuild``)."""
+    return [c for c in recipe.components if isinstance(c, SourceBuild)]
+
+
+@dataclass(frozen=True)
+class StackManifest:
+    """Write ``constraints.txt`` and the CycloneDX SBOM into ``<prefix>/.hpcstack/``, install
+    ``<prefix>/bin/hpcstack-doctor`` (:mod:`hpcstack.doctor`, for users without the ``hpcstack``
+    command) and set ``PYTHONNOUSERSITE``, ``PIP_CONSTRAINT`` and ``UV_CONSTRAINT`` in the
+    modulefile (see the module's docstring for why, and for what pip and uv then do).
+
+    Both files are written in the ``install`` step, after the components before it in the recipe
+    (list it after the wheels and source builds). The lock is the one
+    :class:`~hpcstack.install.components.wheels.PipWheels` chose for the site; a recipe without
+    PipWheels gets the source builds only.
+
+    Example:
+        ``StackManifest()``
+
+    Raises:
+        ConfigError: (from PipWheels) no lock fits the site.
+    """
+
+    def _lock(self, ctx: PlanContext) -> str | None:
+        wheels = [c for c in ctx.recipe.components if isinstance(c, PipWheels)]
+        return wheels[0].lock_file(ctx) if wheels else None
+
+    def module_environment(self, ctx: PlanContext) -> list:
+        """``PYTHONNOUSERSITE=1``, ``PIP_CONSTRAINT`` and ``UV_CONSTRAINT`` = ``<prefix>/.hpcstack/constraints.txt``."""
+        path = os.path.join(ctx.prefix, ".hpcstack", CONSTRAINTS)
+        return [SetEnv("PYTHONNOUSERSITE", "1"), SetEnv("PIP_CONSTRAINT", path),
+                SetEnv("UV_CONSTRAINT", path)]
+
+    def contribute(self, ctx: PlanContext) -> dict[str, list]:
+        """Return ``{step name: actions}``: ``install``: write ``constraints.txt``, the SBOM and
+        ``bin/hpcstack-doctor``; ``sanitycheck``: ``hpcstack-doctor --help`` with the stack's python."""
+        state = os.path.join(ctx.build_prefix, ".hpcstack")
+        lock = self._lock(ctx)
+        pins = read_lock(lock) if lock and os.path.isfile(lock) else []
+        builds = source_builds(ctx.recipe)
+        text = constraints_text(ctx.recipe.full_name, pins, [(b.package, b.version) for b in builds])
+        spec = {
+            "name": ctx.recipe.name, "version": ctx.recipe.version,
+            "description": getattr(ctx.recipe, "whatis", "") or "",
+            "site": ctx.site.name, "prefix": ctx.prefix, "lock": lock,
+            "builds": [{
+                "package": b.package, "version": b.version, "url": b.url, "sha256": b.sha256,
+                "patches": [{"file": b.patch_path(ctx, p), "sha256": p.sha256} for p in b.patches],
+                # MAKEFLAGS (parallelism) changes nothing in the binary, as in the build key
+                "env": {k: v for k, v in b.build_env(ctx).items() if k != "MAKEFLAGS"},
+                "probes": [list(p) for p in b.key_probes(ctx)],
+            } for b in builds],
+        }
+        # the doctor's source named from the package's data directory, as StackTools names the
+        # trainer, so that the dry-run reads the same wherever hpcstack is installed
+        source = os.path.join(str(data_root()), os.pardir, os.path.basename(doctor.__file__))
+        script = os.path.join(ctx.bin_dir, doctor.SCRIPT)
+        return {
+            INSTALL: [WriteFile(os.path.join(state, CONSTRAINTS), text),
+                      WriteSbom(os.path.join(state, SBOM), json.dumps(spec, sort_keys=True)),
+                      # `hpcstack doctor` for users without the hpcstack command
+                      Run(("install", "-D", "-m", "0755", source, script), input_files=(source,))],
+            SANITYCHECK: [Run((ctx.python, script, "--help"))],
+        }
+
+
+# ------------------------------------------------------------------------------------ the SBOM
+
+@dataclass(frozen=True)
+class WriteSbom(ActionBase):
+    """Write the stack's CycloneDX SBOM (an action; the dry-run prints ``hpcstack action sbom``,
+    which runs this same code).
+
+    Args:
+        path (str): the JSON file to write (atomically).
+        spec (str): JSON: ``name``, ``version``, ``description``, ``site``, ``prefix``, ``lock``
+            (path or null) and ``builds`` (each: ``package``, ``version``, ``url``, ``sha256``,
+            ``patches`` [{``file``, ``sha256``}], ``env`` (may hold ``${NAME}``) and ``probes``
+            [[label, bash command]] run in the build environment).
+
+    Raises:
+        HpcstackError: the lock or a patch cannot be read, or the file cannot be written.
+    """
+
+    path: str
+    spec: str
+
+    def commands(self) -> tuple[Run, ...]:
+        return (Run(("bash",)),)
+
+    def inputs(self) -> tuple[str, ...]:
+        data = json.loads(self.spec)
+        return tuple(([data["lock"]] if data.get("lock") else [])
+                     + [p["file"] for b in data["builds"] for p in b["patches"]])
+
+    def outputs(self) -> tuple[str, ...]:
+        return (self.path,)
+
+    def to_bash(self) -> str:
+        return " ".join(shlex.quote(w) for w in (*ACTION_COMMAND, "sbom", "--spec", self.spec, self.path))
+
+    def execute(self, ctx) -> None:
+        data = json.loads(self.spec)
+        env = dict(getattr(ctx, "env", None) or os.environ)
+        for build in data["builds"]:
+            build_env = {**env, **{k: expand(v, env) for k, v in build["env"].items()}}
+            build["probed"] = {label: run_probe(cmd, build_env) for label, cmd in build["probes"]}
+        try:
+            text = sbom_json(data)
+            write_atomic(Path(self.path), text, 0o644)
+        except OSError as exc:
+            raise HpcstackError(f"cannot write the SBOM {self.path}: {exc}") from None
+        ctx.log.write(f"wrote the CycloneDX SBOM {self.path}\n")
+
+
+def run_probe(command: str, env: dict[str, str]) -> str:
+    """Run one probe with bash in ``env``; its stdout and stderr (``""`` when bash fails to start)."""
+    try:
+        proc = subprocess.run(["bash", "-c", command], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.decode(errors="replace")
+
+
+def probed_versions(probed: dict[str, str]) -> list[tuple[str, str, str]]:
+    """Pick ``(component, version, raw first line)`` for Python, compilers, cmake, MPI, CUDA and
+    NCCL out of probe output (GCC/Clang/NVHPC ``--version``, Open MPI ``-showme:version``, MPICH or
+    Intel MPI ``-show`` output naming the library, ``nvcc --version``'s ``release X.Y, VX.Y.Z``,
+    ``nccl.h``'s ``NCCL_MAJOR``/``MINOR``/``PATCH``).
+
+    Args:
+        probed (dict[str, str]): probe label -> output (labels of :meth:`HorovodBuild.key_probes`:
+            ``python`` (the stack's venv), ``C compiler``, ``C++ compiler``, ``MPI``, ``CUDA``,
+            ``NCCL``, ``cmake``).
+
+    Returns:
+        list[tuple[str, str, str]]: one entry per tool found; a tool that is absent (a CPU-only
+        build has no CUDA or NCCL) gives none.
+    """
+    out = []
+    m = re.match(r"\s*(\d+\.\d+\.\d+)", probed.get("python", ""))
+    if m:
+        out.append(("Python", m.group(1), probed["python"].strip().splitlines()[0]))
+    for label in ("C compiler", "C++ compiler", "cmake"):
+        text = probed.get(label, "")
+        first = text.strip().splitlines()[0] if text.strip() else ""
+        m = re.search(r"(\d+\.\d+(?:\.\d+)?)", first)
+        if m and "not found" not in first:
+            out.append((label, m.group(1), first))
+    mpi = probed.get("MPI", "")
+    m = re.search(r"(Open MPI|MPICH|Intel\(R\) MPI|MVAPICH2?)\D*(\d+\.\d+(?:\.\d+)?)", mpi)
+    if m:
+        out.append((f"MPI ({m.group(1)})", m.group(2), m.group(0)))
+    m = re.search(r"release (\d+\.\d+)[^\n]*?V(\d+\.\d+\.\d+)", probed.get("CUDA", ""))
+    if m:
+        out.append(("CUDA", m.group(2), m.group(0)))
+    nccl = dict(re.findall(r"#define NCCL_(MAJOR|MINOR|PATCH)\s+(\d+)", probed.get("NCCL", "")))
+    if len(nccl) == 3:
+        out.append(("NCCL", f"{nccl['MAJOR']}.{nccl['MINOR']}.{nccl['PATCH']}", "nccl.h"))
+    return out
+
+
+def build_bom(data: dict):
+    """Build the CycloneDX :class:`cyclonedx.model.bom.Bom` of a stack.
+
+    Args:
+        data (dict): the :class:`WriteSbom` spec, each build with ``probed`` (label -> output).
+
+    Returns:
+        cyclonedx.model.bom.Bom: the stack as the metadata component; the lock's pins, the lock
+        file, each source build (sdist with sha256, patches in its pedigree), each patch file
+        and the build environment's tools as components.
+
+    Raises:
+        OSError: the lock file or a patch cannot be read.
+    """
+    from cyclonedx.model import (AttachedText, ExternalReference, ExternalReferenceType, HashAlgorithm,
+                                 HashType, Property, XsUri)
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType, Diff, Patch, PatchClassification, Pedigree
+    from packageurl import PackageURL
+
+    def sha256(value: str) -> HashType:
+        return HashType(alg=HashAlgorithm.SHA_256, content=value)
+
+    def pypi(name: str, version: str) -> PackageURL:
+        return PackageURL(type="pypi", name=re.sub(r"[-_.]+", "-", name).lower(), version=version)
+
+    stack = Component(name=f"{data['name']}/{data['version']}", version=data["version"],
+                      type=ComponentType.APPLICATION, bom_ref=f"stack:{data['name']}/{data['version']}",
+                      description=data.get("description") or None,
+                      properties=[Property(name="hpcstack:site", value=data["site"]),
+                                  Property(name="hpcstack:prefix", value=data["prefix"])])
+    bom = Bom()
+    bom.metadata.component = stack
+    components = []
+    lock = data.get("lock")
+    if lock:
+        components.append(Component(name=os.path.basename(lock), type=ComponentType.FILE,
+                                    bom_ref=f"file:{os.path.basename(lock)}", hashes=[sha256(sha256_file(lock))],
+                                    description="the lock file the stack's wheels were installed from"))
+        for pin in read_lock(lock):
+            props = [Property(name="hpcstack:allowed-file-sha256", value=h) for h in pin.hashes]
+            if pin.marker:
+                props.append(Property(name="hpcstack:marker", value=pin.marker))
+            refs = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(pin.index))] if pin.index else []
+            components.append(Component(name=pin.name, version=pin.version, purl=pypi(pin.name, pin.version),
+                                        bom_ref=f"pypi:{pin.name}=={pin.version}", properties=props,
+                                        external_references=refs))
+    tools = {}
+    for build in data["builds"]:
+        patches, patch_files = [], []
+        for p in build["patches"]:
+            name = os.path.basename(p["file"])
+            actual = sha256_file(p["file"])
+            patch_files.append(Component(name=name, type=ComponentType.FILE, bom_ref=f"file:{name}",
+                                         hashes=[sha256(actual)],
+                                         description=f"patch applied to {build['package']} {build['version']}"))
+            patches.append(Patch(type=PatchClassification.UNOFFICIAL,
+                                 diff=Diff(text=AttachedText(content=Path(p["file"]).read_text(errors="replace")))))
+        sdist = ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(build["url"]),
+                                  hashes=[sha256(build["sha256"])], comment="the sdist it was built from")
+        components.append(Component(
+            name=build["package"], version=build["version"], purl=pypi(build["package"], build["version"]),
+            bom_ref=f"pypi:{build['package']}=={build['version']}", external_references=[sdist],
+            pedigree=Pedigree(patches=patches) if patches else None,
+            description="built from its sdist on the site",
+            properties=[Property(name=f"hpcstack:build-env:{k}", value=v) for k, v in sorted(build["env"].items())]))
+        components += patch_files
+        for label, version, line in probed_versions(build.get("probed", {})):
+            tools.setdefault((label, version), line)
+    for (label, version), line in sorted(tools.items()):
+        components.append(Component(name=label, version=version, type=ComponentType.APPLICATION,
+                                    bom_ref=f"build-env:{label}", description=line or None,
+                                    properties=[Property(name="hpcstack:role", value="build environment")]))
+    seen = set()
+    for c in components:
+        if str(c.bom_ref) not in seen:
+            seen.add(str(c.bom_ref))
+            bom.components.add(c)
+    bom.register_dependency(stack, [c for c in bom.components
+                                     if not str(c.bom_ref).startswith(("file:", "build-env:"))])
+    return bom
+
+
+def sbom_json(data: dict) -> str:
+    """The SBOM of :func:`build_bom` as CycloneDX 1.6 JSON text."""
+    from cyclonedx.output.json import JsonV1Dot6
+
+    return JsonV1Dot6(build_bom(data)).output_as_string(indent=1) + "\n"
+
+
+def action_cli(args) -> int:
+    """``hpcstack action sbom --spec JSON PATH`` (:class:`WriteSbom`)."""
+    import sys
+
+    class _Ctx:
+        env = dict(os.environ)
+        log = sys.stdout
+        state_dir = None
+
+    WriteSbom(os.path.abspath(args.path), args.spec).execute(_Ctx())
+    return 0
