@@ -194,11 +194,10 @@ class Toolchain:
         cuda_stubs (str | None): directory with ``libcuda.so`` stubs, for builds on a login node
             without a GPU driver; used at build and sanity check only, never in a modulefile.
         nccl_home (str | None): NCCL (``include/nccl.h``, ``lib/libnccl.so``).
-        cuda_static_runtime (bool): the toolkit has the static runtime libraries
-            ``libcudart_static.a`` and ``libcudadevrt.a`` (NVIDIA's and NVHPC's do; default True).
-            False for a toolkit with the shared runtime only (one put together from PyPI's CUDA
-            wheels, ``scripts/localhost-cuda-toolkit``): builds then link ``libcudart.so``, as
-            torch's extensions do, and no device runtime (issue 10).
+        cuda_static_runtime (bool): the toolkit has ``libcudart_static.a`` (NVIDIA's and NVHPC's
+            do; default True). False for a toolkit with the shared runtime only (one put together
+            from PyPI's CUDA wheels, ``scripts/localhost-cuda-toolkit``): builds then link
+            ``libcudart.so``, as torch's extensions do (issue 10).
     """
 
     cc: str = "mpicc"

@@ -396,7 +396,7 @@ class HorovodBuild(SourceBuild):
                 env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(str(c) for c in tc.cuda_cc_list)
             if not tc.cuda_static_runtime:  # our patch's knob; nvcc's own links follow NVCC_APPEND_FLAGS
                 env["HOROVOD_CUDA_RUNTIME_LIBRARY"] = "Shared"
-                env["NVCC_APPEND_FLAGS"] = "--cudart shared --cudadevrt none"
+                env["NVCC_APPEND_FLAGS"] = "--cudart shared"
             if (not {"CUDA_HOME", "CUDA_PATH"} & set(ctx.site.build_env)
                     and tc.cuda_home not in ("${CUDA_HOME}", "$CUDA_HOME")):
                 # torch's cpp_extension, which Horovod's CMake asks for the CUDA libraries, finds
