@@ -149,4 +149,5 @@ def test_patched_horovod_builds_and_checks(trixie, cmake4, tmp_path_factory, gcc
 
     from hpcstack.validate.checkbuild import missing_flags, parse_check_build
 
-    assert missing_flags(parse_check_build(proc.stdout), ["PyTorch", "MPI", "Gloo"]) == []
+    check_build = proc.stdout[proc.stdout.index("Horovod v"):]
+    assert missing_flags(parse_check_build(check_build), ["PyTorch", "MPI", "Gloo"]) == []
