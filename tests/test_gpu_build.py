@@ -9,6 +9,7 @@ its download, wheel and Horovod build caches, so a warm run compiles nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -99,3 +100,17 @@ def test_horovod_links_the_shared_cuda_runtime_and_nccl_not_libcuda(installed):
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic)
     assert "libcudart.so.12" in needed and "libnccl.so.2" in needed, needed
     assert "libcuda.so.1" not in needed, needed
+
+
+def test_the_gpu_build_trains_on_the_cpu_of_the_build_host(installed, site_file):
+    # the recipe's workload for localhost-gpu-build is the CPU one: Horovod's MPI operations for
+    # CPU tensors, in the build with NCCL GPU operations, on 2 ranks, with the collectives check
+    proc = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", str(site_file), "--local", "--json", timeout=900)
+    print(proc.stdout[-2000:], proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):proc.stdout.rindex("}") + 1])
+    assert result["ok"] is True
+    records = result["records"]
+    assert next(r for r in records if r["record"] == "config")["device"] == "cpu"
+    conv = next(r for r in records if r["record"] == "convergence")
+    assert conv["loss_fell"] and conv["params_identical"]
