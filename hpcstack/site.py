@@ -91,6 +91,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
             "version": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$"},
             "cc_list": {"type": "array", "items": _POS_INT},
             "stubs": _NULL_STR,
+            "static_runtime": {"type": "boolean"},
         }), "type": ["object", "null"]},
         "nccl": {**_obj(["home"], {"home": _STR}), "type": ["object", "null"]},
     }),
@@ -195,6 +196,10 @@ class Toolchain:
         cuda_stubs (str | None): directory with ``libcuda.so`` stubs, for builds on a login node
             without a GPU driver; used at build and sanity check only, never in a modulefile.
         nccl_home (str | None): NCCL (``include/nccl.h``, ``lib/libnccl.so``).
+        cuda_static_runtime (bool): the toolkit has ``libcudart_static.a`` (NVIDIA's and NVHPC's
+            do; default True). False for a toolkit with the shared runtime only (one put together
+            from PyPI's CUDA wheels, ``scripts/localhost-cuda-toolkit``): builds then link
+            ``libcudart.so``, as torch's extensions do (issue 10).
     """
 
     cc: str = "mpicc"
@@ -205,6 +210,7 @@ class Toolchain:
     cuda_cc_list: tuple = ()
     cuda_stubs: str | None = None
     nccl_home: str | None = None
+    cuda_static_runtime: bool = True
 
     @property
     def has_cuda(self) -> bool:
@@ -218,7 +224,7 @@ class Toolchain:
         return cls(cc=section.get("cc", "mpicc"), cxx=section.get("cxx", "mpicxx"), fc=section.get("fc"),
                    cuda_home=cuda.get("home"), cuda_version=cuda.get("version"),
                    cuda_cc_list=tuple(cuda.get("cc_list", ())), cuda_stubs=cuda.get("stubs"),
-                   nccl_home=nccl.get("home"))
+                   nccl_home=nccl.get("home"), cuda_static_runtime=cuda.get("static_runtime", True))
 
 
 @dataclass(frozen=True)

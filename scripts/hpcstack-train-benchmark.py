@@ -1111,8 +1111,28 @@ def logits_of(output) -> torch.Tensor:
     return getattr(output, "logits", output)
 
 
+def in_memory_format(value, channels_last: bool):
+    """A model or a 4-D batch in channels-last (NHWC) memory format when ``channels_last``, else
+    unchanged. Tensor cores take NHWC for convolutions: PyTorch's channels-last tutorial and
+    NVIDIA's deep learning performance guide advise it with AMP (issue 10)."""
+    if not channels_last:
+        return value
+    if isinstance(value, torch.Tensor):
+        return value.contiguous(memory_format=torch.channels_last) if value.dim() == 4 else value
+    return value.to(memory_format=torch.channels_last)
+
+
+def model_channels_last(comm: Comm, args: argparse.Namespace) -> bool:
+    """Whether the model's parameters go channels-last too: with DDP, yes; with Horovod 0.28.1,
+    no: its broadcast and allreduce refuse non-contiguous tensors ("Tensor is required to be
+    contiguous", ``horovod/torch/mpi_ops.py``), and a channels-last convolution weight and its
+    gradient are not contiguous. The batches still are, and the convolutions follow them."""
+    return args.channels_last and comm.name != "horovod"
+
+
 def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, comm: Comm,
-                    precision: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+                    precision: str, channels_last: bool = False
+                    ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """One forward/backward/step on a batch, as in Horovod's ``benchmark_step``.
 
     Args:
@@ -1120,6 +1140,7 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, comm: Co
         comm: the backend (its AMP step differs for Horovod).
         precision: ``fp32``, or ``amp``: autocast to float16 with a GradScaler on CUDA, to
             bfloat16 (no scaler) on CPU.
+        channels_last: feed the batch in channels-last memory format (the model must be too).
 
     Returns:
         ``step(images, labels) -> loss`` (a 0-dim tensor, not synchronised).
@@ -1135,7 +1156,7 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, comm: Co
     def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         optimizer.zero_grad()
         with torch.autocast(device_type, dtype=amp_dtype, enabled=use_amp):
-            loss = F.cross_entropy(logits_of(model(images)), labels)
+            loss = F.cross_entropy(logits_of(model(in_memory_format(images, channels_last))), labels)
         if scaler is None:
             loss.backward()
             optimizer.step()
@@ -1187,14 +1208,14 @@ def run_benchmark(comm: Comm, args: argparse.Namespace) -> list[float]:
     """
     torch.manual_seed(derive_seed(args.seed, "benchmark-model", 0))
     model, optimizer = comm.prepare(
-        build_model(args.model, args.num_classes),
+        in_memory_format(build_model(args.model, args.num_classes), model_channels_last(comm, args)),
         lambda params: torch.optim.SGD(params, lr=0.01 * comm.size))
     generator = torch.Generator().manual_seed(derive_seed(args.seed, "benchmark-data", comm.rank))
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
                          generator=generator).to(comm.device)
     labels = torch.randint(0, args.num_classes, (args.batch_size,),
                            generator=generator).to(comm.device)
-    step = make_train_step(model, optimizer, comm, args.precision)
+    step = make_train_step(model, optimizer, comm, args.precision, args.channels_last)
     model.train()
     for _ in range(args.num_warmup_batches):
         step(images, labels)
@@ -1306,7 +1327,7 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     torch.manual_seed(derive_seed(args.seed, "convergence-model", 0))
     model, optimizer = comm.prepare(
-        build_model(args.model, args.convergence_classes),
+        in_memory_format(build_model(args.model, args.convergence_classes), model_channels_last(comm, args)),
         lambda params: torch.optim.SGD(params, lr=args.convergence_lr, momentum=0.9))
     plain = comm.unwrap(model)
     teacher = ChannelMeanTeacher(args.convergence_classes, args.seed, comm.device)
@@ -1322,7 +1343,8 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
 
     def mean_eval_loss(name: str) -> float:
         with torch.no_grad(), batch_statistics_eval(plain), torch.autocast(**autocast):
-            losses = [F.cross_entropy(logits_of(plain(x)), y).float() for x, y in eval_set]
+            losses = [F.cross_entropy(logits_of(plain(in_memory_format(x, args.channels_last))), y).float()
+                      for x, y in eval_set]
         return float(comm.allreduce_mean(torch.stack(losses).mean().cpu(), name))
 
     counts = torch.bincount(torch.cat([y for _, y in eval_set]).cpu(),
@@ -1331,7 +1353,7 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
     frequencies = frequencies[frequencies > 0] / frequencies.sum()
     baseline_loss = float(-(frequencies * frequencies.log()).sum())
     initial_loss = mean_eval_loss("convergence.initial_loss")
-    step = make_train_step(model, optimizer, comm, args.precision)
+    step = make_train_step(model, optimizer, comm, args.precision, args.channels_last)
     train_generator = generator("convergence-train")
     for _ in range(args.convergence_steps):
         step(*teacher.sample(args.batch_size, args.image_size, train_generator))
@@ -1429,10 +1451,10 @@ def run_digits(comm: Comm, args: argparse.Namespace) -> tuple[list[float], dict]
     torch.manual_seed(derive_seed(args.seed, "digits-model", 0))
     lr = args.lr * comm.size
     model, optimizer = comm.prepare(
-        build_model(DIGITS_MODEL, DIGITS_CLASSES),
+        in_memory_format(build_model(DIGITS_MODEL, DIGITS_CLASSES), model_channels_last(comm, args)),
         lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9))
     plain = comm.unwrap(model)
-    step = make_train_step(model, optimizer, comm, args.precision)
+    step = make_train_step(model, optimizer, comm, args.precision, args.channels_last)
     model.train()
     img_secs, losses = [], []
     for epoch in range(args.epochs):
@@ -1617,6 +1639,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add("--num-iters", type=_positive, default=10, help="timed iterations")
     add("--precision", choices=["fp32", "amp"], default="fp32",
         help="amp: autocast float16 + GradScaler on CUDA, bfloat16 on CPU")
+    add("--channels-last", action="store_true",
+        help="batches (and, with ddp, the model) in channels-last (NHWC) memory format, what "
+             "tensor cores take for convolutions; advised with --precision amp on GPUs")
     add("--device", choices=["auto", "cpu", "cuda"], default="auto",
         help="auto: CUDA (GPU = local rank) when available, else CPU")
     add("--threads", type=int, default=0,

@@ -95,6 +95,19 @@ def test_a_failed_build_names_its_first_compiler_error(log, first):
     assert line == f"the build failed; the first compiler error: {first}"
 
 
+def test_a_failed_link_names_the_linker_error():
+    # CMake's check of the CUDA compiler, relayed (indented) by pip: the linker's line is the cause
+    log = ("      CMake Error at /usr/share/cmake-3.25/Modules/CMakeDetermineCompilerId.cmake:739 (message):\n"
+           "        Compiling the CUDA compiler identification source file\n"
+           "        /usr/bin/ld: cannot find -lcudadevrt: No such file or directory\n"
+           "        collect2: error: ld returned 1 exit status\n")
+    assert diagnose(log) == ("the build failed; the first linker error: "
+                             "/usr/bin/ld: cannot find -lcudadevrt: No such file or directory")
+    assert diagnose(log.replace("/usr/bin/ld: cannot find -lcudadevrt: No such file or directory\n", "")) == (
+        "the build failed; CMake: /usr/share/cmake-3.25/Modules/CMakeDetermineCompilerId.cmake:739 (message) "
+        "Compiling the CUDA compiler identification source file")
+
+
 def test_a_failed_cmake_names_its_error():
     log = ("CMake Error at CMakeLists.txt:1 (cmake_minimum_required):\n"
            "  Compatibility with CMake < 3.5 has been removed from CMake.\n\n-- Configuring incomplete\n")

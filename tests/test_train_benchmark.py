@@ -526,3 +526,25 @@ def test_digits_refuses_another_image_size(python):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "--model digits trains on 8x8 images" in done.stderr
+
+
+@pytest.mark.integration
+def test_channels_last_with_amp_trains_on_two_ranks(mpirun, python, backend):
+    """--channels-last (the gpu-amp workload's, issue 10): with Horovod only the batches go
+    channels-last (it refuses non-contiguous parameters and gradients), with DDP the model too;
+    both must train, converge and keep the ranks' parameters identical (bfloat16 AMP on CPUs)."""
+    done = run_two_ranks(mpirun, python, backend, "--channels-last", "--precision", "amp",
+                         "--no-collectives-check")
+    assert done.returncode == 0, done.stderr[-3000:]
+    convergence = by_kind(parse_records(done.stdout), "convergence")[0]
+    assert convergence["below_threshold"] and convergence["params_identical"]
+
+
+def test_workload_flags_reach_the_trainer_as_flags():
+    from hpcstack.validate.validation import trainer_argv
+
+    argv = trainer_argv({"model": "resnet50", "batch_size": 128, "precision": "amp", "channels_last": True},
+                        "/p", "horovod", "out.jsonl", 4)
+    assert "--channels-last" in argv and "True" not in argv
+    assert argv[argv.index("--batch-size") + 1] == "128"
+    assert "--channels-last" not in trainer_argv({"channels_last": False}, "/p", "ddp", "out.jsonl", 1)

@@ -254,8 +254,11 @@ _NETWORK = re.compile(r"(Failed to establish a new connection|ProxyError|Cannot 
 _COMPILER_ERROR = re.compile(
     r"^(?:.*?\s)?(\S+\.(?:c|cc|cpp|cxx|h|hh|hpp|hxx|cu|cuh)(?:\(\d+\)|:\d+(?::\d+)?):\s+(?:fatal\s+)?error:?\s.*)$",
     re.M)
-#: CMake's configure errors: ``CMake Error at CMakeLists.txt:12 (…):`` and the message under it.
-_CMAKE_ERROR = re.compile(r"^CMake Error(?: at ([^\n]*?))?:?\s*\n\s*([^\n]+)", re.M)
+#: The linker's: a missing library (``ld: cannot find -lcudadevrt``) or symbol.
+_LINKER_ERROR = re.compile(r"^\s*(\S*\bld(?:\.\w+)?: (?:cannot find|.*undefined reference).*)$", re.M)
+#: CMake's configure errors: ``CMake Error at CMakeLists.txt:12 (…):`` and the message under it
+#: (indented when pip relays the build's output).
+_CMAKE_ERROR = re.compile(r"^[ \t]*CMake Error(?: at ([^\n]*?))?:?\s*\n\s*([^\n]+)", re.M)
 
 
 def diagnose(log: str) -> str | None:
@@ -263,7 +266,8 @@ def diagnose(log: str) -> str | None:
 
     Recognised: a wheel whose sha256 is not the one in the lock (pip's and uv's messages; both
     hashes and the file), a full disk, no network (pip's and uv's messages), a missing compiler,
-    and a compile error (the first compiler error line, else CMake's first error).
+    and a compile error (the first compiler error line, else the linker's, else CMake's first
+    error; issue 10).
 
     Args:
         log (str): the text of the step's log.
@@ -293,6 +297,9 @@ def diagnose(log: str) -> str | None:
     m = _COMPILER_ERROR.search(log)
     if m:
         return f"the build failed; the first compiler error: {m.group(1).strip()}"
+    m = _LINKER_ERROR.search(log)
+    if m:
+        return f"the build failed; the first linker error: {m.group(1).strip()}"
     m = _CMAKE_ERROR.search(log)
     if m:
         return f"the build failed; CMake: {m.group(1).strip()} {m.group(2).strip()}".rstrip()

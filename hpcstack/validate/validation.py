@@ -375,7 +375,7 @@ _TRAINER_OPTIONS = {"model": "--model", "image_size": "--image-size", "batch_siz
                     "warmup_batches": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
                     "iterations": "--num-iters", "convergence_steps": "--convergence-steps",
                     "loss_threshold": "--loss-threshold", "epochs": "--epochs", "lr": "--lr",
-                    "accuracy_threshold": "--accuracy-threshold"}
+                    "accuracy_threshold": "--accuracy-threshold", "channels_last": "--channels-last"}
 
 
 def parse_nodes(text: str) -> list[int]:
@@ -407,7 +407,9 @@ def trainer_argv(workload: dict, prefix: str, backend: str, output: str, threads
     """
     argv = [os.path.join(prefix, "bin", TRAINER), "--backend", backend]
     for key, option in _TRAINER_OPTIONS.items():
-        if key in workload:
+        if isinstance(workload.get(key), bool):  # a flag: given when true
+            argv += [option] if workload[key] else []
+        elif key in workload:
             argv += [option, str(workload[key])]
     return argv + ["--threads", str(threads), "--output", output]
 

@@ -52,6 +52,7 @@ _WORKLOAD = {"type": "object", "additionalProperties": False, "properties": {
     "image_size": _POS_INT,
     "batch_size": _POS_INT,
     "precision": {"enum": ["fp32", "amp"]},
+    "channels_last": {"type": "boolean"},
     "device": {"enum": ["auto", "cpu", "cuda"]},
     "warmup_batches": {"type": "integer", "minimum": 0},
     "batches_per_iter": _POS_INT,

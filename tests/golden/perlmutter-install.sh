@@ -19,6 +19,8 @@ env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTR
 
 # --- step patch: unpack sources into the stage dir and apply patches
 echo '35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch' | sha256sum -c -
+echo '98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch' | sha256sum -c -
+echo '9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch' | sha256sum -c -
 
 # --- step build: build from source with the site's compilers and libraries
 hpcstack_archs=$("${CUDA_HOME}/bin/nvcc" --list-gpu-arch)
@@ -48,8 +50,10 @@ hpcstack_build_key_horovod() {
     echo 'package horovod 0.28.1'
     echo 'sdist horovod-0.28.1.tar.gz sha256 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0'
     echo 'patch horovod-0.28.1-cxx17.patch sha256 35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a'
+    echo 'patch horovod-0.28.1-gcc13-cmake4.patch sha256 98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193'
+    echo 'patch horovod-0.28.1-cuda-runtime.patch sha256 9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f'
     echo '--- python'; { /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in ["torch"]]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
-    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C compiler'; { "${CC:-cc}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C++ compiler'; { "${CXX:-c++}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- cmake'; { cmake --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
@@ -65,6 +69,8 @@ if ls /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.
 else
   hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
   cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
+  cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
+  cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
   rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
   CC=cc CXX=CC FC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl" HOROVOD_BUILD_CUDA_CC_LIST=80 MAKEFLAGS=-j8 /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -m pip --isolated --no-input --disable-pip-version-check wheel --no-deps --no-build-isolation --no-cache-dir -w /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
   mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1 && tmp=$(mktemp -d /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/.new-XXXXXX) && chmod 755 "$tmp" && cp /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/*.whl "$tmp"/ \

@@ -35,7 +35,7 @@ _NO_LINE_NUMBERS = "sed -E 's/^[^:]*: line [0-9]+: //'"
 
 #: Variables of the build environment that change the binary; the key records their values.
 #: ``MAKEFLAGS`` (parallelism) is left out on purpose: ``-j2`` and ``-j8`` give the same wheel.
-KEY_VARIABLES = r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME"
+KEY_VARIABLES = r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS"
 
 
 @dataclass(frozen=True)
@@ -394,9 +394,26 @@ class HorovodBuild(SourceBuild):
                 env["HOROVOD_NCCL_HOME"] = tc.nccl_home
             if tc.cuda_cc_list:
                 env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(str(c) for c in tc.cuda_cc_list)
+            if not tc.cuda_static_runtime:
+                # our patch's knob; nvcc's own links follow NVCC_APPEND_FLAGS. CMake's probe of
+                # the CUDA compiler's link directories links libcudart_static.a whatever the
+                # setting, fails without it, and leaves the toolkit's lib64 off the final link
+                # line: LDFLAGS puts it there (CMake starts its linker flags from LDFLAGS).
+                env["HOROVOD_CUDA_RUNTIME_LIBRARY"] = "Shared"
+                env["NVCC_APPEND_FLAGS"] = "--cudart shared"
+                site_ldflags = ctx.site.build_env.get("LDFLAGS", "")
+                env["LDFLAGS"] = f"-L{tc.cuda_home}/lib64" + (f" {site_ldflags}" if site_ldflags else "")
+            if (not {"CUDA_HOME", "CUDA_PATH"} & set(ctx.site.build_env)
+                    and tc.cuda_home not in ("${CUDA_HOME}", "$CUDA_HOME")):
+                # torch's cpp_extension, which Horovod's CMake asks for the CUDA libraries, finds
+                # the toolkit by CUDA_HOME (else CUDA_PATH, else nvcc on PATH, else /usr/local/cuda)
+                env["CUDA_HOME"] = tc.cuda_home
         else:
             env["HOROVOD_WITHOUT_CUDA"] = "1"
-        return {**env, **super().build_env(ctx)}
+        base = super().build_env(ctx)
+        if "LDFLAGS" in env:
+            base.pop("LDFLAGS", None)
+        return {**env, **base}
 
     def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
         """torch: Horovod's PyTorch extension is built against its headers and C++ ABI."""
