@@ -97,7 +97,9 @@ def test_an_unreachable_index_fails_with_one_line_and_writes_nothing(tmp_path):
 
 def test_easyconfig_needs_an_output_file_for_its_patches():
     proc = hpcstack("export", RECIPE, "--site", "localhost", "--format", "easyconfig")
-    assert proc.returncode == 2 and "give -o FILE (its horovod-0.28.1-cxx17.patch go next to it)" in proc.stderr
+    assert proc.returncode == 2
+    assert ("give -o FILE (its horovod-0.28.1-cxx17.patch, horovod-0.28.1-gcc13-cmake4.patch, "
+            "horovod-0.28.1-cuda-runtime.patch go next to it)") in proc.stderr
     assert proc.stdout == ""
 
 
@@ -151,6 +153,7 @@ keys = ['easyblock', 'name', 'version', 'versionsuffix', 'exts_list', 'sanity_ch
 values = {k: ec[k] for k in keys if k != 'modextravars'}
 with ec.disable_templating():      # %(installdir)s is known only during an installation
     values['modextravars'] = ec['modextravars']
+    values['postinstallcmds'] = ec['postinstallcmds']
 print(json.dumps({**values, 'dependencies': [(d['name'], d['version']) for d in ec.dependencies()]}))
 """
 
@@ -193,13 +196,15 @@ def test_easyconfig_parses_with_every_applicable_pin_as_an_extension(exported, p
 def test_horovod_comes_from_its_sdist_with_the_patch_and_the_build_settings(exported, parsed):
     name, version, options = parsed["exts_list"][-1]
     assert (name, version) == ("horovod", "0.28.1")
-    assert options["sources"] == ["horovod-0.28.1.tar.gz"] and options["patches"] == ["horovod-0.28.1-cxx17.patch"]
-    patch = (REPO / "recipes" / "pytorch" / "patches" / "horovod-0.28.1-cxx17.patch").read_bytes()
+    patches = ["horovod-0.28.1-cxx17.patch", "horovod-0.28.1-gcc13-cmake4.patch", "horovod-0.28.1-cuda-runtime.patch"]
+    assert options["sources"] == ["horovod-0.28.1.tar.gz"] and options["patches"] == patches
+    texts = {p: (REPO / "recipes" / "pytorch" / "patches" / p).read_bytes() for p in patches}
     assert options["checksums"] == [
         {"horovod-0.28.1.tar.gz": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"},
-        {"horovod-0.28.1-cxx17.patch": hashlib.sha256(patch).hexdigest()}]
+        *({p: hashlib.sha256(texts[p]).hexdigest()} for p in patches)]
     tmp = exported[0]
-    assert (tmp / "horovod-0.28.1-cxx17.patch").read_bytes() == patch   # EasyBuild finds it there
+    for p in patches:
+        assert (tmp / p).read_bytes() == texts[p]   # EasyBuild finds them there
     for setting in ("CC=mpicc", "CXX=mpicxx", "HOROVOD_WITH_PYTORCH=1", "HOROVOD_WITH_MPI=1", "HOROVOD_WITH_GLOO=1",
                     "HOROVOD_CPU_OPERATIONS=MPI", "HOROVOD_WITHOUT_CUDA=1", "HOROVOD_WITHOUT_TENSORFLOW=1"):
         assert setting in options["preinstallopts"].split(), setting
@@ -213,7 +218,14 @@ def test_sanity_check_and_module_environment_match_the_recipe_and_modulefile(exp
     assert commands[1:] == [f"horovodrun --check-build | grep -F '[X] {flag}'" for flag in ("PyTorch", "MPI", "Gloo")]
     assert parsed["sanity_check_paths"]["files"] == ["bin/horovodrun"]
     assert parsed["modextrapaths"] == {"PATH": ["bin"], "PYTHONPATH": [f"lib/python{python}/site-packages"]}
-    assert parsed["modextravars"] == {"HPCSTACK_PYTORCH_ROOT": "%(installdir)s"}
+    constraints = "%(installdir)s/.hpcstack/constraints.txt"
+    assert parsed["modextravars"] == {"HPCSTACK_PYTORCH_ROOT": "%(installdir)s", "PYTHONNOUSERSITE": "1",
+                                      "PIP_CONSTRAINT": constraints, "UV_CONSTRAINT": constraints}
+    # the file they name is written after the install, with every pin (issue 15)
+    (command,) = parsed["postinstallcmds"]
+    assert command.endswith("'urllib3==2.2.2' 'werkzeug==3.0.3' 'wheel==0.43.0' 'horovod==0.28.1'")
+    assert command.startswith("mkdir -p %(installdir)s/.hpcstack && printf '%%s\\n' > " + constraints)
+    assert "'torch==2.3.1'" in command
 
 
 @pytest.mark.integration

@@ -251,4 +251,7 @@ class EasyConfig:
             extensions=extensions, builds=builds, sanity_commands=commands,
             sanity_files=["bin/horovodrun"] if flags else [],
             modextrapaths=paths, modextravars=extra_vars, left_out=left_out,
+            constraints=([f"{e['name']}=={e['version']}" for e in extensions]
+                         + [f"{b['name']}=={b['version']}" for b in builds])
+            if "PIP_CONSTRAINT" in extra_vars else [],
             python_version=python_version, pypi_files=_PYPI_FILES)
