@@ -775,7 +775,7 @@ install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /p/project/P
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config
 LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" hpcstack check-build --horovodrun /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/horovodrun --require PyTorch,MPI,Gloo,NCCL
 /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate --help
-LD_LIBRARY_PATH="${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import torch; import torchvision; import torchaudio; import torchmetrics; import torchtext; import tensorboard; import tensorboard_plugin_profile; import tensorboard_plugin_wit; import torch_tb_profiler; import horovod.torch; import sklearn; print('"'"'imports ok'"'"')'
+LD_LIBRARY_PATH="${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import torch; import torchvision; import torchaudio; import torchmetrics; import torchtext; import tensorboard; import tensorboard_plugin_profile; import tensorboard_plugin_wit; import torch_tb_profiler; import horovod.torch; import sklearn; import ipykernel; print('"'"'imports ok'"'"')'
 /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -m pip --isolated --no-input --disable-pip-version-check freeze --all > /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/pip-freeze.txt
 
 # --- step permissions: make the stack world-readable and not world-writable
@@ -807,6 +807,12 @@ Then `source ~/myvenv/bin/activate` loads this module (if it is not loaded yet) 
 puts the venv first, and `deactivate` unloads it again (only if activate loaded it).
 `extend-venv-activate --help` says more; `extend-venv-activate --undo ~/myvenv`
 restores the venv's original activate scripts.
+
+As a Jupyter kernel (JupyterLab, JupyterHub, Open OnDemand), in the stack's own
+Python and ipykernel; the kernel loads this module when it starts:
+    hpcstack kernel install pytorch/2.3.1-gpu --site juwels-booster --user
+(add --venv ~/myvenv for a venv extended as above); undo it with
+    hpcstack kernel remove pytorch/2.3.1-gpu --site juwels-booster --user
 ]])
 
 whatis("Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard")
