@@ -465,8 +465,9 @@ def cmd_export(args) -> int:
     from hpcstack.install.service import InstallService
 
     site, recipe = _load(args)
-    plan = InstallService(site, recipe).dry_run()
-    text = get_exporter(args.format)().render(recipe, site, plan)
+    exporter = get_exporter(args.format)()
+    plan = InstallService(site, recipe).dry_run() if getattr(exporter, "needs_plan", True) else None
+    text = exporter.render(recipe, site, plan)
     if args.output:
         write_atomic(args.output, text, 0o644)
         print(f"wrote {args.output} ({args.format})", file=sys.stderr)
