@@ -495,13 +495,17 @@ def cmd_kernel(args) -> int:
         removed = kernel.remove_kernel(name, user=args.user, prefix=args.prefix)
         print(f"removed kernel {name} ({removed})")
         return 0
-    import shlex as _shlex
+    import shlex
 
-    command = "hpcstack kernel install " + " ".join(_shlex.quote(a) for a in sys.argv[3:]) \
+    command = "hpcstack kernel install " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
         if sys.argv[1:3] == ["kernel", "install"] else ""
     spec = kernel.make_kernel(site, recipe, name=args.name, user=args.user, prefix=args.prefix,
                               venv=args.venv, command=command)
-    path = kernel.install_kernel(spec)
+    try:
+        path = kernel.install_kernel(spec)
+    except PermissionError as exc:
+        raise HpcstackError(f"cannot write {exc.filename or spec.directory.parent}: permission denied "
+                            "(the system's Jupyter kernels need root: give --user, or --prefix DIR)") from None
     print(f"installed kernel {spec.name} ({spec.display_name}) in {path}")
     print(f"  Jupyter lists it as {spec.display_name!r}; `jupyter kernelspec list` shows it "
           f"where that directory is on Jupyter's path; remove it with: hpcstack kernel remove "
