@@ -30,7 +30,11 @@ hpcstack_link_cache() {
   mkdir -p "$to"
   if [ -d "$from" ]; then
     echo "::: cache: hard links from $from"
-    cp -al --no-clobber "$from/." "$to/" 2>/dev/null || cp -a --no-clobber "$from/." "$to/"
+    # a second try, then a copy (another filesystem); a file that vanished while copied (a
+    # temporary file of an install running beside) is left out: the install fetches what is missing
+    cp -al --no-clobber "$from/." "$to/" 2>/dev/null || cp -al --no-clobber "$from/." "$to/" 2>/dev/null \
+      || cp -a --no-clobber "$from/." "$to/" \
+      || echo "::: cache: some files of $from changed while copied and were left out"
     echo "::: cache: $((SECONDS - start)) s"
   else
     echo "::: cache: no $from (the install downloads everything)"
