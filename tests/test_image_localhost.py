@@ -78,3 +78,13 @@ def test_the_image_is_labelled_with_recipe_lock_and_version(image_run):
     assert labels["org.hpcstack.recipe"] == "pytorch/2.3.1-gpu"
     assert labels["org.hpcstack.version"] == __version__
     assert labels["org.hpcstack.lock"] == "2.3.1-gpu.pypi.lock" and len(labels["org.hpcstack.lock.sha256"]) == 64
+
+
+def test_the_image_and_its_container_are_removed(image_run):
+    code, out = image_run
+    buildah = ["buildah", "--storage-driver", "vfs", "--root", str(IMAGE_ROOT / "storage"),
+               "--runroot", "/run/hpcstack-image"]
+    images = subprocess.run([*buildah, "images", "--format", "{{.Name}}:{{.Tag}}"], capture_output=True, text=True)
+    assert images.returncode == 0 and "localhost/hpcstack-pytorch:2.3.1-gpu" not in images.stdout, images.stdout
+    containers = subprocess.run([*buildah, "containers", "--format", "{{.ContainerName}}"], capture_output=True, text=True)
+    assert not [c for c in containers.stdout.split() if c.startswith("hpcstack-image-")], containers.stdout
