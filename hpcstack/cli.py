@@ -142,6 +142,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="the output format")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
 
+    p = sub.add_parser(
+        "kernel", help="a Jupyter kernel that runs in an installed stack (loads its module)",
+        description="Write (install) or remove a Jupyter kernelspec for an installed stack: kernel.json "
+                    "and a launcher that loads the stack's module with the site's module tool (and "
+                    "with --venv activates a venv extended with extend-venv-activate), then runs "
+                    "the stack's ipykernel. Default place: the system's Jupyter kernels directory, "
+                    "as `jupyter kernelspec install`.")
+    ksub = p.add_subparsers(dest="kernel_command", required=True, metavar="ACTION")
+    for action, action_help in (("install", "write the kernelspec (replaces one hpcstack wrote)"),
+                                ("remove", "remove a kernelspec hpcstack wrote")):
+        kp = ksub.add_parser(action, help=action_help)
+        kp.add_argument("recipe", help="recipe as NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a path to a recipe file")
+        kp.add_argument("--site", default="localhost", help=SITE_HELP)
+        _add_repo_arg(kp)
+        where = kp.add_mutually_exclusive_group()
+        where.add_argument("--user", action="store_true",
+                           help="the user's Jupyter kernels (~/.local/share/jupyter/kernels, $JUPYTER_DATA_DIR)")
+        where.add_argument("--prefix", metavar="DIR",
+                           help="DIR/share/jupyter/kernels (e.g. a JupyterHub's environment), as "
+                                "`jupyter kernelspec install --prefix`")
+        kp.add_argument("--name", metavar="N", help="the kernel's name (default NAME-VERSION, e.g. pytorch-2.3.1-gpu)")
+        if action == "install":
+            kp.add_argument("--venv", metavar="DIR",
+                            help="activate this venv (extended with extend-venv-activate) after "
+                                 "loading the module: the user's packages on top of the stack")
+            kp.add_argument("--module-root", metavar="DIR",
+                            help="modulefile root, instead of the site's module_root")
+
     p = sub.add_parser("check-build", help="run horovodrun --check-build and require flags")
     p.add_argument("--horovodrun", default="horovodrun", help="horovodrun to run (default: from PATH)")
     p.add_argument("--require", default="PyTorch", help="comma-separated flags, NAME or SECTION:NAME")
@@ -481,8 +509,8 @@ def cmd_export(args) -> int:
     from hpcstack.install.service import InstallService
 
     site, recipe = _load(args)
-    plan = InstallService(site, recipe).dry_run()
     exporter = get_exporter(args.format)()
+    plan = InstallService(site, recipe).dry_run() if getattr(exporter, "needs_plan", True) else None
     text = exporter.render(recipe, site, plan)
     # files the format wants next to the output (an easyconfig's patches), name -> source
     extra = exporter.extra_files(recipe, site, plan) if hasattr(exporter, "extra_files") else {}
@@ -498,6 +526,45 @@ def cmd_export(args) -> int:
         print(f"wrote {args.output} ({args.format})", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_kernel(args) -> int:
+    """``hpcstack kernel install | remove``: a Jupyter kernel of an installed stack
+    (:mod:`hpcstack.modules.kernel`).
+
+    Raises:
+        ConfigError: bad kernel name, stack not installed, venv not extended, a kernel hpcstack did
+            not write (exit 2).
+        HpcstackError: no such kernel to remove (exit 1).
+    """
+    from hpcstack.modules import kernel
+    from hpcstack.recipe import load_recipe
+
+    site = _load_site(args, module_root=getattr(args, "module_root", None))
+    recipe = load_recipe(args.recipe, site, _search(args))
+    if args.kernel_command == "remove":
+        name = args.name or kernel.default_kernel_name(recipe.name, recipe.version)
+        removed = kernel.remove_kernel(name, user=args.user, prefix=args.prefix)
+        print(f"removed kernel {name} ({removed})")
+        return 0
+    import shlex
+
+    command = "hpcstack kernel install " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
+        if sys.argv[1:3] == ["kernel", "install"] else ""
+    spec = kernel.make_kernel(site, recipe, name=args.name, user=args.user, prefix=args.prefix,
+                              venv=args.venv, command=command)
+    try:
+        path = kernel.install_kernel(spec)
+    except PermissionError as exc:
+        raise HpcstackError(f"cannot write {exc.filename or spec.directory.parent}: permission denied "
+                            "(the system's Jupyter kernels need root: give --user, or --prefix DIR)") from None
+    print(f"installed kernel {spec.name} ({spec.display_name}) in {path}")
+    print(f"  Jupyter lists it as {spec.display_name!r}; `jupyter kernelspec list` shows it "
+          f"where that directory is on Jupyter's path; remove it with: hpcstack kernel remove "
+          f"{recipe.full_name} --site {args.site}"
+          + (" --user" if args.user else f" --prefix {args.prefix}" if args.prefix else "")
+          + (f" --name {args.name}" if args.name else ""))
     return 0
 
 
@@ -587,7 +654,8 @@ def cmd_module(args) -> int:
 
 COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
             "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
-            "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor}
+            "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor,
+            "kernel": cmd_kernel}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -122,6 +122,17 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "ranks": _POS_INT,
         "env": _ENV,
     }),
+    # The stack as a container image (`hpcstack export --format docker|apptainer`; issue 12):
+    # the image is a machine of its own. One of base_image and rootfs; see hpcstack/export/container.py.
+    "container": _obj(["python"], {
+        "base_image": _STR,              # FROM / Bootstrap: docker
+        "rootfs": _STR,                  # a root filesystem tar: FROM scratch + ADD
+        "distro": {"enum": ["debian12", "ubuntu22", "ubuntu24", "rockylinux8", "rockylinux9"]},
+        "python": {"type": "string", "pattern": r"^3\.[0-9]+$"},   # X.Y of the image's python3
+        "packages": _obj([], {role: _STR_LIST for role in ("compilers", "mpi", "modules", "python", "other")}),
+        "setup": _STR_LIST,              # shell commands after hpcstack is in ($HPCSTACK_DATA: its data)
+        "site_changes": {"type": "object"},   # top-level keys of this config that differ inside
+    }),
     "slurm": _obj(["partition"], {
         "partition": _STR,
         "qos": _NULL_STR,

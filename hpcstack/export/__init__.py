@@ -2,7 +2,8 @@
 
 An exporter turns the resolved plan (the same :class:`hpcstack.install.plan.Plan` that
 ``hpcstack install`` runs) into a file another tool reads: a stand-alone install script, the plan
-as JSON, and — as they come — container specs, EasyBuild easyconfigs, ReFrame checks. A new
+as JSON, container specs (Docker, Apptainer; :mod:`hpcstack.export.container`), and — as they
+come — EasyBuild easyconfigs, ReFrame checks. A new
 format is one class registered here with :func:`register_exporter`, in a module of this package
 imported below; ``hpcstack export … --format NAME`` and its help pick it up from the registry.
 """
@@ -36,4 +37,4 @@ def get_exporter(name: str) -> type:
     return EXPORTERS.lookup(name)
 
 
-from hpcstack.export import easyconfig, script  # noqa: E402,F401  (registers the built-in formats)
+from hpcstack.export import container, easyconfig, script  # noqa: E402,F401  (registers the built-in formats)

@@ -47,10 +47,11 @@ def recipe(site):
         # CycloneDX SBOM sbom.cdx.json; the module sets PYTHONNOUSERSITE=1
         StackManifest(),
         # sanity check: everything imports (horovodrun --check-build runs in HorovodBuild);
-        # sklearn brings the digits data set of the classifier workload and examples/digits
+        # sklearn brings the digits data set of the classifier workload and examples/digits;
+        # ipykernel runs the stack as a Jupyter kernel (`hpcstack kernel install`)
         Imports(("torch", "torchvision", "torchaudio", "torchmetrics", "torchtext", "tensorboard",
                  "tensorboard_plugin_profile", "tensorboard_plugin_wit", "torch_tb_profiler",
-                 "horovod.torch", "sklearn")),
+                 "horovod.torch", "sklearn", "ipykernel")),
         # the modulefile pytorch/2.3.1-gpu, written last
         Modulefile(),
         # what `hpcstack validate` trains per site and partition, and the performance references

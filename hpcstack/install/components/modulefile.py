@@ -24,7 +24,13 @@ Your own packages on top of the stack: make a venv and extend it, e.g.
 Then `source ~/myvenv/bin/activate` loads this module (if it is not loaded yet) and
 puts the venv first, and `deactivate` unloads it again (only if activate loaded it).
 `extend-venv-activate --help` says more; `extend-venv-activate --undo ~/myvenv`
-restores the venv's original activate scripts."""
+restores the venv's original activate scripts.
+
+As a Jupyter kernel (JupyterLab, JupyterHub, Open OnDemand), in the stack's own
+Python and ipykernel; the kernel loads this module when it starts:
+    hpcstack kernel install {full_name} --site {site} --user
+(add --venv ~/myvenv for a venv extended as above); undo it with
+    hpcstack kernel remove {full_name} --site {site} --user"""
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ class Modulefile:
         """Return the template context for this stack."""
         r, site = ctx.recipe, ctx.site
         root_var = modules.root_variable(r.name)
-        help_text = HELP.format(full_name=r.full_name, whatis=r.whatis, base=site.modules.base,
+        help_text = HELP.format(full_name=r.full_name, whatis=r.whatis, base=site.modules.base, site=site.name,
                                 prefix=ctx.prefix, root_variable=root_var)
         return modules.ModuleContext(
             name=r.name, version=r.version, whatis=r.whatis, help_lines=help_text.splitlines(),
