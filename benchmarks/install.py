@@ -138,6 +138,7 @@ class Bench:
     def __init__(self, root: Path, hpcstack: list[str], uv: str):
         self.root, self.hpcstack, self.uv = root, hpcstack, uv
         self.cache = root / "cache"
+        self.uv_cache = self.cache / "uv"   # --warm-from: another install root's warm uv cache
         self.site = root / "site.yaml"
         self.results_file = root / "results.json"
         self.results = json.loads(self.results_file.read_text()) if self.results_file.is_file() else {}
@@ -171,7 +172,7 @@ class Bench:
     def uv_install(self, python: Path, *args: str, compile_bytecode: bool = True,
                    link_mode: str | None = "hardlink") -> list[str]:
         argv = [self.uv, "pip", "install", "--python", str(python), "--no-config",
-                "--cache-dir", str(self.cache / "uv")]
+                "--cache-dir", str(self.uv_cache)]
         if link_mode:
             argv += ["--link-mode", link_mode]
         if compile_bytecode:
@@ -203,6 +204,8 @@ def setup(b: Bench) -> None:
     data["cache_dir"] = str(b.cache)    # shared by every prefix: cold fills it, warm reads it
     data.pop("stage_root", None)         # default: under each install root (a new prefix, a new stage)
     data.setdefault("installer", {})
+    if b.uv_cache != b.cache / "uv":
+        data["installer"]["wheel_cache"] = str(b.uv_cache)
     b.site.write_text(yaml.safe_dump(data, sort_keys=False))
     base = bash(f"source {MODULES_INIT}\n" + "".join(f"module use {shlex.quote(d)}\n" for d in b.base_module_dirs())
                 + f"module load {shlex.quote(data['modules']['base'])} && command -v python3",
@@ -329,6 +332,51 @@ def _hpcstack_python(b: Bench) -> str:
     with open(first) as f:
         line = f.readline()
     return line[2:].strip().split()[0] if line.startswith("#!") else sys.executable
+
+
+def _floor_once(b: Bench, tag: str) -> dict:
+    """The uv floor once: the lock into a fresh ``--without-pip`` venv (made before the clock
+    starts), then the cached Horovod wheel (copy + ``uv pip install``), as hpcstack's install does."""
+    base = b.results["base_python"]
+    work = b.root / f"floor-{tag}"
+    shutil.rmtree(work, ignore_errors=True)
+    venv = work / "venv"
+    run([base, "-m", "venv", "--without-pip", str(venv)], env=clean_env())
+    py = venv / "bin" / "python"
+    lock_s, _ = timed(b.uv_install(py, "--require-hashes", "-r", str(LOCK)), env=clean_env(),
+                      logfile=b.logs / "w-floor.log")
+    start = time.monotonic()
+    (work / "dist").mkdir()
+    shutil.copy(b.horovod_wheel(), work / "dist")
+    run(b.uv_install(py, "--reinstall-package", "horovod", "--no-deps", "--no-index", "--find-links",
+                     str(work / "dist"), "horovod==0.28.1"), env=clean_env(), logfile=b.logs / "w-floor.log")
+    reuse_s = time.monotonic() - start
+    shutil.rmtree(work, ignore_errors=True)
+    return {"lock": round(lock_s, 2), "reuse": round(reuse_s, 2), "floor": round(lock_s + reuse_s, 2)}
+
+
+def phase_w(b: Bench, repeat: int = 3) -> None:
+    """Warm install against its floor, side by side (issue 14): ``repeat`` rounds of the uv floor
+    (:func:`_floor_once`) and ``hpcstack install`` into a new, empty install root with the same
+    warm caches, alternating, so that the load of a shared machine weighs on both alike; then the
+    no-op re-install of the last one (median of 5). Reports medians and the ratio of medians."""
+    rounds = []
+    for i in range(repeat):
+        log(f"(w) round {i + 1}/{repeat}: uv floor, then hpcstack install into an empty install root …")
+        floor = _floor_once(b, str(i))
+        shutil.rmtree(b.root / "warm", ignore_errors=True)
+        inst = _hpcstack_install(b, "warm", f"w-install-{i}")
+        logs = b.install_root("warm").rglob("build.log")
+        inst["horovod_reused"] = any("reusing the wheel built before" in _read(f) for f in logs)
+        rounds.append({"floor": floor, "install": inst, "load": load_average()})
+    noop = []
+    for _ in range(5):
+        seconds, proc = timed([*b.hpcstack, "install", STACK, *b.stack_args("warm")], env=clean_env(),
+                              capture=True)
+        if "up to date" not in proc.stderr:
+            raise RuntimeError(f"re-install was not a no-op:\n{proc.stderr[-2000:]}")
+        noop.append(round(seconds, 3))
+    b.save("w", {"rounds": rounds, "noop": noop})
 
 
 def phase_d(b: Bench) -> None:
@@ -621,6 +669,7 @@ def report(r: dict) -> str:
         if "calls_under_cold" in g["module"]:
             lines.append(f"      (calls under the module touching the cold stack, whose venv built the reused "
                          f"Horovod wheel: {g['module']['calls_under_cold']})")
+    lines += report_w(r.get("w"))
     lines.append("")
     lines.append("targets:")
     lines += targets(r)
@@ -650,12 +699,47 @@ def report(r: dict) -> str:
     return "\n".join(lines)
 
 
+def report_w(w: dict | None) -> list[str]:
+    """Lines for phase w: the warm install against the uv floor, medians of the rounds (issue 14)."""
+    if not w:
+        return []
+    rounds = w["rounds"]
+    med = statistics.median
+    floor = med(x["floor"]["floor"] for x in rounds)
+    inst = med(x["install"]["seconds"] for x in rounds)
+    ratios = [x["install"]["seconds"] / x["floor"]["floor"] for x in rounds]
+    lines = ["", f"  (w) warm install against the uv floor, side by side, {len(rounds)} rounds (medians):",
+             f"      uv floor: uv pip install --require-hashes -r {LOCK.name} into a --without-pip venv "
+             f"{med(x['floor']['lock'] for x in rounds):.2f} s + cached Horovod wheel "
+             f"{med(x['floor']['reuse'] for x in rounds):.2f} s = {floor:.2f} s",
+             f"      hpcstack install {STACK} (new build, empty install root, warm caches): {inst:.2f} s"
+             f"{'' if all(x['install'].get('horovod_reused') for x in rounds) else '  (Horovod REBUILT in some round)'}",
+             f"      ratio: {inst / floor:.2f}x (per round: {', '.join(f'{x:.2f}' for x in ratios)})"]
+    steps: dict[str, list[float]] = {}
+    for x in rounds:
+        for k, v in x["install"].get("steps", {}).items():
+            steps.setdefault(k, []).append(v)
+    if steps:
+        lines.append("      steps (median s): " + ", ".join(f"{k} {med(v):.1f}" for k, v in steps.items()))
+    lines.append(f"      no-op re-install: median {med(w['noop']):.3f} s of {len(w['noop'])} ({', '.join(map(str, w['noop']))})")
+    lines.append("      load averages after each round: " + "; ".join(x["load"] for x in rounds))
+    return lines
+
+
 def targets(r: dict) -> list[str]:
     out = []
 
     def verdict(ok: bool | None, text: str) -> None:
         out.append(f"  [{'HOLDS' if ok else 'MISSED' if ok is not None else 'n/a'}] {text}")
 
+    w = r.get("w")
+    if w:
+        med = statistics.median
+        floor = med(x["floor"]["floor"] for x in w["rounds"])
+        inst = med(x["install"]["seconds"] for x in w["rounds"])
+        verdict(inst <= 1.25 * floor, f"(w) warm install <= 1.25 x the uv floor (issue 14): {inst:.1f} s vs "
+                                      f"1.25 x {floor:.1f} = {1.25 * floor:.1f} s ({inst / floor:.2f}x)")
+        verdict(med(w["noop"]) < 0.5, f"(w) no-op re-install < 0.5 s: {med(w['noop']):.3f} s")
     a, c, d = r.get("a", {}).get("seconds"), r.get("c", {}).get("seconds"), r.get("d")
     if c and d:
         floor = d["seconds"] + d["reuse_seconds"]
@@ -692,7 +776,7 @@ def targets(r: dict) -> list[str]:
 # --------------------------------------------------------------------------------------- main
 
 PHASES = {"b": phase_b, "c": phase_c, "e": phase_e, "d": phase_d, "plain": phase_plain,
-          "g": phase_g, "f": phase_f, "a": phase_a}
+          "g": phase_g, "f": phase_f, "a": phase_a, "w": phase_w}
 DEFAULT_ORDER = ["b", "c", "e", "d", "plain", "g", "f", "a"]
 
 
@@ -707,6 +791,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hpcstack", default=None, help="the hpcstack command (default: `hpcstack` on PATH)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
     p.add_argument("--report-only", action="store_true", help="print the table of ROOT/results.json and exit")
+    p.add_argument("--warm-from", metavar="CACHE_DIR",
+                   help="take warm caches from another install root's cache dir (<install_root>/.hpcstack/cache): "
+                        "its uv cache is used in place (installer.wheel_cache; only read and linked from), its "
+                        "Horovod build cache and sources are copied; then `--phases w` measures the warm install "
+                        "against the uv floor without a cold install first")
+    p.add_argument("--repeat", type=int, default=3, help="rounds of phase w (default: %(default)s)")
     args = p.parse_args(argv)
 
     root = Path(args.root).resolve()
@@ -726,6 +816,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--phases: unknown {unknown} (known: {', '.join(PHASES)})")
     root.mkdir(parents=True, exist_ok=True)
     bench = Bench(root, hpcstack_cmd, uv)
+    if args.warm_from:
+        src = Path(args.warm_from).resolve()
+        if not (src / "uv").is_dir() or not list(src.glob("builds/horovod-*/*/*.whl")):
+            p.error(f"--warm-from {src}: no uv/ cache or no cached Horovod wheel under builds/")
+        bench.uv_cache = src / "uv"
+        for sub in ("builds", "sources"):
+            if not (bench.cache / sub).exists():
+                shutil.copytree(src / sub, bench.cache / sub)
+    PHASES["w"] = lambda b: phase_w(b, args.repeat)
     setup(bench)
     failed = []
     for name in phases:

@@ -103,6 +103,8 @@ def test_pip_backend_is_the_fallback(tmp_path):
     assert "-m pip --isolated" in wheels and f"--cache-dir {tmp_path}/sw/.hpcstack/cache/pip" in wheels
     assert "--no-compile --require-hashes -r" in wheels and "uv " not in wheels
     assert "--force-reinstall" in step(script, "install")
+    assert "python3 -m venv --clear /" in step(script, "venv")  # pip's venv keeps its pip
+    assert " wheel --no-deps --no-build-isolation" in step(script, "build")
     assert "-m pip --isolated --no-input --disable-pip-version-check check" in step(script, "sanitycheck")
 
 
@@ -112,15 +114,17 @@ def test_build_step_reuses_a_cached_wheel_or_builds_and_stores_it(tmp_path):
     assert ('if ls /work/y07/shared/cirrus-software/.hpcstack/cache/builds/horovod-0.28.1/'
             '"${hpcstack_build_key_horovod_key}"/*.whl') in build
     reuse, rebuild = build.split("\nelse\n")
-    assert "reusing the wheel built before" in reuse and " wheel --no-deps" not in reuse
-    assert " wheel --no-deps --no-build-isolation" in rebuild and 'mv -T "$tmp"' in rebuild
+    assert "reusing the wheel built before" in reuse and "--no-build-isolation" not in reuse
+    # a uv site's venv has no pip: uv builds the wheel with the venv's python (issue 14)
+    assert " build --no-config --cache-dir " in rebuild and " --no-build-isolation --wheel --out-dir " in rebuild
+    assert 'mv -T "$tmp"' in rebuild
     for probe in ("--- MPI", "--- CUDA", "--- NCCL", "--- python", "--- C++ compiler",
                   'export HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"',
                   "sdist horovod-0.28.1.tar.gz sha256 92a43f5a", "patch horovod-0.28.1-cxx17.patch sha256"):
         assert probe in build, probe
     site = write_site(tmp_path / "s.yaml", installer={"build_cache": False})
     plain = step(dry_run("pytorch/2.3.1-gpu", "--site", str(site), "--prefix", str(tmp_path / "sw")), "build")
-    assert "hpcstack_build_key" not in plain and " wheel --no-deps --no-build-isolation" in plain
+    assert "hpcstack_build_key" not in plain and " --no-build-isolation --wheel" in plain
 
 
 # ------------------------------------------------------------------------------ the build key
