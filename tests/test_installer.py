@@ -258,6 +258,19 @@ def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv)
     subprocess.run([str(python), "-c", "import tinypkg; assert tinypkg.PATCHED"], check=True)
 
 
+def test_a_uv_stack_has_no_pip_builds_with_uv_and_checks_in_one_interpreter(tiny_uv):
+    """Issue 14: no ensurepip in a uv site's venv, the source build by `uv build`, the imports
+    in one interpreter run, the package list for provenance from `uv pip freeze`."""
+    prefix = _prefix(tiny_uv, "a")
+    sp = _site_packages(tiny_uv, "a")
+    assert not list(sp.glob("pip")) and not (prefix / "venv" / "bin" / "pip").exists()
+    assert " build --no-config " in _build_log(prefix) and " wheel --no-deps" not in _build_log(prefix)
+    sanity = "\n".join(p.read_text() for p in prefix.rglob("logs/sanitycheck.log"))
+    assert sanity.count("/venv/bin/python -c ") == 1 and "imports ok: six, tinypkg" in sanity
+    freeze = next(prefix.rglob(".hpcstack/pip-freeze.txt")).read_text().splitlines()
+    assert "tinypkg==1.0" in freeze and "six==1.16.0" in freeze
+
+
 def test_a_changed_key_rebuilds(tiny_uv):
     site = write_site(tiny_uv["root"] / "site-cflags.yaml", cache_dir=tiny_uv["cache"], installer={},
                       build_env={"CFLAGS": "-O1"})
