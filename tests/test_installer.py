@@ -88,6 +88,12 @@ def test_uv_installs_the_lock_with_hashes_hard_links_and_bytecode(tmp_path):
     install = step(script, "install")
     assert "--reinstall-package horovod" in install and "--compile-bytecode" in install
     assert "uv pip check --python" in step(script, "sanitycheck")
+    # issue 14: no ensurepip where uv installs; one interpreter imports and checks Horovod's flags
+    assert "python3 -m venv --clear --without-pip /" in step(script, "venv")
+    sanity = step(script, "sanitycheck")
+    assert sanity.count("/venv/bin/python -c ") == 1 and "horovodrun --check-build" not in sanity
+    assert "import torch\n" in sanity and 'REQUIRED = ["PyTorch", "MPI", "Gloo"]' in sanity
+    assert "uv pip freeze --python" in sanity
 
 
 def test_a_lock_with_two_indexes_lets_uv_look_in_both():

@@ -83,3 +83,11 @@ def test_a_missing_flag_fails_the_check_naming_it(tmp_path):
     with pytest.raises(HpcstackError, match=r"missing \[X\] Operations:NCCL"):
         PythonCheck(python, horovod=("PyTorch", "Operations:NCCL")).execute(Ctx(state_dir=tmp_path))
     assert not (tmp_path / "check-build.txt").exists()
+
+
+def test_horovod_check_build_mode_is_checked():
+    from hpcstack.install.components.horovod import HorovodBuild
+
+    assert HorovodBuild(check_build="horovodrun").check_build == "horovodrun"
+    with pytest.raises(ValueError, match="check_build 'fork': one of in-process, horovodrun"):
+        HorovodBuild(check_build="fork")
