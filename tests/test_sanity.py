@@ -91,3 +91,14 @@ def test_horovod_check_build_mode_is_checked():
     assert HorovodBuild(check_build="horovodrun").check_build == "horovodrun"
     with pytest.raises(ValueError, match="check_build 'fork': one of in-process, horovodrun"):
         HorovodBuild(check_build="fork")
+
+
+def test_what_an_import_prints_before_the_report_is_not_parsed(tmp_path):
+    python = _stack()
+    noisy = tmp_path / "noisy_module_x.py"
+    noisy.write_text("print('a line of an import')\n")
+    ctx = Ctx(state_dir=tmp_path)
+    ctx.env["PYTHONPATH"] = str(tmp_path)
+    PythonCheck(python, ("noisy_module_x",), horovod=("PyTorch",)).execute(ctx)
+    assert "a line of an import" in ctx.log.getvalue()
+    assert (tmp_path / "check-build.txt").read_text().startswith("Horovod v0.28.1:\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from dataclasses import dataclass, field, replace
 
@@ -143,12 +144,15 @@ class PythonCheck(ActionBase):
             raise HpcstackError(f"sanity check in {self.python}: {last}")
         if self.horovod is None:
             return
-        missing = missing_flags(parse_check_build(proc.stdout), self.horovod)
+        # the report starts at its "Horovod vX.Y.Z:" line; what an import printed before it is not ours
+        starts = [m.start() for m in re.finditer(r"^Horovod v", proc.stdout, re.M)]
+        report = proc.stdout[starts[-1]:] if starts else proc.stdout
+        missing = missing_flags(parse_check_build(report), self.horovod)
         if missing:
             raise HpcstackError("horovod build flags: missing " + ", ".join(f"[X] {m}" for m in missing))
         state_dir = getattr(ctx, "state_dir", None)
         if state_dir is not None:  # provenance: the stack records what its Horovod was built with
-            write_atomic(os.path.join(state_dir, "check-build.txt"), proc.stdout)
+            write_atomic(os.path.join(state_dir, "check-build.txt"), report)
 
 
 def merge_python_checks(actions: list) -> list:
