@@ -352,24 +352,38 @@ def _floor_once(b: Bench, tag: str) -> dict:
     run(b.uv_install(py, "--reinstall-package", "horovod", "--no-deps", "--no-index", "--find-links",
                      str(work / "dist"), "horovod==0.28.1"), env=clean_env(), logfile=b.logs / "w-floor.log")
     reuse_s = time.monotonic() - start
-    shutil.rmtree(work, ignore_errors=True)
     return {"lock": round(lock_s, 2), "reuse": round(reuse_s, 2), "floor": round(lock_s + reuse_s, 2)}
 
 
 def phase_w(b: Bench, repeat: int = 3) -> None:
     """Warm install against its floor, side by side (issue 14): ``repeat`` rounds of the uv floor
     (:func:`_floor_once`) and ``hpcstack install`` into a new, empty install root with the same
-    warm caches, alternating, so that the load of a shared machine weighs on both alike; then the
-    no-op re-install of the last one (median of 5). Reports medians and the ratio of medians."""
+    warm caches, so that the load of a shared machine weighs on both alike; then the no-op
+    re-install of the last one (median of 5). Reports medians and the ratio of medians.
+
+    Each round first removes what the last one made and flushes it to disk (``sync``), and the
+    two alternate which goes first, so that neither pays for the other's deletions, dirty pages
+    or a warmer page cache."""
     rounds = []
     for i in range(repeat):
-        log(f"(w) round {i + 1}/{repeat}: uv floor, then hpcstack install into an empty install root …")
-        floor = _floor_once(b, str(i))
-        shutil.rmtree(b.root / "warm", ignore_errors=True)
-        inst = _hpcstack_install(b, "warm", f"w-install-{i}")
-        logs = b.install_root("warm").rglob("build.log")
-        inst["horovod_reused"] = any("reusing the wheel built before" in _read(f) for f in logs)
-        rounds.append({"floor": floor, "install": inst, "load": load_average()})
+        first = "floor" if i % 2 == 0 else "install"
+        log(f"(w) round {i + 1}/{repeat}: uv floor and hpcstack install into an empty install root "
+            f"({first} first) …")
+        result = {}
+        for what in (("floor", "install") if first == "floor" else ("install", "floor")):
+            for old in b.root.glob("floor-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            if what == "install":
+                shutil.rmtree(b.root / "warm", ignore_errors=True)
+            os.sync()
+            if what == "floor":
+                result["floor"] = _floor_once(b, str(i))
+            else:
+                inst = _hpcstack_install(b, "warm", f"w-install-{i}")
+                logs = b.install_root("warm").rglob("build.log")
+                inst["horovod_reused"] = any("reusing the wheel built before" in _read(f) for f in logs)
+                result["install"] = inst
+        rounds.append({**result, "first": first, "load": load_average()})
     noop = []
     for _ in range(5):
         seconds, proc = timed([*b.hpcstack, "install", STACK, *b.stack_args("warm")], env=clean_env(),
