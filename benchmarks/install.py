@@ -22,6 +22,15 @@ and says whether each target of issue 6 holds: (c) <= 1.25 x ((d) + reuse); (c) 
 faster than (a); (e) < 2 s; (f) <= 1.2 x trivial; (g) 0 ``.pyc`` written and no more open/stat
 calls than the plain venv.
 
+Phase ``w`` (issue 14, not in the default order) measures the warm install against its floor in
+one run, without a cold install first: with ``--warm-from <install_root>/.hpcstack/cache`` the
+warm uv cache of an installed stack is used in place and its Horovod build cache is copied;
+``--repeat`` rounds of the uv floor (the lock into a ``--without-pip`` venv, plus the cached
+Horovod wheel) and ``hpcstack install`` into an empty install root, alternating which goes
+first; then the no-op re-install. It prints the medians, the ratio per round, the steps' times,
+and whether the warm install is within 1.25x the floor and the no-op under 0.5 s. Phase ``g``
+also counts ``readlink`` calls and the distinct paths an import names (issue 14 item 4).
+
 Downloads every variant shares are served from local caches, as the output says: (a) reads
 wheels from a pip HTTP cache filled beforehand (``pip download``, not timed); (b) downloads from
 PyPI (that is what cold means); (c) and (d) use the uv cache (b) filled.
@@ -33,6 +42,8 @@ quiet 2-core machine, 25 or more under load, most of it the two Horovod builds o
 
 Usage:
     python3 benchmarks/install.py [--root DIR] [--keep] [--phases b,c,e,d,g,f,a] [--json FILE]
+    python3 benchmarks/install.py --root DIR --keep --phases w,plain,g --repeat 5 \
+        --warm-from /opt/hpcstack/software/.hpcstack/cache
 """
 
 from __future__ import annotations
