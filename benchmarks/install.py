@@ -758,6 +758,10 @@ def report_w(w: dict | None) -> list[str]:
             steps.setdefault(k, []).append(v)
     if steps:
         lines.append("      steps (median s): " + ", ".join(f"{k} {med(v):.1f}" for k, v in steps.items()))
+        # the wheels step is the floor's own uv command: what hpcstack adds is everything else
+        extra = med(x["install"]["seconds"] - x["install"]["steps"].get("wheels", 0) for x in rounds)
+        lines.append(f"      hpcstack besides its uv command (install minus the wheels step, median): {extra:.2f} s; "
+                     f"floor + that: {(floor + extra) / floor:.2f}x the floor")
     lines.append(f"      no-op re-install: median {med(w['noop']):.3f} s of {len(w['noop'])} ({', '.join(map(str, w['noop']))})")
     lines.append("      load averages after each round: " + "; ".join(x["load"] for x in rounds))
     return lines
