@@ -22,6 +22,15 @@ and says whether each target of issue 6 holds: (c) <= 1.25 x ((d) + reuse); (c) 
 faster than (a); (e) < 2 s; (f) <= 1.2 x trivial; (g) 0 ``.pyc`` written and no more open/stat
 calls than the plain venv.
 
+Phase ``w`` (issue 14, not in the default order) measures the warm install against its floor in
+one run, without a cold install first: with ``--warm-from <install_root>/.hpcstack/cache`` the
+warm uv cache of an installed stack is used in place and its Horovod build cache is copied;
+``--repeat`` rounds of the uv floor (the lock into a ``--without-pip`` venv, plus the cached
+Horovod wheel) and ``hpcstack install`` into an empty install root, alternating which goes
+first; then the no-op re-install. It prints the medians, the ratio per round, the steps' times,
+and whether the warm install is within 1.25x the floor and the no-op under 0.5 s. Phase ``g``
+also counts ``readlink`` calls and the distinct paths an import names (issue 14 item 4).
+
 Downloads every variant shares are served from local caches, as the output says: (a) reads
 wheels from a pip HTTP cache filled beforehand (``pip download``, not timed); (b) downloads from
 PyPI (that is what cold means); (c) and (d) use the uv cache (b) filled.
@@ -33,6 +42,8 @@ quiet 2-core machine, 25 or more under load, most of it the two Horovod builds o
 
 Usage:
     python3 benchmarks/install.py [--root DIR] [--keep] [--phases b,c,e,d,g,f,a] [--json FILE]
+    python3 benchmarks/install.py --root DIR --keep --phases w,plain,g --repeat 5 \
+        --warm-from /opt/hpcstack/software/.hpcstack/cache
 """
 
 from __future__ import annotations
@@ -75,6 +86,7 @@ HOROVOD_ENV = {"CC": "mpicc", "CXX": "mpicxx", "HOROVOD_WITH_PYTORCH": "1",
                "HOROVOD_WITHOUT_CUDA": "1"}
 
 OPEN_CALLS = {"open", "openat", "openat2", "creat"}
+READLINK_CALLS = {"readlink", "readlinkat"}
 STAT_CALLS = {"stat", "lstat", "fstat", "newfstatat", "statx", "fstatat64", "stat64", "lstat64",
               "fstat64"}
 
@@ -138,6 +150,7 @@ class Bench:
     def __init__(self, root: Path, hpcstack: list[str], uv: str):
         self.root, self.hpcstack, self.uv = root, hpcstack, uv
         self.cache = root / "cache"
+        self.uv_cache = self.cache / "uv"   # --warm-from: another install root's warm uv cache
         self.site = root / "site.yaml"
         self.results_file = root / "results.json"
         self.results = json.loads(self.results_file.read_text()) if self.results_file.is_file() else {}
@@ -171,7 +184,7 @@ class Bench:
     def uv_install(self, python: Path, *args: str, compile_bytecode: bool = True,
                    link_mode: str | None = "hardlink") -> list[str]:
         argv = [self.uv, "pip", "install", "--python", str(python), "--no-config",
-                "--cache-dir", str(self.cache / "uv")]
+                "--cache-dir", str(self.uv_cache)]
         if link_mode:
             argv += ["--link-mode", link_mode]
         if compile_bytecode:
@@ -203,6 +216,8 @@ def setup(b: Bench) -> None:
     data["cache_dir"] = str(b.cache)    # shared by every prefix: cold fills it, warm reads it
     data.pop("stage_root", None)         # default: under each install root (a new prefix, a new stage)
     data.setdefault("installer", {})
+    if b.uv_cache != b.cache / "uv":
+        data["installer"]["wheel_cache"] = str(b.uv_cache)
     b.site.write_text(yaml.safe_dump(data, sort_keys=False))
     base = bash(f"source {MODULES_INIT}\n" + "".join(f"module use {shlex.quote(d)}\n" for d in b.base_module_dirs())
                 + f"module load {shlex.quote(data['modules']['base'])} && command -v python3",
@@ -331,6 +346,65 @@ def _hpcstack_python(b: Bench) -> str:
     return line[2:].strip().split()[0] if line.startswith("#!") else sys.executable
 
 
+def _floor_once(b: Bench, tag: str) -> dict:
+    """The uv floor once: the lock into a fresh ``--without-pip`` venv (made before the clock
+    starts), then the cached Horovod wheel (copy + ``uv pip install``), as hpcstack's install does."""
+    base = b.results["base_python"]
+    work = b.root / f"floor-{tag}"
+    shutil.rmtree(work, ignore_errors=True)
+    venv = work / "venv"
+    run([base, "-m", "venv", "--without-pip", str(venv)], env=clean_env())
+    py = venv / "bin" / "python"
+    lock_s, _ = timed(b.uv_install(py, "--require-hashes", "-r", str(LOCK)), env=clean_env(),
+                      logfile=b.logs / "w-floor.log")
+    start = time.monotonic()
+    (work / "dist").mkdir()
+    shutil.copy(b.horovod_wheel(), work / "dist")
+    run(b.uv_install(py, "--reinstall-package", "horovod", "--no-deps", "--no-index", "--find-links",
+                     str(work / "dist"), "horovod==0.28.1"), env=clean_env(), logfile=b.logs / "w-floor.log")
+    reuse_s = time.monotonic() - start
+    return {"lock": round(lock_s, 2), "reuse": round(reuse_s, 2), "floor": round(lock_s + reuse_s, 2)}
+
+
+def phase_w(b: Bench, repeat: int = 3) -> None:
+    """Warm install against its floor, side by side (issue 14): ``repeat`` rounds of the uv floor
+    (:func:`_floor_once`) and ``hpcstack install`` into a new, empty install root with the same
+    warm caches, so that the load of a shared machine weighs on both alike; then the no-op
+    re-install of the last one (median of 5). Reports medians and the ratio of medians.
+
+    Each round first removes what the last one made and flushes it to disk (``sync``), and the
+    two alternate which goes first, so that neither pays for the other's deletions, dirty pages
+    or a warmer page cache."""
+    rounds = []
+    for i in range(repeat):
+        first = "floor" if i % 2 == 0 else "install"
+        log(f"(w) round {i + 1}/{repeat}: uv floor and hpcstack install into an empty install root "
+            f"({first} first) …")
+        result = {}
+        for what in (("floor", "install") if first == "floor" else ("install", "floor")):
+            for old in b.root.glob("floor-*"):
+                shutil.rmtree(old, ignore_errors=True)
+            if what == "install":
+                shutil.rmtree(b.root / "warm", ignore_errors=True)
+            os.sync()
+            if what == "floor":
+                result["floor"] = _floor_once(b, str(i))
+            else:
+                inst = _hpcstack_install(b, "warm", f"w-install-{i}")
+                logs = b.install_root("warm").rglob("build.log")
+                inst["horovod_reused"] = any("reusing the wheel built before" in _read(f) for f in logs)
+                result["install"] = inst
+        rounds.append({**result, "first": first, "load": load_average()})
+    noop = []
+    for _ in range(5):
+        seconds, proc = timed([*b.hpcstack, "install", STACK, *b.stack_args("warm")], env=clean_env(),
+                              capture=True)
+        if "up to date" not in proc.stderr:
+            raise RuntimeError(f"re-install was not a no-op:\n{proc.stderr[-2000:]}")
+        noop.append(round(seconds, 3))
+    b.save("w", {"rounds": rounds, "noop": noop})
+
+
 def phase_d(b: Bench) -> None:
     """(d) uv alone: the lock into a fresh venv with hpcstack's uv options; then the Horovod wheel."""
     base = b.results["base_python"]
@@ -377,7 +451,8 @@ def phase_plain(b: Bench) -> None:
 def _strace_counts(trace: Path, foreign: str | None = None) -> dict:
     """Count open and stat calls (all processes) and .pyc files written, from an ``strace -f`` log;
     with ``foreign``, also the calls that touch paths under it (another stack's prefix)."""
-    opens = stats = pyc = elsewhere = 0
+    opens = stats = readlinks = pyc = elsewhere = 0
+    files: set[str] = set()
     for line in trace.read_text(errors="replace").splitlines():
         if foreign and foreign in line:
             elsewhere += 1
@@ -389,9 +464,16 @@ def _strace_counts(trace: Path, foreign: str | None = None) -> dict:
             opens += 1
         elif call in STAT_CALLS:
             stats += 1
+        elif call in READLINK_CALLS:
+            readlinks += 1
+        if call in OPEN_CALLS | STAT_CALLS | READLINK_CALLS:
+            path = re.search(r'"([^"]*)"', line)
+            if path:
+                files.add(path.group(1))
         elif call.startswith("rename") and re.search(r'\.pyc"\)?\s*=\s*0', line):
             pyc += 1  # Python writes <name>.pyc.<id> and renames it over <name>.pyc
-    out = {"open": opens, "stat": stats, "open_stat": opens + stats, "pyc_written": pyc}
+    out = {"open": opens, "stat": stats, "readlink": readlinks, "open_stat": opens + stats,
+           "metadata": opens + stats + readlinks, "paths": len(files), "pyc_written": pyc}
     if foreign:
         out["calls_under_" + os.path.basename(foreign)] = elsewhere
     return out
@@ -399,7 +481,7 @@ def _strace_counts(trace: Path, foreign: str | None = None) -> dict:
 
 def _strace_import(b: Bench, script_prefix: str, name: str, env: dict) -> dict:
     trace = b.root / f"strace-{name}.txt"
-    calls = ",".join(sorted(OPEN_CALLS | STAT_CALLS | {"rename", "renameat", "renameat2"}))
+    calls = ",".join(sorted(OPEN_CALLS | STAT_CALLS | READLINK_CALLS | {"rename", "renameat", "renameat2"}))
     bash(script_prefix + f"strace -f -qq -e trace={calls} -o {shlex.quote(str(trace))} "
          f"python -c {shlex.quote(IMPORT)}\n", env=env, cwd=b.root / "empty")
     return _strace_counts(trace, foreign=str(b.root / "cold"))
@@ -613,14 +695,18 @@ def report(r: dict) -> str:
         lines.append(f"      {'':<36} {'under module':>14} {'plain venv':>12} {'plain, 1st':>11}")
         lines.append(f"      {'wall time, median of %d (s)' % len(g['module_wall']):<36} {mw:14.2f} {pw:12.2f}")
         for key, label in (("open", "open/openat calls"), ("stat", "stat-family calls"),
-                           ("open_stat", "open + stat"), ("pyc_written", ".pyc files written")):
-            lines.append(f"      {label:<36} {g['module'][key]:14d} {g['plain'][key]:12d} {g['plain_first'][key]:11d}")
+                           ("readlink", "readlink calls"), ("open_stat", "open + stat"),
+                           ("metadata", "open + stat + readlink"), ("paths", "distinct paths named"),
+                           ("pyc_written", ".pyc files written")):
+            if key in g["module"]:
+                lines.append(f"      {label:<36} {g['module'][key]:14d} {g['plain'][key]:12d} {g['plain_first'][key]:11d}")
         lines.append(f"      (first import under the module: {g['module_first']['pyc_written']} .pyc written; "
                      f"stack .py files without a .pyc: {g['stack_py_without_pyc']}; "
                      f".pyc written after the install step: {g['pyc_written_after_install_step']})")
         if "calls_under_cold" in g["module"]:
             lines.append(f"      (calls under the module touching the cold stack, whose venv built the reused "
                          f"Horovod wheel: {g['module']['calls_under_cold']})")
+    lines += report_w(r.get("w"))
     lines.append("")
     lines.append("targets:")
     lines += targets(r)
@@ -650,12 +736,51 @@ def report(r: dict) -> str:
     return "\n".join(lines)
 
 
+def report_w(w: dict | None) -> list[str]:
+    """Lines for phase w: the warm install against the uv floor, medians of the rounds (issue 14)."""
+    if not w:
+        return []
+    rounds = w["rounds"]
+    med = statistics.median
+    floor = med(x["floor"]["floor"] for x in rounds)
+    inst = med(x["install"]["seconds"] for x in rounds)
+    ratios = [x["install"]["seconds"] / x["floor"]["floor"] for x in rounds]
+    lines = ["", f"  (w) warm install against the uv floor, side by side, {len(rounds)} rounds (medians):",
+             f"      uv floor: uv pip install --require-hashes -r {LOCK.name} into a --without-pip venv "
+             f"{med(x['floor']['lock'] for x in rounds):.2f} s + cached Horovod wheel "
+             f"{med(x['floor']['reuse'] for x in rounds):.2f} s = {floor:.2f} s",
+             f"      hpcstack install {STACK} (new build, empty install root, warm caches): {inst:.2f} s"
+             f"{'' if all(x['install'].get('horovod_reused') for x in rounds) else '  (Horovod REBUILT in some round)'}",
+             f"      ratio: {inst / floor:.2f}x (per round: {', '.join(f'{x:.2f}' for x in ratios)})"]
+    steps: dict[str, list[float]] = {}
+    for x in rounds:
+        for k, v in x["install"].get("steps", {}).items():
+            steps.setdefault(k, []).append(v)
+    if steps:
+        lines.append("      steps (median s): " + ", ".join(f"{k} {med(v):.1f}" for k, v in steps.items()))
+        # the wheels step is the floor's own uv command: what hpcstack adds is everything else
+        extra = med(x["install"]["seconds"] - x["install"]["steps"].get("wheels", 0) for x in rounds)
+        lines.append(f"      hpcstack besides its uv command (install minus the wheels step, median): {extra:.2f} s; "
+                     f"floor + that: {(floor + extra) / floor:.2f}x the floor")
+    lines.append(f"      no-op re-install: median {med(w['noop']):.3f} s of {len(w['noop'])} ({', '.join(map(str, w['noop']))})")
+    lines.append("      load averages after each round: " + "; ".join(x["load"] for x in rounds))
+    return lines
+
+
 def targets(r: dict) -> list[str]:
     out = []
 
     def verdict(ok: bool | None, text: str) -> None:
         out.append(f"  [{'HOLDS' if ok else 'MISSED' if ok is not None else 'n/a'}] {text}")
 
+    w = r.get("w")
+    if w:
+        med = statistics.median
+        floor = med(x["floor"]["floor"] for x in w["rounds"])
+        inst = med(x["install"]["seconds"] for x in w["rounds"])
+        verdict(inst <= 1.25 * floor, f"(w) warm install <= 1.25 x the uv floor (issue 14): {inst:.1f} s vs "
+                                      f"1.25 x {floor:.1f} = {1.25 * floor:.1f} s ({inst / floor:.2f}x)")
+        verdict(med(w["noop"]) < 0.5, f"(w) no-op re-install < 0.5 s: {med(w['noop']):.3f} s")
     a, c, d = r.get("a", {}).get("seconds"), r.get("c", {}).get("seconds"), r.get("d")
     if c and d:
         floor = d["seconds"] + d["reuse_seconds"]
@@ -681,9 +806,10 @@ def targets(r: dict) -> list[str]:
         verdict(g["module"]["pyc_written"] == 0 and g["module_first"]["pyc_written"] == 0,
                 f"(g) 0 .pyc written under the module: {g['module_first']['pyc_written']} (plain venv, "
                 f"first import: {g['plain_first']['pyc_written']})")
-        verdict(g["module"]["open_stat"] <= g["plain"]["open_stat"],
-                f"(g) open+stat under the module <= plain venv: {g['module']['open_stat']} vs "
-                f"{g['plain']['open_stat']} ({g['module']['open_stat'] - g['plain']['open_stat']:+d})")
+        key = "metadata" if "metadata" in g["module"] else "open_stat"
+        verdict(g["module"][key] <= g["plain"][key],
+                f"(g) {'open+stat+readlink' if key == 'metadata' else 'open+stat'} under the module <= plain venv "
+                f"(issue 14): {g['module'][key]} vs {g['plain'][key]} ({g['module'][key] - g['plain'][key]:+d})")
     else:
         verdict(None, "(g) 0 .pyc written, open/stat <= plain venv")
     return out
@@ -692,7 +818,7 @@ def targets(r: dict) -> list[str]:
 # --------------------------------------------------------------------------------------- main
 
 PHASES = {"b": phase_b, "c": phase_c, "e": phase_e, "d": phase_d, "plain": phase_plain,
-          "g": phase_g, "f": phase_f, "a": phase_a}
+          "g": phase_g, "f": phase_f, "a": phase_a, "w": phase_w}
 DEFAULT_ORDER = ["b", "c", "e", "d", "plain", "g", "f", "a"]
 
 
@@ -707,6 +833,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hpcstack", default=None, help="the hpcstack command (default: `hpcstack` on PATH)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
     p.add_argument("--report-only", action="store_true", help="print the table of ROOT/results.json and exit")
+    p.add_argument("--warm-from", metavar="CACHE_DIR",
+                   help="take warm caches from another install root's cache dir (<install_root>/.hpcstack/cache): "
+                        "its uv cache is used in place (installer.wheel_cache; only read and linked from), its "
+                        "Horovod build cache and sources are copied; then `--phases w` measures the warm install "
+                        "against the uv floor without a cold install first")
+    p.add_argument("--repeat", type=int, default=3, help="rounds of phase w (default: %(default)s)")
     args = p.parse_args(argv)
 
     root = Path(args.root).resolve()
@@ -726,6 +858,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--phases: unknown {unknown} (known: {', '.join(PHASES)})")
     root.mkdir(parents=True, exist_ok=True)
     bench = Bench(root, hpcstack_cmd, uv)
+    if args.warm_from:
+        src = Path(args.warm_from).resolve()
+        if not (src / "uv").is_dir() or not list(src.glob("builds/horovod-*/*/*.whl")):
+            p.error(f"--warm-from {src}: no uv/ cache or no cached Horovod wheel under builds/")
+        bench.uv_cache = src / "uv"
+        for sub in ("builds", "sources"):
+            if not (bench.cache / sub).exists():
+                shutil.copytree(src / sub, bench.cache / sub)
+    PHASES["w"] = lambda b: phase_w(b, args.repeat)
     setup(bench)
     failed = []
     for name in phases:

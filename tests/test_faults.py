@@ -268,12 +268,13 @@ def test_a_tampered_wheel_is_refused_with_both_hashes(localhost_ready, tmp_path)
 
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    """A 20 MiB tmpfs (root only)."""
+    """An 8 MiB tmpfs (root only): less than the tiny stack needs (about 12 MiB with its uv cache,
+    which it hard-links from: a uv site's venv has no pip, issue 14)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:

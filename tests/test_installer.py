@@ -88,6 +88,12 @@ def test_uv_installs_the_lock_with_hashes_hard_links_and_bytecode(tmp_path):
     install = step(script, "install")
     assert "--reinstall-package horovod" in install and "--compile-bytecode" in install
     assert "uv pip check --python" in step(script, "sanitycheck")
+    # issue 14: no ensurepip where uv installs; one interpreter imports and checks Horovod's flags
+    assert "python3 -m venv --clear --without-pip /" in step(script, "venv")
+    sanity = step(script, "sanitycheck")
+    assert sanity.count("/venv/bin/python -c ") == 1 and "horovodrun --check-build" not in sanity
+    assert "import torch\n" in sanity and 'REQUIRED = ["PyTorch", "MPI", "Gloo"]' in sanity
+    assert "uv pip freeze --python" in sanity
 
 
 def test_a_lock_with_two_indexes_lets_uv_look_in_both():
@@ -103,6 +109,8 @@ def test_pip_backend_is_the_fallback(tmp_path):
     assert "-m pip --isolated" in wheels and f"--cache-dir {tmp_path}/sw/.hpcstack/cache/pip" in wheels
     assert "--no-compile --require-hashes -r" in wheels and "uv " not in wheels
     assert "--force-reinstall" in step(script, "install")
+    assert "python3 -m venv --clear /" in step(script, "venv")  # pip's venv keeps its pip
+    assert " wheel --no-deps --no-build-isolation" in step(script, "build")
     assert "-m pip --isolated --no-input --disable-pip-version-check check" in step(script, "sanitycheck")
 
 
@@ -112,15 +120,17 @@ def test_build_step_reuses_a_cached_wheel_or_builds_and_stores_it(tmp_path):
     assert ('if ls /work/y07/shared/cirrus-software/.hpcstack/cache/builds/horovod-0.28.1/'
             '"${hpcstack_build_key_horovod_key}"/*.whl') in build
     reuse, rebuild = build.split("\nelse\n")
-    assert "reusing the wheel built before" in reuse and " wheel --no-deps" not in reuse
-    assert " wheel --no-deps --no-build-isolation" in rebuild and 'mv -T "$tmp"' in rebuild
+    assert "reusing the wheel built before" in reuse and "--no-build-isolation" not in reuse
+    # a uv site's venv has no pip: uv builds the wheel with the venv's python (issue 14)
+    assert " build --no-config --cache-dir " in rebuild and " --no-build-isolation --wheel --out-dir " in rebuild
+    assert 'mv -T "$tmp"' in rebuild
     for probe in ("--- MPI", "--- CUDA", "--- NCCL", "--- python", "--- C++ compiler",
                   'export HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"',
                   "sdist horovod-0.28.1.tar.gz sha256 92a43f5a", "patch horovod-0.28.1-cxx17.patch sha256"):
         assert probe in build, probe
     site = write_site(tmp_path / "s.yaml", installer={"build_cache": False})
     plain = step(dry_run("pytorch/2.3.1-gpu", "--site", str(site), "--prefix", str(tmp_path / "sw")), "build")
-    assert "hpcstack_build_key" not in plain and " wheel --no-deps --no-build-isolation" in plain
+    assert "hpcstack_build_key" not in plain and " --no-build-isolation --wheel" in plain
 
 
 # ------------------------------------------------------------------------------ the build key
@@ -252,6 +262,19 @@ def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv)
     assert list(entries[0].glob("tinypkg-1.0-*.whl"))
     python = _prefix(tiny_uv, "b") / "venv" / "bin" / "python"
     subprocess.run([str(python), "-c", "import tinypkg; assert tinypkg.PATCHED"], check=True)
+
+
+def test_a_uv_stack_has_no_pip_builds_with_uv_and_checks_in_one_interpreter(tiny_uv):
+    """Issue 14: no ensurepip in a uv site's venv, the source build by `uv build`, the imports
+    in one interpreter run, the package list for provenance from `uv pip freeze`."""
+    prefix = _prefix(tiny_uv, "a")
+    sp = _site_packages(tiny_uv, "a")
+    assert not list(sp.glob("pip")) and not (prefix / "venv" / "bin" / "pip").exists()
+    assert " build --no-config " in _build_log(prefix) and " wheel --no-deps" not in _build_log(prefix)
+    sanity = "\n".join(p.read_text() for p in prefix.rglob("logs/sanitycheck.log"))
+    assert sanity.count("/venv/bin/python -c ") == 1 and "imports ok: six, tinypkg" in sanity
+    freeze = next(prefix.rglob(".hpcstack/pip-freeze.txt")).read_text().splitlines()
+    assert "tinypkg==1.0" in freeze and "six==1.16.0" in freeze
 
 
 def test_a_changed_key_rebuilds(tiny_uv):

@@ -10,8 +10,8 @@
 ``site.json``               the site config as used, with ``--prefix``/``--module-root`` applied
 ``steps/<step>.json``       each completed step: hash of its inputs, seconds, when
 ``logs/<step>.log``         each step's output
-``pip-freeze.txt``          ``pip freeze --all`` of the stack's venv (sanity check step)
-``check-build.txt``         ``horovodrun --check-build`` (sanity check step, Horovod recipes)
+``pip-freeze.txt``          ``uv pip freeze`` (``pip freeze --all`` with the pip backend) of the stack's venv
+``check-build.txt``         Horovod's build flags as ``horovodrun --check-build`` prints them (sanity check)
 ``timings.json``            seconds per step, summed over the runs that made the build
 ``constraints.txt``         every pin of the stack (``PIP_CONSTRAINT``/``UV_CONSTRAINT``;
                             :mod:`hpcstack.install.components.manifest`)

@@ -8,6 +8,8 @@ import subprocess
 
 from hpcstack.modules import modsys
 from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.sanity import merge_python_checks
+from hpcstack.install.components.wheels import freeze_argv
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import current_user
 from hpcstack.install.plan import (MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
@@ -161,9 +163,10 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         except ValueError as exc:  # a value of the site or recipe the component cannot use
             raise ConfigError([f"{recipe.full_name}: {type(component).__name__}: {exc} "
                                f"(check the site config {site.path} and the recipe)"]) from None
+    actions[SANITYCHECK] = merge_python_checks(actions[SANITYCHECK])  # one interpreter, one import torch
     if actions[VENV]:
         actions[SANITYCHECK].append(
-            Capture(ctx.pip("freeze", "--all"), os.path.join(ctx.build_prefix, ".hpcstack", "pip-freeze.txt")))
+            Capture(freeze_argv(ctx), os.path.join(ctx.build_prefix, ".hpcstack", "pip-freeze.txt")))
     actions[PERMISSIONS].extend(permission_actions(site, ctx))
     actions[MODULE].insert(0, Publish(prefix, ctx.build_prefix))
     steps = [Step(name, STEP_DESCRIPTIONS[name], acts) for name, acts in actions.items() if acts]

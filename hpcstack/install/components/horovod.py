@@ -23,7 +23,8 @@ from hpcstack.errors import HpcstackError
 from hpcstack.install.actions import ActionBase, ExecContext, Fetch, Run, Unpack, VerifySha256, bash_word
 from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.components.wheels import install_run
+from hpcstack.install.components.sanity import PythonCheck
+from hpcstack.install.components.wheels import UV_UNSET, install_run, uv_binary, wheel_cache
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused.
 KEY_FORMAT = "hpcstack build key v1"
@@ -275,8 +276,20 @@ class SourceBuild:
                 + [Run(("patch", "-p1", "-i", self.patch_path(ctx, p)), cwd=src) for p in self.patches])
 
     def wheel_run(self, ctx: PlanContext) -> Run:
-        """``pip wheel --no-deps --no-build-isolation`` of the source tree into ``dist``, with the
-        build's variables."""
+        """Build a wheel of the source tree into ``dist``, with the build's variables, in the
+        stack's venv (``--no-build-isolation``: the build sees the venv's torch).
+
+        With ``installer.backend: uv`` the venv has no pip (:class:`~hpcstack.install.components.venv.Venv`),
+        so the build is ``uv build --wheel --no-build-isolation --python <venv python>``
+        (https://docs.astral.sh/uv/reference/cli/#uv-build), which runs the same setuptools
+        backend with the venv's interpreter; with ``backend: pip`` it is ``pip wheel --no-deps
+        --no-build-isolation``. Both need the lock's ``setuptools`` and ``wheel``.
+        """
+        if ctx.site.installer.backend == "uv":
+            return Run((uv_binary(), "build", "--no-config", "--cache-dir", wheel_cache(ctx), "--python", ctx.python,
+                        "--no-build-isolation",
+                        "--wheel", "--out-dir", self.dist_dir(ctx), self.src_dir(ctx)),
+                       env=self.build_env(ctx), prepend=self.build_prepend(ctx), unset=UV_UNSET)
         return Run(ctx.pip("wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
                            "-w", self.dist_dir(ctx), self.src_dir(ctx)),
                    env=self.build_env(ctx), prepend=self.build_prepend(ctx))
@@ -332,7 +345,8 @@ class HorovodBuild(SourceBuild):
     otherwise turn CUDA on by itself when torch is a CUDA build and any CUDA toolkit can be found
     (``nvcc`` on PATH, ``/usr/local/cuda``). A site's CUDA stubs directory is prepended to
     ``LD_LIBRARY_PATH`` for the build and the sanity check only (a login node has no driver); it
-    never reaches the modulefile. The sanity check runs ``horovodrun --check-build`` and requires
+    never reaches the modulefile. The sanity check reads the flags ``horovodrun --check-build``
+    reports (in the recipe's import process by default, see ``check_build``) and requires
     :meth:`required_flags`: ``required`` plus the GPU operations on CUDA sites (a Gloo-only GPU
     build halves per-GPU throughput, Horovod issue #2686).
 
@@ -350,6 +364,11 @@ class HorovodBuild(SourceBuild):
         cpu_operations (str): ``HOROVOD_CPU_OPERATIONS``: ``MPI``, ``Gloo`` or ``CCL``.
         gpu_operations (str): ``HOROVOD_GPU_OPERATIONS`` on CUDA sites: ``NCCL`` or ``MPI``.
         required (tuple[str, ...]): ``horovodrun --check-build`` flags every site must show.
+        check_build (str): how the sanity check reads the flags: ``"in-process"`` (default)
+            from ``horovod.torch``'s ``mpi_built()``, ``gloo_built()``, ``nccl_built()``, … in the
+            one interpreter that also runs the recipe's imports (:class:`PythonCheck`: 1.5 s, where
+            ``horovodrun --check-build`` forks about 13 processes that each import torch: 6 s on
+            2 cores, issue 14); ``"horovodrun"`` runs ``horovodrun --check-build`` itself.
 
     Example:
         ``HorovodBuild("horovod", "0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
@@ -363,8 +382,11 @@ class HorovodBuild(SourceBuild):
     cpu_operations: str = "MPI"
     gpu_operations: str = "NCCL"
     required: tuple[str, ...] = ("PyTorch", "MPI", "Gloo")
+    check_build: str = "in-process"
 
     def __post_init__(self):
+        if self.check_build not in ("in-process", "horovodrun"):
+            raise ValueError(f"check_build {self.check_build!r}: one of in-process, horovodrun")
         if self.cpu_operations not in ("MPI", "Gloo", "CCL"):
             raise ValueError(f"cpu_operations {self.cpu_operations!r}: one of MPI, Gloo, CCL")
         if self.gpu_operations not in ("NCCL", "MPI"):
@@ -462,9 +484,14 @@ class HorovodBuild(SourceBuild):
         return steps
 
     def sanity_actions(self, ctx: PlanContext) -> list:
-        return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
-                           self.required_flags(ctx),
-                           prepend=self.build_prepend(ctx))]
+        """The build flags of :meth:`required_flags`, checked in one process with the recipe's
+        imports (:class:`PythonCheck`), or by ``horovodrun --check-build`` itself
+        (:class:`CheckBuild`) when ``check_build="horovodrun"``."""
+        if self.check_build == "horovodrun":
+            return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
+                               self.required_flags(ctx),
+                               prepend=self.build_prepend(ctx))]
+        return [PythonCheck(ctx.python, horovod=self.required_flags(ctx), prepend=self.build_prepend(ctx))]
 
 
 @dataclass(frozen=True)

@@ -116,6 +116,14 @@ def check_run(ctx: PlanContext) -> Run:
     return Run(ctx.pip("check"))
 
 
+def freeze_argv(ctx: PlanContext) -> tuple[str, ...]:
+    """The command that lists the venv's packages for provenance: ``uv pip freeze --python …``
+    (the venv of a uv site has no pip) or ``pip freeze --all``."""
+    if ctx.site.installer.backend == "uv":
+        return (uv_binary(), "pip", "freeze", "--python", ctx.python, "--no-config")
+    return ctx.pip("freeze", "--all")
+
+
 def extra_indexes(lock: str) -> bool:
     """True if the lock file names more than one index (an ``--extra-index-url`` line)."""
     with open(lock) as f:
