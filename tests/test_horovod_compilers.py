@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -80,14 +81,20 @@ def trixie() -> Path:
     return root
 
 
+#: uv, a dependency of hpcstack, next to this interpreter: it builds and installs the wheels (the
+#: stack's venv has no pip where the installer is uv), also inside the root (a static binary).
+UV = Path(sys.executable).with_name("uv")
+
+
 @pytest.fixture(scope="module")
 def cmake4() -> Path:
     """CMake 4 from PyPI (the ``cmake`` wheel), in a directory of its own."""
+    if not UV.is_file():
+        pytest.skip(f"no uv next to {sys.executable} (hpcstack depends on it)")
     target = WORK / CMAKE4.replace("==", "-")
     if not (target / "cmake" / "data" / "bin" / "cmake").exists():
-        subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "--isolated", "install", "-q",
-                        "--disable-pip-version-check", "--target", str(target), CMAKE4],
-                       check=True, capture_output=True, timeout=600)
+        subprocess.run([str(UV), "pip", "install", "-q", "--python", str(VENV / "bin" / "python"),
+                        "--target", str(target), CMAKE4], check=True, capture_output=True, timeout=600)
     return target / "cmake" / "data" / "bin"
 
 
@@ -135,12 +142,13 @@ def test_patched_horovod_builds_and_checks(trixie, cmake4, tmp_path_factory, gcc
     export PATH={path} {exports}
     cmake --version | head -1; mpicxx --version | head -1
     cd {src}
-    {python} -m pip --isolated wheel -q --no-deps --no-build-isolation --no-cache-dir -w {work}/dist . > {work}/build.log 2>&1 \
+    export UV_CACHE_DIR={work}/uv-cache UV_NO_CONFIG=1
+    {UV} build -q --wheel --no-build-isolation --python {python} --out-dir {work}/dist . > {work}/build.log 2>&1 \
       || {{ grep -m5 -E 'error|Error' {work}/build.log; exit 1; }}
-    {python} -m pip --isolated install -q --no-deps --target {work}/site {work}/dist/*.whl
+    {UV} pip install -q --offline --no-deps --python {python} --target {work}/site {work}/dist/*.whl
     PYTHONPATH={work}/site {work}/site/bin/horovodrun --check-build
     """
-    proc = in_root(trixie, script, [work, cmake4.parents[2]], timeout=2400)
+    proc = in_root(trixie, script, [work, cmake4.parents[2], UV], timeout=2400)
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     shutil.rmtree(work / f"horovod-{build.version}", ignore_errors=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
