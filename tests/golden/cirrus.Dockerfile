@@ -105,7 +105,10 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
 
 ENV HPCSTACK_PYTORCH_ROOT=/opt/hpcstack/software/pytorch/2.3.1-gpu \
     PATH=/opt/hpcstack/software/pytorch/2.3.1-gpu/venv/bin:/opt/hpcstack/software/pytorch/2.3.1-gpu/bin:$PATH \
-    PYTHONPATH=/opt/hpcstack/software/pytorch/2.3.1-gpu/venv/lib/python3.10/site-packages
+    PIP_CONSTRAINT=/opt/hpcstack/software/pytorch/2.3.1-gpu/.hpcstack/constraints.txt \
+    PYTHONNOUSERSITE=1 \
+    PYTHONPATH=/opt/hpcstack/software/pytorch/2.3.1-gpu/venv/lib/python3.10/site-packages \
+    UV_CONSTRAINT=/opt/hpcstack/software/pytorch/2.3.1-gpu/.hpcstack/constraints.txt
 
 LABEL org.hpcstack.lock="2.3.1-gpu.pypi.lock" \
     org.hpcstack.lock.sha256="@LOCK_SHA256@" \

@@ -12,7 +12,7 @@ module load cray-mpich
 hpcstack action fetch --sha256 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0 https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz
 
 # --- step venv: create the venv on top of the site's Python module
-python3 -m venv --clear /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv
+python3 -m venv --clear --without-pip /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv
 
 # --- step wheels: install the pinned wheels from the lock file in one resolution
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock
@@ -72,7 +72,7 @@ else
   cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
   cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
   rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
-  CC=cc CXX=CC FC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl" HOROVOD_BUILD_CUDA_CC_LIST=80 MAKEFLAGS=-j8 /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -m pip --isolated --no-input --disable-pip-version-check wheel --no-deps --no-build-isolation --no-cache-dir -w /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
+  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC FC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl" HOROVOD_BUILD_CUDA_CC_LIST=80 MAKEFLAGS=-j8 @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
   mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1 && tmp=$(mktemp -d /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/.new-XXXXXX) && chmod 755 "$tmp" && cp /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/*.whl "$tmp"/ \
     && hpcstack_build_key_horovod > "$tmp/key.txt" && { mv -T "$tmp" /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}" 2>/dev/null || rm -rf "$tmp"; }
 fi
@@ -776,24 +776,38 @@ cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
 # Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so
 # that a pip or uv install next to the stack cannot bring another version of them.
 absl-py==2.1.0
+appnope==0.1.4 ; sys_platform == 'darwin'
+asttokens==2.4.1
 certifi==2024.7.4
 cffi==1.16.0
 charset-normalizer==3.3.2
 cloudpickle==3.0.0
 colorama==0.4.6 ; sys_platform == 'win32'
+comm==0.2.2
+debugpy==1.8.2
+decorator==5.1.1
+exceptiongroup==1.2.2 ; python_full_version < '3.11'
+executing==2.0.1
 filelock==3.15.4
 fsspec==2024.6.1
 grpcio==1.65.2
 gviz-api==1.10.0
 idna==3.7
 intel-openmp==2021.4.0 ; sys_platform == 'win32'
+ipykernel==6.29.5
+ipython==8.26.0
+jedi==0.19.1
 jinja2==3.1.4
 joblib==1.4.2
+jupyter-client==8.6.2
+jupyter-core==5.7.2
 lightning-utilities==0.11.6
 markdown==3.6
 markupsafe==2.1.5
+matplotlib-inline==0.1.7
 mkl==2021.4.0 ; sys_platform == 'win32'
 mpmath==1.3.0
+nest-asyncio==1.6.0
 networkx==3.3
 numpy==1.26.4
 nvidia-cublas-cu12==12.1.3.1 ; platform_machine == 'x86_64' and sys_platform == 'linux'
@@ -810,18 +824,28 @@ nvidia-nvjitlink-cu12==12.6.20 ; platform_machine == 'x86_64' and sys_platform =
 nvidia-nvtx-cu12==12.1.105 ; platform_machine == 'x86_64' and sys_platform == 'linux'
 packaging==24.1
 pandas==2.2.2
+parso==0.8.4
+pexpect==4.9.0 ; sys_platform != 'emscripten' and sys_platform != 'win32'
 pillow==10.4.0
+platformdirs==4.2.2
+prompt-toolkit==3.0.47
 protobuf==4.25.4
 psutil==6.0.0
+ptyprocess==0.7.0 ; sys_platform != 'emscripten' and sys_platform != 'win32'
+pure-eval==0.2.3
 pycparser==2.22
+pygments==2.18.0
 python-dateutil==2.9.0.post0
 pytz==2024.1
+pywin32==306 ; platform_python_implementation != 'PyPy' and sys_platform == 'win32'
 pyyaml==6.0.1
+pyzmq==26.0.3
 requests==2.32.3
 scikit-learn==1.5.1
 scipy==1.14.0
 setuptools==72.1.0
 six==1.16.0
+stack-data==0.6.3
 sympy==1.13.1
 tbb==2021.13.0 ; sys_platform == 'win32'
 tensorboard==2.17.0
@@ -835,11 +859,14 @@ torchaudio==2.3.1
 torchmetrics==1.0.3
 torchtext==0.18.0
 torchvision==0.18.1
+tornado==6.4.1
 tqdm==4.66.4
+traitlets==5.14.3
 triton==2.3.1 ; python_full_version < '3.12' and platform_machine == 'x86_64' and sys_platform == 'linux'
 typing-extensions==4.12.2
 tzdata==2024.1
 urllib3==2.2.2
+wcwidth==0.2.13
 werkzeug==3.0.3
 wheel==0.43.0
 horovod==0.28.1
@@ -851,11 +878,47 @@ install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /global/common/software/PROJECT/
 
 # --- step sanitycheck: check imports, build flags and dependencies
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config
-hpcstack check-build --horovodrun /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/horovodrun --require PyTorch,MPI,Gloo,NCCL
+/global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import sys
+import torch
+import torchvision
+import torchaudio
+import torchmetrics
+import torchtext
+import tensorboard
+import tensorboard_plugin_profile
+import tensorboard_plugin_wit
+import torch_tb_profiler
+import horovod.torch
+import sklearn
+import ipykernel
+REQUIRED = ["PyTorch", "MPI", "Gloo", "NCCL"]
+import glob, os, horovod, horovod.torch as hvd, horovod.runner.launch
+def _ext(fw):
+    return bool(glob.glob(os.path.join(os.path.dirname(horovod.__file__), fw, "mpi_lib*.so")))
+flags = {"Frameworks": {"TensorFlow": _ext("tensorflow"), "PyTorch": True, "MXNet": _ext("mxnet")},
+         "Controllers": {"MPI": bool(hvd.mpi_built()), "Gloo": bool(hvd.gloo_built())},
+         "Operations": {"NCCL": bool(hvd.nccl_built()), "DDL": bool(hvd.ddl_built()),
+                        "CCL": bool(hvd.ccl_built()), "MPI": bool(hvd.mpi_built()),
+                        "Gloo": bool(hvd.gloo_built())}}
+headings = {"Frameworks": "Available Frameworks", "Controllers": "Available Controllers",
+            "Operations": "Available Tensor Operations"}
+print("Horovod v%s:" % horovod.__version__)
+for section, names in flags.items():
+    print("\n%s:" % headings[section])
+    for name, built in names.items():
+        print("    [%s] %s" % ("X" if built else " ", name))
+missing = []
+for req in REQUIRED:
+    section, _, name = req.rpartition(":")
+    sections = [section] if section else [s for s in flags if name in flags[s]]
+    if not sections:
+        missing.append(name)
+    missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
+if missing:
+    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))'
 /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate --help
 /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-doctor --help
-/global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import torch; import torchvision; import torchaudio; import torchmetrics; import torchtext; import tensorboard; import tensorboard_plugin_profile; import tensorboard_plugin_wit; import torch_tb_profiler; import horovod.torch; import sklearn; print('"'"'imports ok'"'"')'
-/global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -m pip --isolated --no-input --disable-pip-version-check freeze --all > /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/pip-freeze.txt
+@UV@ pip freeze --python /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config > /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/pip-freeze.txt
 
 # --- step permissions: make the stack world-readable and not world-writable
 chmod -R u+rwX,go+rX,go-w /global/common/software/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@
@@ -886,6 +949,12 @@ Then `source ~/myvenv/bin/activate` loads this module (if it is not loaded yet) 
 puts the venv first, and `deactivate` unloads it again (only if activate loaded it).
 `extend-venv-activate --help` says more; `extend-venv-activate --undo ~/myvenv`
 restores the venv's original activate scripts.
+
+As a Jupyter kernel (JupyterLab, JupyterHub, Open OnDemand), in the stack's own
+Python and ipykernel; the kernel loads this module when it starts:
+    hpcstack kernel install pytorch/2.3.1-gpu --site perlmutter --user
+(add --venv ~/myvenv for a venv extended as above); undo it with
+    hpcstack kernel remove pytorch/2.3.1-gpu --site perlmutter --user
 ]])
 
 whatis("Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard")
