@@ -654,8 +654,9 @@ def tiny_wheel(dest: Path, name: str, version: str) -> Path:
 @pytest.mark.parametrize("mtool", tool_params())
 def test_installed_stack_with_a_users_venv(mtool, when, installed, tmp_path):
     """The README's user flow on the real stack: `python -m venv` (with pip) before or after
-    `module load`, extend, activate: torch and horovod from the stack, a package pip-installed
-    into the venv wins over the stack's copy (filelock), deactivate unloads and restores.
+    `module load`, extend, activate: torch and horovod from the stack, the stack's constraints
+    refuse another version of one of its packages (filelock), which, pip-installed with the
+    constraints cleared, wins over the stack's copy; deactivate unloads and restores.
 
     Environment Modules uses the stack's own installed extend-venv-activate; Lmod the Lua
     modulefile and a tool rendered for Lmod's init, as a localhost-lmod install writes them."""
@@ -679,7 +680,9 @@ def test_installed_stack_with_a_users_venv(mtool, when, installed, tmp_path):
     source {q(str(venv / "bin" / "activate"))} || exit 1
     echo "LOADED=$LOADEDMODULES"
     echo "PY=$(command -v python)"
-    pip install -q --no-index --no-deps --disable-pip-version-check {q(str(wheel))} || exit 1
+    pip install -q --no-index --no-deps --disable-pip-version-check {q(str(wheel))} >/dev/null 2>&1 \
+      && echo CONSTRAINT=ignored || echo CONSTRAINT=held
+    PIP_CONSTRAINT= pip install -q --no-index --no-deps --disable-pip-version-check {q(str(wheel))} || exit 1
     python -c 'import torch, horovod.torch, filelock; print("TORCH", torch.__version__, torch.__file__); print("FILELOCK", filelock.__version__, filelock.__file__)'
     deactivate
     echo "AFTER=$LOADEDMODULES"
@@ -691,6 +694,9 @@ def test_installed_stack_with_a_users_venv(mtool, when, installed, tmp_path):
     assert re.search(r"^LOADED=python/3\.\d+:pytorch/2\.3\.1-gpu$", out, re.M), proc.stderr
     assert f"PY={venv}/bin/python\n" in out
     assert re.search(rf"^TORCH 2\.3\.1\S* {re.escape(str(installed.prefix))}/", out, re.M), out
+    # the stack's constraints (PIP_CONSTRAINT, issue 15) refuse another filelock; a user who
+    # clears them on purpose gets theirs, and it wins over the stack's copy
+    assert "CONSTRAINT=held" in out, out
     assert re.search(rf"^FILELOCK 99\.0 {re.escape(str(venv))}/lib/", out, re.M), out
     assert "AFTER=\n" in out and "RESTORED" in out, out
 
