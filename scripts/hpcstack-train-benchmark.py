@@ -1528,7 +1528,7 @@ def skipped_summary(skipped: Sequence[dict]) -> list[str]:
         ops, dtypes = by_reason.setdefault(item["reason"], ([], []))
         ops += [item["op"]] if item["op"] not in ops else []
         dtypes += [item["dtype"]] if item["dtype"] not in dtypes else []
-    return [(f"all ops" if len(ops) == len(COLLECTIVES) else ", ".join(ops))
+    return [("all ops" if len(ops) == len(COLLECTIVES) else ", ".join(ops))
             + f" on {', '.join(dtypes)}: {reason}" for reason, (ops, dtypes) in by_reason.items()]
 
 

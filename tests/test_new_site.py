@@ -7,7 +7,6 @@ and CUDA/NCCL homes from its toolchain.
 
 from __future__ import annotations
 
-import re
 
 import pytest
 import yaml
