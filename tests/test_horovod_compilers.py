@@ -122,8 +122,8 @@ def test_patched_horovod_builds_and_checks(trixie, cmake4, tmp_path_factory, gcc
     work = Path("/var/tmp/hpcstack-compilers") / work.name  # under a path the root can see
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    with tarfile.open(SDIST) as tar:
-        tar.extractall(work, filter="data")
+    with tarfile.open(SDIST) as tar:  # extraction filters: Python >= 3.11.4 (Debian 12 has 3.11.2)
+        tar.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     src = work / f"horovod-{build.version}"
     for patch in build.patches:
         path = patches / patch.file
