@@ -40,9 +40,12 @@ try:
     from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 except ImportError:  # standalone in a stack without packaging: the copy every pip carries
-    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
-    from pip._vendor.packaging.utils import canonicalize_name
-    from pip._vendor.packaging.version import InvalidVersion, Version
+    try:
+        from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
+        from pip._vendor.packaging.utils import canonicalize_name
+        from pip._vendor.packaging.version import InvalidVersion, Version
+    except ImportError:  # neither (a stack made by uv has no pip): --help works, a check says why not
+        Requirement = None  # type: ignore[assignment,misc]
 
 try:
     from hpcstack.errors import ConfigError
@@ -278,6 +281,10 @@ def main(argv=None) -> int:
     parser.add_argument("--stack", metavar="PREFIX", action="append",
                         help="a stack prefix (default: the stack this script belongs to)")
     args = parser.parse_args(argv)
+    if Requirement is None:
+        print(f"{SCRIPT}: error: needs the 'packaging' distribution (or pip, which carries a copy) "
+              "in the stack; this stack has neither", file=sys.stderr)
+        return 2
     own = Path(os.path.abspath(__file__)).parent.parent
     try:
         problems, header = run(args.venv, args.stack or [str(own)])

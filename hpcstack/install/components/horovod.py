@@ -286,10 +286,14 @@ class SourceBuild:
         --no-build-isolation``. Both need the lock's ``setuptools`` and ``wheel``.
         """
         if ctx.site.installer.backend == "uv":
+            # TMPDIR: uv's lock files (uv-setuptools-*.lock) and the build's temporary files go
+            # to the stage dir, not the machine's /tmp (an admin's install writes nothing outside
+            # its own directories: tests/test_packaging.py)
             return Run((uv_binary(), "build", "--no-config", "--cache-dir", wheel_cache(ctx), "--python", ctx.python,
                         "--no-build-isolation",
                         "--wheel", "--out-dir", self.dist_dir(ctx), self.src_dir(ctx)),
-                       env=self.build_env(ctx), prepend=self.build_prepend(ctx), unset=UV_UNSET)
+                       env={**self.build_env(ctx), "TMPDIR": ctx.stage_dir}, prepend=self.build_prepend(ctx),
+                       unset=UV_UNSET)
         return Run(ctx.pip("wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
                            "-w", self.dist_dir(ctx), self.src_dir(ctx)),
                    env=self.build_env(ctx), prepend=self.build_prepend(ctx))
