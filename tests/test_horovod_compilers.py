@@ -44,15 +44,20 @@ HOST_PATHS = ("/usr/bin/python3.11", "/usr/lib/python3.11", "/usr/include/python
 
 
 def _horovod():
-    """The recipe's HorovodBuild component and the localhost site's build variables for it."""
-    from hpcstack.install.components.horovod import HorovodBuild
+    """The recipe's HorovodBuild component, its patch directory, and the variables the localhost
+    site builds it with (the build step's :class:`CachedWheelBuild` of the plan)."""
+    from hpcstack.install.components.horovod import CachedWheelBuild, HorovodBuild
+    from hpcstack.install.resolve import resolve
     from hpcstack.recipe import load_recipe, recipe_path
     from hpcstack.site import load_site
 
     site = load_site("localhost")
     recipe = load_recipe("pytorch/2.3.1-gpu", site)
     build = next(c for c in recipe.components if isinstance(c, HorovodBuild))
-    return build, recipe_path("pytorch/2.3.1-gpu").parent / "patches"
+    plan = resolve(recipe, site, python_version="3.11")
+    cached = next(a for s in plan.steps for a in s.actions if isinstance(a, CachedWheelBuild))
+    env = {k: v for k, v in cached.env.items() if k != "MAKEFLAGS"}
+    return build, recipe_path("pytorch/2.3.1-gpu").parent / "patches", env
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +121,7 @@ def in_root(root: Path, script: str, binds: list[Path], timeout: float) -> subpr
 @pytest.mark.parametrize("gcc, cmake", [("13", "debian"), ("14", "pypi")],
                          ids=["gcc13-cmake3.31", "gcc14-cmake4"])
 def test_patched_horovod_builds_and_checks(trixie, cmake4, tmp_path_factory, gcc, cmake):
-    build, patches = _horovod()
+    build, patches, build_env = _horovod()
     assert hashlib.sha256(SDIST.read_bytes()).hexdigest() == build.sha256
     work = tmp_path_factory.mktemp(f"gcc{gcc}", numbered=True)
     work = Path("/var/tmp/hpcstack-compilers") / work.name  # under a path the root can see
@@ -129,12 +134,9 @@ def test_patched_horovod_builds_and_checks(trixie, cmake4, tmp_path_factory, gcc
         path = patches / patch.file
         assert hashlib.sha256(path.read_bytes()).hexdigest() == patch.sha256, patch.file
         subprocess.run(["patch", "-p1", "-s", "-i", str(path)], cwd=src, check=True)
-    # the localhost site's Horovod settings (CPU operations MPI, no CUDA), GCC chosen through
-    # Open MPI's wrappers
-    env = {"HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
-           "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_CPU_OPERATIONS": build.cpu_operations,
-           "HOROVOD_WITHOUT_CUDA": "1", "CC": "mpicc", "CXX": "mpicxx",
-           "OMPI_CC": f"gcc-{gcc}", "OMPI_CXX": f"g++-{gcc}", "MAKEFLAGS": f"-j{os.cpu_count() or 2}"}
+    # the localhost site's Horovod settings (CPU operations MPI, no CUDA, the MPI wrappers), GCC
+    # chosen through Open MPI's wrappers
+    env = {**build_env, "OMPI_CC": f"gcc-{gcc}", "OMPI_CXX": f"g++-{gcc}", "MAKEFLAGS": f"-j{os.cpu_count() or 2}"}
     path = f"{cmake4}:/usr/bin:/bin" if cmake == "pypi" else "/usr/bin:/bin"
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     python = VENV / "bin" / "python"
