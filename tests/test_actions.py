@@ -247,8 +247,8 @@ def test_write_default_bash_and_execute_agree(tmp_path, syntax):
 
 def _builds(root: Path):
     for build in ("a", "b"):
-        (root / ".builds" / "1" / build).mkdir(parents=True)
-        (root / ".builds" / "1" / build / "payload").write_text(build)
+        (root / f".1-{build}").mkdir(parents=True)
+        (root / f".1-{build}" / "payload").write_text(build)
 
 
 @pytest.mark.parametrize("before", ["nothing", "link", "directory"])
@@ -256,24 +256,24 @@ def test_publish_bash_and_execute_switch_the_same_link(tmp_path, before):
     def prepare(root: Path):
         _builds(root)
         if before == "link":
-            (root / "1").symlink_to(".builds/1/a")
+            (root / "1").symlink_to(".1-a")
         elif before == "directory":  # the layout before staging: moved aside, then linked
             (root / "1").mkdir()
             (root / "1" / "old").write_text("old")
 
-    res, err, tb, tp = both(tmp_path, lambda r: Publish(str(r / "1"), str(r / ".builds" / "1" / "b")),
+    res, err, tb, tp = both(tmp_path, lambda r: Publish(str(r / "1"), str(r / ".1-b")),
                             prepare=prepare)
     assert res.returncode == 0 and err is None, res.stderr
-    assert tb == tp and tb["1"] == ("link", ".builds/1/b")
+    assert tb == tp and tb["1"] == ("link", ".1-b")
     assert not any(".publish-tmp" in p for p in tb)
-    assert ("directory" == before) == (".builds/1/pre-staging/old" in tb)
+    assert ("directory" == before) == (".1-pre-staging/old" in tb)
 
 
 def test_publish_never_leaves_the_prefix_missing(tmp_path):
     """A reader polling the prefix while it is switched 40 times sees a build every time."""
     _builds(tmp_path)
     link = tmp_path / "1"
-    link.symlink_to(".builds/1/a")
+    link.symlink_to(".1-a")
     seen, stop = set(), threading.Event()
 
     def reader():
@@ -287,7 +287,7 @@ def test_publish_never_leaves_the_prefix_missing(tmp_path):
     thread.start()
     try:
         for i in range(40):
-            assert execute(Publish(str(link), str(tmp_path / ".builds" / "1" / "ab"[i % 2]))) is None
+            assert execute(Publish(str(link), str(tmp_path / f".1-{'ab'[i % 2]}"))) is None
     finally:
         stop.set()
         thread.join()

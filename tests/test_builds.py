@@ -54,7 +54,7 @@ def test_first_install_publishes_a_relative_link_to_a_new_build(stack):
     choice = stack.install()
     assert choice.kind == "new" and len(choice.plan.build_id) == 12
     link = os.readlink(stack.layout.prefix)
-    assert link == f".builds/1/{choice.plan.build_id}"
+    assert link == f".1-{choice.plan.build_id}"  # beside the prefix, at its depth (issue 14)
     assert stack.published_payload() == "v1" and Path(stack.modulefile).is_file()
     assert builds.choose(stack.layout, stack.resolve_at).kind == "up to date"
 
@@ -113,19 +113,20 @@ def test_a_prefix_from_before_staging_is_adopted_then_moved_aside(stack):
 
 
 def test_publish_renders_the_same_switch_it_performs(tmp_path):
-    target = tmp_path / "t" / ".builds" / "1" / "abc"
+    target = tmp_path / "t" / ".1-abc"
     target.mkdir(parents=True)
     action = Publish(str(tmp_path / "t" / "1"), str(target))
     script = action.to_bash()
-    assert "ln -sfn .builds/1/abc " in script
+    assert "ln -sfn .1-abc " in script
     assert script.endswith(f"mv -T {tmp_path}/t/.1.publish-tmp {tmp_path}/t/1")
     import subprocess
 
     (tmp_path / "t" / "1").mkdir()  # the layout before staging: moved aside, then linked
     (tmp_path / "t" / "1" / "old").write_text("")
     assert subprocess.run(["bash", "-c", script]).returncode == 0
-    assert os.readlink(tmp_path / "t" / "1") == ".builds/1/abc"
-    assert (tmp_path / "t" / ".builds" / "1" / "pre-staging" / "old").is_file()
+    assert os.readlink(tmp_path / "t" / "1") == ".1-abc"
+    assert (tmp_path / "t" / ".1-pre-staging" / "old").is_file()
+    assert builds.StackLayout(str(tmp_path), "t", "1").build_path(builds.PRE_STAGING) == str(tmp_path / "t" / ".1-pre-staging")
     assert subprocess.run(["bash", "-c", script]).returncode == 0  # again: only the link switches
 
 
@@ -159,9 +160,42 @@ def test_uninstall_removes_modulefile_link_builds_and_state_but_not_other_versio
     other.install()
     removed = builds.uninstall(stack.layout, stack.modulefile)
     assert removed[0] == stack.modulefile  # the modulefile goes first
-    assert not os.path.lexists(stack.layout.prefix) and not os.path.exists(stack.layout.builds_dir)
+    assert not os.path.lexists(stack.layout.prefix) and stack.layout.builds() == []
     assert not os.path.exists(stack.layout.state_file)
     assert Path(other.layout.prefix, "payload").read_text() == "v1" and Path(other.modulefile).is_file()
+    assert sorted(os.listdir(other.layout.top)) == ["." + os.readlink(other.layout.prefix)[1:], "2"]
+
+
+def _legacy_build(stack, build_id="0123456789ab", payload="legacy"):
+    """A stack as hpcstack 0.2.0 left it: the build under .builds/<version>/<id>, the prefix a
+    link to it, the state naming no build in progress."""
+    build = Path(stack.layout.legacy_builds_dir, build_id)
+    build.mkdir(parents=True)
+    (build / "payload").write_text(payload)
+    os.symlink(f".builds/{stack.layout.version}/{build_id}", stack.layout.prefix)
+    stack.layout.write_state({"building": None, "replaces": None, "previous": None, "published_for": None})
+    return build_id
+
+
+def test_a_build_of_the_earlier_layout_is_found_replaced_kept_then_removed(stack):
+    old = _legacy_build(stack)
+    assert stack.layout.published() == stack.layout.build_path(old) and stack.layout.id_of(stack.layout.published()) == old
+    assert stack.layout.builds() == [old]
+    first = stack.install()
+    assert first.kind == "new" and first.replaces == old
+    assert os.readlink(stack.layout.prefix) == f".1-{first.plan.build_id}" and stack.published_payload() == "v1"
+    assert stack.layout.read_state()["previous"] == old and Path(stack.layout.legacy_builds_dir, old).is_dir()
+    stack.payload = "v2"
+    stack.install()  # the old-layout build is now neither published nor previous: removed
+    assert old not in stack.layout.builds() and not os.path.exists(os.path.join(stack.layout.legacy_builds_dir, old))
+
+
+def test_uninstall_removes_builds_of_both_layouts(stack):
+    _legacy_build(stack, "0123456789ab")
+    stack.install()
+    removed = builds.uninstall(stack.layout, stack.modulefile)
+    assert str(Path(stack.layout.legacy_builds_dir, "0123456789ab")) in removed
+    assert not os.path.exists(stack.layout.top)  # nothing left of the stack, no empty directories
 
 
 # --------------------------------------------------------------------- runner: preflight, diagnosis

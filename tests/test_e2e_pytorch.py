@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -67,11 +68,23 @@ def test_module_load_gives_torch_and_horovod_and_unload_restores(installed):
     before=$(filter)
     module load pytorch/2.3.1-gpu || exit 1
     python -c 'import torch, torchvision, torchaudio, torchmetrics, torchtext, horovod.torch as hvd; print("TORCH", torch.__version__, torch.__file__)'
+    python -c 'import sys, json; print("SYSPATH", json.dumps(sys.path))'
     module unload pytorch/2.3.1-gpu
     [ "$before" = "$(filter)" ] && echo RESTORED
     """)
-    assert "TORCH 2.3.1" in proc.stdout and str(PREFIX) in proc.stdout, proc.stderr
+    assert "TORCH 2.3.1" in proc.stdout, proc.stderr
     assert "RESTORED" in proc.stdout
+    # the stack's modules by their real path in the published build (one realpath per import of
+    # torch walks no symbolic link), and sys.path a plain venv's: site-packages once, after the
+    # standard library (venv/lib/.../00-hpcstack-paths.pth; issue 14)
+    torch_file = proc.stdout.split("TORCH 2.3.1")[1].split()[0]
+    build = os.path.realpath(PREFIX)
+    assert torch_file.startswith(build + "/venv/") and os.path.realpath(torch_file) == torch_file
+    sys_path = json.loads(proc.stdout.split("SYSPATH ")[1].splitlines()[0])
+    site_packages = [p for p in sys_path if p.endswith("site-packages")]
+    assert site_packages == [str(Path(torch_file).parent.parent)], sys_path
+    stdlib = next(i for i, p in enumerate(sys_path) if re.search(r"/lib/python3\.\d+$", p))
+    assert sys_path.index(site_packages[0]) > stdlib, sys_path
 
 
 def test_check_build_under_the_module_shows_pytorch_mpi_gloo(installed):

@@ -46,7 +46,7 @@ class Tiny:
             self.recipe.write_text(self.recipe.read_text().replace(self.sdist.as_uri(), url))
         self.args = ["--site", site, "--prefix", str(root / "sw"), "--module-root", str(root / "mf")]
         self.prefix = root / "sw" / "tiny" / "1.0"
-        self.builds = root / "sw" / "tiny" / ".builds" / "1.0"
+        self.builds = root / "sw" / "tiny"  # the builds are .1.0-<id> beside the prefix
         self.state = root / "sw" / ".hpcstack" / "state" / "tiny-1.0.json"
         self.modulefile = root / "mf" / "tiny" / "1.0"
         self.patch = self.recipe.parent / "patches" / "tiny.patch"
@@ -107,7 +107,7 @@ class ModuleWatch(threading.Thread):
         except FileNotFoundError:
             return
         self.seen += 1
-        if ".builds" in text or str(self.tiny.prefix) not in text:
+        if "/.1.0-" in text or str(self.tiny.prefix) not in text:
             self.violations.append(f"modulefile names something else than the prefix:\n{text}")
             return
         build = Path(os.path.realpath(self.tiny.prefix))
@@ -156,7 +156,7 @@ def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
             proc = tiny.start(name=step)
 
             def started() -> bool:
-                logs = list(tiny.builds.glob(f"*/.hpcstack/logs/{step}.log"))
+                logs = list(tiny.builds.glob(f".1.0-*/.hpcstack/logs/{step}.log"))
                 return any(p.stat().st_mtime_ns >= t0 for p in logs) or proc.poll() is not None
 
             _wait_for(started, what=f"step {step} to start")
@@ -168,7 +168,7 @@ def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
             assert f"error: step {step}: interrupted; re-run to resume from this step" in tiny.err(step)
         else:
             assert proc.wait(timeout=300) == -signal.SIGKILL, tiny.err(step)
-        build = tiny.builds / tiny.building()
+        build = tiny.builds / f".1.0-{tiny.building()}"
         if not (build / ".hpcstack" / "steps" / f"{step}.json").exists():
             killed_mid_step.append(step)
         if step != "module":
@@ -203,20 +203,20 @@ def test_a_new_build_leaves_the_published_stack_alone_until_it_is_complete(local
     proc = tiny.start()
 
     def building() -> bool:
-        logs = [p for p in tiny.builds.glob("*/.hpcstack/logs/build.log") if not str(p).startswith(first)]
+        logs = [p for p in tiny.builds.glob(".1.0-*/.hpcstack/logs/build.log") if not str(p).startswith(first)]
         return any(p.stat().st_mtime_ns >= t0 for p in logs) or proc.poll() is not None
 
     _wait_for(building, what="the new build's build step")
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
-    new = tiny.builds / tiny.building()
+    new = tiny.builds / f".1.0-{tiny.building()}"
     assert str(new) != first and os.path.realpath(tiny.prefix) == first
     assert tiny.patched() == "True"  # the published stack and its module, untouched and usable
     # change the input again while the build is unfinished: that step and the later ones only
     tiny.set_patch("3")
     res = tiny.install()
     assert res.returncode == 0, res.stderr
-    assert f"resuming build {new.name}" in res.stderr
+    assert f"resuming build {new.name.removeprefix('.1.0-')}" in res.stderr
     for step in ("fetch", "venv", "wheels"):
         assert f"] {step}: done before, skipped" in res.stderr
     assert "] patch: " in res.stderr and "] build: " in res.stderr

@@ -4,7 +4,7 @@ Golden files: ``tests/golden/<site>-install.sh`` and ``<site>-validate.sh`` are 
 ``hpcstack install pytorch/2.3.1-gpu --site <site> --dry-run`` and ``hpcstack validate ... --dry-run``,
 compared after normalising what differs between machines and runs:
 
-- the build id (a standalone run of 12 hex digits, e.g. ``.builds/2.3.1-gpu/ae937e4c6119``) -> ``@BUILD@``
+- the build id (a standalone run of 12 hex digits, e.g. ``.2.3.1-gpu-ae937e4c6119``) -> ``@BUILD@``
   (it hashes the recipe and site, so an unrelated recipe edit would otherwise break the files);
 - the installed hpcstack package's data directory (``<site-packages or checkout>/hpcstack/data``)
   -> ``@HPCSTACK_DATA@``;

@@ -473,7 +473,8 @@ def test_the_site_switched_to_lmod_installs_a_lua_module_with_its_default(tmp_pa
                     "python -c 'import tinypkg; assert tinypkg.PATCHED; print(\"IMPORT\", tinypkg.__file__)'",
                     modulepath=f"{tmp_path / 'mf'}:/opt/hpcstack/base-modulefiles")
     assert re.search(r"^LOADED=python/3\.\d+:tiny/1\.0$", run.stdout, re.M), run.stderr
-    assert f"IMPORT {tmp_path / 'sw' / 'tiny' / '1.0'}/" in run.stdout
+    # the stack's python imports from the published build by its real path (issue 14)
+    assert f"IMPORT {os.path.realpath(tmp_path / 'sw' / 'tiny' / '1.0')}/venv/" in run.stdout
 
 
 # ------------------------------------------------------------------- the installed stack
@@ -502,5 +503,5 @@ def test_installed_stack_loads_and_unloads_cleanly(combo, installed):
     [ "$before" = "$(filter)" ] && echo RESTORED || diff <(echo "$before") <(filter)
     """, modulepath=installed.modulepath(combo.syntax), timeout=300)
     assert re.search(r"LOADED=python/3\.\d+:pytorch/2\.3\.1-gpu\n", proc.stdout), proc.stderr
-    assert "TORCH 2.3.1" in proc.stdout and str(installed.prefix) in proc.stdout
+    assert "TORCH 2.3.1" in proc.stdout and f" {os.path.realpath(installed.prefix)}/venv/" in proc.stdout
     assert "RESTORED" in proc.stdout, proc.stdout

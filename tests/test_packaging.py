@@ -348,7 +348,7 @@ def test_admin_installs_into_a_prefix_they_own(admin, admin_flow):
     assert proc.returncode == 0, proc.stderr
     prefix = admin.home / "software" / "tiny" / "1.0"
     modulefile = admin.home / "modulefiles" / "tiny" / "1.0"
-    assert f"installed tiny/1.0: {prefix} -> {admin.home}/software/tiny/.builds/" in proc.stdout
+    assert f"installed tiny/1.0: {prefix} -> {admin.home}/software/tiny/.1.0-" in proc.stdout
     assert prefix.is_symlink() and Path(os.path.realpath(prefix)).is_relative_to(admin.home / "software")
     assert str(prefix) in modulefile.read_text()
     # the recipe recorded is the one of their repository

@@ -31,7 +31,7 @@ def test_the_plan_as_json_is_the_plan_as_bash():
     plan = json.loads(js.stdout)
     assert plan["hpcstack"] == __version__
     assert plan["prefix"] == "/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu"
-    assert re.fullmatch(r"/work/y07/shared/cirrus-software/pytorch/\.builds/2\.3\.1-gpu/[0-9a-f]{12}",
+    assert re.fullmatch(r"/work/y07/shared/cirrus-software/pytorch/\.2\.3\.1-gpu-[0-9a-f]{12}",
                         plan["stage_prefix"])
     assert f"# stage prefix: {plan['stage_prefix']} (build {plan['build_id']})" in bash.stdout
     for step in plan["steps"]:

@@ -48,7 +48,7 @@ from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import fsync_dir, fsync_file, sha256_file
 
 #: Where a prefix that is a real directory (the layout before stage prefixes) goes when a staged
-#: build replaces it: ``<install_root>/<name>/.builds/<version>/pre-staging``.
+#: build replaces it: ``<install_root>/<name>/.<version>-pre-staging``.
 PRE_STAGING = "pre-staging"
 
 #: The command that runs one action of the dry-run script with hpcstack's own code (:func:`cli`).
@@ -504,12 +504,12 @@ class Publish(ActionBase):
 
     A venv cannot be moved after it is made (absolute paths in its scripts), so each build has
     its own stage prefix and the stable prefix ``<install_root>/<name>/<version>`` is a
-    symbolic link to it, relative (``.builds/<version>/<id>``). Publishing makes a new link
+    symbolic link to it, relative (``.<version>-<id>``, beside it). Publishing makes a new link
     beside the old one and renames it over the old one (``rename(2)`` is atomic, ``mv -T``): a
     reader sees the old build or the new one, never neither and never a half one.
 
     A prefix that is a real directory (the layout before stage prefixes) is moved to
-    ``.builds/<version>/pre-staging`` first; that move and the link that follows it are two
+    ``.<version>-pre-staging`` beside it first; that move and the link that follows it are two
     renames, not one (the only non-atomic moment, once per stack). When ``target`` is the
     prefix itself (such a directory being updated in place) there is nothing to do.
 
@@ -535,7 +535,9 @@ class Publish(ActionBase):
         return os.path.relpath(self.target, os.path.dirname(self.link))
 
     def _aside(self) -> str:
-        return os.path.join(os.path.dirname(self.target), PRE_STAGING)
+        """Where a prefix that is a real directory goes: the build ``pre-staging`` of
+        :class:`hpcstack.install.builds.StackLayout`."""
+        return os.path.join(os.path.dirname(self.link), f".{os.path.basename(self.link)}-{PRE_STAGING}")
 
     def _in_place(self) -> bool:
         return os.path.normpath(self.link) == os.path.normpath(self.target)

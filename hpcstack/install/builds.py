@@ -2,12 +2,19 @@
 
 A venv cannot be moved once made (its scripts and ``pyvenv.cfg`` hold absolute paths), so a
 stack is never built where users see it. Each build gets its own real directory, the *stage
-prefix*, and the stack's prefix is a symbolic link to the published one::
+prefix*, beside the stack's prefix, and the prefix is a symbolic link to the published one::
 
-    <install_root>/pytorch/2.3.1-gpu -> .builds/2.3.1-gpu/3f9c0a1b2c4d      the prefix (stable path)
-    <install_root>/pytorch/.builds/2.3.1-gpu/3f9c0a1b2c4d/                   a build: venv/ bin/ .hpcstack/
-    <install_root>/.hpcstack/state/pytorch-2.3.1-gpu.json                    build in progress, build replaced
-    <install_root>/.hpcstack/locks/pytorch-2.3.1-gpu.lock                    one install at a time
+    <install_root>/pytorch/2.3.1-gpu -> .2.3.1-gpu-3f9c0a1b2c4d             the prefix (stable path)
+    <install_root>/pytorch/.2.3.1-gpu-3f9c0a1b2c4d/                         a build: venv/ bin/ .hpcstack/
+    <install_root>/.hpcstack/state/pytorch-2.3.1-gpu.json                   build in progress, build replaced
+    <install_root>/.hpcstack/locks/pytorch-2.3.1-gpu.lock                   one install at a time
+
+A build sits at the depth of the prefix, so the real path of a file of the stack has as many
+components as its path through the prefix: torch resolves the real path of every module it
+loads (``os.path.realpath``, one ``lstat`` per component), and a build deeper than the prefix
+made 688 x 3 extra metadata calls per ``import torch`` (issue 14, docs/benchmarks.md). Builds
+made by earlier versions of hpcstack, under ``<install_root>/<name>/.builds/<version>/<id>``,
+are still found, resumed, kept as the previous build and removed.
 
 The module step publishes a complete build by renaming a new link over the old one (atomic),
 then writes the modulefile atomically; the modulefile names the stable prefix, so it is the same
@@ -53,7 +60,8 @@ class StackLayout:
     """Every path of one stack: the one place that knows them (issue 16).
 
     The prefix ``<install_root>/<name>/<version>`` (projection ``{name}/{version}``), its builds
-    ``<install_root>/<name>/.builds/<version>/<id>``, the state and lock files under
+    ``<install_root>/<name>/.<version>-<id>`` beside it (those of earlier hpcstack versions in
+    ``<install_root>/<name>/.builds/<version>/<id>``: :attr:`legacy_builds_dir`), the state and lock files under
     ``<install_root>/.hpcstack/``, and, for a layout made with :meth:`for_site`, the stage dir
     ``<stage_root>/<name>-<version>`` and the modulefile ``<module_root>/<name>/<version>[.lua]``.
 
@@ -77,7 +85,11 @@ class StackLayout:
         self.version = version
         self.top = os.path.join(self.install_root, name)
         self.prefix = os.path.join(self.top, version)
-        self.builds_dir = os.path.join(self.top, ".builds", version)
+        #: where the builds are: beside the prefix, ``<top>/.<version>-<id>``
+        self.builds_dir = self.top
+        #: where earlier versions of hpcstack put them, ``<top>/.builds/<version>/<id>``
+        self.legacy_builds_dir = os.path.join(self.top, ".builds", version)
+        self._build_re = re.compile(rf"\.{re.escape(version)}-([0-9a-f]{{12}}(?:-[0-9]+)?|{PRE_STAGING})")
         self.state_file = os.path.join(self.install_root, STATE_DIR, "state", f"{name}-{version}.json")
         self.lock_file = os.path.join(self.install_root, STATE_DIR, "locks", f"{name}-{version}.lock")
         self.stage_dir = stage_dir
@@ -100,8 +112,13 @@ class StackLayout:
         return os.path.join(build, STATE_DIR)
 
     def build_path(self, build_id: str) -> str:
-        """The stage prefix of build ``build_id``."""
-        return os.path.join(self.builds_dir, build_id)
+        """The stage prefix of build ``build_id``: ``<top>/.<version>-<id>``, or the build's
+        directory under :attr:`legacy_builds_dir` where only that one exists."""
+        path = os.path.join(self.top, f".{self.version}-{build_id}")
+        legacy = os.path.join(self.legacy_builds_dir, build_id)
+        if not os.path.lexists(path) and os.path.lexists(legacy):
+            return legacy
+        return path
 
     def published(self) -> str | None:
         """The real directory the prefix points at (the prefix itself for the layout before
@@ -114,17 +131,29 @@ class StackLayout:
         return None
 
     def id_of(self, path: str | None) -> str:
-        """The build id of a stage prefix (``""`` for the prefix itself or None)."""
-        if path and os.path.dirname(os.path.normpath(path)) == self.builds_dir:
-            return os.path.basename(os.path.normpath(path))
-        return ""
+        """The build id of a stage prefix (``""`` for the prefix itself, None, or another path)."""
+        if not path:
+            return ""
+        parent, base = os.path.split(os.path.normpath(path))
+        if parent == self.top:
+            m = self._build_re.fullmatch(base)
+            return m.group(1) if m else ""
+        return base if parent == self.legacy_builds_dir else ""
 
     def builds(self) -> list[str]:
-        """Ids of the build directories on disk (stale trash excluded)."""
-        try:
-            return sorted(e for e in os.listdir(self.builds_dir) if not e.startswith("."))
-        except OSError:
-            return []
+        """Ids of the build directories on disk (both layouts; leftovers of clean-ups excluded)."""
+        ids = set()
+        for directory, legacy in ((self.top, False), (self.legacy_builds_dir, True)):
+            try:
+                entries = os.listdir(directory)
+            except OSError:
+                continue
+            for entry in entries:
+                if legacy and not entry.startswith("."):
+                    ids.add(entry)
+                elif not legacy and (m := self._build_re.fullmatch(entry)):
+                    ids.add(m.group(1))
+        return sorted(ids)
 
     # -- state file
     def read_state(self) -> dict:
@@ -152,9 +181,12 @@ class StackLayout:
         """Remove one build: renamed aside first (atomic), then deleted."""
         path = self.build_path(build_id)
         if os.path.lexists(path):
-            trash = os.path.join(self.builds_dir, f".trash-{build_id}-{os.getpid()}")
+            trash = os.path.join(os.path.dirname(path), self._trash_prefix() + f"{build_id}-{os.getpid()}")
             os.rename(path, trash)
             shutil.rmtree(trash, ignore_errors=True)
+
+    def _trash_prefix(self) -> str:
+        return f".{self.version}.trash-"
 
     def prune(self, keep: set[str]) -> list[str]:
         """Remove every build but those in ``keep``, and leftovers of earlier clean-ups.
@@ -163,12 +195,13 @@ class StackLayout:
             list[str]: the ids removed.
         """
         removed = []
-        try:
-            for entry in os.listdir(self.builds_dir):
-                if entry.startswith(".trash-"):
-                    shutil.rmtree(os.path.join(self.builds_dir, entry), ignore_errors=True)
-        except OSError:
-            pass
+        for directory, leftover in ((self.top, self._trash_prefix()), (self.legacy_builds_dir, ".")):
+            try:
+                for entry in os.listdir(directory):
+                    if entry.startswith(leftover):
+                        shutil.rmtree(os.path.join(directory, entry), ignore_errors=True)
+            except OSError:
+                pass
         tmp_link = os.path.join(self.top, f".{self.version}.publish-tmp")
         if os.path.islink(tmp_link):
             os.unlink(tmp_link)
@@ -364,17 +397,19 @@ def uninstall(layout: StackLayout, modulefile: str, stage_dir: str | None = None
             os.rename(layout.prefix, trash)
             shutil.rmtree(trash)
             removed.append(layout.prefix)
-        if os.path.isdir(layout.builds_dir):
-            trash = os.path.join(os.path.dirname(layout.builds_dir), f".trash-{layout.version}-{os.getpid()}")
-            os.rename(layout.builds_dir, trash)
+        paths = [layout.build_path(build_id) for build_id in layout.builds()]
+        layout.prune(set())  # each build renamed aside (atomic), then deleted; and leftovers
+        removed += paths
+        if os.path.isdir(layout.legacy_builds_dir):
+            trash = os.path.join(os.path.dirname(layout.legacy_builds_dir), f".trash-{layout.version}-{os.getpid()}")
+            os.rename(layout.legacy_builds_dir, trash)
             shutil.rmtree(trash)
-            removed.append(layout.builds_dir)
         if stage_dir and os.path.isdir(stage_dir):
             shutil.rmtree(stage_dir)
             removed.append(stage_dir)
         if os.path.exists(layout.state_file):
             os.unlink(layout.state_file)
-        for d in (os.path.dirname(layout.builds_dir), layout.top, os.path.dirname(modulefile)):
+        for d in (os.path.dirname(layout.legacy_builds_dir), layout.top, os.path.dirname(modulefile)):
             try:
                 os.rmdir(d)  # only when empty: other versions stay
             except OSError:

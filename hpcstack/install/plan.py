@@ -97,7 +97,7 @@ class Plan:
         steps (list[Step]): in :data:`STEP_ORDER`.
         modulefile (str): the path of the modulefile the plan publishes.
         stage_prefix (str): the real directory this build is made in,
-            ``<install_root>/<name>/.builds/<version>/<id>``; ``""`` means ``prefix`` itself.
+            ``<install_root>/<name>/.<version>-<id>``; ``""`` means ``prefix`` itself.
         build_id (str): the ``<id>`` of ``stage_prefix``.
     """
 

@@ -96,7 +96,8 @@ def _gives_world_write(clause: str) -> bool:
 def permission_actions(site: Site, ctx: PlanContext) -> list:
     """The permissions step: group (if the site names one) and mode on the build and its parents.
 
-    The parents (``<install_root>/<name>`` and the ``.builds`` directories under it) get the
+    The parents (``<install_root>/<name>``, and for a build of hpcstack 0.2.0's layout the
+    ``.builds`` directories under it) get the
     same group and mode without recursion, so users can reach the stack whatever the admin's
     umask; only those the installing user owns (``find -user``), as another member of a shared
     group may have made them.
@@ -104,8 +105,10 @@ def permission_actions(site: Site, ctx: PlanContext) -> list:
     group, mode = permission_settings(site)
     top = os.path.join(site.install_root, ctx.recipe.name)
     parents = [top]
-    if ctx.build_prefix != ctx.prefix:
-        parents += [os.path.join(top, ".builds"), os.path.dirname(ctx.build_prefix)]
+    parent = os.path.dirname(ctx.build_prefix)
+    while ctx.build_prefix != ctx.prefix and parent.startswith(top + os.sep):
+        parents.insert(1, parent)
+        parent = os.path.dirname(parent)
     owned = ("find", *parents, "-maxdepth", "0", "-user", current_user())
     actions = []
     if group:

@@ -27,7 +27,7 @@ class PlanContext:
         python_version (str): ``X.Y`` of the base module's Python.
         jobs (int): parallel build jobs.
         modulefile (str): where the modulefile goes.
-        stage_prefix (str): the build's real directory, ``<install_root>/<name>/.builds/<version>/<id>``;
+        stage_prefix (str): the build's real directory, ``<install_root>/<name>/.<version>-<id>``;
             ``""`` means the prefix itself.
     """
 
