@@ -7,6 +7,7 @@ from __future__ import annotations
 import grp
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,33 @@ def test_module_load_gives_the_patched_package_and_unload_restores(tiny):
     assert f"{os.path.realpath(tiny['prefix'])}/venv/" in proc.stdout  # the build's real path (issue 14)
     assert str(tiny["prefix"] / "bin" / "extend-venv-activate") in proc.stdout
     assert "SAME" in proc.stdout, proc.stdout
+
+
+def test_the_stacks_python_has_its_site_packages_once_by_real_path_after_the_stdlib(tiny):
+    """Issue 14 item 4: the venv's ``00-hpcstack-paths.pth`` gives the stack's python a plain
+    venv's ``sys.path`` (site-packages after the standard library, once) with the build's real
+    path in it, under the module (whose PYTHONPATH names the stable prefix, first) and without."""
+    probe = "python -c 'import sys, json; print(\"SYSPATH\", json.dumps(sys.path))'"
+    proc = bash_modules(f"""
+    module use {tiny['root'] / 'mf'}
+    module load tiny/1.0 || exit 1
+    echo "PYTHONPATH=$PYTHONPATH"
+    {probe}
+    module unload tiny/1.0
+    {tiny['prefix']}/venv/bin/{probe}
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert f"PYTHONPATH={tiny['prefix']}/venv/lib/python" in proc.stdout  # the module names the stable path
+    runs = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("SYSPATH ")]
+    assert len(runs) == 2
+    for path in runs:
+        site_packages = [p for p in path if p.endswith("site-packages")]
+        assert len(site_packages) == 1, path
+        assert site_packages[0].startswith(os.path.realpath(tiny["prefix"]) + "/venv/lib/python"), path
+        assert os.path.realpath(site_packages[0]) == site_packages[0]
+        assert not any(p.startswith(f"{tiny['prefix']}/") for p in path), path  # no entry through the link
+        stdlib = next(i for i, p in enumerate(path) if re.search(r"/lib/python3\.\d+$", p))
+        assert path.index(site_packages[0]) > stdlib, path
 
 
 def test_rerun_is_up_to_date_and_changes_nothing(tiny):
