@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -230,12 +231,19 @@ def test_a_new_build_leaves_the_published_stack_alone_until_it_is_complete(local
 
 def test_two_concurrent_installs_one_waits_one_fails_at_once(localhost_ready, tmp_path):
     tiny = Tiny(tmp_path)
-    first = tiny.start(name="first")
+    # the real `patch`, 5 s late: the first install holds its lock longer than the two others
+    # take to start on a loaded machine (all three see the same PATH, so the same plan)
+    slow = tmp_path / "slowbin"
+    slow.mkdir()
+    (slow / "patch").write_text(f"#!/bin/sh\nsleep 5\nexec {shutil.which('patch')} \"$@\"\n")
+    (slow / "patch").chmod(0o755)
+    env = {"PATH": f"{slow}:{os.environ['PATH']}"}
+    first = tiny.start(name="first", env=env)
     _wait_for(lambda: tiny.building() is not None or first.poll() is not None, what="the first install")
-    busy = tiny.install("--no-wait")
+    busy = tiny.install("--no-wait", env=env)
     assert busy.returncode == 1
     assert f"another install of tiny/1.0 is running (process {first.pid})" in busy.stderr
-    second = tiny.start(name="second")
+    second = tiny.start(name="second", env=env)
     _wait_for(lambda: "waiting for another install" in tiny.err("second") or second.poll() is not None,
               what="the second install to wait")
     assert first.wait(timeout=300) == 0, tiny.err("first")
