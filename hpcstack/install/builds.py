@@ -37,6 +37,7 @@ from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import fsync_dir, write_atomic
+from hpcstack.install import image
 from hpcstack.install.actions import PRE_STAGING, describe_os_error
 from hpcstack.install.plan import IN_PLACE_STEPS, Plan
 from hpcstack.install.runner import pending_steps
@@ -149,8 +150,11 @@ class StackLayout:
 
     # -- clean-up
     def remove_build(self, build_id: str) -> None:
-        """Remove one build: renamed aside first (atomic), then deleted."""
+        """Remove one build: its image unmounted and deleted (``layout: squashfs``), then the
+        directory renamed aside (atomic) and deleted."""
         path = self.build_path(build_id)
+        if os.path.isdir(path):
+            image.release(path)
         if os.path.lexists(path):
             trash = os.path.join(self.builds_dir, f".trash-{build_id}-{os.getpid()}")
             os.rename(path, trash)
@@ -365,6 +369,8 @@ def uninstall(layout: StackLayout, modulefile: str, stage_dir: str | None = None
             shutil.rmtree(trash)
             removed.append(layout.prefix)
         if os.path.isdir(layout.builds_dir):
+            for build_id in os.listdir(layout.builds_dir):  # layout: squashfs: unmount before removing
+                image.release(os.path.join(layout.builds_dir, build_id))
             trash = os.path.join(os.path.dirname(layout.builds_dir), f".trash-{layout.version}-{os.getpid()}")
             os.rename(layout.builds_dir, trash)
             shutil.rmtree(trash)
