@@ -57,8 +57,8 @@ from hpcstack.install.actions import ActionBase, ExecContext, Run, describe_os_e
 IMAGE_NAME = "venv.sqsh"
 #: The packed directory, mounted again at the same path: ``<build>/venv``.
 VENV_DIR = "venv"
-#: The compression when the site names none: zstd decompresses fastest of mksquashfs's choices.
-DEFAULT_COMPRESSION = "zstd"
+#: The compression when the site names none: lz4 packs and reads fastest (docs/benchmarks.md).
+DEFAULT_COMPRESSION = "lz4"
 #: Mount options: read-only, readable by every user (``allow_other``; non-root needs
 #: ``user_allow_other`` in ``/etc/fuse.conf``), with the image's modes checked by the kernel.
 MOUNT_OPTIONS = "ro,allow_other,default_permissions"
@@ -71,7 +71,7 @@ class ImageSettings:
     """A site's ``squashfs`` section.
 
     Attributes:
-        compression (str): ``mksquashfs -comp``: gzip, lz4, lzo, xz or zstd (default zstd).
+        compression (str): ``mksquashfs -comp``: gzip, lz4, lzo, xz or zstd (default lz4).
         processors (int | None): ``mksquashfs -processors``; None uses every core.
     """
 
