@@ -205,6 +205,18 @@ def test_new_builds_replace_it_and_the_oldest_is_unmounted_and_removed(sq):
     assert points == {str(second / "venv"), str(_build(sq) / "venv")}
 
 
+def test_force_over_a_packed_build_in_progress_starts_it_afresh(sq):
+    published = _build(sq)
+    proc = hpcstack("install", str(sq["recipe"]), *sq["args"], "--force", "--stop-after", "image")
+    assert proc.returncode == 0, proc.stderr
+    state = yaml.safe_load((sq["root"] / "sw" / ".hpcstack" / "state" / "tiny-1.0.json").read_text())
+    packed = published.parent / state["building"]
+    assert os.path.ismount(packed / "venv") and _build(sq) == published  # packed, not published
+    proc = hpcstack("install", str(sq["recipe"]), *sq["args"], "--force")  # the venv step again
+    assert proc.returncode == 0, proc.stderr
+    assert _build(sq) == packed and os.path.ismount(packed / "venv")
+
+
 def test_uninstall_leaves_no_mount_and_no_image(sq):
     proc = hpcstack("uninstall", "tiny/1.0", *sq["args"], "--force")
     assert proc.returncode == 0, proc.stderr

@@ -362,3 +362,27 @@ def mount_stack(layout) -> list[tuple[str, bool]]:
     if previous and os.path.isfile(image_of(layout.build_path(previous))):
         builds.append(layout.build_path(previous))
     return [(build, mount_build(build)) for build in builds]
+
+
+def restart_packed(layout, choice) -> bool:
+    """Before a resumed build runs: if steps before ``image`` are to run again on a build that
+    is packed already (``--force``, or an input of the sanity check changed meanwhile), its
+    venv exists only in the image, read-only; unmount and remove that build so that the resume
+    starts it afresh in the same stage prefix.
+
+    Args:
+        layout (hpcstack.install.builds.StackLayout): the stack.
+        choice (hpcstack.install.builds.Choice): what :func:`~hpcstack.install.builds.choose` chose.
+
+    Returns:
+        bool: True if the build was removed (choose again).
+    """
+    from hpcstack.install.plan import IMAGE
+
+    plan = choice.plan
+    if choice.kind != "resume" or IMAGE not in choice.pending or choice.pending[0] == IMAGE:
+        return False
+    if not os.path.isfile(image_of(plan.build_prefix)):
+        return False
+    layout.remove_build(plan.build_id)  # unmounts and deletes the image first (release)
+    return True
