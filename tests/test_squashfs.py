@@ -6,8 +6,9 @@ In order: install (the image exists, the venv is its mount point), the module lo
 package imports from the image (its metadata calls land on the image), the dry run shows the
 pack and mount commands, a re-install is a no-op, unmounted the module refuses to load with one
 line naming ``hpcstack mount``, which mounts it again (and again: exit 0), a new build replaces
-the published one and the oldest build is unmounted and removed, uninstall leaves no mount and
-no image. About 25 s on 2 loaded cores (three tiny builds, each packed and mounted).
+the published one and the oldest build is unmounted and removed, ``--force`` over a packed build
+in progress starts it afresh, uninstall leaves no mount and no image. About 55 s on 2 loaded
+cores (five tiny builds, each packed and mounted).
 """
 
 from __future__ import annotations

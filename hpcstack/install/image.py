@@ -262,8 +262,9 @@ def unmount(path: str) -> None:
             continue
         if proc.returncode == 0 and not _mounts_at(path):
             return
-        errors.append(f"{argv[0]}: {(proc.stderr or '').strip().splitlines()[-1:] or proc.returncode}")
-    raise HpcstackError(f"cannot unmount {path} ({'; '.join(map(str, errors))}); unmount it as root, then re-run")
+        said = (proc.stderr or "").strip().splitlines()
+        errors.append(f"{argv[0]}: {said[-1] if said else f'exit status {proc.returncode}'}")
+    raise HpcstackError(f"cannot unmount {path} ({'; '.join(errors)}); unmount it as root, then re-run")
 
 
 def release(build: str) -> None:
