@@ -218,6 +218,21 @@ def test_force_over_a_packed_build_in_progress_starts_it_afresh(sq):
     assert _build(sq) == packed and os.path.ismount(packed / "venv")
 
 
+def test_back_to_layout_directory_builds_anew_and_leaves_the_image_build_as_previous(sq):
+    packed = _build(sq)
+    plain = yaml.safe_load((sq["root"] / "sq.yaml").read_text())
+    plain["layout"] = "directory"
+    (sq["root"] / "plain.yaml").write_text(yaml.safe_dump(plain))
+    args = [a if a != str(sq["root"] / "sq.yaml") else str(sq["root"] / "plain.yaml") for a in sq["args"]]
+    proc = hpcstack("install", str(sq["recipe"]), *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "new build" in proc.stderr and "] image:" not in proc.stderr
+    build = _build(sq)
+    assert build != packed and not os.path.ismount(build / "venv") and not (build / "venv.sqsh").exists()
+    assert "is not mounted" not in (sq["mf"] / "tiny" / "1.0").read_text()
+    assert os.path.ismount(packed / "venv")  # the replaced build is kept, still mounted
+
+
 def test_uninstall_leaves_no_mount_and_no_image(sq):
     proc = hpcstack("uninstall", "tiny/1.0", *sq["args"], "--force")
     assert proc.returncode == 0, proc.stderr

@@ -387,3 +387,18 @@ def restart_packed(layout, choice) -> bool:
         return False
     layout.remove_build(plan.build_id)  # unmounts and deletes the image first (release)
     return True
+
+
+def unpacked_again(layout, choice, site) -> bool:
+    """True if the site's layout is ``directory`` now but the published build, which would be
+    updated in place, is packed: a switch back from ``layout: squashfs`` must build anew (the
+    image is read-only and its venv lives only there), as the switch to it does by itself (its
+    ``image`` step is not one of the in-place steps).
+
+    Args:
+        layout (hpcstack.install.builds.StackLayout): the stack.
+        choice (hpcstack.install.builds.Choice): what :func:`~hpcstack.install.builds.choose` chose.
+        site (hpcstack.site.Site): the site installing it.
+    """
+    return (choice.kind == "in place" and settings(site) is None
+            and os.path.isfile(image_of(choice.plan.build_prefix)))

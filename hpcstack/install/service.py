@@ -170,6 +170,8 @@ class InstallService:
             if image.restart_packed(self.layout, choice):  # layout: squashfs, a packed build to redo
                 self._plans.clear()
                 choice = self.choose(force)
+            elif image.unpacked_again(self.layout, choice, self.site):  # squashfs -> directory: a new build
+                choice = self.choose(True)
             plan = choice.plan
             if choice.pending:
                 preflight(plan, env, choice.pending, str(self.site.path))
