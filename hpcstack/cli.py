@@ -130,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-wait", action="store_true", help="fail at once if an install of the stack runs")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
 
+    p = sub.add_parser("mount", help="layout: squashfs: mount a stack's image on this node (idempotent)")
+    p.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
+    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
+    p.add_argument("--print-unit", action="store_true",
+                   help="mount nothing; print what a site deploys on its nodes (Slurm prolog, fstab, systemd)")
+    p.add_argument("--quiet", action="store_true", help="print nothing when it succeeds")
+
     from hpcstack.export import EXPORTERS
 
     p = sub.add_parser(
@@ -502,6 +511,33 @@ def cmd_uninstall(args) -> int:
     return 0
 
 
+def cmd_mount(args) -> int:
+    """``hpcstack mount``: mount the published build's image (``layout: squashfs``) on this node,
+    and the previous build's; exit 0 when already mounted, 2 with one line when it cannot
+    (:func:`hpcstack.install.image.mount_stack`). ``--print-unit`` prints what nodes need."""
+    from hpcstack.install import image
+    from hpcstack.install.builds import StackLayout
+
+    site = _load_site(args, install_root=args.prefix)
+    name, version = _stack_of(args.target, site)
+    if image.settings(site) is None:
+        raise ConfigError([f"{site.path}: layout: the site's stacks are directories (layout: directory); "
+                           "there is no image to mount"])
+    layout = StackLayout.for_site(site, name, version)
+    if args.print_unit:
+        build = layout.published()
+        if not build:
+            raise ConfigError([f"{name}/{version} is not installed at {layout.prefix}; install it first"])
+        print(image.node_setup(build, f"hpcstack mount {name}/{version} --site {site.ref or site.name}"
+                                      + (f" --prefix {site.install_root}" if args.prefix else "")))
+        return 0
+    for build, mounted in image.mount_stack(layout):
+        if not args.quiet:
+            print(f"{'mounted' if mounted else 'already mounted'}: {image.image_of(build)} at "
+                  f"{image.mount_point_of(build)}")
+    return 0
+
+
 def cmd_export(args) -> int:
     """``hpcstack export``: the plan in another tool's format (:mod:`hpcstack.export`)."""
     from hpcstack.export import get_exporter
@@ -655,7 +691,7 @@ def cmd_module(args) -> int:
 COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
             "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
             "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor,
-            "kernel": cmd_kernel}
+            "kernel": cmd_kernel, "mount": cmd_mount}
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

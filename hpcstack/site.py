@@ -115,6 +115,15 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "group": _NULL_STR,
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
+    # How a published build lies on the file system (issue 14, item 5): ``directory`` (default),
+    # or ``squashfs``: the venv packed into one image (mksquashfs) and mounted read-only at its
+    # path (squashfuse), so an import makes its metadata calls inside the image, not on the
+    # (parallel) file system. See hpcstack/install/image.py.
+    "layout": {"enum": ["directory", "squashfs"]},
+    "squashfs": _obj([], {
+        "compression": {"enum": ["gzip", "lz4", "lzo", "xz", "zstd"]},
+        "processors": {"type": ["integer", "null"], "minimum": 1},
+    }),
     "launcher": _obj(["command"], {
         # a launcher of hpcstack.validate.launchers (srun, mpirun, horovodrun, torchrun);
         # checked against that registry where it is used, so a new launcher is one class there

@@ -102,7 +102,8 @@ def inside_site(site):
     from hpcstack.site import _build, validate
 
     section = container_section(site)
-    raw = {k: copy.deepcopy(v) for k, v in site.raw.items() if k not in ("container", "slurm")}
+    # layout: squashfs is not carried in: the container is the image, its stack a directory (no FUSE in a build)
+    raw = {k: copy.deepcopy(v) for k, v in site.raw.items() if k not in ("container", "slurm", "layout", "squashfs")}
     raw.update(copy.deepcopy(section.get("site_changes") or {}))
     raw["python"] = {**(raw.get("python") or {}), "version": section["python"]}
     raw["cache_dir"] = CACHE_DIR

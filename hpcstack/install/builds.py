@@ -44,6 +44,7 @@ from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import fsync_dir, write_atomic
+from hpcstack.install import image
 from hpcstack.install.actions import PRE_STAGING, describe_os_error
 from hpcstack.install.plan import IN_PLACE_STEPS, Plan
 from hpcstack.install.runner import pending_steps
@@ -178,8 +179,11 @@ class StackLayout:
 
     # -- clean-up
     def remove_build(self, build_id: str) -> None:
-        """Remove one build: renamed aside first (atomic), then deleted."""
+        """Remove one build: its image unmounted and deleted (``layout: squashfs``), then the
+        directory renamed aside (atomic) and deleted."""
         path = self.build_path(build_id)
+        if os.path.isdir(path):
+            image.release(path)
         if os.path.lexists(path):
             trash = os.path.join(os.path.dirname(path), self._trash_prefix() + f"{build_id}-{os.getpid()}")
             os.rename(path, trash)

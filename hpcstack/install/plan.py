@@ -25,16 +25,18 @@ from hpcstack.install.actions import (PRE_STAGING, Action, ActionBase, Capture, 
                                       Unpack, VerifySha256, WriteFile, bash_word, check_sha256, describe_os_error,
                                       expand, walk_commands)
 
-__all__ = ["FETCH", "VENV", "WHEELS", "PATCH", "BUILD", "INSTALL", "SANITYCHECK", "PERMISSIONS", "MODULE",
+__all__ = ["FETCH", "VENV", "WHEELS", "PATCH", "BUILD", "INSTALL", "SANITYCHECK", "PERMISSIONS", "IMAGE", "MODULE",
            "STEP_ORDER", "STEP_DESCRIPTIONS", "IN_PLACE_STEPS", "PRE_STAGING", "Step", "Plan",
            "Action", "ActionBase", "ExecContext", "Run", "Fetch", "VerifySha256", "Unpack", "WriteFile",
            "Capture", "Publish", "bash_word", "expand", "check_sha256", "describe_os_error", "walk_commands",
            "sha256_file", "write_atomic", "fsync_dir"]
 
-#: Standard step names, in the order they run (EasyBuild-style ``<verb>_step`` names).
-FETCH, VENV, WHEELS, PATCH, BUILD, INSTALL, SANITYCHECK, PERMISSIONS, MODULE = (
-    "fetch", "venv", "wheels", "patch", "build", "install", "sanitycheck", "permissions", "module")
-STEP_ORDER = (FETCH, VENV, WHEELS, PATCH, BUILD, INSTALL, SANITYCHECK, PERMISSIONS, MODULE)
+#: Standard step names, in the order they run (EasyBuild-style ``<verb>_step`` names). ``image``
+#: has actions only on a site with ``layout: squashfs`` (:mod:`hpcstack.install.image`); a step
+#: without actions is left out of the plan, so other plans and their hashes are as before.
+FETCH, VENV, WHEELS, PATCH, BUILD, INSTALL, SANITYCHECK, PERMISSIONS, IMAGE, MODULE = (
+    "fetch", "venv", "wheels", "patch", "build", "install", "sanitycheck", "permissions", "image", "module")
+STEP_ORDER = (FETCH, VENV, WHEELS, PATCH, BUILD, INSTALL, SANITYCHECK, PERMISSIONS, IMAGE, MODULE)
 STEP_DESCRIPTIONS = {
     FETCH: "download sources and check their sha256",
     VENV: "create the venv on top of the site's Python module",
@@ -44,6 +46,7 @@ STEP_DESCRIPTIONS = {
     INSTALL: "install built packages and the stack's tools",
     SANITYCHECK: "check imports, build flags and dependencies",
     PERMISSIONS: "make the stack world-readable and not world-writable",
+    IMAGE: "pack the venv into a squashfs image, mount it at its path, check the imports from it",
     MODULE: "publish the stack (switch its prefix link atomically) and write the modulefile",
 }
 #: Steps that may run again on a published build without a new stage prefix: they read the

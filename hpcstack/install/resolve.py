@@ -12,7 +12,8 @@ from hpcstack.install.components.sanity import merge_python_checks
 from hpcstack.install.components.wheels import freeze_argv
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import current_user
-from hpcstack.install.plan import (MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
+from hpcstack.install import image
+from hpcstack.install.plan import (IMAGE, MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
                    Publish, Run, Step)
 from hpcstack.recipe import Recipe
 from hpcstack.site import Site
@@ -171,6 +172,9 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         actions[SANITYCHECK].append(
             Capture(freeze_argv(ctx), os.path.join(ctx.build_prefix, ".hpcstack", "pip-freeze.txt")))
     actions[PERMISSIONS].extend(permission_actions(site, ctx))
+    packed = image.settings(site)
+    if packed and ctx.build_prefix != prefix:  # layout: squashfs (a build in a stage prefix only)
+        actions[IMAGE] = image.image_actions(packed, ctx.build_prefix, actions[SANITYCHECK])
     actions[MODULE].insert(0, Publish(prefix, ctx.build_prefix))
     steps = [Step(name, STEP_DESCRIPTIONS[name], acts) for name, acts in actions.items() if acts]
     steps[-1].outputs += [ctx.modulefile, prefix]

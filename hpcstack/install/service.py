@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.install import builds, provenance
+from hpcstack.install import builds, image, provenance
 from hpcstack.install.plan import Plan, describe_os_error
 from hpcstack.install.resolve import build_environment, detect_python_version, permission_settings, resolve
 from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
@@ -167,6 +167,11 @@ class InstallService:
                                    "machine; create it, or set group: null"]) from None
         with install_lock(self.layout, wait=wait):
             choice = self.choose(force)                 # again: another install may have run meanwhile
+            if image.restart_packed(self.layout, choice):  # layout: squashfs, a packed build to redo
+                self._plans.clear()
+                choice = self.choose(force)
+            elif image.unpacked_again(self.layout, choice, self.site):  # squashfs -> directory: a new build
+                choice = self.choose(True)
             plan = choice.plan
             if choice.pending:
                 preflight(plan, env, choice.pending, str(self.site.path))

@@ -73,6 +73,10 @@ class ModuleContext:
             components return from ``module_environment``).
         recipe, site (str): where the modulefile came from.
         hpcstack_version (str): the writer's version.
+        load_requires (str): a file that must exist for the module to load (``""``: none); on a
+            ``layout: squashfs`` site the venv's ``pyvenv.cfg``, present only where the image is
+            mounted (:func:`hpcstack.install.image.module_check`). Checked on load only.
+        load_error (str): the one line a load fails with when ``load_requires`` is missing.
 
     Raises:
         ValueError: an ``environment`` entry that is not a known :class:`EnvChange`.
@@ -91,6 +95,8 @@ class ModuleContext:
     recipe: str = ""
     site: str = ""
     hpcstack_version: str = __version__
+    load_requires: str = ""
+    load_error: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", check_changes(self.environment, "ModuleContext"))

@@ -80,7 +80,7 @@ class Modulefile:
             path_prepend=[ctx.bin_dir, f"{ctx.venv}/bin"],
             pythonpath_prepend=[ctx.site_packages],
             environment=self.environment(ctx),
-            recipe=r.full_name, site=site.name)
+            recipe=r.full_name, site=site.name, **_image_check(ctx))
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}`` for this component: the modulefile, then the
@@ -90,6 +90,19 @@ class Modulefile:
         default = modules.WriteDefault(os.path.dirname(ctx.modulefile), ctx.recipe.name,
                                        ctx.recipe.version, syntax, ctx.site.name)
         return {MODULE: [WriteFile(ctx.modulefile, text), default]}
+
+
+def _image_check(ctx: PlanContext) -> dict:
+    """On a ``layout: squashfs`` site: the file a load requires and the line it fails with
+    (:func:`hpcstack.install.image.module_check`); else nothing."""
+    from hpcstack.install import image
+
+    if image.settings(ctx.site) is None:
+        return {}
+    site = ctx.site
+    command = f"hpcstack mount {getattr(ctx.recipe, 'ref', '') or ctx.recipe.full_name} --site {getattr(site, 'ref', '') or site.name}"
+    required, message = image.module_check(ctx.prefix, command)
+    return {"load_requires": required, "load_error": message}
 
 
 def render_for_prefix(site, recipe, prefix: str, python_version: str, syntax: str | None = None) -> str:

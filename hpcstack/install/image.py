@@ -1,0 +1,404 @@
+"""``layout: squashfs``: a build's venv packed into one squashfs image and mounted at its path.
+
+On a parallel file system every metadata call (``stat``, ``openat``, ``readlink``) is a round
+trip to a metadata server, and ``import torch`` makes tens of thousands of them over the stack's
+~40,000 files (``docs/benchmarks.md``, "Big sites"). Peers pack such environments into one
+squashfs image (CSC's Tykky, LUMI's container wrapper): the parallel file system then serves
+one large file, and the lookups inside it are answered by the node's own kernel and FUSE
+daemon from the image's cached directory tables.
+
+With ``layout: squashfs`` in the site config (issue 14, item 5) a build runs as ever in its stage
+prefix, a real directory, up to and including its sanity check and permissions; then the step
+``image``, before the module step publishes it:
+
+1. ``mksquashfs <build>/venv <build>/venv.sqsh`` (written beside, renamed into place whole);
+2. the venv directory is renamed aside (one atomic rename), an empty ``venv/`` made in its
+   place, the aside copy removed;
+3. ``squashfuse -o ro,allow_other,default_permissions <build>/venv.sqsh <build>/venv`` mounts the
+   image read-only at exactly the venv's path (a venv cannot move: its scripts and
+   ``pyvenv.cfg`` hold absolute paths), for every user, with the modes the ``permissions``
+   step gave the files (``default_permissions``: the kernel checks them);
+4. the sanity check's imports run again, now from the image.
+
+Only the venv is packed: the build's ``bin/`` (three scripts) and ``.hpcstack/`` (step
+records, logs, provenance, which later runs write) stay a real directory. Owners, groups and
+modes are kept as the ``permissions`` step left them (no ``-all-root``), so a site's
+``permissions.group`` and ``mode`` mean the same on the image. Everything before the image step
+is baked into the image, so a change to the sanity check or the permissions builds anew
+(the step chain's hashes see to that); only the module step still runs in place.
+
+Each state the steps can be cut short in is one the next run finishes from: a venv with its
+``pyvenv.cfg`` is packed (again), a venv directory without one and an image beside it is only
+mounted. A mount is per node: ``hpcstack mount`` (:func:`mount_build`) mounts the published
+build's image on the node it runs on (a Slurm prolog, or an fstab line / systemd mount unit from
+:func:`node_setup`); the modulefile refuses to load where it is not mounted
+(:func:`module_check`). Removing a build unmounts it first (:func:`release`).
+
+Apptainer cannot be installed from Debian 12 or PyPI, so there is no Apptainer path here; a
+site that has it can bind the same image: ``apptainer exec --bind
+<build>/venv.sqsh:<build>/venv:image-src=/ …``.
+
+Source of the approach: CSC's Tykky (https://docs.csc.fi/computing/containers/tykky/) and
+LUMI's container wrapper (https://docs.lumi-supercomputer.eu/software/installing/container-wrapper/).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.fsutil import fsync_dir
+from hpcstack.install.actions import ActionBase, ExecContext, Run, describe_os_error, run_bash
+
+#: The image of a build's venv, inside the build directory: ``<build>/venv.sqsh``.
+IMAGE_NAME = "venv.sqsh"
+#: The packed directory, mounted again at the same path: ``<build>/venv``.
+VENV_DIR = "venv"
+#: The compression when the site names none: lz4 packs and reads fastest (docs/benchmarks.md).
+DEFAULT_COMPRESSION = "lz4"
+#: Mount options: read-only, readable by every user (``allow_other``; non-root needs
+#: ``user_allow_other`` in ``/etc/fuse.conf``), with the image's modes checked by the kernel.
+MOUNT_OPTIONS = "ro,allow_other,default_permissions"
+#: The programs the image step runs (the preflight looks for them on the build PATH).
+_TOOLS = ("bash", "mountpoint", "mksquashfs", "squashfuse", "mv", "mkdir", "rm")
+
+
+@dataclass(frozen=True)
+class ImageSettings:
+    """A site's ``squashfs`` section.
+
+    Attributes:
+        compression (str): ``mksquashfs -comp``: gzip, lz4, lzo, xz or zstd (default lz4).
+        processors (int | None): ``mksquashfs -processors``; None uses every core.
+    """
+
+    compression: str = DEFAULT_COMPRESSION
+    processors: int | None = None
+
+
+def settings(site) -> ImageSettings | None:
+    """The site's image settings, or None where its ``layout`` is ``directory`` (the default).
+
+    Args:
+        site (hpcstack.site.Site): the validated site (``layout`` and ``squashfs`` keys).
+    """
+    raw = getattr(site, "raw", None) or {}
+    if raw.get("layout", "directory") != "squashfs":
+        return None
+    section = raw.get("squashfs") or {}
+    return ImageSettings(section.get("compression") or DEFAULT_COMPRESSION, section.get("processors"))
+
+
+def image_of(build: str) -> str:
+    """The image of the build directory ``build`` (``StackLayout.build_path(id)``)."""
+    return os.path.join(build, IMAGE_NAME)
+
+
+def mount_point_of(build: str) -> str:
+    """Where the image of ``build`` is mounted: the venv's own path."""
+    return os.path.join(build, VENV_DIR)
+
+
+def is_mounted(path: str) -> bool:
+    """True if ``path`` is a mount point (its ``st_dev`` differs from its parent's, as
+    ``mountpoint(1)`` decides); a FUSE mount whose daemon died counts as mounted (it must be
+    unmounted before the directory can be used)."""
+    try:
+        return os.path.ismount(path)
+    except OSError:
+        return False
+
+
+def _mounts_at(path: str) -> bool:
+    """True if ``/proc/self/mountinfo`` lists a mount at ``path`` (also one whose daemon died,
+    where ``stat`` fails with ENOTCONN)."""
+    target = os.path.realpath(path)
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[4].encode().decode("unicode_escape") == target:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+# ------------------------------------------------------------------------------- the step
+
+@dataclass(frozen=True)
+class PackAndMount(ActionBase):
+    """Pack a build's venv into its image and mount the image at the venv's path.
+
+    :meth:`execute` runs exactly :meth:`to_bash` (``bash -euo pipefail``), which may be cut
+    short anywhere and run again: the venv is packed only while it still holds ``pyvenv.cfg``
+    (the image is written beside and renamed into place whole), it is emptied by one rename,
+    and a venv already mounted is left as it is.
+
+    Args:
+        venv (str): the build's venv, ``<build>/venv`` (:func:`mount_point_of`).
+        image (str): its image, ``<build>/venv.sqsh`` (:func:`image_of`).
+        compression (str): ``mksquashfs -comp`` value.
+        processors (int | None): ``mksquashfs -processors``; None for every core.
+
+    Raises:
+        HpcstackError: ``mksquashfs`` or ``squashfuse`` fails (no ``/dev/fuse``, no
+            ``allow_other`` for this user); the message ends with the tool's last error line.
+    """
+
+    venv: str
+    image: str
+    compression: str = DEFAULT_COMPRESSION
+    processors: int | None = None
+
+    def commands(self) -> tuple[Run, ...]:
+        return tuple(Run((tool,)) for tool in _TOOLS)
+
+    def outputs(self) -> tuple[str, ...]:
+        return (self.image,)
+
+    def to_bash(self) -> str:
+        venv, image = shlex.quote(self.venv), shlex.quote(self.image)
+        aside = shlex.quote(os.path.join(os.path.dirname(self.venv), f".{VENV_DIR}.packed"))
+        tmp = shlex.quote(self.image + ".tmp")
+        procs = f" -processors {self.processors}" if self.processors else ""
+        return "\n".join([
+            f"if ! mountpoint -q {venv}; then",
+            f"  if [ -e {venv}/pyvenv.cfg ]; then",
+            f"    rm -f {tmp}",
+            f"    mksquashfs {venv} {tmp} -noappend -comp {shlex.quote(self.compression)}{procs} -quiet -no-progress",
+            f"    mv -T {tmp} {image}",
+            f"    rm -rf {aside}",
+            f"    mv -T {venv} {aside}",
+            "  fi",
+            f"  rm -rf {aside}",
+            f"  mkdir -p {venv}",
+            f"  squashfuse -o {MOUNT_OPTIONS} {image} {venv}",
+            "fi",
+            f"mountpoint -q {venv}"])
+
+    def execute(self, ctx: ExecContext) -> None:
+        ctx.log.write(f"$ {self.to_bash()}\n")
+        ctx.log.flush()
+        run_bash(self.to_bash(), ctx, f"pack {self.venv} into {self.image} and mount it")
+        fsync_dir(os.path.dirname(self.image))
+
+
+def image_actions(settings: ImageSettings, build: str, sanity_actions: list) -> list:
+    """The actions of the ``image`` step for the build directory ``build``: pack and mount,
+    then the sanity check's imports again, from the image.
+
+    Args:
+        settings (ImageSettings): the site's ``squashfs`` section.
+        build (str): the build directory (the plan's stage prefix).
+        sanity_actions (list): the sanity check step's actions; those that only read the stack
+            (not the ``Capture`` of ``pip freeze``, already kept) run again.
+    """
+    from hpcstack.install.actions import Capture
+
+    again = [a for a in sanity_actions if not isinstance(a, Capture)]
+    return [PackAndMount(mount_point_of(build), image_of(build), settings.compression, settings.processors),
+            *again]
+
+
+# ------------------------------------------------------------------------------- nodes
+
+def mount_argv(build: str) -> list[str]:
+    """The command that mounts the image of ``build`` at its venv (as the image step does)."""
+    return ["squashfuse", "-o", MOUNT_OPTIONS, image_of(build), mount_point_of(build)]
+
+
+def mount_build(build: str) -> bool:
+    """Mount the image of ``build`` at its venv on this node, unless it is mounted already.
+
+    Args:
+        build (str): a build directory (``StackLayout.build_path(id)`` or ``published()``).
+
+    Returns:
+        bool: True if it mounted the image, False if it was mounted already.
+
+    Raises:
+        ConfigError: no image (the build is not a squashfs build, or it was removed), no
+            ``squashfuse``, or the mount fails (its own last error line; e.g. no ``/dev/fuse``).
+    """
+    venv, image = mount_point_of(build), image_of(build)
+    if is_mounted(venv) or _mounts_at(venv):
+        return False
+    if not os.path.isfile(image):
+        raise ConfigError([f"{build}: no image {IMAGE_NAME} (not installed with layout: squashfs, "
+                           "or the image step has not run)"])
+    try:
+        os.makedirs(venv, exist_ok=True)
+        proc = subprocess.run(mount_argv(build), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise ConfigError(["cannot mount the image: squashfuse not found (apt-get install squashfuse fuse3)"]) from None
+    except OSError as exc:
+        raise ConfigError([f"cannot mount {image} at {venv}: {describe_os_error(exc)}"]) from None
+    if proc.returncode != 0 or not is_mounted(venv):
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise ConfigError([f"cannot mount {image} at {venv}: "
+                           f"{lines[-1] if lines else f'squashfuse exited with status {proc.returncode}'}"])
+    return True
+
+
+def unmount(path: str) -> None:
+    """Unmount the FUSE mount at ``path`` if there is one (``fusermount3 -u``, else ``umount``).
+
+    Raises:
+        HpcstackError: it stays mounted (busy: a process still has files open there); the
+            message says so, and a re-run finishes the removal.
+    """
+    if not (is_mounted(path) or _mounts_at(path)):
+        return
+    errors = []
+    for argv in (["fusermount3", "-u", "-z", path], ["umount", "-l", path]):
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            errors.append(f"{argv[0]}: {describe_os_error(exc)}")
+            continue
+        if proc.returncode == 0 and not _mounts_at(path):
+            return
+        said = (proc.stderr or "").strip().splitlines()
+        errors.append(f"{argv[0]}: {said[-1] if said else f'exit status {proc.returncode}'}")
+    raise HpcstackError(f"cannot unmount {path} ({'; '.join(errors)}); unmount it as root, then re-run")
+
+
+def release(build: str) -> None:
+    """Before a build directory is removed: unmount its image (if mounted) and delete the image.
+
+    Nothing happens for a build without an image (``layout: directory``). Lazy unmounts
+    (``-z``/``-l``): a job still reading from it keeps its open files until it ends.
+
+    Raises:
+        HpcstackError: the mount cannot be undone.
+    """
+    unmount(mount_point_of(build))
+    for path in (image_of(build), image_of(build) + ".tmp"):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def module_check(prefix: str, mount_command: str) -> tuple[str, str]:
+    """What the modulefile tests on load, and the line it fails with when the test fails.
+
+    Args:
+        prefix (str): the stack's stable prefix (the modulefile names nothing else).
+        mount_command (str): the ``hpcstack mount …`` command line for this stack and site.
+
+    Returns:
+        tuple[str, str]: the file that exists only while the image is mounted
+        (``<prefix>/venv/pyvenv.cfg``), and the error line naming ``hpcstack mount``.
+    """
+    return (os.path.join(prefix, VENV_DIR, "pyvenv.cfg"),
+            f"the image of this stack is not mounted on this node ({mount_point_of(prefix)} is empty); "
+            f"an admin mounts it with: {mount_command}")
+
+
+def node_setup(build: str, mount_command: str) -> str:
+    """What a site deploys on the nodes where jobs run, for the published build ``build``.
+
+    Args:
+        build (str): the published build directory.
+        mount_command (str): the ``hpcstack mount …`` command line for this stack and site.
+
+    Returns:
+        str: a Slurm prolog line (follows every new build), an fstab line and a systemd mount
+        unit (both name this build: write them again after each new build).
+    """
+    venv, image = mount_point_of(build), image_of(build)
+    unit = subprocess.run(["systemd-escape", "--path", "--suffix=mount", venv], capture_output=True,
+                          text=True).stdout.strip() if _which("systemd-escape") else "<systemd-escape --path --suffix=mount VENV>"
+    return "\n".join([
+        "# Slurm prolog (runs as root on each node before a job; mounts the build published now):",
+        f"{mount_command} --quiet || exit 1",
+        "",
+        "# or /etc/fstab (this build; needs mount.fuse3 from fuse3):",
+        f"{image} {venv} fuse.squashfuse {MOUNT_OPTIONS},nofail,_netdev 0 0",
+        "",
+        f"# or a systemd mount unit /etc/systemd/system/{unit} (this build):",
+        "[Unit]",
+        f"Description=hpcstack image {image}",
+        "After=remote-fs.target",
+        "[Mount]",
+        f"What={image}",
+        f"Where={venv}",
+        "Type=fuse.squashfuse",
+        f"Options={MOUNT_OPTIONS}",
+        "[Install]",
+        "WantedBy=multi-user.target",
+    ])
+
+
+def _which(cmd: str) -> bool:
+    from shutil import which
+
+    return which(cmd) is not None
+
+
+def mount_stack(layout) -> list[tuple[str, bool]]:
+    """Mount, on this node, the images of a stack's published build and of the build it
+    replaced (kept for jobs that started before the switch); idempotent.
+
+    Args:
+        layout (hpcstack.install.builds.StackLayout): the stack.
+
+    Returns:
+        list[tuple[str, bool]]: ``(build directory, mounted now)``; False where it was mounted.
+
+    Raises:
+        ConfigError: nothing published, the published build has no image, or a mount fails.
+    """
+    published = layout.published()
+    if not published:
+        raise ConfigError([f"{layout.name}/{layout.version} is not installed at {layout.prefix}; "
+                           "install it first (hpcstack install)"])
+    builds = [published]
+    previous = layout.read_state()["previous"]
+    if previous and os.path.isfile(image_of(layout.build_path(previous))):
+        builds.append(layout.build_path(previous))
+    return [(build, mount_build(build)) for build in builds]
+
+
+def restart_packed(layout, choice) -> bool:
+    """Before a resumed build runs: if steps before ``image`` are to run again on a build that
+    is packed already (``--force``, or an input of the sanity check changed meanwhile), its
+    venv exists only in the image, read-only; unmount and remove that build so that the resume
+    starts it afresh in the same stage prefix.
+
+    Args:
+        layout (hpcstack.install.builds.StackLayout): the stack.
+        choice (hpcstack.install.builds.Choice): what :func:`~hpcstack.install.builds.choose` chose.
+
+    Returns:
+        bool: True if the build was removed (choose again).
+    """
+    from hpcstack.install.plan import IMAGE
+
+    plan = choice.plan
+    if choice.kind != "resume" or IMAGE not in choice.pending or choice.pending[0] == IMAGE:
+        return False
+    if not os.path.isfile(image_of(plan.build_prefix)):
+        return False
+    layout.remove_build(plan.build_id)  # unmounts and deletes the image first (release)
+    return True
+
+
+def unpacked_again(layout, choice, site) -> bool:
+    """True if the site's layout is ``directory`` now but the published build, which would be
+    updated in place, is packed: a switch back from ``layout: squashfs`` must build anew (the
+    image is read-only and its venv lives only there), as the switch to it does by itself (its
+    ``image`` step is not one of the in-place steps).
+
+    Args:
+        layout (hpcstack.install.builds.StackLayout): the stack.
+        choice (hpcstack.install.builds.Choice): what :func:`~hpcstack.install.builds.choose` chose.
+        site (hpcstack.site.Site): the site installing it.
+    """
+    return (choice.kind == "in place" and settings(site) is None
+            and os.path.isfile(image_of(choice.plan.build_prefix)))
