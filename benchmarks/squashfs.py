@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import shutil
 import statistics
 import subprocess

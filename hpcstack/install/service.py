@@ -227,7 +227,8 @@ class InstallService:
     # ------------------------------------------------------------------ uninstall
     def installed_paths(self) -> list[str]:
         """The modulefile, prefix, builds and state of the stack that exist now."""
-        return [p for p in (self.modulefile, self.layout.prefix, self.layout.builds_dir, self.layout.state_file)
+        builds = [self.layout.build_path(build_id) for build_id in self.layout.builds()]
+        return [p for p in (self.modulefile, self.layout.prefix, *builds, self.layout.state_file)
                 if os.path.lexists(p)]
 
     def uninstall(self, force: bool = False, wait: bool = True, dry_run: bool = False) -> list[str]:
