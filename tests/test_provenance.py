@@ -129,6 +129,8 @@ def test_uninstall_refuses_the_default_version(tiny):
     assert tiny["modulefile"].is_file() and os.path.isdir(tiny["prefix"])
     proc = hpcstack("uninstall", "tiny/1.0", *tiny["args"], "--force", "--dry-run")
     assert proc.returncode == 0 and f"would remove {tiny['modulefile']}" in proc.stdout
+    assert f"would remove {os.path.realpath(tiny['prefix'])}\n" in proc.stdout  # the build, beside the prefix
+    assert f"would remove {tiny['prefix'].parent}\n" not in proc.stdout  # not the directory of every version
     assert tiny["modulefile"].is_file()
 
 
