@@ -211,7 +211,7 @@ def test_force_over_a_packed_build_in_progress_starts_it_afresh(sq):
     proc = hpcstack("install", str(sq["recipe"]), *sq["args"], "--force", "--stop-after", "image")
     assert proc.returncode == 0, proc.stderr
     state = yaml.safe_load((sq["root"] / "sw" / ".hpcstack" / "state" / "tiny-1.0.json").read_text())
-    packed = published.parent / state["building"]
+    packed = published.parent / f".1.0-{state['building']}"  # beside the prefix
     assert os.path.ismount(packed / "venv") and _build(sq) == published  # packed, not published
     proc = hpcstack("install", str(sq["recipe"]), *sq["args"], "--force")  # the venv step again
     assert proc.returncode == 0, proc.stderr
