@@ -122,7 +122,7 @@ def test_the_dry_run_shows_the_sources_in_the_background(localhost_ready, tmp_pa
     assert proc.returncode == 0, proc.stderr
     script = proc.stdout
     start, wait = script.index("\n(\n# --- step fetch:"), script.index('wait "$hpcstack_background"')
-    assert script.index("# --- step patch:") < script.index(") &\nhpcstack_background=$!")
+    assert script.index("# --- step patch:") < script.index("# --- end of the background\n) &\nhpcstack_background=$!")
     assert start < script.index("# --- step venv:") < script.index("# --- step wheels:") < wait
     assert wait < script.index("# --- step build:")
     assert "&\nhpcstack_sanitycheck_1=$!" in script and 'wait "$hpcstack_sanitycheck_1"' in script

@@ -202,12 +202,12 @@ class Plan:
             if background and s.name == alongside[0]:
                 parts.append(_background_bash([x for x in self.steps if x.name in background], alongside, joined_by))
             if s.name == joined_by:
-                parts.append(f"\n# step{'s' if len(background) > 1 else ''} {' and '.join(background)} "
-                             "must have finished (a failure there stops the script here)\n"
+                parts.append(f"\n# --- wait for the background: {' and '.join(background)} "
+                             "(a failure there stops the script here)\n"
                              'wait "$hpcstack_background"')
             parts.append("\n" + s.to_bash())
         if background and joined_by is None:
-            parts.append('\nwait "$hpcstack_background"')
+            parts.append('\n# --- wait for the background\nwait "$hpcstack_background"')
         parts.append("\n# afterwards hpcstack removes earlier builds of the stack but the one this replaced")
         return "\n".join(p for p in parts if p) + "\n"
 
@@ -244,8 +244,9 @@ def _background_bash(steps: list[Step], alongside: list[str], joined_by: str | N
     names = " and ".join(s.name for s in steps)
     then = f"; step {joined_by} waits for them" if joined_by else ""
     body = "\n".join(s.to_bash() for s in steps)
-    return (f"\n# steps {names} run in the background, one after the other, while "
-            f"{' and '.join(alongside)} run{then}\n(\n{body}\n) &\nhpcstack_background=$!")
+    return (f"\n# --- background: {names}, one after the other, while "
+            f"{' and '.join(alongside)} run{then}\n(\n{body}\n# --- end of the background\n) &\n"
+            "hpcstack_background=$!")
 
 
 def _fields(action) -> dict:
