@@ -12,8 +12,27 @@ module load CUDA/12
 module load NCCL/default-CUDA-12
 module load CMake/3.26.3
 
+# --- background: fetch and patch, one after the other, while venv and wheels run; step build waits for them
+(
 # --- step fetch: download sources and check their sha256
 hpcstack action fetch --sha256 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0 https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz /p/project/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz
+# --- step patch: unpack sources into the stage dir and apply patches
+echo '35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch' | sha256sum -c -
+echo '98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch' | sha256sum -c -
+echo '9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch' | sha256sum -c -
+# no wheel of this version in the build cache: the build step will compile; unpack and
+# patch now, while the wheels install, and leave the stamp the build step looks for
+if ! ls /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/*/*.whl >/dev/null 2>&1; then
+  rm -f /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
+  hpcstack action unpack /p/project/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
+  cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
+  cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
+  cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
+  echo 7f629c05054b7319a830d3f8b905b9e54fb9a0b6737bf8d729d9ae482a118d10 > /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
+fi
+# --- end of the background
+) &
+hpcstack_background=$!
 
 # --- step venv: create the venv on top of the site's Python module
 python3 -m venv --clear --without-pip /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv
@@ -21,10 +40,8 @@ python3 -m venv --clear --without-pip /p/project/PROJECT/hpcstack/pytorch/.build
 # --- step wheels: install the pinned wheels from the lock file in one resolution
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock
 
-# --- step patch: unpack sources into the stage dir and apply patches
-echo '35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch' | sha256sum -c -
-echo '98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch' | sha256sum -c -
-echo '9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch' | sha256sum -c -
+# --- wait for the background: fetch and patch (a failure there stops the script here)
+wait "$hpcstack_background"
 
 # --- step build: build from source with the site's compilers and libraries
 test -e "${EBROOTCUDA}/lib64/stubs/libcuda.so"
@@ -75,10 +92,14 @@ if ls /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcst
   echo "horovod: reusing the wheel built before with key ${hpcstack_build_key_horovod_key}"
   rm -rf /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist && mkdir -p /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist && cp /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}"/*.whl /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/
 else
-  hpcstack action unpack /p/project/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
-  cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
-  cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
-  cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
+  if [ "$(cat /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared 2>/dev/null)" = 7f629c05054b7319a830d3f8b905b9e54fb9a0b6737bf8d729d9ae482a118d10 ]; then
+    rm -f /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared  # unpacked and patched by the patch step
+  else
+    hpcstack action unpack /p/project/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
+    cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
+    cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
+    cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
+  fi
   rm -rf /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
   env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=mpicc CXX=mpicxx FC=mpifort HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${EBROOTCUDA}" HOROVOD_NCCL_HOME="${EBROOTNCCL}" HOROVOD_BUILD_CUDA_CC_LIST=80 CUDA_HOME="${EBROOTCUDA}" MAKEFLAGS=-j8 TMPDIR=/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" @UV@ build --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
   mkdir -p /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1 && tmp=$(mktemp -d /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/.new-XXXXXX) && chmod 755 "$tmp" && cp /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/*.whl "$tmp"/ \
@@ -885,7 +906,7 @@ hpcstack action sbom --spec '{"builds": [{"env": {"CC": "mpicc", "CUDA_HOME": "$
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-doctor
 
 # --- step sanitycheck: check imports, build flags and dependencies
-env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config
+# in the background, while the actions after it run; the step waits for it at its end
 LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import sys
 import torch
 import torchvision
@@ -923,10 +944,13 @@ for req in REQUIRED:
         missing.append(name)
     missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
 if missing:
-    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))'
+    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))' &
+hpcstack_sanitycheck_1=$!
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config
 /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate --help
 /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-doctor --help
 @UV@ pip freeze --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config > /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/pip-freeze.txt
+wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
 chmod -R u+rwX,go+rX,go-w /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@
