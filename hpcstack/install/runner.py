@@ -8,6 +8,12 @@ that step and the ones after it (hashes chain). A step is recorded only once it 
 and the record is written atomically, so a ``kill -9`` at any moment leaves a build that the
 next run resumes from the step that was cut short.
 
+What runs at once (issue 14): the steps of :data:`~hpcstack.install.plan.BACKGROUND_STEPS`
+(fetch, patch: the sources) run in a background thread while venv and wheels run, and build
+waits for them (:meth:`Runner.run`); inside a step, an action marked ``background`` (the sanity
+check's interpreter) runs while the step's other actions do (:func:`run_actions`). Each step keeps
+its own log and record, so resuming works as above.
+
 One install at a time per stack: ``<install_root>/.hpcstack/locks/<name>-<version>.lock``
 (``fcntl.flock``; the kernel drops it when the holder dies, even by ``kill -9``).
 
