@@ -177,6 +177,8 @@ class Runner:
                 if worker.error and index[worker.error.step] < index.get(exc.step, len(names) + 1):
                     raise worker.error from None
             raise
+        finally:  # in plan order, whichever thread finished first
+            self.timings = {n: self.timings[n] for n in names if n in self.timings}
         return sorted(ran, key=index.get)
 
     def _run_step(self, step: Step, index: int, total: int, digest: str) -> None:
