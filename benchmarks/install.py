@@ -30,6 +30,9 @@ Horovod wheel) and ``hpcstack install`` into an empty install root, alternating 
 first; then the no-op re-install. It prints the medians, the ratio per round, the steps' times,
 and whether the warm install is within 1.25x the floor and the no-op under 0.5 s. Phase ``g``
 also counts ``readlink`` calls and the distinct paths an import names (issue 14 item 4).
+Phase ``o`` (issue 14 item 2, not in the default order) measures what overlapping Horovod's
+sources (fetch, unpack, patch) with the venv and wheels steps saves, on a cold source cache:
+``--stop-after patch`` (nothing overlaps) against the install killed as the build step starts.
 
 Downloads every variant shares are served from local caches, as the output says: (a) reads
 wheels from a pip HTTP cache filled beforehand (``pip download``, not timed); (b) downloads from
@@ -42,7 +45,7 @@ quiet 2-core machine, 25 or more under load, most of it the two Horovod builds o
 
 Usage:
     python3 benchmarks/install.py [--root DIR] [--keep] [--phases b,c,e,d,g,f,a] [--json FILE]
-    python3 benchmarks/install.py --root DIR --keep --phases w,plain,g --repeat 5 \
+    python3 benchmarks/install.py --root DIR --keep --phases w,o,plain,g --repeat 5 \
         --warm-from /opt/hpcstack/software/.hpcstack/cache
 """
 
@@ -405,6 +408,82 @@ def phase_w(b: Bench, repeat: int = 3) -> None:
     b.save("w", {"rounds": rounds, "noop": noop})
 
 
+def _records(prefix_root: Path) -> dict[str, float]:
+    """The seconds of each step recorded under an install root (``.hpcstack/steps/*.json``)."""
+    out = {}
+    for rec in prefix_root.rglob(".hpcstack/steps/*.json"):
+        try:
+            data = json.loads(rec.read_text())
+            out[data["step"]] = data["seconds"]
+        except (OSError, ValueError, KeyError):
+            pass
+    return out
+
+
+def phase_o(b: Bench, repeat: int = 2) -> None:
+    """(o) The cold-source overlap (issue 14 item 2): Horovod's sdist downloaded from PyPI into an
+    empty download cache, with an empty build cache (so the patch step unpacks and patches it),
+    and the wheels from the warm uv cache (the 2.8 GB need not come again): ``sequential`` runs
+    ``--stop-after patch`` (fetch, venv, wheels, patch one after the other: with --stop-after
+    nothing overlaps); ``overlapped`` runs the install and kills it at the first action of the
+    build step (``HPCSTACK_FAILPOINT=build:0``), which starts only once the background (fetch,
+    patch) has finished. Each from an empty install root, ``repeat`` rounds, alternating."""
+    import yaml
+
+    site = b.root / "site-cold.yaml"
+    data = yaml.safe_load(b.site.read_text())
+    data["cache_dir"] = str(b.root / "cold-cache")
+    data.setdefault("installer", {})["wheel_cache"] = str(b.uv_cache)
+    site.write_text(yaml.safe_dump(data, sort_keys=False))
+    rounds = []
+    for i in range(repeat):
+        result = {}
+        for mode in (("sequential", "overlapped") if i % 2 == 0 else ("overlapped", "sequential")):
+            for old in (b.root / "cold-cache", b.root / "cold"):
+                shutil.rmtree(old, ignore_errors=True)
+            os.sync()
+            log(f"(o) round {i + 1}/{repeat}: {mode}, Horovod's sources cold …")
+            argv = [*b.hpcstack, "install", STACK, "--site", str(site), "--prefix", str(b.root / "cold" / "sw"),
+                    "--module-root", str(b.root / "cold" / "mf")]
+            env = clean_env()
+            if mode == "sequential":
+                argv += ["--stop-after", "patch"]
+            else:
+                env["HPCSTACK_FAILPOINT"] = "build:0"
+            load = load_average()
+            seconds, proc = timed(argv, env=env, check=False, logfile=b.logs / f"o-{mode}-{i}.log")
+            steps = _records(b.root / "cold" / "sw")
+            ok = set(steps) >= {"fetch", "venv", "wheels", "patch"} and not (b.root / "cold" / "mf" / STACK).exists()
+            if not ok:
+                raise RuntimeError(f"(o) {mode}: the steps up to patch did not all run: {steps} (log {b.logs})")
+            result[mode] = {"seconds": round(seconds, 2), "steps": steps, "load": load}
+        rounds.append(result)
+    b.save("o", {"rounds": rounds})
+
+
+def report_o(o: dict | None) -> list[str]:
+    """Lines for phase o: what the overlap of the sources with the wheels saves (issue 14 item 2)."""
+    if not o:
+        return []
+    med = statistics.median
+    rounds = o["rounds"]
+    seq = med(x["sequential"]["seconds"] for x in rounds)
+    ovl = med(x["overlapped"]["seconds"] for x in rounds)
+    hidden = med(x["sequential"]["steps"]["fetch"] + x["sequential"]["steps"]["patch"] for x in rounds)
+    hidden_o = med(x["overlapped"]["steps"]["fetch"] + x["overlapped"]["steps"]["patch"] for x in rounds)
+    alongside = med(x["overlapped"]["steps"]["venv"] + x["overlapped"]["steps"]["wheels"] for x in rounds)
+    return ["", f"  (o) Horovod's sources cold (sdist from PyPI, unpack, 3 patches), wheels warm; {len(rounds)} rounds (medians):",
+            f"      one after the other (--stop-after patch): {seq:.2f} s, of which fetch + patch {hidden:.2f} s",
+            f"      overlapped (fetch, patch in the background; killed as build starts): {ovl:.2f} s; "
+            f"fetch + patch {hidden_o:.2f} s ran beside venv + wheels {alongside:.2f} s",
+            f"      saved: {seq - ovl:.2f} s end to end (per round: "
+            + ", ".join(f"{x['sequential']['seconds'] - x['overlapped']['seconds']:.2f}" for x in rounds) + "); "
+            f"the overlapped work itself: {hidden:.2f} s",
+            "      steps per round (s): " + "; ".join(
+                f"{m[:3]} " + ", ".join(f"{k} {v}" for k, v in x[m]["steps"].items() if k in ("fetch", "venv", "wheels", "patch"))
+                for x in rounds for m in ("sequential", "overlapped"))]
+
+
 def phase_d(b: Bench) -> None:
     """(d) uv alone: the lock into a fresh venv with hpcstack's uv options; then the Horovod wheel."""
     base = b.results["base_python"]
@@ -707,6 +786,7 @@ def report(r: dict) -> str:
             lines.append(f"      (calls under the module touching the cold stack, whose venv built the reused "
                          f"Horovod wheel: {g['module']['calls_under_cold']})")
     lines += report_w(r.get("w"))
+    lines += report_o(r.get("o"))
     lines.append("")
     lines.append("targets:")
     lines += targets(r)
@@ -818,7 +898,7 @@ def targets(r: dict) -> list[str]:
 # --------------------------------------------------------------------------------------- main
 
 PHASES = {"b": phase_b, "c": phase_c, "e": phase_e, "d": phase_d, "plain": phase_plain,
-          "g": phase_g, "f": phase_f, "a": phase_a, "w": phase_w}
+          "g": phase_g, "f": phase_f, "a": phase_a, "w": phase_w, "o": phase_o}
 DEFAULT_ORDER = ["b", "c", "e", "d", "plain", "g", "f", "a"]
 
 

@@ -368,8 +368,9 @@ def test_a_missing_horovod_compiler_is_named_before_anything_is_fetched(localhos
 
 
 def test_a_missing_patch_inside_the_cached_build_is_named_before_anything_is_written(localhost_ready, tmp_path):
-    """``patch`` runs only inside the cached source build (on a cache miss); the preflight sees
-    nested commands, so an install on a machine without it stops at once, exit 2, one line."""
+    """``patch`` runs only nested: in the patch step's unpack ahead (no wheel cached, issue 14)
+    and inside the cached source build (on a cache miss); the preflight sees nested commands, so
+    an install on a machine without it stops at once, exit 2, one line naming the first step."""
     shadow = tmp_path / "bin"  # the machine's commands, but no patch
     shadow.mkdir()
     for directory in os.environ["PATH"].split(os.pathsep):
@@ -383,7 +384,7 @@ def test_a_missing_patch_inside_the_cached_build_is_named_before_anything_is_wri
     res = tiny.install(env={"PATH": str(shadow)})
     assert res.returncode == 2, res.stderr
     errors = [l for l in res.stderr.splitlines() if l.startswith("error:")]
-    assert len(errors) == 1 and "step build: command 'patch' not found" in errors[0], res.stderr
+    assert len(errors) == 1 and "step patch: command 'patch' not found" in errors[0], res.stderr
     assert not (tmp_path / "sw").exists() and not (tmp_path / "mf").exists()
 
 

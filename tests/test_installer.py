@@ -47,7 +47,7 @@ def dry_run(*args: str) -> str:
 
 def step(script: str, name: str) -> str:
     """The text of one step of a dry-run script."""
-    return script.split(f"# --- step {name}:")[1].split("\n# --- step ")[0]
+    return script.split(f"# --- step {name}:")[1].split("\n# --- ")[0]  # to the next step or wait
 
 
 # ------------------------------------------------------------------------------- site section
@@ -256,6 +256,11 @@ def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv)
     assert "no wheel with key" in first and "stored tinypkg-1.0-" in first
     assert "reusing the wheel built before" in second
     assert "pip" not in second.split("reusing the wheel built before")[1]  # nothing was built
+    # issue 14: with no wheel cached the patch step (in the background, while the wheels
+    # install) unpacked and patched, and the build used that tree; with one it left them alone
+    assert "unpacked and patched by the patch step" in first and "hpcstack action unpack" not in first
+    patch_b = "\n".join(p.read_text() for p in _prefix(tiny_uv, "b").rglob("logs/patch.log"))
+    assert "a wheel of this version is in" in patch_b and "hpcstack action unpack" not in patch_b
     entries = list((tiny_uv["cache"] / "builds" / "tinypkg-1.0").iterdir())
     assert len(entries) == 1 and len(entries[0].name) == 24
     assert (entries[0] / "key.txt").read_text().startswith("hpcstack build key v1\npackage tinypkg 1.0\n")
@@ -285,6 +290,7 @@ def test_a_changed_key_rebuilds(tiny_uv):
                     "--module-root", str(root / "mf"))
     assert proc.returncode == 0, proc.stderr
     assert "no wheel with key" in _build_log(root / "sw" / "tiny" / "1.0")
+    assert "hpcstack action unpack" in _build_log(root / "sw" / "tiny" / "1.0")  # not done ahead: a wheel was cached
     assert len(list((tiny_uv["cache"] / "builds" / "tinypkg-1.0").iterdir())) == 2
 
 

@@ -30,14 +30,15 @@ class Ctx:
         self.state_dir = state_dir
 
 
-def test_checks_of_one_python_merge_into_the_first_keeping_the_other_actions_in_order():
+def test_checks_of_one_python_merge_into_one_that_runs_first_in_the_background():
     other = Run(("true",))
     a = PythonCheck("/v/bin/python", horovod=("PyTorch", "MPI"), prepend={"LD_LIBRARY_PATH": "/s1:/s2"})
     b = PythonCheck("/v/bin/python", ("torch", "horovod.torch"), prepend={"LD_LIBRARY_PATH": "/s2"})
     c = PythonCheck("/w/bin/python", ("six",))
     merged = merge_python_checks([other, a, c, b])
-    assert merged[0] is other and merged[2] is c and len(merged) == 3
-    one = merged[1]
+    assert merged[2] is other and len(merged) == 3  # the other checks run while the interpreters do
+    assert merged[1].imports == ("six",) and merged[0].background and merged[1].background
+    one = merged[0]
     assert one.imports == ("torch", "horovod.torch") and one.horovod == ("PyTorch", "MPI")
     assert one.prepend == {"LD_LIBRARY_PATH": "/s1:/s2"}
     program = one.program()

@@ -26,7 +26,7 @@ from hpcstack.install.actions import (PRE_STAGING, Action, ActionBase, Capture, 
                                       expand, walk_commands)
 
 __all__ = ["FETCH", "VENV", "WHEELS", "PATCH", "BUILD", "INSTALL", "SANITYCHECK", "PERMISSIONS", "IMAGE", "MODULE",
-           "STEP_ORDER", "STEP_DESCRIPTIONS", "IN_PLACE_STEPS", "PRE_STAGING", "Step", "Plan",
+           "STEP_ORDER", "STEP_DESCRIPTIONS", "IN_PLACE_STEPS", "BACKGROUND_STEPS", "PRE_STAGING", "Step", "Plan",
            "Action", "ActionBase", "ExecContext", "Run", "Fetch", "VerifySha256", "Unpack", "WriteFile",
            "Capture", "Publish", "bash_word", "expand", "check_sha256", "describe_os_error", "walk_commands",
            "sha256_file", "write_atomic", "fsync_dir"]
@@ -53,6 +53,12 @@ STEP_DESCRIPTIONS = {
 #: stack, change its permission bits or publish it, but never change what it runs. A change in
 #: any other step builds a new stage prefix, and the published stack stays untouched meanwhile.
 IN_PLACE_STEPS = (SANITYCHECK, PERMISSIONS, MODULE)
+#: Steps that need nothing the venv and wheels steps make (the sources: download, unpack,
+#: patch): a run does them in the background, one after the other, while the steps between them
+#: (venv, wheels: the downloads of the wheels) run, and the first step after them (build) waits
+#: for them (issue 14: "the wheels download while Horovod's sdist is unpacked and patched").
+#: See :meth:`Plan.overlap`.
+BACKGROUND_STEPS = (FETCH, PATCH)
 
 # ----------------------------------------------------------------------------------------- plan
 
@@ -81,9 +87,21 @@ class Step:
         return self.to_bash() + "\n" + "\n".join(digests)
 
     def to_bash(self) -> str:
-        """Return the step as a commented block of bash."""
+        """Return the step as a commented block of bash.
+
+        An action with ``background = True`` is started with ``&`` and the step ends by waiting
+        for it, as :func:`hpcstack.install.runner.run_actions` runs it.
+        """
         lines = [f"# --- step {self.name}: {self.description}"]
-        lines += [a.to_bash() for a in self.actions]
+        waits = []
+        for a in self.actions:
+            if getattr(a, "background", False):
+                waits.append(f"hpcstack_{self.name}_{len(waits) + 1}")
+                lines += ["# in the background, while the actions after it run; the step waits for it at its end",
+                          f"{a.to_bash()} &", f"{waits[-1]}=$!"]
+            else:
+                lines.append(a.to_bash())
+        lines += [f'wait "${w}"' for w in waits]
         return "\n".join(lines)
 
 
@@ -134,6 +152,28 @@ class Plan:
             hashes[step.name] = running.hexdigest()
         return hashes
 
+    def overlap(self, names: list[str] | None = None) -> tuple[list[str], list[str], str | None]:
+        """Which steps run concurrently: ``(background, alongside, joined_by)``.
+
+        The steps of :data:`BACKGROUND_STEPS` among ``names`` run one after the other in the
+        background; the other steps of ``names`` from the first background step to the last
+        (``alongside``: venv and wheels) run meanwhile; ``joined_by``, the first step of
+        ``names`` after the last background step (build), starts once the background is done.
+        Without a step alongside, nothing overlaps: ``([], [], None)``.
+
+        Args:
+            names (list[str] | None): the steps that will run, in plan order (default: all).
+        """
+        names = [s.name for s in self.steps] if names is None else list(names)
+        at = [i for i, n in enumerate(names) if n in BACKGROUND_STEPS]
+        if not at:
+            return [], [], None
+        alongside = [n for n in names[at[0]:at[-1] + 1] if n not in BACKGROUND_STEPS]
+        if not alongside:
+            return [], [], None
+        after = names[at[-1] + 1:]
+        return [names[i] for i in at], alongside, (after[0] if after else None)
+
     def preamble(self) -> str:
         """Return the script lines that set up the build environment."""
         lines = [f"module use {shlex.quote(d)}" for d in self.module_use]
@@ -158,7 +198,19 @@ class Plan:
             "set -euo pipefail",
             self.preamble(),
         ]
-        parts += ["\n" + s.to_bash() for s in self.steps]
+        background, alongside, joined_by = self.overlap()
+        for s in self.steps:
+            if s.name in background:
+                continue
+            if background and s.name == alongside[0]:
+                parts.append(_background_bash([x for x in self.steps if x.name in background], alongside, joined_by))
+            if s.name == joined_by:
+                parts.append(f"\n# --- wait for the background: {' and '.join(background)} "
+                             "(a failure there stops the script here)\n"
+                             'wait "$hpcstack_background"')
+            parts.append("\n" + s.to_bash())
+        if background and joined_by is None:
+            parts.append('\n# --- wait for the background\nwait "$hpcstack_background"')
         parts.append("\n# afterwards hpcstack removes earlier builds of the stack but the one this replaced")
         return "\n".join(p for p in parts if p) + "\n"
 
@@ -172,7 +224,8 @@ class Plan:
             str: a JSON object with ``title``, ``prefix``, ``stage_prefix``, ``build_id``,
             ``modulefile``, ``modules``, ``module_use``, ``hpcstack`` and ``steps``
             (each ``name``, ``description``, ``hash``, ``outputs``, ``script`` and ``actions``,
-            each action its ``type`` and fields).
+            each action its ``type`` and fields), and ``background`` when steps overlap
+            (:meth:`overlap`: ``steps``, ``alongside``, ``joined_by``).
         """
         hashes = self.step_hashes()
         steps = [{"name": s.name, "description": s.description, "hash": hashes[s.name],
@@ -183,7 +236,20 @@ class Plan:
                "stage_prefix": self.build_prefix, "build_id": self.build_id,
                "modulefile": self.modulefile, "modules": list(self.modules),
                "module_use": list(self.module_use), "steps": steps}
+        background, alongside, joined_by = self.overlap()
+        if background:
+            doc["background"] = {"steps": background, "alongside": alongside, "joined_by": joined_by}
         return json.dumps(doc, indent=1) + "\n"
+
+
+def _background_bash(steps: list[Step], alongside: list[str], joined_by: str | None) -> str:
+    """The background steps as one bash subshell started with ``&`` (see :meth:`Plan.overlap`)."""
+    names = " and ".join(s.name for s in steps)
+    then = f"; step {joined_by} waits for them" if joined_by else ""
+    body = "\n".join(s.to_bash() for s in steps)
+    return (f"\n# --- background: {names}, one after the other, while "
+            f"{' and '.join(alongside)} run{then}\n(\n{body}\n# --- end of the background\n) &\n"
+            "hpcstack_background=$!")
 
 
 def _fields(action) -> dict:

@@ -8,6 +8,12 @@ that step and the ones after it (hashes chain). A step is recorded only once it 
 and the record is written atomically, so a ``kill -9`` at any moment leaves a build that the
 next run resumes from the step that was cut short.
 
+What runs at once (issue 14): the steps of :data:`~hpcstack.install.plan.BACKGROUND_STEPS`
+(fetch, patch: the sources) run in a background thread while venv and wheels run, and build
+waits for them (:meth:`Runner.run`); inside a step, an action marked ``background`` (the sanity
+check's interpreter) runs while the step's other actions do (:func:`run_actions`). Each step keeps
+its own log and record, so resuming works as above.
+
 One install at a time per stack: ``<install_root>/.hpcstack/locks/<name>-<version>.lock``
 (``fcntl.flock``; the kernel drops it when the holder dies, even by ``kill -9``).
 
@@ -25,8 +31,11 @@ import os
 import re
 import shutil
 import signal
+import tempfile
+import threading
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -93,7 +102,6 @@ class Runner:
         self.env = dict(env)
         self.stop_after = stop_after
         self.force = force
-        self.log = None
         self.timings: dict[str, float] = {}
         self.state_dir = Path(plan.state_dir)
 
@@ -105,8 +113,16 @@ class Runner:
     def run(self) -> list[str]:
         """Run the pending steps.
 
+        The pending steps of :data:`~hpcstack.install.plan.BACKGROUND_STEPS` (fetch, patch) run in
+        a background thread while the steps between them (venv, wheels) run, and the step after
+        them (build) waits for them (:meth:`Plan.overlap`; issue 14); with ``stop_after`` every
+        step runs in order. A failure on either side stops the run once the other side has
+        finished the step it is in; the error raised is that of the earlier step in plan order.
+        Each step is recorded when it finishes, so the next run resumes from the first step not
+        recorded.
+
         Returns:
-            list[str]: the steps that ran (empty when the install was up to date).
+            list[str]: the steps that ran, in plan order (empty when the install was up to date).
 
         Raises:
             HpcstackError: the first failing step's error, with the step name and its log path.
@@ -124,17 +140,46 @@ class Runner:
                 _record_path(self.plan, self.plan.steps[names.index(name)]).unlink(missing_ok=True)
         except OSError as exc:
             raise HpcstackError(f"cannot prepare {self.state_dir}: {describe_os_error(exc)}") from None
+        background, alongside, joined_by = ([], [], None) if self.stop_after else self.plan.overlap(todo)
+        index = {name: i for i, name in enumerate(names, 1)}
+        worker = None
+        if background:
+            console.print(f"[dim]==> {' and '.join(background)} in the background, while "
+                          f"{' and '.join(alongside)} run[/]")
+            worker = _Background(self, [s for s in self.plan.steps if s.name in background], index, hashes)
+            worker.start()
         ran = []
-        for i, step in enumerate(self.plan.steps, 1):
-            if step.name not in todo:
-                console.print(f"[dim]==> [{i}/{len(names)}] {step.name}: done before, skipped[/]")
-                continue
-            self._run_step(step, i, len(names), hashes[step.name])
-            ran.append(step.name)
-            if step.name == self.stop_after:
-                console.print(f"stopped after step {step.name} (--stop-after)")
-                break
-        return ran
+        try:
+            for i, step in enumerate(self.plan.steps, 1):
+                if step.name not in todo:
+                    console.print(f"[dim]==> [{i}/{len(names)}] {step.name}: done before, skipped[/]")
+                    continue
+                if step.name in background:
+                    continue
+                if worker and step.name == joined_by:
+                    worker.finish()
+                    ran += worker.ran
+                    worker = None
+                self._run_step(step, i, len(names), hashes[step.name])
+                ran.append(step.name)
+                if worker and worker.error:  # stop at once, not only when build waits
+                    worker.finish()
+                if step.name == self.stop_after:
+                    console.print(f"stopped after step {step.name} (--stop-after)")
+                    break
+            if worker:
+                worker.finish()
+                ran += worker.ran
+        except HpcstackError as exc:
+            if worker:
+                worker.cancel()
+                worker.finish(raise_error=False)
+                if worker.error and index[worker.error.step] < index.get(exc.step, len(names) + 1):
+                    raise worker.error from None
+            raise
+        finally:  # in plan order, whichever thread finished first
+            self.timings = {n: self.timings[n] for n in names if n in self.timings}
+        return sorted(ran, key=index.get)
 
     def _run_step(self, step: Step, index: int, total: int, digest: str) -> None:
         console.print(f"[bold]==> [{index}/{total}] {step.name}:[/] {step.description}")
@@ -142,15 +187,12 @@ class Runner:
         start = time.monotonic()
         failpoint = _failpoint(step.name)
         try:
-            with open(log_path, "w") as self.log:
-                self.log.write(f"# hpcstack {__version__}: step {step.name} of {self.plan.title}\n")
-                self.log.write(f"# started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
-                self.log.flush()
-                for n, action in enumerate(step.actions):
-                    if n == failpoint:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    action.execute(self)
-                    self.log.flush()
+            with open(log_path, "w") as log:
+                ctx = StepContext(self.env, log, self.state_dir)
+                log.write(f"# hpcstack {__version__}: step {step.name} of {self.plan.title}\n")
+                log.write(f"# started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+                log.flush()
+                run_actions(step.actions, ctx, failpoint)
         except HpcstackError as exc:
             reason = diagnose(_read(log_path)) or full_filesystem(self._written_paths(step))
             if reason:
@@ -233,6 +275,120 @@ def _read(path: Path) -> str:
 def _tail(path: Path, lines: int = 15) -> str:
     text = _read(path).splitlines()[-lines:]
     return "\n  | " + "\n  | ".join(text) if text else ""
+
+
+@dataclass
+class StepContext:
+    """What the actions of one step see (:class:`hpcstack.install.actions.ExecContext`): one per
+    step, so that steps and actions running concurrently each write their own log.
+
+    Attributes:
+        env (dict[str, str]): the build environment.
+        log (IO[str]): the step's log (an action running in the background writes to a
+            temporary file that :func:`run_actions` appends to the step's log when it has finished).
+        state_dir (Path | None): ``<stage prefix>/.hpcstack``.
+    """
+
+    env: dict[str, str]
+    log: object
+    state_dir: Path | None
+
+
+def run_actions(actions: list, ctx: StepContext, failpoint: int | None = None) -> None:
+    """Execute one step's actions in order; an action with ``background = True`` (the sanity
+    check's interpreter, :class:`~hpcstack.install.components.sanity.PythonCheck`) is started in
+    a thread and the actions after it run meanwhile; the step ends when all have finished.
+
+    Its output goes to the step's log after the foreground actions' output, in one piece. The
+    dry-run prints the same: the command with ``&`` and a ``wait`` at the step's end
+    (:meth:`hpcstack.install.plan.Step.to_bash`).
+
+    Args:
+        actions (list): the step's actions.
+        ctx (StepContext): the step's environment and log.
+        failpoint (int | None): kill the process with SIGKILL before this action (tests).
+
+    Raises:
+        HpcstackError: the error of the first failing action in the step's order (a background
+            action's counts at its place), once every started action has finished.
+    """
+    started: list[tuple[int, threading.Thread, object, list]] = []
+    error: tuple[int, BaseException] | None = None
+    try:
+        for n, action in enumerate(actions):
+            if n == failpoint:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if getattr(action, "background", False):
+                buffer, failed = tempfile.TemporaryFile("w+", errors="replace"), []  # a real file: commands write to it
+                thread = threading.Thread(target=_execute_into, daemon=True, name=f"hpcstack-action-{n}",
+                                          args=(action, StepContext(ctx.env, buffer, ctx.state_dir), failed))
+                thread.start()
+                started.append((n, thread, buffer, failed))
+                continue
+            try:
+                action.execute(ctx)
+            except (HpcstackError, OSError) as exc:
+                error = (n, exc)
+                break
+            ctx.log.flush()
+    finally:
+        for n, thread, buffer, failed in started:
+            thread.join()
+            with buffer:
+                buffer.seek(0)
+                ctx.log.write(f"# output of action {n + 1} (it ran in the background)\n" + buffer.read())
+            if failed and (error is None or n < error[0]):
+                error = (n, failed[0])
+        ctx.log.flush()
+    if error:
+        raise error[1]
+
+
+def _execute_into(action, ctx: StepContext, failed: list) -> None:
+    try:
+        action.execute(ctx)
+    except (HpcstackError, OSError) as exc:
+        failed.append(exc)
+    except Exception as exc:  # a bug must not look like success
+        failed.append(HpcstackError(f"{type(exc).__name__}: {exc}"))
+
+
+class _Background:
+    """The background steps of :meth:`Runner.run`, one after the other in a thread."""
+
+    def __init__(self, runner: Runner, steps: list[Step], index: dict[str, int], hashes: dict[str, str]):
+        self.runner, self.steps, self.index, self.hashes = runner, steps, index, hashes
+        self.ran: list[str] = []
+        self.error: HpcstackError | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, daemon=True, name="hpcstack-background")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        """Start no further step (the one running finishes)."""
+        self._stop.set()
+
+    def _work(self) -> None:
+        for step in self.steps:
+            if self._stop.is_set():
+                return
+            try:
+                self.runner._run_step(step, self.index[step.name], len(self.index), self.hashes[step.name])
+            except HpcstackError as exc:
+                self.error = exc
+                return
+            except Exception as exc:  # a bug in a step must fail the install, not hang it
+                self.error = HpcstackError(f"{type(exc).__name__}: {exc}", step=step.name)
+                return
+            self.ran.append(step.name)
+
+    def finish(self, raise_error: bool = True) -> None:
+        """Wait for the thread; raise its step's error (unless ``raise_error`` is False)."""
+        self._thread.join()
+        if self.error and raise_error:
+            raise self.error
 
 
 # ------------------------------------------------------------------------- failure diagnosis

@@ -65,6 +65,11 @@ class CachedWheelBuild(ActionBase):
             fails) enter the key.
         prepare (tuple): actions run before ``build`` on a miss only (unpack and patch the
             sources: thousands of small files, slow on a parallel filesystem, useless on a hit).
+        ready (str): a stamp file: when it holds ``ready_digest``, the patch step has already
+            unpacked and patched the sources (:class:`PrepareAhead`, while the wheels
+            installed), and a miss removes the stamp and builds that tree instead of running
+            ``prepare`` (a build that fails leaves no stamp: the next run prepares anew).
+        ready_digest (str): what the stamp must hold (:meth:`PrepareAhead.digest`).
 
     Raises:
         HpcstackError: the build fails, or it leaves no wheel in ``dist``.
@@ -78,6 +83,8 @@ class CachedWheelBuild(ActionBase):
     fixed: tuple[str, ...] = ()
     probes: tuple[tuple[str, str], ...] = ()
     prepare: tuple = ()
+    ready: str = ""
+    ready_digest: str = ""
 
     def commands(self) -> tuple[Run, ...]:
         """``bash`` (the key function), then on a miss the commands of ``prepare`` (``patch``)
@@ -128,13 +135,34 @@ class CachedWheelBuild(ActionBase):
             f'  echo "{self.name}: reusing the wheel built before with key ${{{key}}}"',
             f"  rm -rf {dist} && mkdir -p {dist} && cp {entry}/*.whl {dist}/",
             "else",
-            *("  " + a.to_bash() for a in self.prepare),
+            *(self._prepare_bash()),
             f"  rm -rf {dist}",
             "  " + self.build.to_bash(),
             f"  mkdir -p {root} && tmp=$(mktemp -d {root}/.new-XXXXXX) && chmod 755 \"$tmp\" && cp {dist}/*.whl \"$tmp\"/ \\",
             f"    && {self.function} > \"$tmp/key.txt\" && {{ mv -T \"$tmp\" {entry} 2>/dev/null || rm -rf \"$tmp\"; }}",
             "fi",
         ])
+
+    def _prepare_bash(self) -> list[str]:
+        if not self.ready:
+            return ["  " + a.to_bash() for a in self.prepare]
+        ready = shlex.quote(self.ready)
+        return [f'  if [ "$(cat {ready} 2>/dev/null)" = {self.ready_digest} ]; then',
+                f"    rm -f {ready}  # unpacked and patched by the patch step",
+                "  else",
+                *("    " + a.to_bash() for a in self.prepare),
+                "  fi"]
+
+    def _prepared_ahead(self) -> bool:
+        """True (and the stamp removed) when the patch step left the tree ready."""
+        try:
+            with open(self.ready) as f:
+                if f.read().strip() != self.ready_digest:
+                    return False
+            os.unlink(self.ready)
+        except OSError:
+            return False
+        return True
 
     def execute(self, ctx: ExecContext) -> None:
         text = self.key_text(ctx.env)
@@ -151,8 +179,11 @@ class CachedWheelBuild(ActionBase):
             return
         ctx.log.write(f"{self.name}: no wheel with key {key} in {self.root}; building\n")
         ctx.log.flush()
-        for action in self.prepare:
-            action.execute(ctx)
+        if self.ready and self._prepared_ahead():
+            ctx.log.write(f"{self.name}: the sources were unpacked and patched by the patch step\n")
+        else:
+            for action in self.prepare:
+                action.execute(ctx)
         self.build.execute(ctx)
         built = sorted(glob.glob(os.path.join(self.dist, "*.whl")))
         if not built:
@@ -171,6 +202,72 @@ class CachedWheelBuild(ActionBase):
             ctx.log.write(f"warning: could not store the wheel in {entry}: {exc}\n")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class PrepareAhead(ActionBase):
+    """Unpack and patch the sources in the patch step when the build cache surely misses (an action).
+
+    The patch step runs in the background while the venv and wheels steps run
+    (:data:`hpcstack.install.plan.BACKGROUND_STEPS`), so on a first install the unpack and patch
+    overlap the downloads of the wheels (issue 14). Whether the build step will miss is known
+    only there (its key probes the venv's torch), so this does the work only when the cache
+    holds no wheel of this package and version at all (a first install, a new version); then
+    it writes ``ready`` with :meth:`digest`, which :class:`CachedWheelBuild` takes as "the tree
+    is ready". Otherwise it does nothing and a miss prepares in the build step, as before.
+
+    Args:
+        root (str): the build cache of this package and version (``CachedWheelBuild.root``).
+        ready (str): the stamp file.
+        prepare (tuple): the unpack and patch actions (``SourceBuild.prepare_actions``).
+        fixed (tuple[str, ...]): the key lines known when planning (sdist and patch sha256s).
+
+    Raises:
+        HpcstackError: from the unpack or a patch.
+    """
+
+    root: str
+    ready: str
+    prepare: tuple
+    fixed: tuple[str, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        """The stamp's content: the sha256 of ``fixed`` (the sources this tree is made of)."""
+        return hashlib.sha256("\n".join(self.fixed).encode()).hexdigest()
+
+    def commands(self) -> tuple[Run, ...]:
+        return tuple(r for a in self.prepare for r in a.commands())
+
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(p for a in self.prepare for p in a.inputs())
+
+    def outputs(self) -> tuple[str, ...]:
+        return (*(o for a in self.prepare for o in a.outputs()),)
+
+    def to_bash(self) -> str:
+        root, ready = shlex.quote(self.root), shlex.quote(self.ready)
+        return "\n".join([
+            "# no wheel of this version in the build cache: the build step will compile; unpack and",
+            "# patch now, while the wheels install, and leave the stamp the build step looks for",
+            f"if ! ls {root}/*/*.whl >/dev/null 2>&1; then",
+            f"  rm -f {ready}",
+            *("  " + a.to_bash() for a in self.prepare),
+            f"  echo {self.digest} > {ready}",
+            "fi"])
+
+    def execute(self, ctx: ExecContext) -> None:
+        if glob.glob(os.path.join(glob.escape(self.root), "*", "*.whl")):
+            ctx.log.write(f"a wheel of this version is in {self.root}: unpack and patch only if the build needs it\n")
+            return
+        try:
+            os.unlink(self.ready)
+        except FileNotFoundError:
+            pass
+        for action in self.prepare:
+            action.execute(ctx)
+        with open(self.ready, "w") as f:
+            f.write(self.digest + "\n")
 
 
 @dataclass(frozen=True)
@@ -223,6 +320,10 @@ class SourceBuild:
     def src_dir(self, ctx: PlanContext) -> str:
         """The unpacked source tree in the stage dir."""
         return os.path.join(ctx.stage_dir, "src", f"{self.package}-{self.version}")
+
+    def ready_stamp(self, ctx: PlanContext) -> str:
+        """The stamp :class:`PrepareAhead` leaves beside the source tree it unpacked and patched."""
+        return os.path.join(ctx.stage_dir, "src", f".{self.package}-{self.version}.prepared")
 
     def dist_dir(self, ctx: PlanContext) -> str:
         """Where the built wheel goes."""
@@ -303,16 +404,24 @@ class SourceBuild:
         if not ctx.site.installer.build_cache:
             return None
         root = os.path.join(ctx.cache_dir, "builds", f"{self.package}-{self.version}")
+        ahead = self.prepare_ahead(ctx, root)
         return CachedWheelBuild(self.package, root, self.dist_dir(ctx), self.wheel_run(ctx),
                                 env=self.build_env(ctx),
                                 fixed=self.key_fixed(ctx), probes=self.key_probes(ctx),
-                                prepare=tuple(self.prepare_actions(ctx)))
+                                prepare=tuple(self.prepare_actions(ctx)),
+                                ready=ahead.ready, ready_digest=ahead.digest)
+
+    def prepare_ahead(self, ctx: PlanContext, root: str) -> PrepareAhead:
+        """The patch step's unpack and patch on a sure build-cache miss (:class:`PrepareAhead`)."""
+        return PrepareAhead(root, self.ready_stamp(ctx), tuple(self.prepare_actions(ctx)), self.key_fixed(ctx))
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}`` for this component.
 
-        With the build cache (default), ``patch`` checks the patches' sha256 and ``build`` is a
-        :class:`CachedWheelBuild` that unpacks, patches and builds only on a miss; without it,
+        With the build cache (default), ``patch`` checks the patches' sha256 (and unpacks and
+        patches when the cache holds no wheel of this version: :class:`PrepareAhead`; the step
+        runs while the wheels install) and ``build`` is a :class:`CachedWheelBuild` that
+        unpacks, patches (unless done ahead) and builds only on a miss; without it,
         ``patch`` unpacks and patches and ``build`` runs ``pip wheel``. ``install`` installs the
         wheel with the site's installer (:func:`install_run`: uv with ``--compile-bytecode`` by
         default, or pip), reinstalling the package.
@@ -321,7 +430,7 @@ class SourceBuild:
         verify = [VerifySha256(self.patch_path(ctx, p), p.sha256) for p in self.patches]
         cached = self.cached_build(ctx)
         if cached:  # unpack and patch only when the wheel must be built (CachedWheelBuild.prepare)
-            patch_step, build_step = verify, [cached]
+            patch_step, build_step = verify + [self.prepare_ahead(ctx, cached.root)], [cached]
         else:
             patch_step = verify + self.prepare_actions(ctx)
             build_step = [Run(("rm", "-rf", dist)), self.wheel_run(ctx)]

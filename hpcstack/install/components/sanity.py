@@ -74,6 +74,9 @@ class PythonCheck(ActionBase):
             as for ``hpcstack check-build``); None: no Horovod check.
         prepend (dict[str, str]): path-like variables to prepend to (the CUDA stubs of a GPU
             site on a login node), as for :class:`Run`.
+        background (bool): run it in the background while the step's other actions run
+            (:func:`hpcstack.install.runner.run_actions`; the plan sets it for the merged check,
+            issue 14); the step still fails if it fails.
 
     Raises:
         HpcstackError: an import fails, a required flag is missing, or the report does not parse.
@@ -83,6 +86,7 @@ class PythonCheck(ActionBase):
     imports: tuple[str, ...] = ()
     horovod: tuple[str, ...] | None = None
     prepend: dict[str, str] = field(default_factory=dict)
+    background: bool = False
 
     def program(self) -> str:
         """The Python program this check runs."""
@@ -156,8 +160,10 @@ class PythonCheck(ActionBase):
 
 
 def merge_python_checks(actions: list) -> list:
-    """Return ``actions`` with every :class:`PythonCheck` of the same python merged into the
-    first one (one interpreter start, one ``import torch``); other actions keep their order.
+    """Return ``actions`` with every :class:`PythonCheck` of the same python merged into one
+    (one interpreter start, one ``import torch``) that runs first and in the background, while
+    the step's other actions (``uv pip check``, the tools' ``--help``, ``uv pip freeze``) run
+    (issue 14); other actions keep their order.
 
     Args:
         actions (list): the actions of the sanity check step.
@@ -172,7 +178,8 @@ def merge_python_checks(actions: list) -> list:
                 continue
             first[action.python] = len(out)
         out.append(action)
-    return out
+    checks = [replace(a, background=True) for a in out if isinstance(a, PythonCheck)]
+    return checks + [a for a in out if not isinstance(a, PythonCheck)]
 
 
 @dataclass(frozen=True)
