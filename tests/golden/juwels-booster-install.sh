@@ -1,7 +1,7 @@
 #!/bin/bash
 # hpcstack 0.2.0: install pytorch/2.3.1-gpu for site juwels-booster
 # prefix: /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu (published by the module step)
-# stage prefix: /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@ (build @BUILD@)
+# stage prefix: /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /p/project/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua
 set -euo pipefail
 module load Python/3.11.3
@@ -35,10 +35,18 @@ fi
 hpcstack_background=$!
 
 # --- step venv: create the venv on top of the site's Python module
-python3 -m venv --clear --without-pip /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv
+python3 -m venv --clear --without-pip /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv
+mkdir -p /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages
+hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages/.00-hpcstack-paths.pth.XXXXXX)
+cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
+# hpcstack: this stack's site-packages by its real path, after the standard library (issue 14)
+import sys; sys.path[:] = [p for p in sys.path if p not in ('/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/venv/lib/python3.11/site-packages', '/p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages')] + ['/p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages']
+HPCSTACK_EOF
+chmod 644 "$hpcstack_tmp"
+mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages/00-hpcstack-paths.pth
 
 # --- step wheels: install the pinned wheels from the lock file in one resolution
-env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock
 
 # --- wait for the background: fetch and patch (a failure there stops the script here)
 wait "$hpcstack_background"
@@ -77,7 +85,7 @@ hpcstack_build_key_horovod() {
     echo 'patch horovod-0.28.1-cxx17.patch sha256 35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a'
     echo 'patch horovod-0.28.1-gcc13-cmake4.patch sha256 98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193'
     echo 'patch horovod-0.28.1-cuda-runtime.patch sha256 9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f'
-    echo '--- python'; { /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in ["torch"]]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- python'; { /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in ["torch"]]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C compiler'; { "${CC:-cc}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C++ compiler'; { "${CXX:-c++}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
@@ -101,17 +109,17 @@ else
     cd /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
   fi
   rm -rf /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
-  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=mpicc CXX=mpicxx FC=mpifort HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${EBROOTCUDA}" HOROVOD_NCCL_HOME="${EBROOTNCCL}" HOROVOD_BUILD_CUDA_CC_LIST=80 CUDA_HOME="${EBROOTCUDA}" MAKEFLAGS=-j8 TMPDIR=/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" @UV@ build --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
+  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=mpicc CXX=mpicxx FC=mpifort HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${EBROOTCUDA}" HOROVOD_NCCL_HOME="${EBROOTNCCL}" HOROVOD_BUILD_CUDA_CC_LIST=80 CUDA_HOME="${EBROOTCUDA}" MAKEFLAGS=-j8 TMPDIR=/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" @UV@ build --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --python /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
   mkdir -p /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1 && tmp=$(mktemp -d /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/.new-XXXXXX) && chmod 755 "$tmp" && cp /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/*.whl "$tmp"/ \
     && hpcstack_build_key_horovod > "$tmp/key.txt" && { mv -T "$tmp" /p/project/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}" 2>/dev/null || rm -rf "$tmp"; }
 fi
 
 # --- step install: install built packages and the stack's tools
-env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --reinstall-package horovod --no-deps --no-index --find-links /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist horovod==0.28.1
-mkdir -p /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin
-hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/.extend-venv-activate.XXXXXX)
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --reinstall-package horovod --no-deps --no-index --find-links /p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist horovod==0.28.1
+mkdir -p /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin
+hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/.extend-venv-activate.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
-#!/p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python
+#!/p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python
 """extend-venv-activate: make a Python venv load an hpcstack module when activated.
 
 Rendered by hpcstack from scripts/extend-venv-activate.j2; edit the template, not this file.
@@ -796,10 +804,10 @@ if __name__ == "__main__":
     sys.exit(main())
 HPCSTACK_EOF
 chmod 755 "$hpcstack_tmp"
-mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate
-install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-train-benchmark
-mkdir -p /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack
-hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
+mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/extend-venv-activate
+install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
+mkdir -p /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack
+hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
 # Constraints of the stack pytorch/2.3.1-gpu: every package it holds, at its version.
 # Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so
@@ -901,13 +909,13 @@ wheel==0.43.0
 horovod==0.28.1
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
-mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/constraints.txt
-hpcstack action sbom --spec '{"builds": [{"env": {"CC": "mpicc", "CUDA_HOME": "${EBROOTCUDA}", "CXX": "mpicxx", "FC": "mpifort", "HOROVOD_BUILD_CUDA_CC_LIST": "80", "HOROVOD_CPU_OPERATIONS": "MPI", "HOROVOD_CUDA_HOME": "${EBROOTCUDA}", "HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": "${EBROOTNCCL}", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_PYTORCH": "1"}, "package": "horovod", "patches": [{"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch", "sha256": "35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch", "sha256": "98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch", "sha256": "9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"}], "probes": [["python", "/p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in [\"torch\"]]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["cmake", "cmake --version"], ["MPI", "\"${CC:-mpicc}\" -showme 2>/dev/null && \"${CC:-mpicc}\" -showme:version 2>/dev/null || \"${CC:-mpicc}\" -show"], ["CUDA", "if [ -n \"$HOROVOD_CUDA_HOME\" ]; then \"$HOROVOD_CUDA_HOME/bin/nvcc\" --version; elif [ -n \"$HOROVOD_WITHOUT_CUDA\" ]; then echo \"CUDA off (HOROVOD_WITHOUT_CUDA)\"; else command -v nvcc && nvcc --version; fi"], ["NCCL", "if [ -n \"$HOROVOD_NCCL_HOME\" ]; then grep -E \"^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)\" \"$HOROVOD_NCCL_HOME/include/nccl.h\"; fi"]], "sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "url": "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz", "version": "0.28.1"}], "description": "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu", "site": "juwels-booster", "version": "2.3.1-gpu"}' /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/sbom.cdx.json
-install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-doctor
+mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/constraints.txt
+hpcstack action sbom --spec '{"builds": [{"env": {"CC": "mpicc", "CUDA_HOME": "${EBROOTCUDA}", "CXX": "mpicxx", "FC": "mpifort", "HOROVOD_BUILD_CUDA_CC_LIST": "80", "HOROVOD_CPU_OPERATIONS": "MPI", "HOROVOD_CUDA_HOME": "${EBROOTCUDA}", "HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": "${EBROOTNCCL}", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_PYTORCH": "1"}, "package": "horovod", "patches": [{"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch", "sha256": "35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch", "sha256": "98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch", "sha256": "9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"}], "probes": [["python", "/p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in [\"torch\"]]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["cmake", "cmake --version"], ["MPI", "\"${CC:-mpicc}\" -showme 2>/dev/null && \"${CC:-mpicc}\" -showme:version 2>/dev/null || \"${CC:-mpicc}\" -show"], ["CUDA", "if [ -n \"$HOROVOD_CUDA_HOME\" ]; then \"$HOROVOD_CUDA_HOME/bin/nvcc\" --version; elif [ -n \"$HOROVOD_WITHOUT_CUDA\" ]; then echo \"CUDA off (HOROVOD_WITHOUT_CUDA)\"; else command -v nvcc && nvcc --version; fi"], ["NCCL", "if [ -n \"$HOROVOD_NCCL_HOME\" ]; then grep -E \"^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)\" \"$HOROVOD_NCCL_HOME/include/nccl.h\"; fi"]], "sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "url": "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz", "version": "0.28.1"}], "description": "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu", "site": "juwels-booster", "version": "2.3.1-gpu"}' /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/sbom.cdx.json
+install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-doctor
 
 # --- step sanitycheck: check imports, build flags and dependencies
 # in the background, while the actions after it run; the step waits for it at its end
-LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python -c 'import sys
+LD_LIBRARY_PATH="/p/project/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${EBROOTCUDA}/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c 'import os, sys
 import torch
 import torchvision
 import torchaudio
@@ -944,21 +952,22 @@ for req in REQUIRED:
         missing.append(name)
     missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
 if missing:
-    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))' &
+    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
+sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!
-env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config
-/p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/extend-venv-activate --help
-/p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/bin/hpcstack-doctor --help
-@UV@ pip freeze --python /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/venv/bin/python --no-config > /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@/.hpcstack/pip-freeze.txt
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config
+/p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/extend-venv-activate --help
+/p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-doctor --help
+@UV@ pip freeze --python /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config > /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
 wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
-chmod -R u+rwX,go+rX,go-w /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/@BUILD@
-find /p/project/PROJECT/hpcstack/pytorch /p/project/PROJECT/hpcstack/pytorch/.builds /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu -maxdepth 0 -user root -exec chmod u+rwX,go+rX,go-w '{}' +
+chmod -R u+rwX,go+rX,go-w /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@
+find /p/project/PROJECT/hpcstack/pytorch -maxdepth 0 -user root -exec chmod u+rwX,go+rX,go-w '{}' +
 
 # --- step module: publish the stack (switch its prefix link atomically) and write the modulefile
-[ -L /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu ] || [ ! -d /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu ] || mv -T /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu /p/project/PROJECT/hpcstack/pytorch/.builds/2.3.1-gpu/pre-staging
-ln -sfn .builds/2.3.1-gpu/@BUILD@ /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu.publish-tmp
+[ -L /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu ] || [ ! -d /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu ] || mv -T /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-pre-staging
+ln -sfn .2.3.1-gpu-@BUILD@ /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu.publish-tmp
 mv -T /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu.publish-tmp /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu
 mkdir -p /p/project/PROJECT/hpcstack/modulefiles/pytorch
 hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/modulefiles/pytorch/.2.3.1-gpu.lua.XXXXXX)
