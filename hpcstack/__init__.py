@@ -13,7 +13,7 @@ components), :mod:`hpcstack.modules` (modulefile writer, module tools, ``extend-
 from importlib import resources
 from pathlib import Path
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def data_root() -> Path:

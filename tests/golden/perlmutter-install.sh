@@ -1,5 +1,5 @@
 #!/bin/bash
-# hpcstack 0.2.0: install pytorch/2.3.1-gpu for site perlmutter
+# hpcstack 0.3.0: install pytorch/2.3.1-gpu for site perlmutter
 # prefix: /global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu (published by the module step)
 # stage prefix: /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua
@@ -965,7 +965,7 @@ mkdir -p /global/common/software/PROJECT/hpcstack/modulefiles/pytorch
 hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/.2.3.1-gpu.lua.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
 -- pytorch/2.3.1-gpu: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard
--- Written by hpcstack 0.2.0 from recipe pytorch/2.3.1-gpu for site perlmutter.
+-- Written by hpcstack 0.3.0 from recipe pytorch/2.3.1-gpu for site perlmutter.
 
 help([[
 pytorch/2.3.1-gpu: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard
