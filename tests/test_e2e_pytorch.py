@@ -77,7 +77,7 @@ def test_module_load_gives_torch_and_horovod_and_unload_restores(installed):
     # the stack's modules by their real path in the published build (one realpath per import of
     # torch walks no symbolic link), and sys.path a plain venv's: site-packages once, after the
     # standard library (venv/lib/.../00-hpcstack-paths.pth; issue 14)
-    torch_file = proc.stdout.split("TORCH 2.3.1")[1].split()[0]
+    torch_file = re.search(r"^TORCH 2\.3\.1\S* (\S+)$", proc.stdout, re.M).group(1)  # version 2.3.1+cu121
     build = os.path.realpath(PREFIX)
     assert torch_file.startswith(build + "/venv/") and os.path.realpath(torch_file) == torch_file
     sys_path = json.loads(proc.stdout.split("SYSPATH ")[1].splitlines()[0])
