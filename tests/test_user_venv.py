@@ -110,8 +110,9 @@ def test_the_sbom_is_valid_cyclonedx_with_the_lock_the_sdist_the_patch_and_the_t
     assert sdist["url"].endswith("horovod-0.28.1.tar.gz")
     assert sdist["hashes"][0]["content"] == "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
     patches = [p["diff"]["text"]["content"] for p in horovod["pedigree"]["patches"]]
-    assert len(patches) == 3 and any("C++17" in text for text in patches)
+    assert len(patches) == 4 and any("C++17" in text for text in patches)
     assert any("GCC 13" in text for text in patches) and any("HOROVOD_CUDA_RUNTIME_LIBRARY" in text for text in patches)
+    assert any("NVIDIA/nccl#1950" in text for text in patches)
     patch = LOCK.parent / "patches" / "horovod-0.28.1-cxx17.patch"
     assert by_ref["file:horovod-0.28.1-cxx17.patch"]["hashes"][0]["content"] == sha256_file(patch)
     assert by_ref[f"file:{LOCK.name}"]["hashes"][0]["content"] == sha256_file(LOCK)

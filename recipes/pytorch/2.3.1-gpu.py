@@ -30,7 +30,8 @@ def recipe(site):
         )),
         # Horovod 0.28.1 from the PyPI sdist, with our patches (each file's header says why):
         # C++17 for torch >= 2.1 (upstream horovod PR #3998, merged after the last release);
-        # GCC 13/14 and CMake 4; a choice of CUDA runtime for toolkits without the static one.
+        # GCC 13/14 and CMake 4; a choice of CUDA runtime for toolkits without the static one;
+        # hvd.Average on one GPU rank without NCCL's broken one-rank ncclAvg (NVIDIA/nccl#1950).
         # MPI for CPU tensors, NCCL for GPU tensors where the site has CUDA (then [X] NCCL is
         # required too)
         HorovodBuild(
@@ -39,7 +40,8 @@ def recipe(site):
             sha256="92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0",
             patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"),
                      Patch("horovod-0.28.1-gcc13-cmake4.patch", sha256="98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193"),
-                     Patch("horovod-0.28.1-cuda-runtime.patch", sha256="9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f")),
+                     Patch("horovod-0.28.1-cuda-runtime.patch", sha256="9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"),
+                     Patch("horovod-0.28.1-nccl-onerank-avg.patch", sha256="4eb7e9b72ce4be10cbfd84d28f50a11829c29d7727db56042e24210379f16d52")),
             cpu_operations="MPI", gpu_operations="NCCL", required=("PyTorch", "MPI", "Gloo")),
         # extend-venv-activate and the validation trainer in <prefix>/bin
         StackTools(),
