@@ -295,6 +295,48 @@ def train(backend: str, workload: str, site, out: Path, env: dict, threads: int)
     }
 
 
+def nccl_onerank_probe(counts=(17, 4913, 65537, 1048577)) -> dict:
+    """NCCL alone, no Horovod: ``ncclAllReduce`` with ``ncclSum`` and ``ncclAvg`` on a
+    communicator of one rank (CuPy's NCCL binding), for float32 and float64 and ``counts``.
+
+    The input holds the integers 1..7, so the sum and the average of one rank equal the input
+    exactly; the output buffer starts at -1, so an element NCCL leaves unwritten shows. Source of
+    the fault it looks for: NVIDIA/nccl#1950 (one-rank ``ncclAvg`` leaves the last elements
+    unwritten, 2.27 to 2.29.6).
+
+    Returns:
+        dict: ``nccl`` (the version CuPy's binding reports), ``torch_nccl`` (torch's), ``results``
+        (``{"op", "dtype", "count", "wrong", "first_wrong"}`` each); ``skipped`` with the reason
+        where CuPy is missing.
+    """
+    try:
+        import cupy
+        from cupy.cuda import nccl
+    except ImportError as error:
+        return {"skipped": f"no CuPy with NCCL ({error})"}
+    import torch
+
+    comm = nccl.NcclCommunicator.initAll([0])[0]
+    kinds = {"float32": (cupy.float32, nccl.NCCL_FLOAT32), "float64": (cupy.float64, nccl.NCCL_FLOAT64)}
+    ops = {"sum": nccl.NCCL_SUM, "avg": getattr(nccl, "NCCL_AVG", 4)}  # ncclAvg = 4 in nccl.h
+    results = []
+    for op_name, op in ops.items():
+        for dtype_name, (dtype, nccl_dtype) in kinds.items():
+            for count in counts:
+                send = (cupy.arange(count, dtype=cupy.int64) % 7 + 1).astype(dtype)
+                recv = cupy.full(count, -1, dtype=dtype)
+                comm.allReduce(send.data.ptr, recv.data.ptr, count, nccl_dtype, op,
+                               cupy.cuda.Stream.null.ptr)
+                cupy.cuda.Device().synchronize()
+                wrong = cupy.flatnonzero(recv != send)
+                results.append({"op": op_name, "dtype": dtype_name, "count": count,
+                                "wrong": int(wrong.size),
+                                "first_wrong": int(wrong[0]) if wrong.size else None})
+    version = nccl.get_version()
+    return {"nccl": f"{version // 10000}.{version // 100 % 100}.{version % 100}",
+            "torch_nccl": ".".join(str(v) for v in torch.cuda.nccl.version()), "results": results}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sdist", required=True, type=Path, help="horovod-0.28.1.tar.gz (the recipe's sha256)")
@@ -302,6 +344,9 @@ def main(argv=None) -> int:
     parser.add_argument("--wheels", type=Path, help="wheels the build needs that the machine lacks (cffi)")
     parser.add_argument("--runs", default=",".join(DEFAULT_RUNS), help="backend:workload pairs")
     parser.add_argument("--skip-train", action="store_true", help="build and check only")
+    parser.add_argument("--nccl-probe", action="store_true",
+                        help="first, NCCL alone: one-rank ncclSum and ncclAvg (CuPy), see nccl_onerank_probe")
+    parser.add_argument("--skip-build", action="store_true", help="probe only: no Horovod build, no runs")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -315,9 +360,19 @@ def main(argv=None) -> int:
     facts = probe(out)
     print("machine:", json.dumps(facts, indent=1), flush=True)
     site_path = site_config(facts, out)
+    summary = {"machine": facts}
+    if args.nccl_probe:
+        summary["nccl_probe"] = probe_result = nccl_onerank_probe()
+        print("NCCL alone, one rank:", json.dumps({k: v for k, v in probe_result.items() if k != "results"}))
+        for row in probe_result.get("results", []):
+            print(f"  nccl{row['op'].title():4} {row['dtype']:8} {row['count']:>8}: {row['wrong']} wrong"
+                  + (f", first at {row['first_wrong']}" if row["wrong"] else ""), flush=True)
+    if args.skip_build:
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        return 0
     build, patches, env = build_env(site_path, facts)
     print("build env:", " ".join(f"{k}={v}" for k, v in sorted(env.items())), flush=True)
-    summary = {"machine": facts, "build_env": env}
+    summary["build_env"] = env
     built = build_horovod(build, patches, env, args.sdist.resolve(), out, site_dir)
     summary["build"] = built
     print(f"build: {'ok' if built['ok'] else 'FAILED'} in {built['seconds']:.0f} s"
