@@ -99,7 +99,7 @@ def test_easyconfig_needs_an_output_file_for_its_patches():
     proc = hpcstack("export", RECIPE, "--site", "localhost", "--format", "easyconfig")
     assert proc.returncode == 2
     assert ("give -o FILE (its horovod-0.28.1-cxx17.patch, horovod-0.28.1-gcc13-cmake4.patch, "
-            "horovod-0.28.1-cuda-runtime.patch, horovod-0.28.1-nccl-onerank-avg.patch go next to "
+            "horovod-0.28.1-cuda-runtime.patch, horovod-0.28.1-onerank-avg.patch go next to "
             "it)") in proc.stderr
     assert proc.stdout == ""
 
@@ -198,7 +198,7 @@ def test_horovod_comes_from_its_sdist_with_the_patch_and_the_build_settings(expo
     name, version, options = parsed["exts_list"][-1]
     assert (name, version) == ("horovod", "0.28.1")
     patches = ["horovod-0.28.1-cxx17.patch", "horovod-0.28.1-gcc13-cmake4.patch",
-               "horovod-0.28.1-cuda-runtime.patch", "horovod-0.28.1-nccl-onerank-avg.patch"]
+               "horovod-0.28.1-cuda-runtime.patch", "horovod-0.28.1-onerank-avg.patch"]
     assert options["sources"] == ["horovod-0.28.1.tar.gz"] and options["patches"] == patches
     texts = {p: (REPO / "recipes" / "pytorch" / "patches" / p).read_bytes() for p in patches}
     assert options["checksums"] == [

@@ -41,7 +41,7 @@ def recipe(site):
             patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"),
                      Patch("horovod-0.28.1-gcc13-cmake4.patch", sha256="98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193"),
                      Patch("horovod-0.28.1-cuda-runtime.patch", sha256="9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"),
-                     Patch("horovod-0.28.1-nccl-onerank-avg.patch", sha256="4eb7e9b72ce4be10cbfd84d28f50a11829c29d7727db56042e24210379f16d52")),
+                     Patch("horovod-0.28.1-onerank-avg.patch", sha256="8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc")),
             cpu_operations="MPI", gpu_operations="NCCL", required=("PyTorch", "MPI", "Gloo")),
         # extend-venv-activate and the validation trainer in <prefix>/bin
         StackTools(),
