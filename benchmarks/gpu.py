@@ -152,7 +152,7 @@ def build_env(site_path: Path, facts: dict) -> tuple[object, Path, dict]:
     operations Gloo (said in the summary: the recipe requires ``[X] MPI``, so such a build is a
     GPU-path measurement, not a stack the recipe would publish).
     """
-    from hpcstack.install.components.horovod import CachedWheelBuild, HorovodBuild
+    from hpcstack.install.components.horovod import CachedWheelBuild, CudaArchCheck, HorovodBuild
     from hpcstack.install.resolve import resolve
     from hpcstack.recipe import load_recipe, recipe_path
     from hpcstack.site import load_site
@@ -167,7 +167,6 @@ def build_env(site_path: Path, facts: dict) -> tuple[object, Path, dict]:
                   if isinstance(a, CachedWheelBuild) or "HOROVOD_WITH_PYTORCH" in (getattr(a, "env", None) or {}))
     env = dict(action.env)
     # the build step's preflight: the site's CC list against what this nvcc compiles for
-    from hpcstack.install.components.horovod import CudaArchCheck
     for check in (a for s in plan.steps if s.name == "build" for a in s.actions if isinstance(a, CudaArchCheck)):
         problems = check.problems(dict(os.environ))
         if problems:
@@ -211,7 +210,9 @@ def build_horovod(build, patches: Path, env: dict, sdist: Path, out: Path, site_
                               env=run_env, stdout=handle, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - started
     if proc.returncode != 0:
-        return {"ok": False, "seconds": seconds, "error": _first_error(log)}
+        from hpcstack.install.runner import diagnose
+
+        return {"ok": False, "seconds": seconds, "error": diagnose(log.read_text(errors="replace")) or f"see {log}"}
     wheel = next((work / "dist").glob("horovod-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     "--no-compile", "--target", str(site_dir), "--upgrade", str(wheel)], check=True)
@@ -219,28 +220,27 @@ def build_horovod(build, patches: Path, env: dict, sdist: Path, out: Path, site_
     return {"ok": True, "seconds": seconds, "wheel": wheel.stat().st_size}
 
 
-def _first_error(log: Path) -> str:
-    """The first compiler or CMake error line of a build log."""
-    for line in log.read_text(errors="replace").splitlines():
-        if " error" in line.lower() or "Error" in line:
-            return line.strip()[:300]
-    return "see " + str(log)
+def required_flags(build, facts: dict) -> tuple[str, ...]:
+    """The ``--check-build`` flags the recipe requires on a CUDA site (``required`` plus the GPU
+    operations, as :meth:`HorovodBuild.required_flags`), less MPI on a machine without it."""
+    flags = tuple(dict.fromkeys(build.required + (build.gpu_operations,)))
+    return flags if facts["mpicc"] else tuple(f for f in flags if f != "MPI")
 
 
 def check_build(site_dir: Path, required: tuple[str, ...], env: dict) -> dict:
-    """``horovodrun --check-build`` of the installed wheel, parsed; the required flags missing."""
-    from hpcstack.validate.checkbuild import missing_flags, parse_check_build
+    """``horovodrun --check-build`` of the installed wheel, required as the install requires it
+    (:func:`hpcstack.validate.checkbuild.check_build`: fails closed on output that does not parse).
 
-    proc = subprocess.run([str(site_dir / "bin" / "horovodrun"), "--check-build"], env=env,
-                          capture_output=True, text=True)
-    text = proc.stdout + proc.stderr
-    report = text[text.index("Horovod v"):] if "Horovod v" in text else text
+    Returns:
+        dict: ``text`` (the report, or the one-line error) and ``ok``.
+    """
+    from hpcstack.errors import HpcstackError
+    from hpcstack.validate.checkbuild import check_build as require
+
     try:
-        flags = parse_check_build(report)
-        missing = missing_flags(flags, list(required))
-    except Exception as error:  # a report that does not parse fails closed
-        return {"text": report, "missing": list(required), "error": str(error)}
-    return {"text": report, "missing": missing}
+        return {"text": require(str(site_dir / "bin" / "horovodrun"), list(required), env), "ok": True}
+    except HpcstackError as error:
+        return {"text": str(error), "ok": False}
 
 
 def workload_of(name: str, site) -> dict:
@@ -385,11 +385,10 @@ def main(argv=None) -> int:
         from hpcstack.site import load_site
 
         site = load_site(str(site_path))
-        required = ("PyTorch", "Gloo", "NCCL") + (("MPI",) if facts["mpicc"] else ())
-        flags = check_build(site_dir, required, run_env)
+        flags = check_build(site_dir, required_flags(build, facts), run_env)
         summary["check_build"] = flags
-        print(flags["text"], "missing:", flags["missing"] or "none", flush=True)
-        status = 0 if not flags["missing"] else 1
+        print(flags["text"], "required flags:", "all shown" if flags["ok"] else "MISSING", flush=True)
+        status = 0 if flags["ok"] else 1
         runs = []
         for pair in ([] if args.skip_train else args.runs.split(",")):
             backend, workload = pair.split(":")
