@@ -302,6 +302,9 @@ def cmd_install(args) -> int:
 
     if args.json and not args.dry_run:
         raise ConfigError(["--json: only with --dry-run"])
+    if args.stop_after and args.dry_run:
+        raise ConfigError([f"--stop-after {args.stop_after}: not with --dry-run (the dry run prints the "
+                           "whole plan; --stop-after stops a real install)"])
     site, recipe = _load(args)
     service = InstallService(site, recipe, recipe_path(args.recipe, _search(args)), jobs=args.jobs)
     if args.dry_run:
@@ -344,6 +347,8 @@ def cmd_validate(args) -> int:
             problems.append(f"--backend {args.backend}: the local launcher runs the horovod backend only")
         if args.ranks is not None and args.ranks < 1:
             problems.append("--ranks: must be at least 1")
+        if args.dry_run and args.json:
+            problems.append(f"--json: not with --dry-run and {why} (that dry run prints the commands as bash)")
         if problems:
             raise ConfigError(problems)
         return local_validation(site, recipe, ranks=args.ranks, dry_run=args.dry_run, as_json=args.json,

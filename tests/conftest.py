@@ -1,7 +1,15 @@
-"""Shared fixtures: the real tools the tests need, and a tiny recipe that goes through every step.
+"""Shared fixtures: the real tools the tests need, the installed stack, and a tiny recipe that goes
+through every step; the test run's policy on markers and skips.
 
-Tests that need a tool skip with the reason when it is missing; the README's test command
-(scripts/run-tests) installs every tool, so nothing skips in CI.
+Markers: every test carries exactly one of ``unit`` (no network, no root, no installed stack:
+seconds each; ``scripts/run-tests --quick`` runs these), ``integration`` (real external tools:
+module tools, MPI, Slurm, pip/uv from PyPI, root) and ``e2e`` (the installed ``pytorch/2.3.1-gpu``
+stack, through the :func:`installed_stack` fixture, or a fresh machine). A test without one, or
+with two, stops the collection.
+
+Skips: a test that cannot find its tool skips with the reason. The README's test command
+(scripts/run-tests) installs every tool, so under ``CI=true`` a skip is a failure unless its reason
+starts with one of :data:`ALLOWED_SKIPS`.
 """
 
 from __future__ import annotations
@@ -73,6 +81,74 @@ def pytest_sessionstart(session):
                     "tests with the environment's pytest, not python -m pytest", returncode=4)
 
 
+#: The markers of the test run; every test carries exactly one.
+LEVELS = ("unit", "integration", "e2e")
+
+#: The only skips allowed under ``CI=true``, as reason prefixes: what the CI machines cannot have.
+ALLOWED_SKIPS = (
+    "needs a GPU",  # the CI machines have none; the GPU tests run on a lent GPU machine
+)
+
+
+def test_level(item) -> str | None:
+    """The level of a test: the closest of :data:`LEVELS` among its markers (the test's own, then
+    its class's, then its module's ``pytestmark``), or None."""
+    return next((mark.name for mark in item.iter_markers() if mark.name in LEVELS), None)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Every test has a level (:func:`test_level`), and only that one of :data:`LEVELS` applies:
+    ``-m unit`` selects a test whose module is ``unit`` but which says ``integration`` itself only
+    by its own marker. Stops the run naming the tests without one."""
+    missing = [item.nodeid for item in items if test_level(item) is None]
+    if missing:
+        raise pytest.UsageError(f"each test needs one of the markers {', '.join(LEVELS)} "
+                                "(tests/conftest.py):\n  " + "\n  ".join(missing))
+    levels = {item.nodeid: test_level(item) for item in items}
+    for item in items:  # keep the closest level marker only, so that -m selects by the real level
+        for node in item.listchain():
+            node.own_markers[:] = [m for m in node.own_markers if m.name not in LEVELS]
+        item.add_marker(levels[item.nodeid])
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def _fail_skip_in_ci(report) -> None:
+    """Under ``CI=true``, turn a skip whose reason is not in :data:`ALLOWED_SKIPS` into a failure."""
+    if os.environ.get("CI") != "true" or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    if not reason.startswith(ALLOWED_SKIPS):
+        report.outcome = "failed"
+        report.longrepr = (f"skipped in CI, where nothing may skip but {ALLOWED_SKIPS} "
+                           f"(tests/conftest.py ALLOWED_SKIPS): {reason}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_skip_in_ci(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_skip_in_ci(outcome.get_result())
+
+
+def assert_golden(path: Path, got: str) -> None:
+    """Compare ``got`` with the golden file ``path`` (tests/golden/). With
+    ``HPCSTACK_UPDATE_GOLDEN=1`` exactly, and not under ``CI=true``, rewrite the file first (review
+    the diff of tests/golden/ afterwards); any other value leaves it alone."""
+    if os.environ.get("HPCSTACK_UPDATE_GOLDEN") == "1" and os.environ.get("CI") != "true":
+        path.write_text(got)
+    assert got == path.read_text(), f"{path} differs: HPCSTACK_UPDATE_GOLDEN=1 regenerates it"
+
+
 def bash_modules(script: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``script`` in bash with Environment Modules initialised (BASH_ENV cleared: docs/notes.md)."""
     full_env = {k: v for k, v in os.environ.items() if k != "BASH_ENV"}
@@ -96,6 +172,34 @@ def localhost_ready(modules_tool):
     for tool in ("mpicc", "mpirun", "cmake", "patch"):
         if not shutil.which(tool):
             pytest.skip(f"{tool} missing; run scripts/localhost-setup")
+
+
+#: Where the README's main command (scripts/quickstart-localhost) installs ``pytorch/2.3.1-gpu`` for
+#: the site ``localhost``: the machine's own install and module roots. The tests that need the real
+#: stack use this one on purpose, read only, through :func:`installed_stack` (one real install per
+#: test run, as the test command runs the main command first).
+STACK_TOP = Path("/opt/hpcstack")
+STACK_RECIPE = "pytorch/2.3.1-gpu"
+STACK_PREFIX = STACK_TOP / "software" / "pytorch" / "2.3.1-gpu"
+STACK_MODULES = STACK_TOP / "modulefiles"
+
+
+@pytest.fixture(scope="session")
+def installed_stack(localhost_ready) -> Path:
+    """The published ``pytorch/2.3.1-gpu`` of the site ``localhost`` (its prefix, a Path).
+
+    Runs the README's install command, ``hpcstack install pytorch/2.3.1-gpu --site localhost``:
+    after the main command it only finds the stack up to date; on a machine without the stack it
+    installs it (as root: about 8 minutes and 2.8 GB of downloads). Skips, saying why, when the
+    stack is missing and this is not root.
+    """
+    published = (STACK_MODULES / "pytorch" / "2.3.1-gpu").is_file() and (STACK_PREFIX / "venv" / "bin" / "python").exists()
+    if not published and os.geteuid() != 0:
+        pytest.skip(f"{STACK_RECIPE} is not installed under {STACK_TOP} and installing it needs root: "
+                    "run scripts/quickstart-localhost")
+    proc = hpcstack("install", STACK_RECIPE, "--site", "localhost", timeout=3600)
+    assert proc.returncode == 0, f"hpcstack install {STACK_RECIPE} --site localhost: {proc.stderr[-3000:]}"
+    return STACK_PREFIX
 
 
 def make_sdist(dest: Path, name: str = "tinypkg", version: str = "1.0") -> Path:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STACK_TOP
+
 BASE_PATH = "/usr/bin:/bin"
 #: Variables the tools keep for their own bookkeeping; they may differ before load / after unload
 #: (Lmod 8.6 leaves ``_ModuleTable*`` and ``__LMOD_REF_COUNT_*`` behind after unload).
@@ -136,8 +138,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 # ------------------------------------------------------------------------- the installed stack
 
-#: Where an installed pytorch/2.3.1-gpu is looked for: the e2e test's root, then the quickstart's.
-INSTALL_TOPS = (Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e")), Path("/opt/hpcstack"))
+#: Where the installed pytorch/2.3.1-gpu is: the README's main command's (the ``installed_stack``
+#: fixture of tests/conftest.py makes sure it is there).
+INSTALL_TOPS = (STACK_TOP,)
 BASE_MODULES = Path("/opt/hpcstack/base-modulefiles")
 
 
@@ -174,7 +177,7 @@ def find_installed_stack(lua_root: Path) -> "InstalledStack | str":
             break
     else:
         return (f"no installed pytorch/2.3.1-gpu in {' or '.join(map(str, INSTALL_TOPS))} "
-                "(tests/test_e2e_pytorch.py installs one)")
+                "(the installed_stack fixture installs it)")
     version = next((prefix / "venv" / "lib").glob("python3.*")).name[len("python"):]
     site = load_site("localhost-lmod", install_root=str(top / "software"))
     text = render_for_prefix(site, load_recipe("pytorch/2.3.1-gpu", site), str(prefix), version, "lua")

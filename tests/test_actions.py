@@ -26,6 +26,8 @@ from hpcstack.install.components.horovod import CachedWheelBuild, CheckBuild
 from hpcstack.errors import HpcstackError
 from hpcstack.modules.writer import WriteDefault
 
+pytestmark = pytest.mark.unit
+
 #: PATH for the dry-run lines: the installed ``hpcstack`` command first (``hpcstack action …``).
 BASH_ENV = {**{k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "ENV")},
             "PATH": f"{os.path.dirname(HPCSTACK[0])}:{os.environ.get('PATH', '')}"}

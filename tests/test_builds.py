@@ -14,6 +14,8 @@ from hpcstack.errors import ConfigError
 from hpcstack.install.plan import Plan, Publish, Run, Step, WriteFile
 from hpcstack.install.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
 
+pytestmark = pytest.mark.unit
+
 
 class Stack:
     """A stack ``t/1`` whose plan writes ``payload`` (build step) and a modulefile (module step)."""

@@ -1,8 +1,12 @@
 """Parsing ``horovodrun --check-build`` and naming the flags that are missing."""
 
+import pytest
+
 from conftest import CHECK_BUILD_CPU as CPU_OUTPUT
 from conftest import CHECK_BUILD_NCCL as CIRRUS_OUTPUT
 from hpcstack.validate.checkbuild import missing_flags, parse_check_build
+
+pytestmark = pytest.mark.unit
 
 
 def test_parse_sections():

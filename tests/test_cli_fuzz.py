@@ -13,12 +13,15 @@ import io
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO
 from hpcstack.cli import main
+
+pytestmark = pytest.mark.unit
 
 BASE = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
 BASE.setdefault("python", {})["version"] = "3.11"  # most examples need no module tool

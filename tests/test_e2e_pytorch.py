@@ -1,8 +1,7 @@
-"""The real thing on localhost: install pytorch/2.3.1-gpu (real torch download, real Horovod build),
-load its module, check the build, validate on 2 ranks, extend a user's venv.
-
-The stack is installed once per test session under $HPCSTACK_E2E_ROOT (default
-/var/tmp/hpcstack-e2e); a later session reuses it (the re-run is then the up-to-date check).
+"""The real thing on localhost: the stack pytorch/2.3.1-gpu that the README's main command installed
+(real torch download, real Horovod build) under /opt/hpcstack; load its module, check the build,
+validate on 2 ranks, extend a user's venv. The stack comes from the ``installed_stack`` fixture
+(tests/conftest.py), which runs the README's install command: the test run's one real install.
 """
 
 from __future__ import annotations
@@ -15,23 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import bash_modules, hpcstack
+from conftest import STACK_MODULES, STACK_PREFIX, STACK_TOP, bash_modules, hpcstack
 
 pytestmark = pytest.mark.e2e
 
-E2E_ROOT = Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"))
-ARGS = ["--site", "localhost", "--prefix", str(E2E_ROOT / "software"), "--module-root", str(E2E_ROOT / "modulefiles")]
-PREFIX = E2E_ROOT / "software" / "pytorch" / "2.3.1-gpu"
-USE = f"module use /opt/hpcstack/base-modulefiles {E2E_ROOT / 'modulefiles'}"
+E2E_ROOT = STACK_TOP
+ARGS = ["--site", "localhost"]
+PREFIX = STACK_PREFIX
+USE = f"module use /opt/hpcstack/base-modulefiles {STACK_MODULES}"
 
 
 @pytest.fixture(scope="module")
-def installed(localhost_ready):
-    start = time.monotonic()
-    proc = hpcstack("install", "pytorch/2.3.1-gpu", *ARGS, timeout=3600)
-    print(proc.stdout, proc.stderr, f"install took {time.monotonic() - start:.0f} s", sep="\n")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+def installed(installed_stack):
+    return installed_stack
 
 
 def test_install_records_every_step(installed):

@@ -12,9 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STACK_TOP
+
+pytestmark = pytest.mark.unit
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 DIGITS = EXAMPLES / "digits"
-STACK_BIN = Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e")) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin"
+STACK_BIN = STACK_TOP / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin"
 
 
 def sbatch_options(text: str) -> dict[str, str]:

@@ -9,6 +9,8 @@ import pytest
 from conftest import hpcstack
 from hpcstack.export import EXPORTERS, get_exporter, register_exporter
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_bash_export_is_the_dry_run(tmp_path):
     dry = hpcstack("install", "pytorch/2.3.1-gpu", "--site", "cirrus", "--dry-run")

@@ -13,8 +13,10 @@ import re
 import pytest
 import yaml
 
-from conftest import REPO, hpcstack
+from conftest import assert_golden, REPO, hpcstack
 from hpcstack import __version__
+
+pytestmark = pytest.mark.unit
 
 GOLDEN = REPO / "tests" / "golden"
 LOCK = REPO / "recipes" / "pytorch" / "2.3.1-gpu.pypi.lock"
@@ -40,9 +42,7 @@ def test_container_spec_matches_golden(site, fmt, golden, tmp_path):
     assert sha in text
     normal = text.replace(__version__, "@VERSION@").replace(sha, "@LOCK_SHA256@")
     path = GOLDEN / golden
-    if os.environ.get("HPCSTACK_UPDATE_GOLDEN"):
-        path.write_text(normal)
-    assert normal == path.read_text()
+    assert_golden(path, normal)
 
 
 def test_cirrus_image_builds_for_the_v100_with_cuda_12_1_and_labels_what_it_holds():

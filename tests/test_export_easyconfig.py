@@ -24,6 +24,8 @@ import pytest
 
 from conftest import MODULES_INIT, REPO, hpcstack
 
+pytestmark = pytest.mark.unit
+
 RECIPE = "pytorch/2.3.1-gpu"
 LOCK = REPO / "recipes" / "pytorch" / "2.3.1-gpu.pypi.lock"
 BIN = Path(sys.executable).parent
@@ -107,9 +109,14 @@ def test_easyconfig_needs_an_output_file_for_its_patches():
 # ----------------------------------------------------------------------------- real EasyBuild
 
 def _eb_env(tmp: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "BASH_ENV"}
+    """EasyBuild's environment: its prefix and an empty module path of the test's own (``MODULEPATH``
+    set, so the tool's init does not add the machine's module roots, where the README's main
+    command published ``pytorch/2.3.1-gpu``: eb would then report it as installed)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "LOADEDMODULES", "_LMFILES_")}
+    (tmp / "no-modules").mkdir(exist_ok=True)
     env.update({"PATH": f"{BIN}:{env.get('PATH', '')}", "EASYBUILD_MODULES_TOOL": "EnvironmentModules",
-                "EASYBUILD_MODULE_SYNTAX": "Tcl", "EASYBUILD_PREFIX": str(tmp / "eb")})
+                "EASYBUILD_MODULE_SYNTAX": "Tcl", "EASYBUILD_PREFIX": str(tmp / "eb"),
+                "MODULEPATH": str(tmp / "no-modules")})
     if os.geteuid() == 0:
         env["EASYBUILD_ALLOW_USE_AS_ROOT_AND_ACCEPT_CONSEQUENCES"] = "1"
     return env

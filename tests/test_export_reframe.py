@@ -25,8 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODULES_INIT, hpcstack, two_node_cluster
+from conftest import assert_golden, MODULES_INIT, hpcstack, two_node_cluster
 from test_validate_slurm import STACK, STACK_ARGS, _installed
+
+pytestmark = pytest.mark.unit
 
 RECIPE = "pytorch/2.3.1-gpu"
 GOLDEN = Path(__file__).parent / "golden"
@@ -60,9 +62,7 @@ def cirrus(tmp_path_factory) -> Path:
 def test_cirrus_files_match_the_golden_files(cirrus, name, golden):
     got = normalise((cirrus / name).read_text())
     path = GOLDEN / golden
-    if os.environ.get("HPCSTACK_UPDATE_GOLDEN"):
-        path.write_text(got)
-    assert got == path.read_text(), f"{path} differs: HPCSTACK_UPDATE_GOLDEN=1 regenerates it"
+    assert_golden(path, got)
 
 
 def _constant(source: str, name: str):

@@ -29,6 +29,8 @@ from hpcstack.modules.activate import render_extend_venv_activate
 from moduletools import (BOOKKEEPING, ENVIRONMENT_MODULES, InstalledStack, ModuleTool,
                          find_installed_stack, require, tool_params)
 
+pytestmark = pytest.mark.unit
+
 MODULE = "testpkg/1.0"
 PLAIN_MODULE = "plainpkg/1.0"
 VENV_MODULE = "venvpkg/1.0"    # like the real stack: a venv's bin/ on PATH, its python real

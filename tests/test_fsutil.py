@@ -8,6 +8,8 @@ import pytest
 
 from hpcstack.fsutil import write_atomic
 
+pytestmark = pytest.mark.unit
+
 
 def test_writes_the_file_with_its_mode_and_parents(tmp_path):
     path = tmp_path / "a" / "b" / "f.txt"

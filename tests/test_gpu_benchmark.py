@@ -20,10 +20,10 @@ from conftest import REPO
 TOOLKIT = Path("/opt/hpcstack/cuda-12.4")
 NCCL = Path("/opt/hpcstack/nccl-2.20.5")
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(
     not (TOOLKIT / "bin" / "nvcc").is_file() or not (NCCL / "include" / "nccl.h").is_file(),
     reason=f"no CUDA 12.4 toolkit in {TOOLKIT} or NCCL in {NCCL}: run scripts/localhost-cuda-toolkit "
-           "(scripts/localhost-setup --with-test-tools does)")
+           "(scripts/localhost-setup --with-test-tools does)")]
 
 
 def _benchmark():

@@ -3,8 +3,9 @@
 The site ``localhost-gpu-build`` builds the real recipe as the cirrus site does on a Cirrus
 login node: NCCL GPU operations, MPI CPU operations, compute capability 7.0, CUDA 12.4 and NCCL
 2.20.5 (``scripts/localhost-cuda-toolkit``), ``libcuda.so.1`` from the toolkit's stubs at build
-and sanity check only. The stack goes next to the e2e stack (``$HPCSTACK_E2E_ROOT``) and shares
-its download, wheel and Horovod build caches, so a warm run compiles nothing.
+and sanity check only. The stack goes to roots of this test's own (/var/tmp/hpcstack-tests) and
+shares the download, wheel and Horovod build caches of the localhost stack that the README's main
+command installed, so a warm run compiles nothing.
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, bash_modules, hpcstack
+from conftest import STACK_TOP, REPO, bash_modules, hpcstack
 
 pytestmark = pytest.mark.e2e
 
-E2E_ROOT = Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"))
+#: This test's own install and module roots; the caches are those of the localhost stack under
+#: /opt/hpcstack (used on purpose: its downloads and wheel cache serve this install too).
+ROOT = Path("/var/tmp/hpcstack-tests/gpu-build")
+CACHE = STACK_TOP / "software" / ".hpcstack" / "cache"
 TOOLKIT = Path("/opt/hpcstack/cuda-12.4")
 NCCL = Path("/opt/hpcstack/nccl-2.20.5")
-PREFIX = E2E_ROOT / "software-gpu-build" / "pytorch" / "2.3.1-gpu"
-MODULES = E2E_ROOT / "modulefiles-gpu-build"
+PREFIX = ROOT / "software" / "pytorch" / "2.3.1-gpu"
+MODULES = ROOT / "modulefiles"
 USE = f"module use /opt/hpcstack/base-modulefiles {MODULES}"
 
 
@@ -38,15 +42,14 @@ def site_file(tmp_path_factory) -> Path:
         pytest.skip(f"no CUDA 12.4 toolkit in {TOOLKIT} or NCCL in {NCCL}: run scripts/localhost-cuda-toolkit "
                     "(scripts/localhost-setup --with-test-tools does)")
     data = yaml.safe_load((REPO / "site-configs" / "localhost-gpu-build.yaml").read_text())
-    data.update(install_root=str(E2E_ROOT / "software-gpu-build"), module_root=str(MODULES),
-                cache_dir=str(E2E_ROOT / "software" / ".hpcstack" / "cache"))
+    data.update(install_root=str(ROOT / "software"), module_root=str(MODULES), cache_dir=str(CACHE))
     path = tmp_path_factory.mktemp("site") / "localhost-gpu-build.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
 
 
 @pytest.fixture(scope="module")
-def installed(site_file, localhost_ready):
+def installed(site_file, installed_stack):
     start = time.monotonic()
     proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", str(site_file), timeout=3600)
     print(proc.stdout[-4000:], proc.stderr[-4000:], f"install took {time.monotonic() - start:.0f} s", sep="\n")
@@ -62,10 +65,14 @@ def test_sanity_check_shows_nccl(installed):
 
 
 def test_horovod_was_built_with_cuda_12_4_and_nccl_2_20_5(installed):
-    keys = sorted((E2E_ROOT / "software" / ".hpcstack" / "cache" / "builds" / "horovod-0.28.1").glob("*/key.txt"))
-    texts = [k.read_text() for k in keys if "HOROVOD_GPU_OPERATIONS=NCCL" in k.read_text()]
-    assert texts, "no NCCL build in the Horovod build cache"
-    text = texts[-1]
+    # the key of this stack's own build, as its build log names it (built or reused), not whichever
+    # NCCL build the shared cache holds last
+    cache = CACHE / "builds" / "horovod-0.28.1"
+    log = (PREFIX / ".hpcstack" / "logs" / "build.log").read_text()
+    keys = {k for k in re.findall(r"\b([0-9a-f]{24})\b", log) if (cache / k / "key.txt").is_file()}
+    assert len(keys) == 1, (keys, log[-2000:])
+    text = (cache / keys.pop() / "key.txt").read_text()
+    assert "HOROVOD_GPU_OPERATIONS=NCCL" in text
     assert "release 12.4" in text and "#define NCCL_MINOR 20" in text
     assert "HOROVOD_BUILD_CUDA_CC_LIST=70" in text and "HOROVOD_CUDA_RUNTIME_LIBRARY=Shared" in text
 

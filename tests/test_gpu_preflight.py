@@ -13,7 +13,11 @@ from conftest import REPO, hpcstack
 from hpcstack.install.components.horovod import CudaArchCheck
 from hpcstack.install.runner import diagnose
 
-NVCC = Path("/usr/local/cuda/bin/nvcc")
+pytestmark = pytest.mark.unit
+
+#: A CUDA 13 compiler driver, which lacks compute capability 7.0: scripts/localhost-cuda13-nvcc puts
+#: it there (scripts/localhost-setup --with-test-tools runs it).
+NVCC = Path("/opt/hpcstack/cuda-13.5/bin/nvcc")
 
 
 def _nvcc_version() -> str:
@@ -27,7 +31,8 @@ def _nvcc_version() -> str:
 @pytest.fixture(scope="module")
 def nvcc():
     if not NVCC.is_file():
-        pytest.skip(f"no CUDA toolkit at {NVCC.parent.parent} (the test machines have a CUDA 13 one)")
+        pytest.skip(f"no CUDA 13 nvcc at {NVCC}: run scripts/localhost-cuda13-nvcc "
+                    "(scripts/localhost-setup --with-test-tools does)")
     return str(NVCC)
 
 

@@ -27,7 +27,9 @@ from pathlib import Path
 import pytest
 
 import hpcstack
-from conftest import hpcstack as run_hpcstack
+from conftest import assert_golden, hpcstack as run_hpcstack
+
+pytestmark = pytest.mark.unit
 
 GOLDEN = Path(__file__).parent / "golden"
 DATA_DIR = str(Path(hpcstack.__file__).resolve().parent / "data")
@@ -57,9 +59,7 @@ def scripts() -> dict[tuple[str, str], str]:
 def test_matches_the_golden_file(scripts, site, command):
     got = normalise(scripts[site, command])
     path = GOLDEN / f"{site}-{command}.sh"
-    if os.environ.get("HPCSTACK_UPDATE_GOLDEN"):
-        path.write_text(got)
-    assert got == path.read_text(), f"{path} differs: HPCSTACK_UPDATE_GOLDEN=1 regenerates it"
+    assert_golden(path, got)
 
 
 @pytest.mark.parametrize("site", SITES)

@@ -27,10 +27,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STACK_TOP
+
 
 pytestmark = pytest.mark.e2e
 
-E2E_ROOT = Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"))
+E2E_ROOT = STACK_TOP
 VENV = E2E_ROOT / "software" / "pytorch" / "2.3.1-gpu" / "venv"
 SDIST = E2E_ROOT / "software" / ".hpcstack" / "cache" / "sources" / "horovod-0.28.1.tar.gz"
 WORK = Path("/var/tmp/hpcstack-compilers")

@@ -20,6 +20,8 @@ from hpcstack.recipe import load_recipe
 from hpcstack.install.resolve import resolve
 from hpcstack.site import InstallerConfig, load_site, validate
 
+pytestmark = pytest.mark.unit
+
 DEAD_INDEX = "http://127.0.0.1:9/simple"  # nothing listens there: using it fails at once
 
 

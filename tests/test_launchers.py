@@ -22,6 +22,8 @@ from hpcstack.validate.scheduler import BatchJob, JobStep, LocalScheduler, Slurm
 
 from conftest import two_node_cluster, user_writable_dir
 
+pytestmark = pytest.mark.unit
+
 TEST_USER = os.environ.get("HPCSTACK_SLURM_USER", "hpcstack-test")
 PROGRAM = ["prog", "--x", "a b"]
 

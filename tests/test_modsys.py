@@ -17,6 +17,8 @@ from hpcstack.modules import modsys
 from hpcstack.errors import HpcstackError
 from moduletools import BOOKKEEPING, ENVIRONMENT_MODULES, LMOD, ModuleTool, clean_env, require, tool_params
 
+pytestmark = pytest.mark.unit
+
 _BOOKKEEPING = re.compile(rf"^({BOOKKEEPING})$")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
+from conftest import assert_golden, REPO, hpcstack, make_sdist, write_tiny_recipe
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install.components import Modulefile, StackTools, Venv
 from hpcstack.install.components.modulefile import render_for_prefix
@@ -28,6 +28,8 @@ from hpcstack.recipe import Recipe
 from hpcstack.site import load_site
 from moduletools import (BOOKKEEPING, ENVIRONMENT_MODULES, LMOD, InstalledStack, ModuleTool,
                          find_installed_stack, require)
+
+pytestmark = pytest.mark.unit
 
 GOLDEN = REPO / "tests" / "golden"
 WHATIS = "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1"
@@ -50,9 +52,7 @@ def context(prefix: str = "/sw/pytorch/2.3.1-gpu", version: str = "2.3.1-gpu") -
 def test_rendered_modulefile_matches_golden(syntax):
     text = render_modulefile(context(), syntax)
     golden = GOLDEN / f"pytorch-2.3.1-gpu.{syntax}"
-    if os.environ.get("HPCSTACK_UPDATE_GOLDEN"):
-        golden.write_text(text)
-    assert text == golden.read_text()
+    assert_golden(golden, text)
 
 
 @pytest.mark.parametrize("syntax, needles", [

@@ -13,6 +13,8 @@ import yaml
 
 from conftest import hpcstack
 
+pytestmark = pytest.mark.unit
+
 
 def _site(tmp_path, name: str, toolchain: dict, python: str, gpus: int) -> str:
     data = {
@@ -52,7 +54,10 @@ def test_a_new_gpu_site_gets_the_cuda_build(tmp_path):
         assert var in build, var
     assert "HOROVOD_WITHOUT_CUDA" not in build
     assert 'REQUIRED = ["PyTorch", "MPI", "Gloo", "NCCL"]\n' in script
-    assert "module load python/3.12 cmake/3.27" in script or "python/3.12" in script
+    # the base Python module, then the site's build modules, before anything is built
+    lines = script.splitlines()
+    assert lines.index("module load python/3.12") < lines.index("module load cmake/3.27") < lines.index(build), \
+        "\n".join(lines[:20])
     assert "a100land" in script
 
 

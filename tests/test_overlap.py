@@ -23,6 +23,8 @@ from hpcstack.install.components.horovod import PrepareAhead
 from hpcstack.install.plan import Step
 from hpcstack.install.runner import StepContext, run_actions
 
+pytestmark = pytest.mark.unit
+
 
 @dataclass(frozen=True)
 class BackgroundRun(Run):

@@ -10,6 +10,8 @@ import pytest
 from conftest import hpcstack
 from hpcstack.install.plan import Run, bash_word, expand
 
+pytestmark = pytest.mark.unit
+
 CIRRUS_BUILD_VARS = [  # the variables of the Cirrus instructions' Horovod line (docs/notes.md, "The Cirrus install by hand")
     "CC=mpicc", "CXX=mpicxx", "FC=mpifort",
     'HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"', 'HOROVOD_NCCL_HOME="${NVHPC_ROOT}/comm_libs/nccl"',

@@ -18,6 +18,8 @@ from conftest import hpcstack, make_sdist, write_tiny_recipe
 from hpcstack import __version__
 from hpcstack.install.components.horovod import CheckBuild
 
+pytestmark = pytest.mark.unit
+
 
 
 def _sha(path: Path) -> str:

@@ -11,6 +11,8 @@ from hpcstack.validate.judge import (FigureOutcome, Reference, RunOutcome, Verdi
                                      lookup_references, scaling_efficiency)
 from hpcstack.validate.render import to_markdown, write_report
 
+pytestmark = pytest.mark.unit
+
 
 def records(img_per_rank: float, ranks: int, ok: bool = True, reasons=(), transport: str = "gloo") -> list[dict]:
     """Records as the training program writes them (only the fields the report reads)."""

@@ -16,6 +16,8 @@ import yaml
 
 from conftest import HPCSTACK, REPO, hpcstack
 
+pytestmark = pytest.mark.unit
+
 RECIPE = "pytorch/2.3.1-gpu"
 
 
@@ -53,9 +55,15 @@ def _one_error_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def _site(builtin: Path, name: str, base: str = "localhost", **changes) -> str:
+def _site(builtin: Path, name: str, base: str = "localhost", roots: Path | None = None, **changes) -> str:
+    """A copy of the built-in site ``base`` named ``name``; with ``roots``, its install and module
+    roots live there, so that the test does not meet stacks the machine already holds (the README's
+    main command publishes ``pytorch/2.3.1-gpu`` for ``localhost`` under /opt/hpcstack)."""
     data = yaml.safe_load((builtin / "site-configs" / f"{base}.yaml").read_text())
     data["name"] = name
+    if roots is not None:
+        data["install_root"] = str(roots / "software")
+        data["module_root"] = str(roots / "modulefiles")
     data.update(changes)
     return yaml.safe_dump(data)
 
@@ -123,7 +131,7 @@ def test_a_site_config_that_shadows_a_built_in_one_is_listed_and_used(tmp_path, 
 
 def test_hpcstack_path_is_searched_in_order(tmp_path, builtin):
     first = make_repo(tmp_path / "first", builtin, recipe=True, sites={"mysite": _site(builtin, "mysite")})
-    second = make_repo(tmp_path / "second", builtin, recipe=True, sites={"other": _site(builtin, "other")})
+    second = make_repo(tmp_path / "second", builtin, recipe=True, sites={"other": _site(builtin, "other", roots=tmp_path / "roots")})
     env = {"HPCSTACK_PATH": f"{first}::{second}"}  # an empty element is ignored
     proc = hpcstack("list", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -141,7 +149,8 @@ def test_hpcstack_path_is_searched_in_order(tmp_path, builtin):
 
 
 def test_repo_comes_before_hpcstack_path(tmp_path, builtin):
-    repo = make_repo(tmp_path / "repo", builtin, recipe=True, sites={"mysite": _site(builtin, "mysite")})
+    repo = make_repo(tmp_path / "repo", builtin, recipe=True,
+                     sites={"mysite": _site(builtin, "mysite", roots=tmp_path / "roots")})
     path = make_repo(tmp_path / "path", builtin, recipe=True,
                      sites={"mysite": _site(builtin, "mysite", install_root="/srv/from-path")})
     env = {"HPCSTACK_PATH": str(path)}
@@ -155,7 +164,7 @@ def test_repo_comes_before_hpcstack_path(tmp_path, builtin):
     assert proc.returncode == 0, proc.stderr
     assert f"{repo}/recipes/pytorch/2.3.1-gpu.pypi.lock" in proc.stdout
     assert str(path) not in proc.stdout and "/srv/from-path" not in proc.stdout
-    assert "# prefix: /opt/hpcstack/software/pytorch/2.3.1-gpu" in proc.stdout  # the --repo's mysite
+    assert f"# prefix: {tmp_path}/roots/software/pytorch/2.3.1-gpu" in proc.stdout  # the --repo's mysite
     # without --repo, HPCSTACK_PATH's mysite (its install_root) and recipe
     proc = hpcstack("install", RECIPE, "--site", "mysite", "--dry-run", env=env)
     assert proc.returncode == 0, proc.stderr

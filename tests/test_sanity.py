@@ -14,12 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STACK_TOP
+
 from hpcstack.errors import HpcstackError
 from hpcstack.install.actions import Run
 from hpcstack.install.components.sanity import PythonCheck, merge_python_checks
 from hpcstack.validate.checkbuild import parse_check_build
 
-STACK_BIN = (Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"))
+pytestmark = pytest.mark.unit
+
+STACK_BIN = (STACK_TOP
              / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin")
 
 

@@ -11,6 +11,8 @@ from conftest import REPO, hpcstack
 from hpcstack.errors import ConfigError
 from hpcstack.site import load_site, validate
 
+pytestmark = pytest.mark.unit
+
 SITES = sorted(p.stem for p in (REPO / "site-configs").glob("*.yaml"))
 
 

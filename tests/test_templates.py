@@ -14,6 +14,8 @@ from hpcstack.modules import syntax
 from hpcstack.modules.activate import TEMPLATE_NAME, render_extend_venv_activate
 from hpcstack.modules.writer import render_default
 
+pytestmark = pytest.mark.unit
+
 
 def test_templates_render_through_the_one_environment():
     """extend-venv-activate and the default files land in the shared environment's cache."""

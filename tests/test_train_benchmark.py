@@ -21,10 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import STACK_TOP
+
+pytestmark = pytest.mark.unit
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "hpcstack-train-benchmark.py"
 DEV_PYTHON = Path("/opt/hpcdev/bin/python")
 STACK_PYTHONS = [Path(top) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin" / "python"
-                 for top in (os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"), "/opt/hpcstack")]
+                 for top in (STACK_TOP, "/opt/hpcstack")]
 # A short benchmark phase; the convergence phase keeps its defaults (tiny model: 100 steps,
 # threshold 1.0) where it must pass.
 FAST = ["--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]

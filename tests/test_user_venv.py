@@ -31,6 +31,8 @@ from hpcstack.recipe import load_recipe
 from hpcstack.site import load_site
 from moduletools import BASE_PATH, find_installed_stack, require, tool_params
 
+pytestmark = pytest.mark.unit
+
 LOCK = Path(__file__).resolve().parents[1] / "recipes" / "pytorch" / "2.3.1-gpu.pypi.lock"
 
 
@@ -125,16 +127,20 @@ def test_the_sbom_is_valid_cyclonedx_with_the_lock_the_sdist_the_patch_and_the_t
     assert "pypi:horovod==0.28.1" in deps["stack:pytorch/2.3.1-gpu"]
 
 
-def test_cuda_and_nccl_versions_are_read_from_nvcc_and_nccl_h(plan, tmp_path):
+@pytest.mark.e2e
+def test_cuda_and_nccl_versions_are_read_from_nvcc_and_nccl_h(plan, tmp_path, installed_stack):
     """The build key's CUDA and NCCL probes (as a GPU site's build runs them), on a real CUDA
-    toolkit and the real ``nccl.h`` of the nvidia-nccl-cu12 wheel in the installed stack."""
+    toolkit (the CUDA 12.4 one that scripts/localhost-cuda-toolkit assembles, as the site
+    localhost-gpu-build builds with) and the real ``nccl.h`` of the nvidia-nccl-cu12 wheel in the
+    installed stack."""
     from hpcstack.install.components.manifest import run_probe
 
-    cuda_home = next((p for p in (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
-                      if p and os.access(f"{p}/bin/nvcc", os.X_OK)), None)
+    cuda_home = "/opt/hpcstack/cuda-12.4"
+    if not os.access(f"{cuda_home}/bin/nvcc", os.X_OK):
+        pytest.skip(f"no CUDA toolkit at {cuda_home}: run scripts/localhost-cuda-toolkit "
+                    "(scripts/localhost-setup --with-test-tools does)")
     stack = find_installed_stack(tmp_path)
-    if cuda_home is None or isinstance(stack, str):
-        pytest.skip(f"needs a CUDA toolkit (nvcc) and the installed stack's nccl.h: {stack if cuda_home else 'no nvcc'}")
+    assert not isinstance(stack, str), stack
     nccl_home = next(stack.prefix.glob("venv/lib/python*/site-packages/nvidia/nccl"))
     probes = dict(json.loads(next(a for a in _actions(plan) if isinstance(a, WriteSbom)).spec)["builds"][0]["probes"])
     env = {**os.environ, "HOROVOD_CUDA_HOME": cuda_home, "HOROVOD_NCCL_HOME": str(nccl_home)}

@@ -20,7 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, hpcstack, two_node_cluster
+from conftest import STACK_TOP, REPO, hpcstack, two_node_cluster
+
+pytestmark = pytest.mark.unit
 
 RECIPE = "pytorch/2.3.1-gpu"
 
@@ -32,7 +34,7 @@ def _stack_root() -> Path:
     # The end-to-end test (test_e2e_pytorch.py, earlier in the same session) installs its stack
     # after this module is collected: on a fresh machine neither stack exists yet at this point,
     # so take the end-to-end one unless only the quickstart's is there.
-    e2e = Path(os.environ.get("HPCSTACK_E2E_ROOT", "/var/tmp/hpcstack-e2e"))
+    e2e = STACK_TOP
     opt = Path("/opt/hpcstack")
     return opt if _installed(opt) and not _installed(e2e) else e2e
 

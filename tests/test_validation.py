@@ -14,6 +14,8 @@ from hpcstack.recipe import load_recipe
 from hpcstack.site import load_site
 from hpcstack.validate.validation import local_program, trainer_argv, validation_settings
 
+pytestmark = pytest.mark.unit
+
 
 def settings_of(site_name: str):
     site = load_site(site_name)
