@@ -109,6 +109,11 @@ def pytest_collection_modifyitems(session, config, items):
         for node in item.listchain():
             node.own_markers[:] = [m for m in node.own_markers if m.name not in LEVELS]
         item.add_marker(levels[item.nodeid])
+        # an e2e test needs the installed stack: it says so through the fixture, whatever the order
+        # of the files (the fresh-machine tests build their own machine instead)
+        if levels[item.nodeid] == "e2e" and not item.get_closest_marker("fresh") \
+                and "installed_stack" not in item.fixturenames:
+            item.fixturenames.append("installed_stack")
 
 
 def _skip_reason(report) -> str:

@@ -255,6 +255,7 @@ def test_a_hash_mismatch_in_a_log_becomes_one_line_with_both_hashes(log):
     assert "expected " + "0" * 64 in line and "got 8abb2f1d" in line and "\n" not in line
 
 
+@pytest.mark.integration
 def test_network_failures_are_named():
     uv = "error: Failed to fetch: `https://pypi.org/simple/six/`\n  cause: error sending request for url\n  cause: Connection refused (os error 111)"
     pip = ("WARNING: Retrying ... NewConnectionError: Failed to establish a new connection: [Errno 111] Connection refused\n"
@@ -278,6 +279,7 @@ def test_step_records_are_json_with_the_hash(stack):
 
 # ------------------------------------------------------------------------------- the site in the identity
 
+@pytest.mark.integration
 def test_another_sites_install_does_not_replace_the_published_stack(localhost_ready, tmp_path):
     """Two sites sharing one install root: the second is refused (exit 2, nothing changed) rather
     than replacing the first site's stack under its modulefile; --force does it (issue 16)."""

@@ -25,6 +25,7 @@ def sbatch_options(text: str) -> dict[str, str]:
     return dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)", text, re.M))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("script", ["cirrus.slurm", "localhost.slurm"])
 def test_batch_scripts_are_bash_and_load_the_stack(script):
     path = DIGITS / script
@@ -43,6 +44,7 @@ def test_cirrus_script_uses_the_gpu_partition_four_gpus_per_node():
     assert "--device cuda" in text
 
 
+@pytest.mark.integration
 def test_localhost_script_uses_the_debug_partition_on_cpus():
     text = (DIGITS / "localhost.slurm").read_text()
     opts = sbatch_options(text)
@@ -56,7 +58,7 @@ def test_readme_names_every_file():
         assert name in text
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_the_example_trains_on_two_cpu_ranks(tmp_path):
     horovodrun = STACK_BIN / "horovodrun"
     if not horovodrun.exists():

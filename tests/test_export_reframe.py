@@ -71,6 +71,7 @@ def _constant(source: str, name: str):
     return ast.literal_eval(node.value)
 
 
+@pytest.mark.integration
 def test_cirrus_check_runs_the_validation_trainer_with_its_settings_and_references(cirrus):
     from hpcstack.recipe import load_recipe
     from hpcstack.site import load_site
@@ -158,6 +159,7 @@ def reframe_tool():
         pytest.skip(f"Environment Modules missing ({MODULES_INIT}); run scripts/localhost-setup")
 
 
+@pytest.mark.integration
 def test_reframe_loads_the_check_with_one_test_per_node_count_and_backend(reframe_tool, cirrus):
     proc = _reframe(["-C", "settings.py", "-c", CHECK, "--system", "cirrus:gpu", "-l"], cirrus)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -195,7 +197,7 @@ def run_localhost(workdir: Path, *emit_args: str, reframe_args: tuple = ()) -> s
                      "-r"], workdir, env={"HOME": str(workdir)}, module_use=MODULE_USE)
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_reframe_run_passes_on_one_and_two_nodes(localhost_stack, workdir):
     proc = run_localhost(workdir, "--nodes", "1,2")
     out = proc.stdout + proc.stderr
@@ -208,7 +210,7 @@ def test_reframe_run_passes_on_one_and_two_nodes(localhost_stack, workdir):
     assert re.search(r"P: scaling_efficiency: [0-9.]+ +\(r:0\.5, l:-0\.7, u:None\)", out), out
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_reframe_run_fails_with_reframes_message_when_the_reference_is_out_of_reach(localhost_stack, workdir):
     proc = emit(workdir / "rfm", *STACK_ARGS, "--backend", "horovod", "--nodes", "1", site="localhost")
     assert proc.returncode == 0, proc.stderr
@@ -224,7 +226,7 @@ def test_reframe_run_fails_with_reframes_message_when_the_reference_is_out_of_re
     assert re.search(r"throughput_per_rank=[0-9.]+ img/s, expected 1000000000\.0 \(l=9", out), out[-5000:]
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_reframe_run_fails_with_reframes_message_when_the_trainers_sanity_fails(localhost_stack, workdir):
     proc = run_localhost(workdir, "--nodes", "1", reframe_args=(
         "-S", "trainer_extra_opts=--loss-threshold,0.0001,--convergence-steps,5"))

@@ -296,6 +296,7 @@ def assert_clean_pythonpath(value: str) -> None:
 # Behaviour in real shells
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("pythonpath", [UNSET, "", "/opt/user lib"], ids=["unset", "empty", "set"])
 def test_activate_deactivate_roundtrip(shell, pythonpath, venv_kind, stack, tool, tmp_path):
@@ -324,6 +325,7 @@ def test_activate_deactivate_roundtrip(shell, pythonpath, venv_kind, stack, tool
     assert s.leftovers == "", s.leftovers
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("pythonpath", [UNSET, ""], ids=["unset", "empty"])
 def test_no_empty_pythonpath_element(shell, pythonpath, stack, tmp_path):
@@ -340,6 +342,7 @@ def test_no_empty_pythonpath_element(shell, pythonpath, stack, tmp_path):
     assert filtered(s.after) == filtered(s.before)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_package_installed_in_venv_wins_over_stack(shell, stack, tool, tmp_path):
     needs(shell, stack)
@@ -352,6 +355,7 @@ def test_package_installed_in_venv_wins_over_stack(shell, stack, tool, tmp_path)
     assert s.probe["stackmod"] == str(stack.py / "stackmod.py")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_venv_made_before_or_after_loading_the_module(when, shell, stack, tmp_path):
@@ -380,6 +384,7 @@ def test_venv_made_before_or_after_loading_the_module(when, shell, stack, tmp_pa
     assert VENV_MODULE not in s.after.get("LOADEDMODULES", "")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_preloaded_module_stays_loaded(shell, stack, tool, tmp_path):
     needs(shell, stack)
@@ -393,6 +398,7 @@ def test_preloaded_module_stays_loaded(shell, stack, tool, tmp_path):
     assert s.after == s.before
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_activating_twice_then_deactivating_restores(shell, stack, tool, tmp_path):
     needs(shell, stack)
@@ -417,6 +423,7 @@ def run_env_i(shell: ShellCase, venv: Path, body: str, **env: str) -> subprocess
                           text=True, timeout=60, cwd=venv.parent)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS_WITH_DASH)
 def test_env_i_activation_initialises_modules(shell, stack, tool, tmp_path):
     needs(shell, stack)
@@ -432,6 +439,7 @@ def test_env_i_activation_initialises_modules(shell, stack, tool, tmp_path):
     assert json.loads((out / "probe").read_text())["exe"] == str(venv / "bin" / "python")
 
 
+@pytest.mark.integration
 def test_env_i_bash_literal_command(stack, tool, tmp_path):
     """The exact form from batch jobs: env -i bash --norc -c 'source VENV/bin/activate'."""
     needs(BASH, stack)
@@ -445,6 +453,7 @@ def test_env_i_bash_literal_command(stack, tool, tmp_path):
     assert MODULE in proc.stderr.split()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS_WITH_DASH)
 def test_missing_module_command_is_an_error(shell, stack, tmp_path):
     needs(shell, stack)
@@ -464,6 +473,7 @@ def test_missing_module_command_is_an_error(shell, stack, tmp_path):
     assert "VIRTUAL_ENV" not in env and str(venv) not in env["PATH"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("shell", SHELLS)
 def test_failed_module_load_is_an_error(shell, stack, tmp_path):
     needs(shell, stack)
@@ -495,6 +505,7 @@ def test_failed_module_load_is_an_error(shell, stack, tmp_path):
 # Patching itself: idempotent, reversible, refuses unknown layouts
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_patch_is_idempotent(venv_kind, tool, tmp_path):
     venv = make_venv(tmp_path, venv_kind)
     run_tool(tool, venv)
@@ -504,6 +515,7 @@ def test_patch_is_idempotent(venv_kind, tool, tmp_path):
     assert "nothing to do" in second.stdout
 
 
+@pytest.mark.integration
 def test_patch_records_module_and_site_packages(venv_kind, tool, tmp_path):
     venv = make_venv(tmp_path, venv_kind)
     run_tool(tool, venv)
@@ -515,6 +527,7 @@ def test_patch_records_module_and_site_packages(venv_kind, tool, tmp_path):
         assert f"# <<< hpcstack {MODULE} <<<" in (venv / "bin" / name).read_text()
 
 
+@pytest.mark.integration
 def test_undo_restores_bytes_exactly(venv_kind, tool, tmp_path):
     venv = make_venv(tmp_path, venv_kind)
     pristine = snapshot(venv / "bin")
@@ -527,6 +540,7 @@ def test_undo_restores_bytes_exactly(venv_kind, tool, tmp_path):
     assert snapshot(venv / "bin") == pristine
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mutation", [
     pytest.param(("deactivate nondestructive\n", "deactivate_all\n"), id="no-load-anchor"),
     pytest.param(('if [ ! "${1:-}" = "nondestructive" ] ; then', 'if true ; then'),
@@ -546,6 +560,7 @@ def test_unknown_layout_is_refused_untouched(mutation, tool, tmp_path):
     assert snapshot(venv / "bin") == before
 
 
+@pytest.mark.integration
 def test_shell_option_limits_what_is_patched(tool, tmp_path):
     venv = make_venv(tmp_path)
     fish = venv / "bin" / "activate.fish"
@@ -562,6 +577,7 @@ def test_shell_option_limits_what_is_patched(tool, tmp_path):
     assert after["activate.csh"] != before["activate.csh"]
 
 
+@pytest.mark.integration
 def test_other_stack_tool_replaces_extension(stack, tool, tmp_path):
     venv = make_venv(tmp_path)
     pristine = snapshot(venv / "bin")
@@ -574,6 +590,7 @@ def test_other_stack_tool_replaces_extension(stack, tool, tmp_path):
     assert snapshot(venv / "bin") == pristine
 
 
+@pytest.mark.integration
 def test_does_not_depend_on_marker_comments(stack, tool, tmp_path):
     """3.11 writes '# you cannot...', 3.12 '# You cannot...'; without either it still works."""
     needs(BASH, stack)
@@ -603,6 +620,7 @@ def other_pythons() -> list:
         pytest.param(None, marks=pytest.mark.skip(reason="no other CPython 3.x found"))]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("python", other_pythons())
 def test_other_python_versions(python, stack, tool, tmp_path):
     """venv layouts of other CPython versions; plain path, as older venvs do not quote '$"."""
@@ -707,6 +725,7 @@ def test_installed_stack_with_a_users_venv(mtool, when, installed, tmp_path):
 # Command line and rendering
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.integration
 def test_help_explains_usage(tool, stack):
     text = run_tool(tool, "--help").stdout
     for needle in ("usage: extend-venv-activate", "--undo", MODULE, "PYTHONPATH", "deactivate",
@@ -715,12 +734,14 @@ def test_help_explains_usage(tool, stack):
         assert needle in text
 
 
+@pytest.mark.integration
 def test_not_a_venv_is_an_error(tool, tmp_path):
     proc = run_tool(tool, tmp_path, check=False)
     assert proc.returncode == 1
     assert "not found; is" in proc.stderr and "a venv?" in proc.stderr
 
 
+@pytest.mark.integration
 def test_rendered_script_is_standalone(tool):
     text = tool.read_text()
     assert text.startswith(f"#!{SYSTEM_PYTHON}\n")

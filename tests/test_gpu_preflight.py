@@ -40,6 +40,7 @@ def test_the_check_passes_for_capabilities_the_toolkit_offers(nvcc):
     assert CudaArchCheck(nvcc, (80, 90), _nvcc_version()).problems({"PATH": "/usr/bin:/bin"}) == []
 
 
+@pytest.mark.integration
 def test_a_site_asking_for_a_capability_its_toolkit_dropped_fails_before_anything_is_written(
         nvcc, localhost_ready, tmp_path):
     version = _nvcc_version()

@@ -116,6 +116,7 @@ def _sbatch(script: str) -> list[str]:
     return [l.removeprefix("#SBATCH ") for l in first.splitlines() if l.startswith("#SBATCH ")]
 
 
+@pytest.mark.integration
 def test_perlmutter_jobs_use_a_constraint_and_gpus_per_node(scripts):
     script = scripts["perlmutter", "validate"]
     opts = _sbatch(script)
@@ -128,6 +129,7 @@ def test_perlmutter_jobs_use_a_constraint_and_gpus_per_node(scripts):
     assert "perlmutter:gpu" in script
 
 
+@pytest.mark.integration
 def test_juwels_booster_jobs_use_the_booster_partition_and_gres(scripts):
     script = scripts["juwels-booster", "validate"]
     opts = _sbatch(script)

@@ -76,6 +76,7 @@ def test_bad_installer_section_is_one_line_with_its_key_path(installer, expected
 
 # ----------------------------------------------------------------------------- the dry-run
 
+@pytest.mark.integration
 def test_uv_installs_the_lock_with_hashes_hard_links_and_bytecode(tmp_path):
     script = dry_run("pytorch/2.3.1-gpu", "--site", "localhost", "--prefix", str(tmp_path / "sw"))
     wheels = step(script, "wheels").strip().splitlines()[-1]
@@ -230,6 +231,7 @@ def _build_log(prefix: Path) -> str:
     return "\n".join(p.read_text() for p in prefix.rglob("logs/build.log"))
 
 
+@pytest.mark.integration
 def test_uv_ignores_user_settings_and_hard_links_from_the_site_cache(tiny_uv):
     six = _site_packages(tiny_uv, "a") / "six.py"
     assert six.stat().st_nlink >= 2  # the cache's copy and the stack's (and the second stack's)
@@ -238,6 +240,7 @@ def test_uv_ignores_user_settings_and_hard_links_from_the_site_cache(tiny_uv):
     assert (_site_packages(tiny_uv, "b") / "six.py").stat().st_ino == six.stat().st_ino
 
 
+@pytest.mark.integration
 def test_bytecode_is_compiled_at_install_so_imports_write_none(tiny_uv):
     sp = _site_packages(tiny_uv, "a")
     assert list((sp / "__pycache__").glob("six.cpython-*.pyc"))
@@ -253,6 +256,7 @@ def test_bytecode_is_compiled_at_install_so_imports_write_none(tiny_uv):
     assert pycs() == before
 
 
+@pytest.mark.integration
 def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv):
     first, second = _build_log(_prefix(tiny_uv, "a")), _build_log(_prefix(tiny_uv, "b"))
     assert "no wheel with key" in first and "stored tinypkg-1.0-" in first
@@ -271,6 +275,7 @@ def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv)
     subprocess.run([str(python), "-c", "import tinypkg; assert tinypkg.PATCHED"], check=True)
 
 
+@pytest.mark.integration
 def test_a_uv_stack_has_no_pip_builds_with_uv_and_checks_in_one_interpreter(tiny_uv):
     """Issue 14: no ensurepip in a uv site's venv, the source build by `uv build`, the imports
     in one interpreter run, the package list for provenance from `uv pip freeze`."""
@@ -284,6 +289,7 @@ def test_a_uv_stack_has_no_pip_builds_with_uv_and_checks_in_one_interpreter(tiny
     assert "tinypkg==1.0" in freeze and "six==1.16.0" in freeze
 
 
+@pytest.mark.integration
 def test_a_changed_key_rebuilds(tiny_uv):
     site = write_site(tiny_uv["root"] / "site-cflags.yaml", cache_dir=tiny_uv["cache"], installer={},
                       build_env={"CFLAGS": "-O1"})
@@ -296,6 +302,7 @@ def test_a_changed_key_rebuilds(tiny_uv):
     assert len(list((tiny_uv["cache"] / "builds" / "tinypkg-1.0").iterdir())) == 2
 
 
+@pytest.mark.integration
 def test_pip_backend_installs_compiles_and_ignores_pip_settings(localhost_ready, tmp_path):
     recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
     site = write_site(tmp_path / "site.yaml", installer={"backend": "pip"})

@@ -68,7 +68,7 @@ def stack(tmp_path_factory):
     return found
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 @pytest.mark.parametrize("tool", tool_params())
 def test_the_kernel_runs_torch_and_horovod_in_the_stack(tool, stack, tmp_path):
     require(tool)
@@ -152,6 +152,7 @@ def fake_site(tmp_path: Path) -> tuple[Path, Path]:
     return site_config(tmp_path, tool, tmp_path / "software", module_root), tmp_path / "jupyter"
 
 
+@pytest.mark.integration
 def test_install_then_remove_leaves_nothing_and_user_goes_to_jupyter_data_dir(tmp_path):
     site, _ = fake_site(tmp_path)
     env = {"JUPYTER_DATA_DIR": str(tmp_path / "data")}
@@ -169,6 +170,7 @@ def test_install_then_remove_leaves_nothing_and_user_goes_to_jupyter_data_dir(tm
     assert list(kdir.parent.iterdir()) == []
 
 
+@pytest.mark.integration
 def test_the_venv_is_activated_after_the_module(tmp_path):
     site, jp = fake_site(tmp_path)
     venv = tmp_path / "myvenv"
@@ -184,6 +186,7 @@ def test_the_venv_is_activated_after_the_module(tmp_path):
     assert spec["metadata"]["hpcstack"]["venv"] == str(venv) and str(venv) in spec["display_name"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args, says", [
     (["--name", "my kernel"], "--name 'my kernel': a kernel name has only"),
     (["--venv", "/nonexistent-venv"], "--venv /nonexistent-venv: no /nonexistent-venv/bin/activate"),
@@ -201,6 +204,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, says):
     assert not jp.exists()
 
 
+@pytest.mark.integration
 def test_a_stack_that_is_not_installed_is_refused(tmp_path):
     site = site_config(tmp_path, ENVIRONMENT_MODULES, tmp_path / "software", tmp_path / "empty")
     proc = hpcstack("kernel", "install", "pytorch/2.3.1-gpu", "--site", str(site), "--prefix", str(tmp_path / "jp"))
@@ -208,6 +212,7 @@ def test_a_stack_that_is_not_installed_is_refused(tmp_path):
     assert not (tmp_path / "jp").exists()
 
 
+@pytest.mark.integration
 def test_a_kernel_hpcstack_did_not_write_is_neither_replaced_nor_removed(tmp_path):
     site, jp = fake_site(tmp_path)
     foreign = jp / "share" / "jupyter" / "kernels" / "pytorch-2.3.1-gpu"
@@ -219,6 +224,7 @@ def test_a_kernel_hpcstack_did_not_write_is_neither_replaced_nor_removed(tmp_pat
     assert json.loads((foreign / "kernel.json").read_text())["display_name"] == "mine"
 
 
+@pytest.mark.integration
 def test_lmod_gets_no_bash_env_unset_and_modules_does(tmp_path):
     """Environment Modules' launcher clears BASH_ENV (a site's Lmod profile would take over child
     shells); Lmod's keeps it."""

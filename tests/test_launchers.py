@@ -36,6 +36,7 @@ def local_alloc(ranks: int = 2) -> Allocation:
     return LocalScheduler().allocation(1, ranks)
 
 
+@pytest.mark.integration
 def test_registry_holds_the_four_launchers():
     assert {"srun", "mpirun", "horovodrun", "torchrun"} <= set(LAUNCHERS)
     assert all(get_launcher(name).name == name for name in LAUNCHERS)
@@ -45,6 +46,7 @@ def test_registry_holds_the_four_launchers():
 
 # ----------------------------------------------------------------------------- in a Slurm job
 
+@pytest.mark.integration
 @pytest.mark.parametrize("launcher, expected", [
     ("srun", "srun --mpi=pmix --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 prog --x 'a b'"),
     ("mpirun", "mpirun -np 8 --map-by ppr:4:node --bind-to none prog --x 'a b'"),
@@ -57,11 +59,13 @@ def test_commands_in_a_slurm_job(launcher, expected):
     assert get_launcher(launcher)(mpi="pmix").command(PROGRAM, slurm_alloc()) == expected
 
 
+@pytest.mark.integration
 def test_srun_without_mpi_plugin_uses_the_cluster_default_and_takes_options():
     line = get_launcher("srun")(options=["--exclusive"]).command(["p"], Slurm().allocation(1, 4, 10))
     assert line == "srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 --exclusive p"
 
 
+@pytest.mark.integration
 def test_horovodrun_gets_its_host_list_from_the_allocation():
     (line,) = get_launcher("horovodrun")().setup(slurm_alloc())
     assert line == ("HOROVOD_HOSTS=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | sed 's/$/:4/' "
@@ -76,6 +80,7 @@ def test_torchrun_on_one_node_is_standalone_and_needs_no_setup():
     assert launcher.command(["p"], alloc) == "torchrun --standalone --nnodes=1 --nproc-per-node=4 --no-python p"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("launcher", ["srun", "mpirun", "horovodrun", "torchrun"])
 def test_setup_and_command_are_valid_bash(launcher):
     obj = get_launcher(launcher)(mpi="pmix")
@@ -85,6 +90,7 @@ def test_setup_and_command_are_valid_bash(launcher):
 
 # ----------------------------------------------------------------------------- a local run
 
+@pytest.mark.integration
 @pytest.mark.parametrize("launcher, mpi, expected", [
     ("srun", None, ["srun", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", *PROGRAM]),
     ("srun", "pmix", ["srun", "--mpi=pmix", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", *PROGRAM]),
@@ -151,7 +157,7 @@ def test_mpirun_starts_every_local_rank(tmp_path):
     assert sorted(line.split(" on ")[0] for line in proc.stdout.splitlines()) == ["rank 0 of 2", "rank 1 of 2"]
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_torchrun_starts_every_local_rank(tmp_path):
     venv_bin = _needs_torchrun()
     argv = get_launcher("torchrun")().argv(PRINT_RANKS, local_alloc(2))
@@ -168,7 +174,7 @@ def cluster():
         yield
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_torchrun_across_two_slurm_nodes_meets_at_one_rendezvous(cluster):
     venv_bin = _needs_torchrun()
     workdir = next(user_writable_dir(TEST_USER, "hpcstack-launch-test-"))

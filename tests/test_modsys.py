@@ -46,11 +46,13 @@ def tree(mtool, tmp_path) -> Path:
     return root
 
 
+@pytest.mark.integration
 def test_find_command_finds_the_installed_tool(mtool):
     cmd = modsys.find_command(mtool.name, env={})
     assert Path(cmd).resolve() == mtool.command.resolve()
 
 
+@pytest.mark.integration
 def test_find_command_takes_the_tools_variable_first(mtool, tmp_path):
     fake = tmp_path / "my-tool"
     fake.write_text("#!/bin/sh\n")
@@ -64,6 +66,7 @@ def test_a_configured_command_that_is_missing_is_one_clear_error():
         modsys.find_command("lmod", "/nonexistent/lmod")
 
 
+@pytest.mark.integration
 def test_build_environment_uses_and_loads_with_the_dependency(mtool, tree, tmp_path):
     start = clean_env()
     before = dict(os.environ)
@@ -75,6 +78,7 @@ def test_build_environment_uses_and_loads_with_the_dependency(mtool, tree, tmp_p
     assert dict(os.environ) == before and "APP_ROOT" not in start      # nothing else changed
 
 
+@pytest.mark.integration
 def test_unload_restores_the_environment(mtool, tree):
     cmd = modsys.find_command(mtool.name)
     used = modsys.build_environment(mtool.name, cmd, [str(tree)], [], env=clean_env())
@@ -84,16 +88,19 @@ def test_unload_restores_the_environment(mtool, tree):
     assert not unloaded.get("LOADEDMODULES")
 
 
+@pytest.mark.integration
 def test_an_unknown_module_is_an_error_naming_it(mtool, tree):
     with pytest.raises(HpcstackError, match=r"module load nosuch/9 failed: .*nosuch.*MODULEPATH"):
         modsys.build_environment(mtool.name, None, [str(tree)], ["nosuch/9"], env=clean_env())
 
 
+@pytest.mark.integration
 def test_a_missing_module_directory_is_an_error(mtool, tmp_path):
     with pytest.raises(HpcstackError, match="module directory .*/absent does not exist .*modules.use"):
         modsys.build_environment(mtool.name, None, [str(tmp_path / "absent")], [], env=clean_env())
 
 
+@pytest.mark.integration
 def test_the_site_switches_tools_by_its_config(localhost_ready):
     """localhost (Environment Modules) and localhost-lmod (Lmod) load the same base python module."""
     from hpcstack.install.resolve import build_modules, detect_python_version
@@ -113,6 +120,7 @@ def test_the_site_switches_tools_by_its_config(localhost_ready):
         assert re.fullmatch(r"python/3\.\d+", env["LOADEDMODULES"])
 
 
+@pytest.mark.integration
 def test_a_new_module_tool_is_one_registered_class(tmp_path):
     """A tool class registered here (Environment Modules under another name) is found by name
     by the python-mode driver and by the modulefile listing, with nothing else edited."""

@@ -181,6 +181,7 @@ def loaded_version(tree: Tree, what: str = "pytorch") -> str:
     return found[0]
 
 
+@pytest.mark.integration
 def test_module_loads_its_dependency_and_unloads_cleanly(tree):
     prefix = tree.add_stack("2.3.1-gpu")
     bookkeeping = _BOOKKEEPING.pattern
@@ -205,6 +206,7 @@ def test_module_loads_its_dependency_and_unloads_cleanly(tree):
     assert "AFTER_LOADED=\n" in out  # depends-on unloaded python again
 
 
+@pytest.mark.integration
 def test_module_help_and_whatis(tree):
     tree.add_stack("2.3.1-gpu")
     proc = tree.bash("module help pytorch/2.3.1-gpu; module whatis pytorch/2.3.1-gpu")
@@ -213,6 +215,7 @@ def test_module_help_and_whatis(tree):
     assert f"Description: {WHATIS}" in text
 
 
+@pytest.mark.integration
 def test_avail_and_spider_show_the_stack_with_its_whatis(tree):
     """`module avail` lists it; the whatis line shows in Lmod's `module spider` and in
     Environment Modules' `module search` (5.x has no spider)."""
@@ -230,6 +233,7 @@ def test_avail_and_spider_show_the_stack_with_its_whatis(tree):
         assert f"pytorch/2.3.1-gpu: Description: {WHATIS}" in text, text
 
 
+@pytest.mark.integration
 def test_one_pytorch_at_a_time(tree):
     """Tcl `conflict` refuses a second version; Lua `family` swaps: never two loaded at once."""
     tree.add_stack("2.2.0-gpu")
@@ -314,6 +318,7 @@ def test_bad_environment_changes_are_refused(make):
         make()
 
 
+@pytest.mark.integration
 def test_the_component_sets_its_variables_on_load_and_unload_takes_them_away(tree):
     """Under the real tool: after `module load` the component's variables are set (the unset
     one is gone); after `module unload` they are unset again."""
@@ -350,6 +355,7 @@ class _Log:
         self.log = io.StringIO()
 
 
+@pytest.mark.integration
 def test_install_writes_a_default_only_when_there_is_none(tree):
     tree.add_stack("2.2.0-gpu")
     tree.add_stack("2.3.1-gpu")
@@ -361,6 +367,7 @@ def test_install_writes_a_default_only_when_there_is_none(tree):
     assert loaded_version(tree) == "2.2.0-gpu"           # a later install does not move it
 
 
+@pytest.mark.integration
 def test_set_default_switches_and_switching_back_is_the_same_call(tree):
     tree.add_stack("2.2.0-gpu")
     tree.add_stack("2.3.1-gpu")

@@ -40,6 +40,7 @@ def _dry_run(site: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.integration
 def test_a_new_gpu_site_gets_the_cuda_build(tmp_path):
     site = _site(tmp_path, "a100land", {
         "cc": "mpicc", "cxx": "mpicxx",
@@ -61,6 +62,7 @@ def test_a_new_gpu_site_gets_the_cuda_build(tmp_path):
     assert "a100land" in script
 
 
+@pytest.mark.integration
 def test_a_new_cpu_site_gets_the_cpu_build(tmp_path):
     site = _site(tmp_path, "cpuland", {"cc": "mpicc", "cxx": "mpicxx"}, "3.11", gpus=0)
     script = _dry_run(site)
@@ -69,6 +71,7 @@ def test_a_new_cpu_site_gets_the_cpu_build(tmp_path):
     assert 'REQUIRED = ["PyTorch", "MPI", "Gloo"]\n' in script
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("cuda, python", [("12.4", "3.11"), ("11.8", "3.12")])
 def test_the_cu121_lock_needs_both_its_python_and_cuda(tmp_path, cuda, python):
     """The +cu121 wheels of the lock are for Python 3.12 and need CUDA >= 12.1: a site with

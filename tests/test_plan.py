@@ -73,6 +73,7 @@ def test_steps_are_in_order(cirrus_script):
                      "permissions", "module"]
 
 
+@pytest.mark.integration
 def test_dry_run_writes_nothing(localhost_ready, tmp_path):
     proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", "localhost", "--dry-run",
                     "--prefix", str(tmp_path / "sw"), "--module-root", str(tmp_path / "mf"))

@@ -71,6 +71,7 @@ def tiny(tmp_path_factory, localhost_ready):
             "modulefile": root / "mf" / "tiny" / "1.0", "where": args[2:]}
 
 
+@pytest.mark.integration
 def test_the_build_records_plan_recipe_site_lock_logs_freeze_and_version(tiny):
     state = tiny["prefix"] / ".hpcstack"
     plan = json.loads((state / "plan.json").read_text())
@@ -92,6 +93,7 @@ def test_the_build_records_plan_recipe_site_lock_logs_freeze_and_version(tiny):
     assert (state / "install.sh").read_text().startswith("#!/bin/bash")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["name", "prefix"])
 def test_show_prints_the_record(tiny, how):
     target = ["tiny/1.0", "--site", "localhost", "--prefix", str(tiny["root"] / "sw")] if how == "name" \
@@ -106,6 +108,7 @@ def test_show_prints_the_record(tiny, how):
     assert "recipe/1.0.pypi.lock" in out and "logs/build.log" in out
 
 
+@pytest.mark.integration
 def test_show_one_file_and_json(tiny):
     proc = hpcstack("show", str(tiny["prefix"]), "--file", "plan.json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["steps"][0]["name"] == "fetch"
@@ -122,6 +125,7 @@ def test_show_of_a_stack_that_is_not_installed_is_one_line(tmp_path):
     assert "tiny/9.9 is not installed under" in proc.stderr
 
 
+@pytest.mark.integration
 def test_uninstall_refuses_the_default_version(tiny):
     mdir = tiny["modulefile"].parent
     (mdir / ".version").write_text('#%Module\nset ModulesVersion "1.0"\n')
@@ -136,6 +140,7 @@ def test_uninstall_refuses_the_default_version(tiny):
     assert tiny["modulefile"].is_file()
 
 
+@pytest.mark.integration
 def test_uninstall_removes_modulefile_then_prefix(tiny):
     """Last of the tests on the shared install: it removes it."""
     mdir = tiny["modulefile"].parent

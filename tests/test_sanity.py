@@ -71,6 +71,7 @@ def _stack():
     return str(STACK_BIN / "python")
 
 
+@pytest.mark.e2e
 def test_in_process_flags_equal_horovodrun_check_build_and_are_kept(tmp_path):
     python = _stack()
     ctx = Ctx(state_dir=tmp_path)
@@ -83,6 +84,7 @@ def test_in_process_flags_equal_horovodrun_check_build_and_are_kept(tmp_path):
     assert ours["Controllers"] == {"MPI": True, "Gloo": True}
 
 
+@pytest.mark.e2e
 def test_a_missing_flag_fails_the_check_naming_it(tmp_path):
     python = _stack()
     with pytest.raises(HpcstackError, match=r"missing \[X\] Operations:NCCL"):
@@ -98,6 +100,7 @@ def test_horovod_check_build_mode_is_checked():
         HorovodBuild(check_build="fork")
 
 
+@pytest.mark.e2e
 def test_what_an_import_prints_before_the_report_is_not_parsed(tmp_path):
     python = _stack()
     noisy = tmp_path / "noisy_module_x.py"

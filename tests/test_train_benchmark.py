@@ -126,7 +126,7 @@ def by_kind(records: list[dict], kind: str) -> list[dict]:
     return [record for record in records if record["record"] == kind]
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_two_ranks_converge_with_identical_parameters(mpirun, python, backend):
     done = run_two_ranks(mpirun, python, backend)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -197,7 +197,7 @@ def test_two_ranks_converge_with_identical_parameters(mpirun, python, backend):
     assert "collectives: " in done.stderr and " checks (" in done.stderr
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_collective_mismatch_fails_naming_backend_op_dtype_size_rank_and_element(
         mpirun, python, backend, tmp_path):
     output = tmp_path / "result.jsonl"
@@ -218,7 +218,7 @@ def test_collective_mismatch_fails_naming_backend_op_dtype_size_rank_and_element
     assert f"rank 1: collective mismatch: {message}" in done.stderr
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_failed_checks_exit_1(mpirun, python, backend, tmp_path):
     """An impossible threshold and a perturbed parameter on rank 1 must both be reported."""
     output = tmp_path / "result.jsonl"
@@ -245,6 +245,7 @@ def test_failed_checks_exit_1(mpirun, python, backend, tmp_path):
     assert "result: FAILED" in done.stderr
 
 
+@pytest.mark.e2e
 def test_ddp_without_launcher_is_a_usage_error(python):
     env = {name: value for name, value in os.environ.items()
            if not name.startswith(("OMPI_", "PMIX_", "SLURM_"))
@@ -312,6 +313,7 @@ def helpers(python) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case, expected", [
     ("torchrun", [3, 4, 1, 2, "n0", 1234, "torchrun"]),
     # mpirun inside an allocation leaves SLURM_PROCID=0 in every rank: Open MPI must win.
@@ -325,6 +327,7 @@ def test_resolve_launch_env(helpers, case, expected):
     assert helpers[case] == expected
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case, message", [
     ("openmpi multi-node, no master", "MASTER_ADDR is not set"),
     ("nothing", "no launcher environment"),
@@ -333,10 +336,12 @@ def test_resolve_launch_env_refuses(helpers, case, message):
     assert helpers[case].startswith("UsageError") and message in helpers[case]
 
 
+@pytest.mark.e2e
 def test_first_host_of_nodelist(helpers):
     assert helpers["hosts"] == ["n1", "node01", "rack2-n007", "x5"]
 
 
+@pytest.mark.e2e
 def test_threads_per_rank(helpers):
     # max(1, cores // ranks per node), capped by the cores the rank is bound to
     assert helpers["threads"] == [1, 1, 16, 3, 1]
@@ -409,29 +414,34 @@ def collective_cases(python) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.e2e
 def test_reduction_closed_forms_equal_brute_force(collective_cases):
     assert collective_cases["closed_form_wrong"] == []
     assert len(collective_cases["max_abs_partial"]) >= 30
 
 
+@pytest.mark.e2e
 def test_reduction_values_and_partial_sums_are_exact_in_every_dtype(collective_cases):
     assert collective_cases["inexact"] == []
     for key, (bound, limit) in collective_cases["max_abs_partial"].items():
         assert bound <= limit, key
 
 
+@pytest.mark.e2e
 def test_patterns_are_nonzero_reproducible_and_sliceable(collective_cases):
     assert collective_cases["zero_in_a"] == 0           # a "returns 0" fault is always visible
     assert collective_cases["a_range"] == [-16, 16]
     assert collective_cases["slice_equals_offset"] and collective_cases["streams_differ"]
 
 
+@pytest.mark.e2e
 def test_reduction_amplitudes_fit_the_dtype(collective_cases):
     # bfloat16 (exact to 256): rank-dependent values up to 16 ranks, then a constant per
     # element, none beyond 256 ranks
     assert collective_cases["amplitudes"] == [[16, 1], [1, 1], [15, 0], None, [16, 1]]
 
 
+@pytest.mark.e2e
 def test_reducescatter_rows_partition_the_rows_first_ranks_get_more(collective_cases):
     rows = collective_cases["rows"]
     assert rows["5/2"] == [[0, 3], [3, 2]]              # as Horovod 0.28.1 splits them
@@ -440,11 +450,13 @@ def test_reducescatter_rows_partition_the_rows_first_ranks_get_more(collective_c
     assert sum(count for _, count in rows["4913/3"]) == 4913
 
 
+@pytest.mark.e2e
 def test_alltoall_splits_are_unequal_and_may_be_empty(collective_cases):
     assert collective_cases["splits"]["1/2"] == [[0, 2], [1, 0]]
     assert collective_cases["splits"]["17/3"] == [[5, 7, 6], [6, 5, 7], [7, 6, 5]]
 
 
+@pytest.mark.e2e
 def test_first_mismatch_and_its_message(collective_cases):
     exact, two_wrong, nan, shape, tolerated = collective_cases["mismatch"]
     assert exact is None and tolerated is None
@@ -456,6 +468,7 @@ def test_first_mismatch_and_its_message(collective_cases):
         "(1 of 4913 elements wrong)")
 
 
+@pytest.mark.e2e
 def test_skipped_ops_are_summarised_per_reason(collective_cases):
     assert collective_cases["skipped"] == ["all ops on bfloat16: no bf16",
                                            "allreduce_average on int32, int64: no AVG"]
@@ -479,7 +492,7 @@ def sklearn(python: str) -> None:
                     f"lock; re-install it): {last}")
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_digits_two_ranks_reach_the_accuracy_threshold(mpirun, python, backend, sklearn, tmp_path):
     output = tmp_path / "digits.jsonl"
     done = run_two_ranks(mpirun, python, backend, *DIGITS, "--output", str(output))
@@ -508,7 +521,7 @@ def test_digits_two_ranks_reach_the_accuracy_threshold(mpirun, python, backend, 
     assert "digits: test accuracy" in done.stderr and "result: OK" in done.stderr
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_digits_below_the_accuracy_threshold_fails_naming_it(mpirun, python, sklearn, tmp_path):
     output = tmp_path / "digits.jsonl"
     # one epoch cannot classify all 359 test images right
@@ -525,6 +538,7 @@ def test_digits_below_the_accuracy_threshold_fails_naming_it(mpirun, python, skl
     assert "result: FAILED: test accuracy" in done.stderr
 
 
+@pytest.mark.e2e
 def test_digits_refuses_another_image_size(python):
     done = subprocess.run([python, str(SCRIPT), "--model", "digits", "--image-size", "32"],
                           capture_output=True, text=True, timeout=120)
@@ -532,7 +546,7 @@ def test_digits_refuses_another_image_size(python):
     assert "--model digits trains on 8x8 images" in done.stderr
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_channels_last_with_amp_trains_on_two_ranks(mpirun, python, backend):
     """--channels-last (the gpu-amp workload's, issue 10): with Horovod only the batches go
     channels-last (it refuses non-contiguous parameters and gradients), with DDP the model too;

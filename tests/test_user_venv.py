@@ -190,7 +190,7 @@ def _module_root(tool, stack, tmp_path: Path, constraints: Path) -> Path:
     return root
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 @pytest.mark.parametrize("tool", tool_params())
 def test_pip_and_uv_in_an_extended_venv_keep_the_stack(tool, plan, tmp_path):
     require(tool)
@@ -403,6 +403,7 @@ def test_the_dry_run_line_writes_the_same_sbom(plan, tmp_path):
     assert a["components"] == b["components"] and a["dependencies"] == b["dependencies"]
 
 
+@pytest.mark.integration
 def test_a_loaded_stacks_uv_constraint_does_not_hold_a_relock(tmp_path):
     """``hpcstack lock`` under a loaded stack module (UV_CONSTRAINT set): the re-lock resolves
     freely. About 15 s (uv resolves ``six`` on PyPI)."""

@@ -79,6 +79,7 @@ def test_cirrus_dry_run_prints_one_job_script_per_node_count(cirrus_scripts):
         assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("nodes", [1, 2, 4])
 def test_cirrus_job_script_follows_cirrus_conventions(cirrus_scripts, nodes):
     script = cirrus_scripts[nodes]
@@ -123,6 +124,7 @@ def test_dry_run_json_gives_the_scripts():
     assert "#SBATCH --gres=gpu:4" in jobs[0]["script"]
 
 
+@pytest.mark.integration
 def test_localhost_dry_run_uses_srun_pmix_and_the_base_modules():
     proc = hpcstack("validate", RECIPE, "--site", "localhost", "--backend", "ddp", "--dry-run")
     assert proc.returncode == 0, proc.stderr
@@ -157,6 +159,7 @@ def test_local_dry_run_still_prints_the_local_launcher():
     assert "horovodrun -np 2 -H localhost:2" in proc.stdout
 
 
+@pytest.mark.integration
 def test_settings_are_read_from_the_site_in_one_place():
     from hpcstack.site import load_site
     from hpcstack.validate.validation import validation_settings
@@ -177,6 +180,7 @@ def test_settings_are_read_from_the_site_in_one_place():
     assert local.required_transport is None and local.local.mpi == "pmix" and local.slurm.scheduler == "slurm"
 
 
+@pytest.mark.integration
 def test_local_srun_follows_the_sites_mpi_plugin_not_a_hard_coded_one():
     # issue 11: Cirrus says slurm.mpi: null, so its --local srun must not ask for pmix
     proc = hpcstack("validate", RECIPE, "--site", "cirrus", "--local", "--dry-run")
@@ -187,6 +191,7 @@ def test_local_srun_follows_the_sites_mpi_plugin_not_a_hard_coded_one():
     assert "--mpi" not in launch
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("launcher, mpi, expected", [
     ("srun", "pmix", "srun --mpi=pmix --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 python "),
     ("srun", None, "srun --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 python "),
@@ -268,7 +273,7 @@ def two_node_report(stack):
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_two_node_job_passes_sanity_and_references_with_both_backends(two_node_report):
     proc, out = two_node_report
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -292,7 +297,7 @@ def test_two_node_job_passes_sanity_and_references_with_both_backends(two_node_r
                                              / (2 * report["scaling"][backend]["1"]["img_per_sec"]))
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_two_node_job_ran_on_both_nodes_and_wrote_the_report_files(two_node_report):
     proc, out = two_node_report
     report = json.loads((out / "report.json").read_text())
@@ -308,7 +313,7 @@ def test_two_node_job_ran_on_both_nodes_and_wrote_the_report_files(two_node_repo
     assert json.loads((out / "jobs.json").read_text())["jobs"][1]["job_id"] == job2["job_id"]
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_impossible_loss_threshold_fails_with_job_id_state_and_reason(stack, outdir):
     repo = recipe_repo(outdir, loss_threshold=0.0001, convergence_steps=5)
     proc = hpcstack("validate", RECIPE, "--site", "localhost", *repo, *STACK_ARGS, "--nodes", "1", "--backend", "ddp",
@@ -324,7 +329,7 @@ def test_impossible_loss_threshold_fails_with_job_id_state_and_reason(stack, out
     assert proc.stderr.rstrip().endswith("FAIL")
 
 
-@pytest.mark.integration
+@pytest.mark.e2e
 def test_no_wait_then_cancelled_job_is_collected_as_a_fail(stack, outdir):
     # a run that is long enough to cancel: many timed iterations
     repo = recipe_repo(outdir, iterations=100000)

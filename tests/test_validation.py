@@ -22,6 +22,7 @@ def settings_of(site_name: str):
     return validation_settings(site, load_recipe("pytorch/2.3.1-gpu", site))
 
 
+@pytest.mark.integration
 def test_local_takes_mpi_cores_threads_and_environment_from_the_slurm_section():
     s = settings_of("cirrus")
     assert (s.local.launcher, s.local.mpi) == ("srun", None)          # slurm.mpi: null
@@ -60,6 +61,7 @@ def test_a_site_without_slurm_lets_the_program_pick_threads(tmp_path):
     assert "--threads 0" in shlex.join(local_program(s, "/p", "o"))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("site, expected", [
     # issue 11: cirrus said slurm.mpi: null, device cuda and 10 cores per rank, yet --local ran
     # `srun --mpi=pmix … --cpus-per-task=1` without them
@@ -94,6 +96,7 @@ def test_help_says_what_local_does():
 DIGITS_OPTIONS = "--model digits --batch-size 32 --device {device} --epochs 20 --lr 0.01 --accuracy-threshold 0.95"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("site, device, launch", [
     ("localhost", "cpu", "srun --mpi=pmix --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 "),
     ("cirrus", "cuda", "srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 "),
