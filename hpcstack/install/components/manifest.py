@@ -313,8 +313,8 @@ def build_bom(data: dict):
 
     Returns:
         cyclonedx.model.bom.Bom: the stack as the metadata component; the lock's pins, the lock
-        file, each source build (sdist with sha256, patches in its pedigree), each patch file
-        and the build environment's tools as components.
+            file, each source build (sdist with sha256, patches in its pedigree), each patch file
+            and the build environment's tools as components.
 
     Raises:
         OSError: the lock file or a patch cannot be read.
