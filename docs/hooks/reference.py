@@ -166,7 +166,6 @@ def site_config_page() -> str:
            "(one line per problem, with its key path, exit status 2).", "",
            f"Shipped site configs: {', '.join(f'`{n}`' for n, _ in sites)}. "
            f"Recipes: {', '.join(f'`{r}`' for r in recipes) or 'none'}.", ""]
-    toc = []
     body = []
     for path, sub, required in _walk(SCHEMA):
         doc = KEYS.get(path)
@@ -185,7 +184,6 @@ def site_config_page() -> str:
         depth = path.count(".")
         heading = "#" * min(2 + depth, 6)
         anchor = path.replace(".", "-").replace("_", "-")
-        toc.append(f"{'    ' * depth}- [`{path}`](#{anchor})")
         body += [f"{heading} `{path}` {{#{anchor}}}", "", description, "",
                  "| | |", "|---|---|",
                  f"| type | {_type(sub)} |",
@@ -200,7 +198,7 @@ def site_config_page() -> str:
                 when = ", ".join(f"`{k}: {v.get('const')}`" for k, v in cond.items() if "const" in v)
                 rule = "; ".join(f"`{k}` {_allowed(v)}" for k, v in then.items())
                 body += [f"With {when}: {rule}.", ""]
-    return "\n".join(out + ["## Keys", ""] + toc + [""] + body)
+    return "\n".join(out + body)
 
 
 # --- commands --------------------------------------------------------------------------------
