@@ -1,10 +1,12 @@
-"""The emitted ReFrame check runs from a shell without the site's module roots: a cron job, a CI
-runner or an admin's non-login shell, whose ``MODULEPATH`` is empty.
+"""ReFrame resolves the emitted check's module from a shell whose ``MODULEPATH`` is empty.
 
-ReFrame resolves a test's modules in its own process before it submits (``modulecmd python show
-…``); the check names its module with the module root and the configuration's ``prepare_cmds``
-put the site's roots on the jobs' ``MODULEPATH``, so nothing depends on the caller's. Needs the
-installed localhost stack (as tests/test_export_reframe.py finds it) and the local two-node Slurm.
+ReFrame looks a test's modules up in its own process before it submits (``modulecmd python show
+…``, for conflicts). The check names its module with the module root, so neither that lookup nor
+the job's ``module load`` depends on the caller's ``MODULEPATH``. Real ReFrame (test extras) and
+real Environment Modules, a stand-in modulefile ``pytorch/2.3.1-gpu`` in a module root of the
+test's own, and ReFrame's ``--dry-run`` (every stage up to the job script, no submission); the
+same check with the bare module name fails there. The run on Slurm with the installed stack is
+tests/test_reframe_modulepath_e2e.py.
 """
 
 from __future__ import annotations
@@ -14,41 +16,60 @@ import subprocess
 
 import pytest
 
-from conftest import MODULES_INIT
-from test_export_reframe import (CHECK, REFRAME, emit, localhost_stack, reframe_tool,  # noqa: F401 (fixtures)
-                                 workdir)
-from test_validate_slurm import STACK_ARGS
+from conftest import MODULES_INIT, hpcstack
+from test_export_reframe import CHECK, REFRAME
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.integration
 
-
-def _reframe_with_empty_modulepath(args: list[str], cwd, home) -> subprocess.CompletedProcess:
-    """ReFrame in a bash whose module tool is initialised but whose MODULEPATH is empty (the
-    init reads the machine's modulespath file; the shell then drops every root)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "MODULEPATH", "LOADEDMODULES",
-                                                          "_LMFILES_")}
-    env["HOME"] = str(home)
-    script = (f"source {MODULES_INIT} && export MODULEPATH= && "
-              f"test -z \"$MODULEPATH\" && echo MODULEPATH-is-empty && "
-              f"exec {REFRAME} --nocolor {' '.join(args)}")
-    return subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=900)
+MODULEFILE = '#%Module1.0\nmodule-whatis "a stand-in for the stack\'s module"\nconflict pytorch\n'
 
 
-def test_reframe_runs_the_check_from_a_shell_whose_modulepath_is_empty(localhost_stack, workdir):
-    proc = emit(workdir / "rfm", *STACK_ARGS, "--backend", "horovod", "--nodes", "1", site="localhost")
+@pytest.fixture
+def emitted(tmp_path):
+    if REFRAME is None:
+        pytest.skip("reframe missing (pip install reframe-hpc; the test extras have it)")
+    if not MODULES_INIT.is_file():
+        pytest.skip(f"Environment Modules missing ({MODULES_INIT}); run scripts/localhost-setup")
+    modules = tmp_path / "modulefiles"
+    (modules / "pytorch").mkdir(parents=True)
+    (modules / "pytorch" / "2.3.1-gpu").write_text(MODULEFILE)
+    proc = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "localhost", "--prefix", str(tmp_path / "software"),
+                    "--module-root", str(modules), "--nodes", "1", "--backend", "horovod",
+                    "--emit", "reframe", str(tmp_path / "rfm"))
     assert proc.returncode == 0, proc.stderr
-    check = (workdir / "rfm" / CHECK).read_text()
-    module_root = STACK_ARGS[STACK_ARGS.index("--module-root") + 1]
-    assert f"'path': '{module_root}'" in check
-    settings = (workdir / "rfm" / "settings.py").read_text()
-    for root in ("/opt/hpcstack/base-modulefiles", module_root):
-        assert f"'module use {root}'," in settings, root
-    proc = _reframe_with_empty_modulepath(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(workdir / "rfm"),
-                                           "-r"], workdir, workdir)
+    assert f"run it: reframe -C {tmp_path / 'rfm' / 'settings.py'} -c {tmp_path / 'rfm' / CHECK} -r" in proc.stdout
+    return tmp_path, modules
+
+
+def _dry_run(tmp_path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "MODULEPATH", "LOADEDMODULES", "_LMFILES_")}
+    env["HOME"] = str(tmp_path)
+    script = (f"source {MODULES_INIT} && export MODULEPATH= && exec {REFRAME} --nocolor "
+              f"-C {tmp_path / 'rfm' / 'settings.py'} -c {tmp_path / 'rfm'} --dry-run")
+    return subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300)
+
+
+def test_the_check_resolves_its_module_with_an_empty_modulepath(emitted):
+    tmp_path, modules = emitted
+    check = (tmp_path / "rfm" / CHECK).read_text()
+    assert f"modules = [{{'name': 'pytorch/2.3.1-gpu', 'path': '{modules}'}}]" in check
+    proc = _dry_run(tmp_path)
     out = proc.stdout + proc.stderr
-    print(out[-3000:])
-    assert "MODULEPATH-is-empty" in out
-    assert "No module path defined" not in out, out[-5000:]
     assert proc.returncode == 0, out[-5000:]
-    assert "[  PASSED  ] Ran 1/1 test case(s) from 1 check(s) (0 failure(s)" in out, out[-5000:]
+    assert "[  PASSED  ] Ran 1/1 test case(s)" in out, out[-5000:]
+    job = next((tmp_path / "stage").rglob("rfm_job.sh")).read_text()
+    assert f"module use {modules}\nmodule load pytorch/2.3.1-gpu\n" in job, job
+    assert "module use /opt/hpcstack/base-modulefiles\n" in job, job
+
+
+def test_the_bare_module_name_fails_there(emitted):
+    """The control: the form the check had before fails from the same shell."""
+    tmp_path, modules = emitted
+    path = tmp_path / "rfm" / CHECK
+    text = path.read_text()
+    path.write_text(text.replace(f"[{{'name': 'pytorch/2.3.1-gpu', 'path': '{modules}'}}]", "['pytorch/2.3.1-gpu']"))
+    proc = _dry_run(tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-5000:]
+    assert "FAILED" in out, out[-5000:]
