@@ -25,8 +25,8 @@ pytestmark = pytest.mark.e2e
 def _reframe_with_empty_modulepath(args: list[str], cwd, home) -> subprocess.CompletedProcess:
     """ReFrame in a bash whose module tool is initialised but whose MODULEPATH is empty (the
     init reads the machine's modulespath file; the shell then drops every root)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "MODULEPATH", "LOADEDMODULES",
-                                                          "_LMFILES_")}
+    dropped = ("BASH_ENV", "MODULEPATH", "LOADEDMODULES", "_LMFILES_")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env["HOME"] = str(home)
     script = (f"source {MODULES_INIT} && export MODULEPATH= && "
               f"test -z \"$MODULEPATH\" && echo MODULEPATH-is-empty && "

@@ -169,8 +169,8 @@ def site_config_page() -> str:
     body = []
     for path, sub, required in _walk(SCHEMA):
         doc = KEYS.get(path)
-        description = sub.get("description") or (doc.description if doc else
-                                                   "*Not described yet: add it to `hpcstack/site_keys.py`.*")
+        undescribed = "*Not described yet: add it to `hpcstack/site_keys.py`.*"
+        description = sub.get("description") or (doc.description if doc else undescribed)
         if "default" in sub:
             default = f"`{sub['default']}`"
         elif required:

@@ -24,8 +24,9 @@ Two files are written into DIR, both rendered from jinja2 templates
   partition, the Slurm scheduler (ReFrame's ``slurm``, which polls with ``sacct``; ``squeue`` where
   the site's ``slurm.accounting`` is false), the site's launcher (``srun`` …), its module system
   (``envmod`` for Environment Modules, ``lmod``), the module tool's init and ``module use`` of the
-  site's module roots (``modules.use`` and the module root) as ``prepare_cmds`` of the jobs, and ``--partition``/``--qos``/``--account``/
-  ``--constraint`` as the partition's ``access``; GPUs as a ``gpu`` resource.
+  site's module roots (``modules.use`` and the module root) as ``prepare_cmds`` of the jobs, and
+  ``--partition``/``--qos``/``--account``/``--constraint`` as the partition's ``access``; GPUs as a
+  ``gpu`` resource.
 
 Sources: ReFrame's regression test API and configuration reference
 (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html,
