@@ -1,12 +1,16 @@
 """ReFrame resolves the emitted check's module from a shell whose ``MODULEPATH`` is empty.
 
-ReFrame looks a test's modules up in its own process before it submits (``modulecmd python show
-…``, for conflicts). The check names its module with the module root, so neither that lookup nor
-the job's ``module load`` depends on the caller's ``MODULEPATH``. Real ReFrame (test extras) and
-real Environment Modules, a stand-in modulefile ``pytorch/2.3.1-gpu`` in a module root of the
-test's own, and ReFrame's ``--dry-run`` (every stage up to the job script, no submission); the
-same check with the bare module name fails there. The run on Slurm with the installed stack is
-tests/test_reframe_modulepath_e2e.py.
+By default ReFrame loads a test's modules in its own process before it submits (``modulecmd
+python show`` and ``load``, to resolve conflicts), which needs every module root on the caller's
+``MODULEPATH``: the stack's, and its base module's (``depends-on python``). The emitted
+configuration turns that off (``general: resolve_module_conflicts: False``) and puts the site's
+roots on the job's ``MODULEPATH`` (``prepare_cmds``); the check names its module with its root.
+
+Real ReFrame (test extras) and real Environment Modules, a stand-in modulefile
+``pytorch/2.3.1-gpu`` (with the stack's ``depends-on python``) in a module root of the test's
+own, and ReFrame's ``--dry-run`` (every stage up to the job script, no submission); the files as
+hpcstack wrote them before (bare module name, conflict resolution on) fail there. The run on
+Slurm with the installed stack is tests/test_reframe_modulepath_e2e.py.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from test_export_reframe import CHECK, REFRAME
 
 pytestmark = pytest.mark.integration
 
-MODULEFILE = '#%Module1.0\nmodule-whatis "a stand-in for the stack\'s module"\nconflict pytorch\n'
+MODULEFILE = ('#%Module1.0\nmodule-whatis "a stand-in for the stack\'s module"\nconflict pytorch\n'
+              # as the stack's modulefile: its base module, which an empty MODULEPATH cannot find
+              'depends-on python\n')
 
 
 @pytest.fixture
@@ -60,15 +66,23 @@ def test_the_check_resolves_its_module_with_an_empty_modulepath(emitted):
     assert "[  PASSED  ] Ran 1/1 test case(s)" in out, out[-5000:]
     job = next((tmp_path / "stage").rglob("rfm_job.sh")).read_text()
     assert f"module use {modules}\nmodule load pytorch/2.3.1-gpu\n" in job, job
-    assert "module use /opt/hpcstack/base-modulefiles\n" in job, job
+    # the site's module roots (the base module's too) come first, from the partition's prepare_cmds
+    assert job.index("module use /opt/hpcstack/base-modulefiles\n") < job.index("module load pytorch/2.3.1-gpu"), job
+    settings = (tmp_path / "rfm" / "settings.py").read_text()
+    assert "'resolve_module_conflicts': False," in settings
 
 
-def test_the_bare_module_name_fails_there(emitted):
-    """The control: the form the check had before fails from the same shell."""
+def test_the_files_as_they_were_fail_there(emitted):
+    """The control: the bare module name and ReFrame's default conflict resolution (the files as
+    hpcstack wrote them before) fail from the same shell."""
     tmp_path, modules = emitted
     path = tmp_path / "rfm" / CHECK
     text = path.read_text()
     path.write_text(text.replace(f"[{{'name': 'pytorch/2.3.1-gpu', 'path': '{modules}'}}]", "['pytorch/2.3.1-gpu']"))
+    settings = tmp_path / "rfm" / "settings.py"
+    text = settings.read_text()
+    assert "'resolve_module_conflicts': False," in text
+    settings.write_text(text.replace("'resolve_module_conflicts': False,", "'resolve_module_conflicts': True,"))
     proc = _dry_run(tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-5000:]

@@ -1,9 +1,9 @@
 """The emitted ReFrame check runs from a shell without the site's module roots: a cron job, a CI
 runner or an admin's non-login shell, whose ``MODULEPATH`` is empty.
 
-ReFrame resolves a test's modules in its own process before it submits (``modulecmd python show
-…``); the check names its module with the module root and the configuration's ``prepare_cmds``
-put the site's roots on the jobs' ``MODULEPATH``, so nothing depends on the caller's. Needs the
+The configuration turns off ReFrame's in-process module resolution (``resolve_module_conflicts``)
+and its ``prepare_cmds`` put the site's roots on the jobs' ``MODULEPATH``; the check names its
+module with the module root; so nothing depends on the caller's ``MODULEPATH``. Needs the
 installed localhost stack (as tests/test_export_reframe.py finds it) and the local two-node Slurm.
 """
 
@@ -44,6 +44,7 @@ def test_reframe_runs_the_check_from_a_shell_whose_modulepath_is_empty(localhost
     settings = (workdir / "rfm" / "settings.py").read_text()
     for root in ("/opt/hpcstack/base-modulefiles", module_root):
         assert f"'module use {root}'," in settings, root
+    assert "'resolve_module_conflicts': False," in settings
     proc = _reframe_with_empty_modulepath(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(workdir / "rfm"),
                                            "-r"], workdir, workdir)
     out = proc.stdout + proc.stderr
