@@ -65,7 +65,9 @@ KEYS: dict[str, Key] = {
                            "nor the distribution's path finds it.", "null"),
     "modules.init": Key("Per shell, the module tool's init script: `extend-venv-activate` sources it "
                         "where `module` is missing, Jupyter kernels and ReFrame jobs source the "
-                        "`bash` one.", "{}"),
+                        "`bash` one. Environment Modules: `/usr/share/modules/init/<shell>` (Debian), "
+                        "`/usr/share/Modules/init/<shell>` (RHEL); Lmod: "
+                        "`/usr/share/lmod/lmod/init/<shell>` (`csh` for csh and tcsh).", "{}"),
     "modules.init.bash": Key("Init script for bash (also for Slurm batch scripts and ReFrame jobs)."),
     "modules.init.zsh": Key("Init script for zsh."),
     "modules.init.csh": Key("Init script for csh and tcsh."),
@@ -166,7 +168,9 @@ KEYS: dict[str, Key] = {
     "slurm.time_limit": Key("`--time`, `[D-]HH:MM:SS`.", "00:30:00", _V),
     "slurm.exclusive": Key("`--exclusive`.", "false", _V),
     "slurm.launcher": Key("The launcher inside the job: `srun`, `mpirun` or `horovodrun`.", "srun", _V),
-    "slurm.mpi": Key("`srun --mpi=` (e.g. `pmix`).", "null", _V),
+    "slurm.mpi": Key("The PMI plugin of `srun --mpi=` (`srun --mpi=list` prints the site's): `pmix` for "
+                     "an Open MPI built with PMIx (localhost), `pmi2` for Intel MPI and MPICH (Intel MPI "
+                     "also wants `I_MPI_PMI_LIBRARY` in `slurm.env`); null: Slurm's default.", "null", _V),
     "slurm.submit_as": Key("As root, submit as this user (`runuser -u USER -- sbatch`).", "null", _V),
     "slurm.output_root": Key("Where job scripts, output and the report go (`hpcstack-validate-*/`).",
                              "null (the current directory)", _V),
