@@ -58,7 +58,9 @@ def _tool_reads(tool: str, syntaxes: tuple[str, ...]) -> dict:
             "then": {"properties": {"syntax": allowed}}}
 
 
-#: JSON schema of a site config (draft 2020-12). Every key is documented in site-configs/*.yaml.
+#: JSON schema of a site config (draft 2020-12). What each key is for, its default and what reads it:
+#: hpcstack/site_keys.py (a new key gets a line there); the site-config reference of the
+#: documentation site is generated from both (docs/hooks/reference.py).
 SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "launcher"], {
     "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
     "description": _STR,

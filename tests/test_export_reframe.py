@@ -52,8 +52,7 @@ def cirrus(tmp_path_factory) -> Path:
     proc = emit(out)
     assert proc.returncode == 0, proc.stderr
     assert f"wrote {out / CHECK}" in proc.stdout and f"wrote {out / 'settings.py'}" in proc.stdout
-    assert (f"run it: module use /work/y07/shared/cirrus-modulefiles; reframe -C {out / 'settings.py'} "
-            f"-c {out / CHECK} -r") in proc.stdout
+    assert f"run it: reframe -C {out / 'settings.py'} -c {out / CHECK} -r" in proc.stdout
     return out
 
 
@@ -92,7 +91,7 @@ def test_cirrus_check_runs_the_validation_trainer_with_its_settings_and_referenc
     assert refs[1]["throughput_per_rank"] == (367.0, -0.25, 0.15, "img/s")
     assert _constant(source, "NODES") == [1, 2]
     for line in ("class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):", "valid_systems = ['cirrus:gpu']",
-                 "modules = ['pytorch/2.3.1-gpu']", "num_tasks_per_node = 4", "num_cpus_per_task = 10",
+                 "modules = [{'name': 'pytorch/2.3.1-gpu', 'path': '/work/y07/shared/cirrus-modulefiles'}]", "num_tasks_per_node = 4", "num_cpus_per_task = 10",
                  "num_gpus_per_node = 4", "time_limit = '20m'", "value='nccl')", "@sanity_function",
                  "@performance_function('img/s')", "'NCCL_DEBUG': 'WARN'", "-J account=BUDGET"):
         assert line in source, line

@@ -6,7 +6,7 @@ validation trainer on 2 CPU ranks) and ``horovodrun --check-build``.
 It shares the end-to-end stack's caches (tests/test_e2e_pytorch.py, which runs first: file name
 order), hard-linked and bind-mounted, so the image downloads no wheel twice and Horovod's wheel comes
 from the build cache; the test checks that it did. Marked e2e (slow: the log says how long each
-phase took; see README "Containers").
+phase took; see docs/exports/containers.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """hpcstack as a Python distribution (issue 9): what its sdist and wheel ship, and the wheel
 installed by an unprivileged user into their own home with a venv and pip, ``uv tool install`` and
 ``pipx install``, each giving a working ``hpcstack``; then the flow of an admin without root
-(README, "An admin without root"): their own site repository, a recipe installed into a prefix
+(docs/admin/own-repos.md, "An admin without root"): their own site repository, a recipe installed into a prefix
 they own, its module loaded, and the Cirrus dry-run.
 
 The wheel and sdist are the ones ``scripts/localhost-setup`` builds into /opt/hpcstack/dist
@@ -289,7 +289,7 @@ MYSITE = r"""sed -e 's/^name: localhost$/name: mysite/' \
 
 @pytest.fixture(scope="module")
 def admin_flow(admin, wheel, localhost_ready):
-    """The README's "An admin without root", step by step, as ``hpcstack-admin``: each step's
+    """The "An admin without root" of docs/admin/own-repos.md, step by step, as ``hpcstack-admin``: each step's
     result, for the tests below to judge."""
     if not UV.is_file():
         pytest.skip(f"{UV} missing; run scripts/localhost-setup")

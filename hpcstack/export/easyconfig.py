@@ -25,8 +25,8 @@ What goes where (EasyBuild's easyconfig parameters, https://docs.easybuild.io/ve
   venv mapped onto EasyBuild's install directory (``<prefix>/venv/bin`` -> ``bin``,
   ``<prefix>/venv/lib/pythonX.Y/site-packages`` -> ``lib/python%(pyshortver)s/site-packages``).
 
-What an easyconfig cannot express is said in a comment at the top of the file (and in the
-README): the hpcstack-only files (``extend-venv-activate``, the validation trainer), the single
+What an easyconfig cannot express is said in a comment at the top of the file (and in
+docs/exports/easybuild.md): the hpcstack-only files (``extend-venv-activate``, the validation trainer), the single
 resolution with ``--require-hashes``, and the atomic publish.
 
 The export reads each pin's index (the simple repository API) to find the file names and URLs

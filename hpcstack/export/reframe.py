@@ -15,12 +15,20 @@ Two files are written into DIR, both rendered from jinja2 templates
   for N > 1 nodes, ``scaling_efficiency`` against the 1-node test of the same backend (a ReFrame
   test dependency); and the recipe's performance references ``(value, lower, upper, unit)`` per
   node count (:func:`hpcstack.validate.judge.lookup_references`) as ReFrame's ``reference``.
+  The test's module carries its module root (ReFrame's ``{'name': …, 'path': …}`` form).
 * ``settings.py`` — a ReFrame site configuration for the site: one system with the validation's
   partition, the Slurm scheduler (ReFrame's ``slurm``, which polls with ``sacct``; ``squeue`` where
   the site's ``slurm.accounting`` is false), the site's launcher (``srun`` …), its module system
   (``envmod`` for Environment Modules, ``lmod``), the module tool's init and ``module use`` of the
-  site's module roots as ``prepare_cmds``, and ``--partition``/``--qos``/``--account``/
-  ``--constraint`` as the partition's ``access``; GPUs as a ``gpu`` resource.
+  site's module roots (``modules.use`` and the module root) as ``prepare_cmds`` of the jobs, and
+  ``--partition``/``--qos``/``--account``/``--constraint`` as the partition's ``access``; GPUs as a
+  ``gpu`` resource; and ``general: resolve_module_conflicts: False`` for the system. By default
+  ReFrame loads a test's modules in its own process before it submits (``module show`` and
+  ``load``, to resolve conflicts), which needs every module root (the stack's, its base
+  module's) on the caller's ``MODULEPATH``: a cron job, a CI runner or a non-login shell has
+  none. ReFrame's configuration has no key for module paths (only the command line's
+  ``--module-path``); with the resolution off, the job script alone loads the module, after
+  ``prepare_cmds`` put the site's roots on its ``MODULEPATH``, so the check runs from any shell.
 
 Sources: ReFrame's regression test API and configuration reference
 (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html,
@@ -184,8 +192,8 @@ def emit_reframe(site, recipe, directory: str, **options) -> list[str]:
 
 
 def reframe_command(paths: list[str], site) -> str:
-    """The commands that run the written check: ``module use <module root>`` (ReFrame looks the
-    stack's module up itself), then ``reframe -C DIR/settings.py -c DIR/<check>.py -r``."""
+    """The command that runs the written check, ``reframe -C DIR/settings.py -c DIR/<check>.py -r``,
+    from any shell: the check names its module's root, the configuration the site's module roots."""
     config = next(p for p in paths if os.path.basename(p) == "settings.py")
     check = next(p for p in paths if p != config)
-    return f"module use {site.module_root}; reframe -C {config} -c {check} -r"
+    return f"reframe -C {config} -c {check} -r"

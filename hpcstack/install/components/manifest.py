@@ -26,7 +26,7 @@ through PYTHONPATH, ahead of any venv's own site-packages (PYTHONPATH entries co
 site-packages in ``sys.path``). A package of another version that pip or uv puts into *any* venv,
 extended or not, either hides the stack's copy (extended venvs put their site-packages first) or
 is hidden by it while its dependents expect it; so every install made while the module is loaded
-must agree with the stack's pins. The cost, written down in the README: the module replaces a
+must agree with the stack's pins. The cost, written down in docs/user/venvs.md: the module replaces a
 ``PIP_CONSTRAINT``/``UV_CONSTRAINT`` of the user's own (and ``module unload`` unsets it), and pip
 (but not uv, which has ``UV_BUILD_CONSTRAINT`` for that) applies ``PIP_CONSTRAINT`` in its
 isolated build environments too, so an sdist whose build needs e.g. ``setuptools>=73`` fails to
@@ -313,8 +313,8 @@ def build_bom(data: dict):
 
     Returns:
         cyclonedx.model.bom.Bom: the stack as the metadata component; the lock's pins, the lock
-        file, each source build (sdist with sha256, patches in its pedigree), each patch file
-        and the build environment's tools as components.
+            file, each source build (sdist with sha256, patches in its pedigree), each patch file
+            and the build environment's tools as components.
 
     Raises:
         OSError: the lock file or a patch cannot be read.

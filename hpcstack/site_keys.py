@@ -1,0 +1,180 @@
+"""What each site-config key means: the words of the site-config reference.
+
+:data:`hpcstack.site.SCHEMA` says what a key may hold (type, allowed values, pattern); this
+module says what it is for, its default when left out, and what reads it. The documentation
+site's reference page (``docs/hooks/reference.py``) joins the two with an example from the
+shipped site configs and the recipes that use each key. A key of the schema missing here is
+still listed there, marked as not described yet; a description written as the schema's own
+``description`` (and ``default``) keyword takes precedence over this table.
+
+``used_by`` names what reads the key: ``"install"`` (the install machinery, so every recipe),
+``"validate"`` (``hpcstack validate`` and its ReFrame check: recipes with a ``Validation``
+component), ``"export"`` (``hpcstack export --format docker|apptainer``: every recipe), or the
+class names of the recipe components that read it (``HorovodBuild``, ``PipWheels`` …).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Sentinel default: the key is required.
+REQUIRED = "required"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One site-config key's documentation.
+
+    Attributes:
+        description (str): what it is for (Markdown).
+        default (str | None): the value when the key is left out, as it reads in YAML
+            (``"null"``, ``"uv"``), :data:`REQUIRED`, or None where no default applies.
+        used_by (tuple[str, ...]): what reads it (see the module docstring).
+    """
+
+    description: str
+    default: str | None = None
+    used_by: tuple[str, ...] = ("install",)
+
+
+_V = ("validate",)
+_X = ("export",)
+
+#: Key path (dot-separated, as in the error lines of :func:`hpcstack.site.validate`) -> its documentation.
+KEYS: dict[str, Key] = {
+    "name": Key("The site's name: the file's stem when the site is given by name (`--site cirrus` "
+                "reads `site-configs/cirrus.yaml`). A build records it, and an install for another "
+                "site into the same install root is refused.", REQUIRED),
+    "description": Key("One line about the machine: shown by `hpcstack list` and in the ReFrame "
+                       "configuration.", REQUIRED),
+    "install_root": Key("Where stacks go: `<install_root>/<name>/<version>` (a link to the published "
+                        "build), the builds beside it, and hpcstack's caches and stage dirs in "
+                        "`<install_root>/.hpcstack/`. `--prefix` overrides it.", REQUIRED),
+    "module_root": Key("Where modulefiles go: `<module_root>/<name>/<version>` (and `.lua` on Lua "
+                       "sites). `--module-root` overrides it.", REQUIRED),
+    "cache_dir": Key("Downloads, the wheel cache and the cache of source builds (Horovod wheels).",
+                     "<install_root>/.hpcstack/cache"),
+    "stage_root": Key("Scratch directories of builds.", "<install_root>/.hpcstack/stage"),
+    "modules": Key("The site's module tool, and the modules that make the build and run "
+                   "environment.", REQUIRED),
+    "modules.tool": Key("The module tool: `environment-modules` (4.x/5.x) or `lmod` (8.x). Each tool "
+                        "reads only its syntaxes: Environment Modules Tcl, Lmod Lua and Tcl.", REQUIRED),
+    "modules.syntax": Key("The modulefile syntax hpcstack writes (and the default-version file: "
+                          "`.version` or `.modulerc.lua`); `lua` needs `tool: lmod`.", REQUIRED),
+    "modules.command": Key("Path of `modulecmd.tcl` or `lmod`, when neither `$MODULES_CMD`/`$LMOD_CMD` "
+                           "nor the distribution's path finds it.", "null"),
+    "modules.init": Key("Per shell, the module tool's init script: `extend-venv-activate` sources it "
+                        "where `module` is missing, Jupyter kernels and ReFrame jobs source the "
+                        "`bash` one. Environment Modules: `/usr/share/modules/init/<shell>` (Debian), "
+                        "`/usr/share/Modules/init/<shell>` (RHEL); Lmod: "
+                        "`/usr/share/lmod/lmod/init/<shell>` (`csh` for csh and tcsh).", "{}"),
+    "modules.init.bash": Key("Init script for bash (also for Slurm batch scripts and ReFrame jobs)."),
+    "modules.init.zsh": Key("Init script for zsh."),
+    "modules.init.csh": Key("Init script for csh and tcsh."),
+    "modules.init.fish": Key("Init script for fish."),
+    "modules.init.sh": Key("Init script for POSIX sh."),
+    "modules.use": Key("Directories put on `MODULEPATH` (`module use`) to find the base, build and "
+                       "runtime modules. The emitted ReFrame configuration carries them too.", "[]"),
+    "modules.base": Key("The cluster Python module the stack's venv is built on, e.g. "
+                        "`python/3.12.1-gpu`; the modulefile `depends-on` it.", REQUIRED),
+    "modules.build": Key("Modules loaded only to build (e.g. `cmake/3.25.2`).", "[]"),
+    "modules.runtime": Key("Modules the stack's modulefile `depends-on` besides `base` (e.g. the MPI "
+                           "and CUDA modules).", "[]"),
+    "python": Key("Facts about the base module's Python.", "{}"),
+    "python.version": Key("`X.Y` of the base module's Python, when it cannot be asked (a dry run for "
+                          "another machine); the lock file is chosen by it.", "null (probed)"),
+    "toolchain": Key("The compilers and libraries of the build environment, after the site's modules "
+                     "are loaded (hpccm's toolchain). Values may hold `${VAR}` references to that "
+                     "environment.", "{}"),
+    "toolchain.cc": Key("The C compiler (the MPI wrapper builds use).", "mpicc", ("HorovodBuild",)),
+    "toolchain.cxx": Key("The C++ compiler.", "mpicxx", ("HorovodBuild",)),
+    "toolchain.fc": Key("The Fortran compiler, if the site names one.", "null", ("HorovodBuild",)),
+    "toolchain.cuda": Key("The CUDA toolkit; `null` on sites without NVIDIA GPUs (builds for CPUs "
+                          "only).", "null", ("HorovodBuild", "PipWheels")),
+    "toolchain.cuda.home": Key("The toolkit's directory (`nvcc` in its `bin/`).", REQUIRED,
+                               ("HorovodBuild",)),
+    "toolchain.cuda.version": Key("`X.Y` of that toolkit: lock files and builds are chosen by it.",
+                                  REQUIRED, ("HorovodBuild", "PipWheels")),
+    "toolchain.cuda.cc_list": Key("The GPUs' compute capabilities, e.g. `[70]` for V100; the preflight "
+                                  "checks that `nvcc` compiles for each.", "[]", ("HorovodBuild",)),
+    "toolchain.cuda.stubs": Key("Directory with `libcuda.so` stubs, for builds on a login node without "
+                                "a GPU driver; used at build and sanity check only.", "null",
+                                ("HorovodBuild",)),
+    "toolchain.cuda.static_runtime": Key("The toolkit has `libcudart_static.a`; `false` links the "
+                                         "shared runtime.", "true", ("HorovodBuild",)),
+    "toolchain.nccl": Key("NCCL, for GPU collectives; `null` without.", "null", ("HorovodBuild",)),
+    "toolchain.nccl.home": Key("NCCL's directory (`include/nccl.h`, `lib/libnccl.so`).", REQUIRED,
+                               ("HorovodBuild",)),
+    "build": Key("Settings of source builds.", "{}", ("HorovodBuild",)),
+    "build.jobs": Key("Parallel build jobs (`MAKEFLAGS=-j<jobs>`).", "null (the core count)",
+                      ("HorovodBuild",)),
+    "build.env": Key("Variables for every build command.", "{}", ("HorovodBuild",)),
+    "installer": Key("How packages get into the stack's venv.", "{}", ("PipWheels", "Venv")),
+    "installer.backend": Key("`uv` or `pip` (the fallback).", "uv", ("PipWheels", "Venv")),
+    "installer.wheel_cache": Key("The installer's cache; keep it on the prefixes' file system so uv "
+                                 "hard-links instead of copying.", "null (<cache_dir>/uv)",
+                                 ("PipWheels",)),
+    "installer.link_mode": Key("uv's `--link-mode`; `symlink` is refused (a pruned cache would break "
+                               "the stack).", "hardlink", ("PipWheels",)),
+    "installer.compile_bytecode": Key("Compile `.pyc` at install time, so imports from a read-only "
+                                      "stack write none.", "true", ("PipWheels",)),
+    "installer.build_cache": Key("Reuse a wheel built from source (Horovod) whose build key is "
+                                 "unchanged.", "true", ("HorovodBuild",)),
+    "permissions": Key("Who owns an installed stack and who may write it, on top of hpcstack's own "
+                       "rule (world-readable, nothing world-writable).", "{}"),
+    "permissions.group": Key("A shared software group for the stack's files.", "null"),
+    "permissions.mode": Key("A symbolic `chmod` mode applied after hpcstack's own, e.g. `g+rwX,g+s`.",
+                            "null"),
+    "layout": Key("How a published build lies on the file system: a `directory`, or `squashfs` "
+                  "(the venv packed into one image, mounted read-only at its path).", "directory"),
+    "squashfs": Key("Settings of `layout: squashfs`.", "{}"),
+    "squashfs.compression": Key("`mksquashfs -comp`.", "lz4"),
+    "squashfs.processors": Key("`mksquashfs -processors`.", "null (every core)"),
+    "launcher": Key("How validation ranks start on this host (`hpcstack validate --local`).", REQUIRED, _V),
+    "launcher.command": Key("A launcher of the registry in `hpcstack/validate/launchers.py`: `horovodrun`, "
+                            "`mpirun`, `srun` or `torchrun`.", REQUIRED, _V),
+    "launcher.ranks": Key("Ranks of the local validation run.", "2", _V),
+    "launcher.env": Key("Variables for the launcher.", "{}", _V),
+    "container": Key("The stack as a container image: the image is a machine of its own.", None, _X),
+    "container.base_image": Key("A registry image to start from (`FROM`, `Bootstrap: docker`); one of "
+                                "`base_image` and `rootfs`.", None, _X),
+    "container.rootfs": Key("A root filesystem tar to start from (`FROM scratch` + `ADD`).", None, _X),
+    "container.distro": Key("The image's distribution (its package manager).", None, _X),
+    "container.python": Key("`X.Y` of the image's `python3`.", REQUIRED, _X),
+    "container.packages": Key("Distribution packages by role.", "{}", _X),
+    "container.packages.compilers": Key("Compilers and build tools.", "[]", _X),
+    "container.packages.mpi": Key("MPI.", "[]", _X),
+    "container.packages.modules": Key("The module tool.", "[]", _X),
+    "container.packages.python": Key("Python, its headers and venv.", "[]", _X),
+    "container.packages.other": Key("Anything else.", "[]", _X),
+    "container.setup": Key("Shell commands run after hpcstack is in the image (`$HPCSTACK_DATA`: its "
+                           "data directory).", "[]", _X),
+    "container.site_changes": Key("Top-level keys of this site config that differ inside the image.",
+                                  "{}", _X),
+    "slurm": Key("The Slurm partition `hpcstack validate` submits to.", None, _V),
+    "slurm.partition": Key("The partition (also names the node class of workloads and references).",
+                           REQUIRED, _V),
+    "slurm.qos": Key("`--qos`.", "null", _V),
+    "slurm.account": Key("`--account`.", "null", _V),
+    "slurm.account_required": Key("Jobs must name a budget: `hpcstack validate` asks for `--account`.",
+                                  "false", _V),
+    "slurm.gpus_per_node": Key("GPUs per node to request.", "0", _V),
+    "slurm.gpu_request": Key("How GPUs are requested: `--gres=gpu:N` or `--gpus-per-node=N`.", "gres", _V),
+    "slurm.constraint": Key("`--constraint` (e.g. NERSC's `gpu`).", "null", _V),
+    "slurm.partition_option": Key("`false`: no `--partition` line (the partition only names the node "
+                                  "class).", "true", _V),
+    "slurm.tasks_per_node": Key("Ranks per node.", "1", _V),
+    "slurm.cpus_per_task": Key("Cores per rank (`--cpus-per-task`, the trainer's threads).", "1", _V),
+    "slurm.time_limit": Key("`--time`, `[D-]HH:MM:SS`.", "00:30:00", _V),
+    "slurm.exclusive": Key("`--exclusive`.", "false", _V),
+    "slurm.launcher": Key("The launcher inside the job: `srun`, `mpirun` or `horovodrun`.", "srun", _V),
+    "slurm.mpi": Key("The PMI plugin of `srun --mpi=` (`srun --mpi=list` prints the site's): `pmix` for "
+                     "an Open MPI built with PMIx (localhost), `pmi2` for Intel MPI and MPICH (Intel MPI "
+                     "also wants `I_MPI_PMI_LIBRARY` in `slurm.env`); null: Slurm's default.", "null", _V),
+    "slurm.submit_as": Key("As root, submit as this user (`runuser -u USER -- sbatch`).", "null", _V),
+    "slurm.output_root": Key("Where job scripts, output and the report go (`hpcstack-validate-*/`).",
+                             "null (the current directory)", _V),
+    "slurm.accounting": Key("`false`: no slurmdbd, so no `sacct`; ReFrame checks poll with `squeue`.",
+                            "true", _V),
+    "slurm.env": Key("Variables for the jobs.", "{}", _V),
+}
