@@ -152,7 +152,8 @@ def build_env(site_path: Path, facts: dict) -> tuple[object, Path, dict]:
     operations Gloo (said in the summary: the recipe requires ``[X] MPI``, so such a build is a
     GPU-path measurement, not a stack the recipe would publish).
     """
-    from hpcstack.install.components.horovod import CachedWheelBuild, CudaArchCheck, HorovodBuild
+    from hpcstack.install.components.horovod import CudaArchCheck, HorovodBuild
+    from hpcstack.install.components.source import CachedWheelBuild
     from hpcstack.install.resolve import resolve
     from hpcstack.recipe import load_recipe, recipe_path
     from hpcstack.site import load_site

@@ -46,7 +46,8 @@ HOST_PATHS = ("/usr/bin/python3.11", "/usr/lib/python3.11", "/usr/include/python
 def _horovod():
     """The recipe's HorovodBuild component, its patch directory, and the variables the localhost
     site builds it with (the build step's :class:`CachedWheelBuild` of the plan)."""
-    from hpcstack.install.components.horovod import CachedWheelBuild, HorovodBuild
+    from hpcstack.install.components.horovod import HorovodBuild
+    from hpcstack.install.components.source import CachedWheelBuild
     from hpcstack.install.resolve import resolve
     from hpcstack.recipe import load_recipe, recipe_path
     from hpcstack.site import load_site

@@ -137,7 +137,7 @@ class EasyConfig:
 
     @staticmethod
     def _source_builds(recipe):
-        from hpcstack.install.components.horovod import SourceBuild
+        from hpcstack.install.components.source import SourceBuild
 
         return [c for c in recipe.components if isinstance(c, SourceBuild)]
 

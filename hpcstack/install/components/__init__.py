@@ -4,10 +4,11 @@ Every component has ``contribute(ctx: PlanContext) -> dict[str, list[Action]]``.
 """
 
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.components.horovod import HorovodBuild, Patch, SourceBuild
+from hpcstack.install.components.horovod import HorovodBuild
 from hpcstack.install.components.manifest import StackManifest
 from hpcstack.install.components.modulefile import Modulefile
 from hpcstack.install.components.sanity import Imports
+from hpcstack.install.components.source import Patch, SourceBuild
 from hpcstack.install.components.tools import StackTools
 from hpcstack.install.components.venv import Venv
 from hpcstack.install.components.wheels import Lock, PipWheels

@@ -59,7 +59,7 @@ from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import sha256_file, write_atomic
 from hpcstack.install.actions import ACTION_COMMAND, ActionBase, Run, expand
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.components.horovod import SourceBuild
+from hpcstack.install.components.source import SourceBuild
 from hpcstack.install.components.wheels import PipWheels
 from hpcstack.install.plan import INSTALL, SANITYCHECK, WriteFile
 from hpcstack.modules.envchange import SetEnv
@@ -274,9 +274,9 @@ def probed_versions(probed: dict[str, str]) -> list[tuple[str, str, str]]:
     ``nccl.h``'s ``NCCL_MAJOR``/``MINOR``/``PATCH``).
 
     Args:
-        probed (dict[str, str]): probe label -> output (labels of :meth:`HorovodBuild.key_probes`:
-            ``python`` (the stack's venv), ``C compiler``, ``C++ compiler``, ``MPI``, ``CUDA``,
-            ``NCCL``, ``cmake``).
+        probed (dict[str, str]): probe label -> output (labels of :meth:`SourceBuild.key_probes`:
+            ``python`` (the stack's venv), ``C compiler``, ``C++ compiler``, ``Fortran compiler``,
+            ``MPI``, ``CUDA``, ``NCCL``, ``cmake``).
 
     Returns:
         list[tuple[str, str, str]]: one entry per tool found; a tool that is absent (a CPU-only
@@ -286,7 +286,7 @@ def probed_versions(probed: dict[str, str]) -> list[tuple[str, str, str]]:
     m = re.match(r"\s*(\d+\.\d+\.\d+)", probed.get("python", ""))
     if m:
         out.append(("Python", m.group(1), probed["python"].strip().splitlines()[0]))
-    for label in ("C compiler", "C++ compiler", "cmake"):
+    for label in ("C compiler", "C++ compiler", "Fortran compiler", "cmake"):
         text = probed.get(label, "")
         first = text.strip().splitlines()[0] if text.strip() else ""
         m = re.search(r"(\d+\.\d+(?:\.\d+)?)", first)
