@@ -611,7 +611,7 @@ def cmd_kernel(args) -> int:
 
 def cmd_check_build(args) -> int:
     """``hpcstack check-build``: require Horovod build flags."""
-    from hpcstack.validate.checkbuild import check_build
+    from hpcstack.install.components.checkbuild import check_build
 
     if not shutil.which(args.horovodrun):
         raise HpcstackError(f"{args.horovodrun} not found (load the stack's module first)")

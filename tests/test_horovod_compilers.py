@@ -158,7 +158,7 @@ def test_patched_horovod_builds_and_checks(trixie, cmake4, tmp_path_factory, gcc
     assert f"g++-{gcc} (Debian {gcc}." in proc.stdout
     assert ("cmake version 4." if cmake == "pypi" else "cmake version 3.31") in proc.stdout
 
-    from hpcstack.validate.checkbuild import missing_flags, parse_check_build
+    from hpcstack.install.components.checkbuild import missing_flags, parse_check_build
 
     check_build = proc.stdout[proc.stdout.index("Horovod v"):]
     assert missing_flags(parse_check_build(check_build), ["PyTorch", "MPI", "Gloo"]) == []

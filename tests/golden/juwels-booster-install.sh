@@ -936,31 +936,40 @@ import torch_tb_profiler
 import horovod.torch
 import sklearn
 import ipykernel
-REQUIRED = ["PyTorch", "MPI", "Gloo", "NCCL"]
-import glob, os, horovod, horovod.torch as hvd, horovod.runner.launch
-def _ext(fw):
-    return bool(glob.glob(os.path.join(os.path.dirname(horovod.__file__), fw, "mpi_lib*.so")))
-flags = {"Frameworks": {"TensorFlow": _ext("tensorflow"), "PyTorch": True, "MXNet": _ext("mxnet")},
-         "Controllers": {"MPI": bool(hvd.mpi_built()), "Gloo": bool(hvd.gloo_built())},
-         "Operations": {"NCCL": bool(hvd.nccl_built()), "DDL": bool(hvd.ddl_built()),
-                        "CCL": bool(hvd.ccl_built()), "MPI": bool(hvd.mpi_built()),
-                        "Gloo": bool(hvd.gloo_built())}}
-headings = {"Frameworks": "Available Frameworks", "Controllers": "Available Controllers",
-            "Operations": "Available Tensor Operations"}
-print("Horovod v%s:" % horovod.__version__)
-for section, names in flags.items():
-    print("\n%s:" % headings[section])
-    for name, built in names.items():
-        print("    [%s] %s" % ("X" if built else " ", name))
-missing = []
-for req in REQUIRED:
-    section, _, name = req.rpartition(":")
-    sections = [section] if section else [s for s in flags if name in flags[s]]
-    if not sections:
-        missing.append(name)
-    missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
-if missing:
-    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
+print("imports ok: torch, torchvision, torchaudio, torchmetrics, torchtext, tensorboard, tensorboard_plugin_profile, tensorboard_plugin_wit, torch_tb_profiler, horovod.torch, sklearn, ipykernel")
+def _hpcstack_check_0():
+    REQUIRED = ["PyTorch", "MPI", "Gloo", "NCCL"]
+    import glob, os, horovod, horovod.torch as hvd, horovod.runner.launch
+    def _ext(fw):
+        return bool(glob.glob(os.path.join(os.path.dirname(horovod.__file__), fw, "mpi_lib*.so")))
+    flags = {"Frameworks": {"TensorFlow": _ext("tensorflow"), "PyTorch": True, "MXNet": _ext("mxnet")},
+             "Controllers": {"MPI": bool(hvd.mpi_built()), "Gloo": bool(hvd.gloo_built())},
+             "Operations": {"NCCL": bool(hvd.nccl_built()), "DDL": bool(hvd.ddl_built()),
+                            "CCL": bool(hvd.ccl_built()), "MPI": bool(hvd.mpi_built()),
+                            "Gloo": bool(hvd.gloo_built())}}
+    headings = {"Frameworks": "Available Frameworks", "Controllers": "Available Controllers",
+                "Operations": "Available Tensor Operations"}
+    print("Horovod v%s:" % horovod.__version__)
+    for section, names in flags.items():
+        print("\n%s:" % headings[section])
+        for name, built in names.items():
+            print("    [%s] %s" % ("X" if built else " ", name))
+    missing = []
+    for req in REQUIRED:
+        section, _, name = req.rpartition(":")
+        sections = [section] if section else [s for s in flags if name in flags[s]]
+        if not sections:
+            missing.append(name)
+        missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
+    if missing:
+        sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
+print("--- hpcstack check: horovod build flags"); _hpcstack_check_0()
+def _hpcstack_check_1():
+    path = "/p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark"
+    with open(path) as f:
+        compile(f.read(), path, "exec")
+    print("compiles:", path)
+print("--- hpcstack check: trainer"); _hpcstack_check_1()
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config

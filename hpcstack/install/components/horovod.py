@@ -9,17 +9,77 @@ actions follow :class:`hpcstack.install.actions.Action`.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from dataclasses import dataclass, field
+from functools import partial
 
 from hpcstack.errors import HpcstackError
 from hpcstack.install.actions import ActionBase, ExecContext, Run, bash_word
 from hpcstack.install.plan import BUILD
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.components.sanity import PythonCheck
+from hpcstack.install.components.checkbuild import missing_flags, parse_check_build
+from hpcstack.install.components.sanity import PythonCheck, PythonSnippet
 from hpcstack.install.components.source import Patch, SourceBuild
+
+
+#: Horovod's part of the one-interpreter sanity check: the report ``horovodrun --check-build``
+#: prints (Horovod 0.28.1, ``horovod/runner/launch.py`` ``check_build``), made from the same
+#: ``*_built()`` functions of ``horovod.torch`` in this process, then the required flags
+#: (``REQUIRED``) with the rules of :func:`hpcstack.install.components.checkbuild.missing_flags`.
+#: A framework other than PyTorch counts as built when its extension library is there (nothing
+#: of it is imported). It also imports ``horovod.runner.launch``, the module ``horovodrun`` runs.
+_BUILD_FLAGS = '''
+import glob, os, horovod, horovod.torch as hvd, horovod.runner.launch
+def _ext(fw):
+    return bool(glob.glob(os.path.join(os.path.dirname(horovod.__file__), fw, "mpi_lib*.so")))
+flags = {"Frameworks": {"TensorFlow": _ext("tensorflow"), "PyTorch": True, "MXNet": _ext("mxnet")},
+         "Controllers": {"MPI": bool(hvd.mpi_built()), "Gloo": bool(hvd.gloo_built())},
+         "Operations": {"NCCL": bool(hvd.nccl_built()), "DDL": bool(hvd.ddl_built()),
+                        "CCL": bool(hvd.ccl_built()), "MPI": bool(hvd.mpi_built()),
+                        "Gloo": bool(hvd.gloo_built())}}
+headings = {"Frameworks": "Available Frameworks", "Controllers": "Available Controllers",
+            "Operations": "Available Tensor Operations"}
+print("Horovod v%s:" % horovod.__version__)
+for section, names in flags.items():
+    print("\\n%s:" % headings[section])
+    for name, built in names.items():
+        print("    [%s] %s" % ("X" if built else " ", name))
+missing = []
+for req in REQUIRED:
+    section, _, name = req.rpartition(":")
+    sections = [section] if section else [s for s in flags if name in flags[s]]
+    if not sections:
+        missing.append(name)
+    missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
+if missing:
+    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
+'''
+
+
+def _verify_flags(required: tuple[str, ...], output: str) -> list[str]:
+    """Parse the report the snippet printed (from its ``Horovod vX.Y.Z:`` line: what an import
+    printed before is not ours) and require the flags again, failing closed."""
+    starts = [m.start() for m in re.finditer(r"^Horovod v", output, re.M)]
+    report = output[starts[-1]:] if starts else output
+    missing = missing_flags(parse_check_build(report), required)
+    return ["missing " + ", ".join(f"[X] {m}" for m in missing)] if missing else []
+
+
+def build_flags_check(required: tuple[str, ...]) -> PythonSnippet:
+    """Horovod's contribution to the one-interpreter sanity check: the ``horovodrun
+    --check-build`` report made in-process, requiring ``required`` (``Name`` or
+    ``Section:Name``, as for ``hpcstack check-build``), kept as ``check-build.txt``.
+
+    Args:
+        required (tuple[str, ...]): flags that must be ``[X]``, e.g. ``("PyTorch", "MPI", "Gloo")``.
+    """
+    required = tuple(required)
+    code = f"REQUIRED = {json.dumps(list(required))}\n" + _BUILD_FLAGS.strip("\n")
+    return PythonSnippet("horovod build flags", code, verify=partial(_verify_flags, required),
+                         record="check-build.txt")
 
 
 @dataclass(frozen=True)
@@ -158,14 +218,16 @@ class HorovodBuild(SourceBuild):
         return steps
 
     def sanity_actions(self, ctx: PlanContext) -> list:
-        """The build flags of :meth:`required_flags`, checked in one process with the recipe's
-        imports (:class:`PythonCheck`), or by ``horovodrun --check-build`` itself
-        (:class:`CheckBuild`) when ``check_build="horovodrun"``."""
+        """The build flags of :meth:`required_flags`, checked in the recipe's one interpreter
+        (:func:`build_flags_check` in a :class:`PythonCheck`, with ``imports`` and ``checks``), or
+        by ``horovodrun --check-build`` itself (:class:`CheckBuild`) when ``check_build="horovodrun"``."""
+        required = self.required_flags(ctx)
         if self.check_build == "horovodrun":
-            return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
-                               self.required_flags(ctx),
+            return [*super().sanity_actions(ctx),
+                    CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"), required,
                                prepend=self.build_prepend(ctx))]
-        return [PythonCheck(ctx.python, horovod=self.required_flags(ctx), prepend=self.build_prepend(ctx))]
+        return [PythonCheck(ctx.python, tuple(self.imports), checks=(*self.checks, build_flags_check(required)),
+                            prepend=self.build_prepend(ctx))]
 
 
 @dataclass(frozen=True)
@@ -247,7 +309,7 @@ class CheckBuild(ActionBase):
     """Run ``horovodrun --check-build`` and require flags (the Horovod build's sanity check).
 
     The dry-run line is ``hpcstack check-build --horovodrun … --require …``, which calls the same
-    :func:`hpcstack.validate.checkbuild.check_build` as :meth:`execute`, in the environment built
+    :func:`hpcstack.install.components.checkbuild.check_build` as :meth:`execute`, in the environment built
     from the same ``env`` and ``prepend`` (:meth:`Run.command_env`). :meth:`execute` also keeps
     the output as ``check-build.txt`` in the build's ``.hpcstack`` (provenance).
 
@@ -280,7 +342,7 @@ class CheckBuild(ActionBase):
 
     def execute(self, ctx: ExecContext) -> None:
         from hpcstack.fsutil import write_atomic
-        from hpcstack.validate.checkbuild import check_build
+        from hpcstack.install.components.checkbuild import check_build
 
         env = self._run().command_env(ctx.env)
         ctx.log.write(f"$ {self.to_bash()}\n")

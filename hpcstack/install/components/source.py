@@ -332,6 +332,8 @@ class SourceBuild:
             to the toolchain's, and ``nvcc --version`` and NCCL's version enter the key. Default False.
         imports (tuple[str, ...]): modules the sanity check imports (in the recipe's one
             interpreter, :class:`hpcstack.install.components.sanity.PythonCheck`); default none.
+        checks (tuple[PythonSnippet, ...]): checks of the built package run in that interpreter
+            after the imports (:class:`hpcstack.install.components.sanity.PythonSnippet`); default none.
 
     Raises:
         HpcstackError: (when run) a download or patch whose sha256 differs, a failed build.
@@ -349,6 +351,7 @@ class SourceBuild:
     built_against: tuple[str, ...] = ()
     cuda: bool = False
     imports: tuple[str, ...] = ()
+    checks: tuple = ()
 
     # -- paths
     def sdist(self, ctx: PlanContext) -> str:
@@ -394,12 +397,14 @@ class SourceBuild:
         return {}
 
     def sanity_actions(self, ctx: PlanContext) -> list:
-        """The sanity check's actions: :attr:`imports` in the recipe's one interpreter (none when empty)."""
+        """The sanity check's actions: :attr:`imports` and :attr:`checks` in the recipe's one
+        interpreter (none when both are empty)."""
         from hpcstack.install.components.sanity import PythonCheck
 
-        if not self.imports:
+        if not (self.imports or self.checks):
             return []
-        return [PythonCheck(ctx.python, tuple(self.imports), prepend=self.build_prepend(ctx))]
+        return [PythonCheck(ctx.python, tuple(self.imports), checks=tuple(self.checks),
+                            prepend=self.build_prepend(ctx))]
 
     # -- the build key (see CachedWheelBuild); subclasses add probes
     def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
