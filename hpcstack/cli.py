@@ -620,8 +620,9 @@ def cmd_check_build(args) -> int:
 
 
 def cmd_action(args) -> int:
-    """``hpcstack action VERB …``: the dry-run script's fetch and unpack lines, run with the code
-    of the real run (:func:`hpcstack.install.actions.cli`)."""
+    """``hpcstack action VERB …``: the dry-run script's fetch, unpack and components' lines, run
+    with the code of the real run (:func:`hpcstack.install.actions.cli`)."""
+    import hpcstack.install.components  # noqa: F401  (the components register their verbs)
     from hpcstack.install.actions import cli
 
     return cli(args.words)

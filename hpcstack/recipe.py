@@ -70,11 +70,6 @@ def recipe_path(spec: str, search: SearchPath | None = None) -> Path:
     raise ConfigError([f"unknown recipe '{spec}' (known: {known}; searched: {search.describe()})"])
 
 
-def known_recipes(search: SearchPath | None = None) -> list[str]:
-    """Return the recipe specs (``name/version``) on the search path."""
-    return [e.name for e in (search or default_search_path()).entries(RECIPES)]
-
-
 def check_syntax(path: Path) -> str | None:
     """Compile a recipe file without running it (in its own namespace: no future imports inherited).
 

@@ -25,7 +25,7 @@ from hpcstack.install.actions import (Action, Capture, Fetch, Publish, Run, Unpa
 from hpcstack.install.components.horovod import CheckBuild
 from hpcstack.install.components.source import CachedWheelBuild
 from hpcstack.errors import HpcstackError
-from hpcstack.modules.writer import WriteDefault
+from hpcstack.install.components.modulefile import WriteDefault
 
 #: PATH for the dry-run lines: the installed ``hpcstack`` command first (``hpcstack action …``).
 BASH_ENV = {**{k: v for k, v in os.environ.items() if k not in ("BASH_ENV", "ENV")},

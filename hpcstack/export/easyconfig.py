@@ -39,7 +39,7 @@ import os
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError
-from hpcstack.export import register_exporter
+from hpcstack.export.formats import register_exporter
 from hpcstack.templates import add_filters
 
 #: Module names (lower case) -> EasyBuild software names, for the site's modules.
@@ -125,10 +125,6 @@ class EasyConfig:
     description = ("an EasyBuild easyconfig (PythonBundle; every locked file with URL and sha256) "
                    "installing the stack on the site's Python module; patches go next to it")
     suffix = ".eb"
-
-    def file_name(self, recipe) -> str:
-        """EasyBuild's file name for the easyconfig, e.g. ``pytorch-2.3.1-gpu.eb``."""
-        return f"{recipe.name}-{recipe.version}.eb"
 
     def extra_files(self, recipe, site, plan) -> dict[str, str]:
         """Files EasyBuild finds next to the easyconfig: the recipe's patches, name -> path."""

@@ -120,7 +120,7 @@ class HorovodBuild(SourceBuild):
             from ``horovod.torch``'s ``mpi_built()``, ``gloo_built()``, ``nccl_built()``, … in the
             one interpreter that also runs the recipe's imports (:class:`PythonCheck`: 1.5 s, where
             ``horovodrun --check-build`` forks about 13 processes that each import torch: 6 s on
-            2 cores, issue 14); ``"horovodrun"`` runs ``horovodrun --check-build`` itself.
+            2 cores); ``"horovodrun"`` runs ``horovodrun --check-build`` itself.
 
     Example:
         ``HorovodBuild("horovod", "0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
@@ -236,7 +236,7 @@ class CudaArchCheck(ActionBase):
 
     CUDA 13 dropped compute capability 7.0 (V100): ``nvcc --list-gpu-arch`` of 13.0 starts at
     ``compute_75``, so a site with ``cuda.cc_list: [70]`` needs a CUDA 12.x toolkit (the CUDA
-    13.0 release notes; issue 10). The install's preflight runs :meth:`preflight` before anything
+    13.0 release notes). The install's preflight runs :meth:`preflight` before anything
     is written; the dry-run prints the same check as bash (``nvcc --list-gpu-arch`` and a
     ``grep`` for each capability), and :meth:`execute` runs that bash, so the three agree.
 

@@ -227,8 +227,8 @@ class PrepareAhead(ActionBase):
 
     The patch step runs in the background while the venv and wheels steps run
     (:data:`hpcstack.install.plan.BACKGROUND_STEPS`), so on a first install the unpack and patch
-    overlap the downloads of the wheels (issue 14). Whether the build step will miss is known
-    only there (its key probes the venv's torch), so this does the work only when the cache
+    overlap the downloads of the wheels. Whether the build step will miss is known
+    only there (its key probes the venv), so this does the work only when the cache
     holds no wheel of this package and version at all (a first install, a new version); then
     it writes ``ready`` with :meth:`digest`, which :class:`CachedWheelBuild` takes as "the tree
     is ready". Otherwise it does nothing and a miss prepares in the build step, as before.
