@@ -127,6 +127,10 @@ def test_the_check_names_no_package_and_runs_each_components_snippet_in_its_own_
     bad = PythonSnippet("three", "sys.exit('three: the library is not the site\\'s')")
     with pytest.raises(HpcstackError, match="three: the library is not the site's"):
         PythonCheck("python3", checks=(one, bad)).execute(Ctx())
+    noisy = PythonSnippet("noisy", "print('noise of an import')\nprint('Report v1')\nprint('ok')",
+                          record="noisy.txt", start=r"^Report v")
+    PythonCheck("python3", checks=(noisy,)).execute(Ctx(state_dir=tmp_path))
+    assert (tmp_path / "noisy.txt").read_text() == "Report v1\nok\n"
     with pytest.raises(HpcstackError, match="^two: no two$"):
         PythonCheck("python3", checks=(PythonSnippet("two", "print('two 3')", verify=verify),)).execute(Ctx())
 

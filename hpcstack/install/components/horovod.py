@@ -59,11 +59,9 @@ if missing:
 '''
 
 
-def _verify_flags(required: tuple[str, ...], output: str) -> list[str]:
-    """Parse the report the snippet printed (from its ``Horovod vX.Y.Z:`` line: what an import
-    printed before is not ours) and require the flags again, failing closed."""
-    starts = [m.start() for m in re.finditer(r"^Horovod v", output, re.M)]
-    report = output[starts[-1]:] if starts else output
+def _verify_flags(required: tuple[str, ...], report: str) -> list[str]:
+    """Parse the report the snippet printed (from its ``Horovod vX.Y.Z:`` line on) and require
+    the flags again, failing closed."""
     missing = missing_flags(parse_check_build(report), required)
     return ["missing " + ", ".join(f"[X] {m}" for m in missing)] if missing else []
 
@@ -79,7 +77,7 @@ def build_flags_check(required: tuple[str, ...]) -> PythonSnippet:
     required = tuple(required)
     code = f"REQUIRED = {json.dumps(list(required))}\n" + _BUILD_FLAGS.strip("\n")
     return PythonSnippet("horovod build flags", code, verify=partial(_verify_flags, required),
-                         record="check-build.txt")
+                         record="check-build.txt", start=r"^Horovod v")
 
 
 @dataclass(frozen=True)

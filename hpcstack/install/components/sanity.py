@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import textwrap
 from dataclasses import dataclass, field, replace
@@ -42,6 +43,9 @@ class PythonSnippet:
             Default None: nothing more.
         record (str): a file name under the build's ``.hpcstack`` directory where the section's
             output is kept (provenance), e.g. ``"check-build.txt"``; default ``""``: none.
+        start (str): a regular expression: the report is the section's output from the last line
+            it matches on (what the snippet's own imports printed before is not the report); what
+            ``verify`` sees and ``record`` keeps. Default ``""``: the whole section.
 
     Example:
         ``PythonSnippet("mpi library", "from mpi4py import MPI; print(MPI.Get_library_version())")``
@@ -51,6 +55,12 @@ class PythonSnippet:
     code: str
     verify: Callable[[str], list[str]] | None = None
     record: str = ""
+    start: str = ""
+
+    def report(self, section: str) -> str:
+        """The report in the section's output: from the last line matching :attr:`start` on."""
+        starts = [m.start() for m in re.finditer(self.start, section, re.M)] if self.start else []
+        return section[starts[-1]:] if starts else section
 
 
 @dataclass(frozen=True)
@@ -164,18 +174,19 @@ class PythonCheck(ActionBase):
             last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
             raise HpcstackError(f"sanity check in {self.python}: {last}")
         sections = self.sections(proc.stdout)
+        reports = {}
         for check in self.checks:
-            text = sections.get(check.name)
-            if text is None:
+            if check.name not in sections:
                 raise HpcstackError(f"sanity check in {self.python}: {check.name} printed no report")
-            problems = check.verify(text) if check.verify else []
+            reports[check.name] = check.report(sections[check.name])
+            problems = check.verify(reports[check.name]) if check.verify else []
             if problems:
                 raise HpcstackError(f"{check.name}: {problems[0]}")
         state_dir = getattr(ctx, "state_dir", None)
         if state_dir is not None:  # provenance: what each check reported
             for check in self.checks:
                 if check.record:
-                    write_atomic(os.path.join(state_dir, check.record), sections[check.name])
+                    write_atomic(os.path.join(state_dir, check.record), reports[check.name])
 
 
 def merge_python_checks(actions: list) -> list:
