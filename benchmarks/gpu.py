@@ -13,7 +13,7 @@ own PyTorch module) and which may have no network, this script:
    ``HOROVOD_GPU_OPERATIONS=NCCL``, ``HOROVOD_CUDA_HOME``, ``HOROVOD_NCCL_HOME``,
    ``HOROVOD_BUILD_CUDA_CC_LIST``, …), from the recipe's sdist and patches, each checked against
    the recipe's sha256, with ``pip wheel --no-build-isolation`` against the machine's torch;
-3. reads ``horovodrun --check-build`` with :mod:`hpcstack.validate.checkbuild` and requires the
+3. reads ``horovodrun --check-build`` with :mod:`hpcstack.install.components.checkbuild` and requires the
    recipe's flags for the site (``[X] NCCL`` included);
 4. trains with ``hpcstack-train-benchmark`` on the GPU for each backend (Horovod, DDP) and each
    workload of the recipe's validation (``gpu``: ResNet-50 fp32 batch 32; ``gpu-amp``: AMP batch
@@ -152,7 +152,8 @@ def build_env(site_path: Path, facts: dict) -> tuple[object, Path, dict]:
     operations Gloo (said in the summary: the recipe requires ``[X] MPI``, so such a build is a
     GPU-path measurement, not a stack the recipe would publish).
     """
-    from hpcstack.install.components.horovod import CachedWheelBuild, CudaArchCheck, HorovodBuild
+    from hpcstack.install.components.horovod import CudaArchCheck, HorovodBuild
+    from hpcstack.install.components.source import CachedWheelBuild
     from hpcstack.install.resolve import resolve
     from hpcstack.recipe import load_recipe, recipe_path
     from hpcstack.site import load_site
@@ -229,13 +230,13 @@ def required_flags(build, facts: dict) -> tuple[str, ...]:
 
 def check_build(site_dir: Path, required: tuple[str, ...], env: dict) -> dict:
     """``horovodrun --check-build`` of the installed wheel, required as the install requires it
-    (:func:`hpcstack.validate.checkbuild.check_build`: fails closed on output that does not parse).
+    (:func:`hpcstack.install.components.checkbuild.check_build`: fails closed on output that does not parse).
 
     Returns:
         dict: ``text`` (the report, or the one-line error) and ``ok``.
     """
     from hpcstack.errors import HpcstackError
-    from hpcstack.validate.checkbuild import check_build as require
+    from hpcstack.install.components.checkbuild import check_build as require
 
     try:
         return {"text": require(str(site_dir / "bin" / "horovodrun"), list(required), env), "ok": True}

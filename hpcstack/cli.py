@@ -616,7 +616,7 @@ def cmd_kernel(args) -> int:
 
 def cmd_check_build(args) -> int:
     """``hpcstack check-build``: require Horovod build flags."""
-    from hpcstack.validate.checkbuild import check_build
+    from hpcstack.install.components.checkbuild import check_build
 
     if not shutil.which(args.horovodrun):
         raise HpcstackError(f"{args.horovodrun} not found (load the stack's module first)")
@@ -625,8 +625,9 @@ def cmd_check_build(args) -> int:
 
 
 def cmd_action(args) -> int:
-    """``hpcstack action VERB …``: the dry-run script's fetch and unpack lines, run with the code
-    of the real run (:func:`hpcstack.install.actions.cli`)."""
+    """``hpcstack action VERB …``: the dry-run script's fetch, unpack and components' lines, run
+    with the code of the real run (:func:`hpcstack.install.actions.cli`)."""
+    import hpcstack.install.components  # noqa: F401  (the components register their verbs)
     from hpcstack.install.actions import cli
 
     return cli(args.words)

@@ -7,6 +7,8 @@ components contribute actions to the standard steps (:data:`hpcstack.plan.STEP_O
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import importlib.util
 import sys
 import traceback
@@ -68,19 +70,14 @@ def recipe_path(spec: str, search: SearchPath | None = None) -> Path:
     raise ConfigError([f"unknown recipe '{spec}' (known: {known}; searched: {search.describe()})"])
 
 
-def known_recipes(search: SearchPath | None = None) -> list[str]:
-    """Return the recipe specs (``name/version``) on the search path."""
-    return [e.name for e in (search or default_search_path()).entries(RECIPES)]
-
-
 def check_syntax(path: Path) -> str | None:
-    """Compile a recipe file without running it.
+    """Compile a recipe file without running it (in its own namespace: no future imports inherited).
 
     Returns:
         str | None: one line ``"<file>:<line>: syntax error in recipe: <msg>"``, or None when it compiles.
     """
     try:
-        compile(path.read_text(), str(path), "exec")
+        _compile(path)
     except SyntaxError as exc:
         return f"{path}:{exc.lineno}: syntax error in recipe: {exc.msg}"
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -88,8 +85,52 @@ def check_syntax(path: Path) -> str | None:
     return None
 
 
+def _compile(path: Path):
+    """The recipe's code object, compiled as a module of its own: ``dont_inherit=True`` keeps this
+    file's ``from __future__ import annotations`` out of it (a recipe's annotations are evaluated
+    as in any module, so ``dataclasses`` and ``typing.get_type_hints`` see real types)."""
+    return compile(path.read_text(), str(path), "exec", dont_inherit=True)
+
+
+def module_name(path: Path) -> str:
+    """The name a recipe file is registered under in ``sys.modules``: unique per file
+    (``hpcstack_recipe_<stem>_<12 hex digits of the path's sha256>``), never a real package's."""
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    stem = "".join(c if c.isalnum() else "_" for c in path.stem)
+    return f"hpcstack_recipe_{stem}_{digest}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _recipe_line(path: Path, tb) -> int | None:
+    """The line of the recipe file in a traceback: its innermost frame in that file (the call
+    into a component that raised, or the recipe's own statement), None when none is there."""
+    lines = [f.lineno for f in traceback.extract_tb(tb) if f.filename == str(path)]
+    return lines[-1] if lines else None
+
+
+def _element_lines(path: Path, count: int) -> list[int | None]:
+    """The line of each element of the recipe's ``components=[...]`` list, when the source has
+    one such list literal with ``count`` elements; else a list of None."""
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return [None] * count
+    lists = [kw.value for node in ast.walk(tree) if isinstance(node, ast.Call) for kw in node.keywords
+             if kw.arg == "components" and isinstance(kw.value, ast.List)]
+    if len(lists) == 1 and len(lists[0].elts) == count:
+        return [e.lineno for e in lists[0].elts]
+    return [None] * count
+
+
 def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
-    """Load a recipe file and call its ``recipe(site)``.
+    """Load a recipe file as a Python module of its own and call its ``recipe(site)``.
+
+    The file is compiled on its own (no future imports inherited from hpcstack) and registered in
+    ``sys.modules`` under :func:`module_name` (replacing an earlier load of the same file), so a
+    recipe may define dataclasses, use type hints and define components of its own, as any module.
 
     Args:
         spec (str): ``name/version`` or a path to a recipe file.
@@ -101,18 +142,22 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
         Recipe: with ``directory`` set.
 
     Raises:
-        ConfigError: the file is missing, has a syntax error (file and line given), raises, or
-            does not return a :class:`Recipe`.
+        ConfigError: one line naming the recipe file and its line: the file is missing, has a
+            syntax error, raises anything while it loads or in ``recipe(site)``, defines no
+            ``recipe(site)``, does not return a :class:`Recipe`, or lists an object that is not a
+            component (it has no ``contribute(ctx)``).
     """
     path = recipe_path(spec, search)
-    module_name = "hpcstack_recipe_" + "".join(c if c.isalnum() else "_" for c in str(path))
     try:
-        source = path.read_text()
-        code = compile(source, str(path), "exec")
+        code = _compile(path)
     except SyntaxError as exc:
         raise ConfigError([f"{path}:{exc.lineno}: syntax error in recipe: {exc.msg}"])
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(module_name, loader=None))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError([f"{path}: cannot read recipe: {_one_line(exc)}"])
+    name = module_name(path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=str(path)))
     module.__file__ = str(path)
+    sys.modules[name] = module
     try:
         exec(code, module.__dict__)
         func = getattr(module, "recipe", None)
@@ -122,10 +167,17 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
     except ConfigError:
         raise
     except Exception as exc:
-        frame = traceback.extract_tb(sys.exc_info()[2])[-1]
-        raise ConfigError([f"{path}:{frame.lineno}: recipe failed: {type(exc).__name__}: {exc}"])
+        line = _recipe_line(path, sys.exc_info()[2])
+        where = f"{path}:{line}" if line else str(path)
+        raise ConfigError([f"{where}: recipe failed: {type(exc).__name__}: {_one_line(exc)}"]) from None
     if not isinstance(result, Recipe):
         raise ConfigError([f"{path}: recipe(site) returned {type(result).__name__}, not a Recipe"])
+    components = list(result.components)
+    for index, (component, line) in enumerate(zip(components, _element_lines(path, len(components))), 1):
+        if not callable(getattr(component, "contribute", None)):
+            where = f"{path}:{line}" if line else str(path)
+            raise ConfigError([f"{where}: component {index} of the recipe is {type(component).__name__} "
+                               f"{_one_line(repr(component))[:60]}, not a component (it has no contribute(ctx))"])
     result.directory = path.parent
     entry = (search or default_search_path()).find(RECIPES, spec) if Path(spec).suffix != ".py" else None
     result.ref = spec if entry and entry.repo.origin != "--repo" else str(path)

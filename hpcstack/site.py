@@ -356,11 +356,6 @@ def site_path(name_or_path: str, search: SearchPath | None = None) -> Path:
                        "or give the path of a site config .yaml)"])
 
 
-def known_sites(search: SearchPath | None = None) -> list[str]:
-    """Return the names of the site configs on the search path."""
-    return [e.name for e in (search or default_search_path()).entries(SITES)]
-
-
 def validate(data: object, where: str) -> list[str]:
     """Validate a loaded site config against :data:`SCHEMA`.
 

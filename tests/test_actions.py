@@ -22,9 +22,10 @@ from conftest import HPCSTACK, make_sdist
 from hpcstack.fsutil import sha256_file
 from hpcstack.install.actions import (Action, Capture, Fetch, Publish, Run, Unpack, VerifySha256, WriteFile,
                                       walk_commands)
-from hpcstack.install.components.horovod import CachedWheelBuild, CheckBuild
+from hpcstack.install.components.horovod import CheckBuild
+from hpcstack.install.components.source import CachedWheelBuild
 from hpcstack.errors import HpcstackError
-from hpcstack.modules.writer import WriteDefault
+from hpcstack.install.components.modulefile import WriteDefault
 
 pytestmark = pytest.mark.unit
 

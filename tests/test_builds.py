@@ -217,7 +217,7 @@ def test_preflight_names_missing_commands_and_compilers(tmp_path):
 
 
 def test_preflight_sees_the_commands_nested_in_a_cached_build(tmp_path):
-    from hpcstack.install.components.horovod import CachedWheelBuild
+    from hpcstack.install.components.source import CachedWheelBuild
 
     build = Run(("true",), env={"CXX": "no-such-cxx"})
     cached = CachedWheelBuild("x", str(tmp_path / "cache"), str(tmp_path / "dist"), build,

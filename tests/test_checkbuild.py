@@ -4,7 +4,7 @@ import pytest
 
 from conftest import CHECK_BUILD_CPU as CPU_OUTPUT
 from conftest import CHECK_BUILD_NCCL as CIRRUS_OUTPUT
-from hpcstack.validate.checkbuild import missing_flags, parse_check_build
+from hpcstack.install.components.checkbuild import missing_flags, parse_check_build
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +42,7 @@ import stat  # noqa: E402
 import pytest  # noqa: E402
 
 from conftest import hpcstack  # noqa: E402
-from hpcstack.validate.checkbuild import CheckBuildParseError  # noqa: E402
+from hpcstack.install.components.checkbuild import CheckBuildParseError  # noqa: E402
 
 
 @pytest.mark.parametrize("text, reason", [

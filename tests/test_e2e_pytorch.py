@@ -85,7 +85,7 @@ def test_module_load_gives_torch_and_horovod_and_unload_restores(installed):
 def test_check_build_under_the_module_shows_pytorch_mpi_gloo(installed):
     proc = bash_modules(f"{USE}; module load pytorch/2.3.1-gpu && horovodrun --check-build")
     assert proc.returncode == 0, proc.stderr
-    from hpcstack.validate.checkbuild import missing_flags, parse_check_build
+    from hpcstack.install.components.checkbuild import missing_flags, parse_check_build
 
     flags = parse_check_build(proc.stdout)
     assert missing_flags(flags, ["PyTorch", "MPI", "Gloo"]) == []

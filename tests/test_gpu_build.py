@@ -58,7 +58,7 @@ def installed(site_file, installed_stack):
 
 
 def test_sanity_check_shows_nccl(installed):
-    from hpcstack.validate.checkbuild import missing_flags, parse_check_build
+    from hpcstack.install.components.checkbuild import missing_flags, parse_check_build
 
     flags = parse_check_build((PREFIX / ".hpcstack" / "check-build.txt").read_text())
     assert missing_flags(flags, ["PyTorch", "MPI", "Gloo", "NCCL"]) == []

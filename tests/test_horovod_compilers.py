@@ -48,7 +48,8 @@ HOST_PATHS = ("/usr/bin/python3.11", "/usr/lib/python3.11", "/usr/include/python
 def _horovod():
     """The recipe's HorovodBuild component, its patch directory, and the variables the localhost
     site builds it with (the build step's :class:`CachedWheelBuild` of the plan)."""
-    from hpcstack.install.components.horovod import CachedWheelBuild, HorovodBuild
+    from hpcstack.install.components.horovod import HorovodBuild
+    from hpcstack.install.components.source import CachedWheelBuild
     from hpcstack.install.resolve import resolve
     from hpcstack.recipe import load_recipe, recipe_path
     from hpcstack.site import load_site
@@ -159,7 +160,7 @@ def test_patched_horovod_builds_and_checks(trixie, cmake4, tmp_path_factory, gcc
     assert f"g++-{gcc} (Debian {gcc}." in proc.stdout
     assert ("cmake version 4." if cmake == "pypi" else "cmake version 3.31") in proc.stdout
 
-    from hpcstack.validate.checkbuild import missing_flags, parse_check_build
+    from hpcstack.install.components.checkbuild import missing_flags, parse_check_build
 
     check_build = proc.stdout[proc.stdout.index("Horovod v"):]
     assert missing_flags(parse_check_build(check_build), ["PyTorch", "MPI", "Gloo"]) == []

@@ -14,7 +14,7 @@ import yaml
 
 from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
 from hpcstack import data_root
-from hpcstack.install.components.horovod import CachedWheelBuild
+from hpcstack.install.components.source import CachedWheelBuild
 from hpcstack.install.plan import BUILD
 from hpcstack.recipe import load_recipe
 from hpcstack.install.resolve import resolve
@@ -178,7 +178,7 @@ def test_key_covers_what_changes_the_binary_and_not_make_parallelism(horovod_bui
     (other / "mpicc").chmod(0o755)
     assert key(PATH=f"{other}:{os.environ['PATH']}") != base
     text = horovod_build.key_text(_env())
-    for line in ("hpcstack build key v1", "package horovod 0.28.1", "--- MPI", "HOROVOD_WITH_MPI=1",
+    for line in ("hpcstack build key v2", "package horovod 0.28.1", "--- MPI", "HOROVOD_WITH_MPI=1",
                  "HOROVOD_WITHOUT_CUDA=1"):
         assert line in text, line
     assert "MAKEFLAGS" not in text
@@ -269,7 +269,7 @@ def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv)
     assert "a wheel of this version is in" in patch_b and "hpcstack action unpack" not in patch_b
     entries = list((tiny_uv["cache"] / "builds" / "tinypkg-1.0").iterdir())
     assert len(entries) == 1 and len(entries[0].name) == 24
-    assert (entries[0] / "key.txt").read_text().startswith("hpcstack build key v1\npackage tinypkg 1.0\n")
+    assert (entries[0] / "key.txt").read_text().startswith("hpcstack build key v2\npackage tinypkg 1.0\n")
     assert list(entries[0].glob("tinypkg-1.0-*.whl"))
     python = _prefix(tiny_uv, "b") / "venv" / "bin" / "python"
     subprocess.run([str(python), "-c", "import tinypkg; assert tinypkg.PATCHED"], check=True)

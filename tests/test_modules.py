@@ -18,7 +18,7 @@ import pytest
 from conftest import assert_golden, REPO, hpcstack, make_sdist, write_tiny_recipe
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install.components import Modulefile, StackTools, Venv
-from hpcstack.install.components.modulefile import render_for_prefix
+from hpcstack.install.components.modulefile import WriteDefault, render_for_prefix
 from hpcstack.install.plan import MODULE, WriteFile
 from hpcstack.install.resolve import resolve
 from hpcstack.modules import writer as modules
@@ -361,9 +361,9 @@ def test_install_writes_a_default_only_when_there_is_none(tree):
     tree.add_stack("2.3.1-gpu")
     assert loaded_version(tree) == "2.3.1-gpu"           # no default: the highest version
     module_dir = str(tree.root / "pytorch")
-    modules.WriteDefault(module_dir, "pytorch", "2.2.0-gpu", tree.combo.syntax).execute(_Log())
+    WriteDefault(module_dir, "pytorch", "2.2.0-gpu", tree.combo.syntax).execute(_Log())
     assert loaded_version(tree) == "2.2.0-gpu"           # the first install became the default
-    modules.WriteDefault(module_dir, "pytorch", "2.3.1-gpu", tree.combo.syntax).execute(_Log())
+    WriteDefault(module_dir, "pytorch", "2.3.1-gpu", tree.combo.syntax).execute(_Log())
     assert loaded_version(tree) == "2.2.0-gpu"           # a later install does not move it
 
 
@@ -389,8 +389,8 @@ def test_to_bash_writes_what_execute_writes(tmp_path):
         a, b = tmp_path / syntax / "a", tmp_path / syntax / "b"
         a.mkdir(parents=True)
         b.mkdir(parents=True)
-        modules.WriteDefault(str(a), "pytorch", "2.3.1-gpu", syntax, "localhost").execute(_Log())
-        script = modules.WriteDefault(str(b), "pytorch", "2.3.1-gpu", syntax, "localhost").to_bash()
+        WriteDefault(str(a), "pytorch", "2.3.1-gpu", syntax, "localhost").execute(_Log())
+        script = WriteDefault(str(b), "pytorch", "2.3.1-gpu", syntax, "localhost").to_bash()
         for _ in range(2):   # the second run finds the default and leaves it
             subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=True)
         name = modules.DEFAULT_FILES[syntax]

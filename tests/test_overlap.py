@@ -19,7 +19,7 @@ import pytest
 from conftest import HPCSTACK, hpcstack, make_sdist, write_tiny_recipe
 from hpcstack.errors import HpcstackError
 from hpcstack.install.actions import Run, Unpack
-from hpcstack.install.components.horovod import PrepareAhead
+from hpcstack.install.components.source import PrepareAhead
 from hpcstack.install.plan import Step
 from hpcstack.install.runner import StepContext, run_actions
 
@@ -96,7 +96,7 @@ def test_prepare_ahead_unpacks_only_when_no_wheel_is_cached_in_bash_as_in_python
             (root / "k" / "tinypkg-1.0-py3-none-any.whl").write_bytes(b"")
         src = tmp_path / side / "src"
         action = PrepareAhead(str(root), str(src / ".tinypkg-1.0.prepared"), (Unpack(str(sdist), str(src)),),
-                              ("hpcstack build key v1", "package tinypkg 1.0"))
+                              ("hpcstack build key v2", "package tinypkg 1.0"))
         if side == "python":
             action.execute(StepContext({}, io.StringIO(), None))
         else:

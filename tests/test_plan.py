@@ -62,7 +62,7 @@ def test_cirrus_modulefile_has_no_build_environment(cirrus_script):
 
 
 def test_cirrus_sanity_requires_nccl(cirrus_script):
-    line = next(l for l in cirrus_script.splitlines() if l.startswith("REQUIRED = "))
+    line = next(l.strip() for l in cirrus_script.splitlines() if l.strip().startswith("REQUIRED = "))
     assert line == 'REQUIRED = ["PyTorch", "MPI", "Gloo", "NCCL"]'
 
 

@@ -160,13 +160,6 @@ def test_judging_never_imports_rendering():
     assert not {m for m in imported if m and ("render" in m or "matplotlib" in m or m == "json")}, imported
 
 
-def test_the_old_report_module_still_gives_both():
-    from hpcstack.validate import report
-
-    assert report.build_report is build_report and report.write_report is write_report
-    assert set(report.FIGURES) == {"throughput_total", "throughput_per_rank", "scaling_efficiency"}
-
-
 # ----------------------------------------------------------------------------- files
 
 def test_write_report_gives_json_markdown_and_png(tmp_path):

@@ -47,7 +47,7 @@ import yaml
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError
-from hpcstack.export import register_exporter
+from hpcstack.export.formats import register_exporter
 
 #: The cache directory of the install inside the image (bind-mount a host's cache here).
 CACHE_DIR = "/var/cache/hpcstack"

@@ -39,7 +39,7 @@ import os
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError
-from hpcstack.export import register_exporter
+from hpcstack.export.formats import register_exporter
 from hpcstack.templates import add_filters
 
 #: Module names (lower case) -> EasyBuild software names, for the site's modules.
@@ -126,10 +126,6 @@ class EasyConfig:
                    "installing the stack on the site's Python module; patches go next to it")
     suffix = ".eb"
 
-    def file_name(self, recipe) -> str:
-        """EasyBuild's file name for the easyconfig, e.g. ``pytorch-2.3.1-gpu.eb``."""
-        return f"{recipe.name}-{recipe.version}.eb"
-
     def extra_files(self, recipe, site, plan) -> dict[str, str]:
         """Files EasyBuild finds next to the easyconfig: the recipe's patches, name -> path."""
         return {p.file: os.path.join(str(recipe.directory), "patches", p.file)
@@ -137,7 +133,7 @@ class EasyConfig:
 
     @staticmethod
     def _source_builds(recipe):
-        from hpcstack.install.components.horovod import SourceBuild
+        from hpcstack.install.components.source import SourceBuild
 
         return [c for c in recipe.components if isinstance(c, SourceBuild)]
 

@@ -24,32 +24,12 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.errors import HpcstackError
+from hpcstack.install.lockfile import Pin, read_lock
 
 #: Newest glibc the picked manylinux wheels may need (RHEL 8 and its rebuilds: 2.28).
 GLIBC = (2, 28)
 
-_PYPI = "https://pypi.org/simple"
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One ``name==version`` of a lock file.
-
-    Attributes:
-        name (str): the package name as the lock writes it (``nvidia-cublas-cu12``).
-        version (str): the pinned version (``2.3.1+cu121``).
-        marker (str | None): its PEP 508 environment marker, if any.
-        hashes (frozenset[str]): the sha256 of every file the lock allows.
-        index (str): the index it comes from (``# from URL`` annotation, else the lock's
-            ``--index-url``).
-    """
-
-    name: str
-    version: str
-    marker: str | None
-    hashes: frozenset
-    index: str
 
 
 @dataclass(frozen=True)
@@ -72,65 +52,6 @@ class SiteFile:
     def is_wheel(self) -> bool:
         """A wheel (installed as is) rather than an sdist (built)."""
         return self.filename.endswith(".whl")
-
-
-def read_lock(path: str) -> list[Pin]:
-    """Parse a hashed requirements lock file.
-
-    Args:
-        path (str): the lock file (``recipes/pytorch/2.3.1-gpu.pypi.lock``).
-
-    Returns:
-        list[Pin]: in file order.
-
-    Raises:
-        ConfigError: unreadable, or a pin that is not ``name==version`` with hashes.
-    """
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    try:
-        lines = open(path, encoding="utf-8").read().splitlines()
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"])
-    index = _PYPI
-    entries: list[list[str]] = []            # [requirement text, hash..., from-index]
-    current: list[str] | None = None
-    for line in lines:
-        text = line.strip()
-        if text.startswith("--index-url"):
-            index = text.split(None, 1)[1].rstrip("/")
-            continue
-        if text.startswith("# from ") and entries:
-            entries[-1].append("from:" + text[len("# from "):].strip().rstrip("/"))
-            continue
-        if not text or text.startswith("#") or text.startswith("--"):
-            if not (current is not None and text.startswith("--hash=")):
-                continue
-        body = text.rstrip("\\").strip()
-        if current is None:
-            current = [body]
-            entries.append(current)
-        elif body.startswith("--hash="):
-            current.append(body)
-        if not text.endswith("\\"):
-            current = None
-    pins, problems = [], []
-    for entry in entries:
-        try:
-            req = Requirement(entry[0])
-        except InvalidRequirement as exc:
-            problems.append(f"{path}: {entry[0]!r}: not a requirement ({exc})")
-            continue
-        spec = list(req.specifier)
-        hashes = frozenset(h.split(":", 1)[1] for h in entry[1:] if h.startswith("--hash=sha256:"))
-        if len(spec) != 1 or spec[0].operator != "==" or not hashes:
-            problems.append(f"{path}: {entry[0]!r}: expected name==version with --hash=sha256 lines")
-            continue
-        source = next((e[5:] for e in entry[1:] if e.startswith("from:")), index)
-        pins.append(Pin(req.name, spec[0].version, str(req.marker) if req.marker else None, hashes, source))
-    if problems:
-        raise ConfigError(problems)
-    return pins
 
 
 def marker_environment(python_version: str) -> dict[str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hpcstack import __version__
-from hpcstack.export import register_exporter
+from hpcstack.export.formats import register_exporter
 
 
 @register_exporter

@@ -4,7 +4,7 @@ An action is anything with the five methods of :class:`Action` (a protocol, not 
 list): ``to_bash()`` gives its line(s) in the ``--dry-run`` script and ``execute(ctx)`` does
 it; ``commands()``, ``inputs()`` and ``outputs()`` say what it runs, reads and writes, so that the
 runner and the preflight never need to know its class. Components may define their own
-(:class:`hpcstack.install.components.horovod.CachedWheelBuild`, ``CheckBuild``).
+(:class:`hpcstack.install.components.source.CachedWheelBuild`, ``CheckBuild``).
 
 The two renderings cannot drift apart, because each action takes one of three ways:
 
@@ -12,7 +12,7 @@ The two renderings cannot drift apart, because each action takes one of three wa
   equally simple and do the same thing: :class:`Run`, :class:`Capture`, :class:`VerifySha256`;
 - **execution runs the printed bash** (``bash -euo pipefail -c``), for actions that are plain
   shell (``mkdir``, ``mktemp``, ``cat``, ``chmod``, ``mv``, ``ln``): :class:`WriteFile` (and the
-  modules' ``WriteDefault`` built on it) and :class:`Publish`. Python adds only an ``fsync`` of
+  modulefile component's ``WriteDefault`` built on it) and :class:`Publish`. Python adds only an ``fsync`` of
   what the bash renamed, which changes nothing a reader can see;
 - **the printed bash calls the Python code** (``hpcstack action VERB …``, :func:`cli`), for
   actions whose checks bash cannot make as well: :class:`Fetch` (a cached download is kept, a
@@ -46,6 +46,7 @@ from typing import IO, Protocol, runtime_checkable
 
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import fsync_dir, fsync_file, sha256_file
+from hpcstack.registry import Registry
 
 #: Where a prefix that is a real directory (the layout before stage prefixes) goes when a staged
 #: build replaces it: ``<install_root>/<name>/.<version>-pre-staging``.
@@ -693,13 +694,22 @@ class _CommandContext:
         self.state_dir = None
 
 
+#: The verbs of ``hpcstack action`` that components add: a class with ``help`` (one line),
+#: ``add_arguments(parser)`` and ``run(args) -> int``, registered with
+#: ``@ACTION_VERBS.register("sbom")`` in the component's module (a lower layer never imports the
+#: components: they register themselves when :mod:`hpcstack.install.components` is imported).
+ACTION_VERBS = Registry("action verb")
+
+
 def cli(argv: list[str]) -> int:
-    """``hpcstack action fetch|unpack …``: run one action of the dry-run script with the code
-    of the real run (the dry-run prints these lines; see the module's docstring).
+    """``hpcstack action fetch|unpack|VERB …``: run one action of the dry-run script with the
+    code of the real run (the dry-run prints these lines; see the module's docstring).
 
     ``hpcstack action fetch --sha256 SHA URL DEST`` is :class:`Fetch`;
-    ``hpcstack action unpack ARCHIVE DEST`` is :class:`Unpack`;
-    ``hpcstack action sbom --spec JSON PATH`` is :class:`hpcstack.install.components.manifest.WriteSbom`.
+    ``hpcstack action unpack ARCHIVE DEST`` is :class:`Unpack`; every other verb is a component's
+    (:data:`ACTION_VERBS`, e.g. ``hpcstack action sbom --spec JSON PATH``, the
+    :class:`hpcstack.install.components.manifest.WriteSbom` of ``StackManifest``); the caller
+    imports the components first (:func:`hpcstack.cli.main` does).
 
     Args:
         argv (list[str]): the words after ``hpcstack action``.
@@ -721,14 +731,11 @@ def cli(argv: list[str]) -> int:
     p = sub.add_parser("unpack", help="unpack ARCHIVE into DEST (emptied first), refusing unsafe members")
     p.add_argument("archive")
     p.add_argument("dest")
-    p = sub.add_parser("sbom", help="write a stack's CycloneDX SBOM to PATH (WriteSbom of the StackManifest component)")
-    p.add_argument("--spec", required=True, help="the action's JSON spec, as the dry-run prints it")
-    p.add_argument("path")
+    for name in sorted(ACTION_VERBS):
+        ACTION_VERBS[name].add_arguments(sub.add_parser(name, help=ACTION_VERBS[name].help))
     args = parser.parse_args(argv)
-    if args.verb == "sbom":
-        from hpcstack.install.components.manifest import action_cli
-
-        return action_cli(args)
+    if args.verb in ACTION_VERBS:
+        return ACTION_VERBS[args.verb].run(args)
     if args.verb == "fetch":
         action = Fetch(args.url, args.sha256, os.path.abspath(args.dest))
     else:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from hpcstack import __version__
 from hpcstack.modules import modsys
-from hpcstack.install.components.tools import TRAINER
+from hpcstack.install.components.trainer import TRAINER
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import get_scheduler

@@ -6,7 +6,7 @@ Horovod built from source against the site's MPI (and NCCL and CUDA on GPU sites
 """
 
 from hpcstack.install.components import (HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
-                                         StackManifest, StackTools, Venv)
+                                         StackManifest, StackTools, Trainer, Venv)
 from hpcstack.install.components.wheels import PYPI
 from hpcstack.recipe import Recipe
 from hpcstack.validate.workload import Validation
@@ -43,8 +43,10 @@ def recipe(site):
                      Patch("horovod-0.28.1-cuda-runtime.patch", sha256="9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"),
                      Patch("horovod-0.28.1-onerank-avg.patch", sha256="8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc")),
             cpu_operations="MPI", gpu_operations="NCCL", required=("PyTorch", "MPI", "Gloo")),
-        # extend-venv-activate and the validation trainer in <prefix>/bin
+        # extend-venv-activate in <prefix>/bin
         StackTools(),
+        # the validation's training program, <prefix>/bin/hpcstack-train-benchmark
+        Trainer(),
         # <prefix>/.hpcstack/constraints.txt (every pin, for PIP_CONSTRAINT/UV_CONSTRAINT) and the
         # CycloneDX SBOM sbom.cdx.json; the module sets PYTHONNOUSERSITE=1
         StackManifest(),

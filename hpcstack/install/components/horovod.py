@@ -1,447 +1,83 @@
-"""Source builds: ``SourceBuild`` (a Python sdist built into a wheel) and ``HorovodBuild`` on it.
+"""Horovod built from its sdist against the site's MPI, NCCL and CUDA: :class:`HorovodBuild`, a
+small specialisation of the generic :class:`hpcstack.install.components.source.SourceBuild`.
 
-A built wheel is kept in the site's build cache under a key that hashes everything that changes
-the binary (:class:`CachedWheelBuild`), so the same Horovod is never compiled twice (issue 6).
-The component owns its two actions, :class:`CachedWheelBuild` and :class:`CheckBuild`
-(``horovodrun --check-build``); both follow :class:`hpcstack.install.actions.Action`.
+It adds Horovod's build settings (``HOROVOD_*``), the CUDA stubs of a login node, the CUDA
+architectures check (:class:`CudaArchCheck`) and the build-flags sanity check
+(``horovodrun --check-build``: :class:`CheckBuild`, or in the recipe's one interpreter). Both
+actions follow :class:`hpcstack.install.actions.Action`.
 """
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import json
 import os
 import re
-import shlex
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 
 from hpcstack.errors import HpcstackError
-from hpcstack.install.actions import ActionBase, ExecContext, Fetch, Run, Unpack, VerifySha256, bash_word
-from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
+from hpcstack.install.actions import ActionBase, ExecContext, Run, bash_word
+from hpcstack.install.plan import BUILD
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.components.sanity import PythonCheck
-from hpcstack.install.components.wheels import UV_UNSET, install_run, uv_binary, wheel_cache
-
-#: Bumped when the key's recipe changes, so wheels keyed the old way are not reused.
-KEY_FORMAT = "hpcstack build key v1"
-#: Drops the ``<script>: line N: `` that bash puts before its own errors (``command not found``,
-#: ``No such file or directory``): the line differs between the dry-run script and the key
-#: function run alone, and the key must not. A probe that succeeds prints no such line, so its
-#: keys are unchanged and the wheels already cached stay valid.
-_NO_LINE_NUMBERS = "sed -E 's/^[^:]*: line [0-9]+: //'"
-
-#: Variables of the build environment that change the binary; the key records their values.
-#: ``MAKEFLAGS`` (parallelism) is left out on purpose: ``-j2`` and ``-j8`` give the same wheel.
-KEY_VARIABLES = r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS"
+from hpcstack.install.components.checkbuild import missing_flags, parse_check_build
+from hpcstack.install.components.sanity import PythonCheck, PythonSnippet
+from hpcstack.install.components.source import Patch, SourceBuild
 
 
-@dataclass(frozen=True)
-class CachedWheelBuild(ActionBase):
-    """Build a wheel, or reuse the one built before under the same build key (an action).
-
-    The key is the sha256 of the text a bash function prints: fixed lines (key format, package,
-    sdist and patch sha256s) and the output of probe commands run in the build environment
-    (Python and key package versions, compilers, MPI, CUDA, NCCL, the ``HOROVOD_*`` and compiler
-    variables). The dry-run prints that function and the ``if … then reuse else build`` around
-    it; :meth:`execute` runs the same function text with bash, so both compute the same key.
-    A hit copies ``<root>/<key>/*.whl`` into ``dist``; a miss runs ``build`` and stores the
-    wheel with ``key.txt`` (the key's text, to see why two builds differ) under ``<root>/<key>``,
-    atomically (a new directory renamed into place).
-
-    Args:
-        name (str): the package, e.g. ``"horovod"``; names the bash function.
-        root (str): the cache directory of this package and version,
-            ``<cache_dir>/builds/<package>-<version>``.
-        dist (str): where the wheel must end up (emptied first).
-        build (Run): the build command (``pip wheel … -w dist src``).
-        env (dict[str, str]): the build's variables, exported for the probes (may hold ``${NAME}``).
-        fixed (tuple[str, ...]): key lines known when planning.
-        probes (tuple[tuple[str, str], ...]): ``(label, bash command)``; the label (as
-            ``--- label``) and the command's output (stdout and stderr, then ``(exit N)`` when it
-            fails) enter the key.
-        prepare (tuple): actions run before ``build`` on a miss only (unpack and patch the
-            sources: thousands of small files, slow on a parallel filesystem, useless on a hit).
-        ready (str): a stamp file: when it holds ``ready_digest``, the patch step has already
-            unpacked and patched the sources (:class:`PrepareAhead`, while the wheels
-            installed), and a miss removes the stamp and builds that tree instead of running
-            ``prepare`` (a build that fails leaves no stamp: the next run prepares anew).
-        ready_digest (str): what the stamp must hold (:meth:`PrepareAhead.digest`).
-
-    Raises:
-        HpcstackError: the build fails, or it leaves no wheel in ``dist``.
-    """
-
-    name: str
-    root: str
-    dist: str
-    build: Run
-    env: dict[str, str] = field(default_factory=dict)
-    fixed: tuple[str, ...] = ()
-    probes: tuple[tuple[str, str], ...] = ()
-    prepare: tuple = ()
-    ready: str = ""
-    ready_digest: str = ""
-
-    def commands(self) -> tuple[Run, ...]:
-        """``bash`` (the key function), then on a miss the commands of ``prepare`` (``patch``)
-        and of the build (its compilers): the preflight checks them all, hit or miss."""
-        return (Run(("bash",)), *(r for a in self.prepare for r in a.commands()), *self.build.commands())
-
-    def inputs(self) -> tuple[str, ...]:
-        return (*(p for a in self.prepare for p in a.inputs()), *self.build.inputs())
-
-    def outputs(self) -> tuple[str, ...]:
-        return (self.dist, self.root, *(o for a in self.prepare for o in a.outputs()))
-
-    @property
-    def function(self) -> str:
-        """Name of the bash function that prints the key's text."""
-        return "hpcstack_build_key_" + re.sub(r"\W", "_", self.name)
-
-    def key_script(self) -> str:
-        """The bash function that prints the key's text (same in the dry-run and the real run)."""
-        lines = [f"{self.function}() {{", "  (", "    set +eu -o pipefail"]
-        lines += [f"    export {n}={bash_word(v)}" for n, v in self.env.items()]
-        lines += [f"    echo {shlex.quote(line)}" for line in self.fixed]
-        for label, probe in self.probes:
-            lines.append(f"    echo {shlex.quote('--- ' + label)}; {{ {probe}; }} 2>&1 | {_NO_LINE_NUMBERS} "
-                         '|| echo "(exit $?)"')
-        return "\n".join(lines + ["  )", "}"])
-
-    def key_text(self, env: dict[str, str]) -> str:
-        """Run the key function with bash in ``env`` (the build environment) and return its output."""
-        proc = subprocess.run(["bash", "-c", f"{self.key_script()}\n{self.function}"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        return proc.stdout.decode(errors="replace")
-
-    @staticmethod
-    def key_of(text: str) -> str:
-        """The key: the first 24 hex digits of the text's sha256 (``sha256sum | cut -c1-24``)."""
-        return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-    def to_bash(self) -> str:
-        root, dist = shlex.quote(self.root), shlex.quote(self.dist)
-        key = f"{self.function}_key"
-        entry = f'{root}/"${{{key}}}"'
-        return "\n".join([
-            f"# the wheel cache: the key hashes everything that changes the {self.name} binary",
-            self.key_script(),
-            f"{key}=$({self.function} | sha256sum | cut -c1-24)",
-            f"if ls {entry}/*.whl >/dev/null 2>&1; then",
-            f'  echo "{self.name}: reusing the wheel built before with key ${{{key}}}"',
-            f"  rm -rf {dist} && mkdir -p {dist} && cp {entry}/*.whl {dist}/",
-            "else",
-            *(self._prepare_bash()),
-            f"  rm -rf {dist}",
-            "  " + self.build.to_bash(),
-            f"  mkdir -p {root} && tmp=$(mktemp -d {root}/.new-XXXXXX) && chmod 755 \"$tmp\" && cp {dist}/*.whl \"$tmp\"/ \\",
-            f"    && {self.function} > \"$tmp/key.txt\" && {{ mv -T \"$tmp\" {entry} 2>/dev/null || rm -rf \"$tmp\"; }}",
-            "fi",
-        ])
-
-    def _prepare_bash(self) -> list[str]:
-        if not self.ready:
-            return ["  " + a.to_bash() for a in self.prepare]
-        ready = shlex.quote(self.ready)
-        return [f'  if [ "$(cat {ready} 2>/dev/null)" = {self.ready_digest} ]; then',
-                f"    rm -f {ready}  # unpacked and patched by the patch step",
-                "  else",
-                *("    " + a.to_bash() for a in self.prepare),
-                "  fi"]
-
-    def _prepared_ahead(self) -> bool:
-        """True (and the stamp removed) when the patch step left the tree ready."""
-        try:
-            with open(self.ready) as f:
-                if f.read().strip() != self.ready_digest:
-                    return False
-            os.unlink(self.ready)
-        except OSError:
-            return False
-        return True
-
-    def execute(self, ctx: ExecContext) -> None:
-        text = self.key_text(ctx.env)
-        key = self.key_of(text)
-        entry = os.path.join(self.root, key)
-        ctx.log.write(f"# {self.name} build key {key}; its text:\n{text}")
-        cached = sorted(glob.glob(os.path.join(entry, "*.whl")))
-        shutil.rmtree(self.dist, ignore_errors=True)
-        if cached:
-            ctx.log.write(f"{self.name}: reusing the wheel built before with key {key}: {entry}\n")
-            os.makedirs(self.dist)
-            for wheel in cached:
-                shutil.copy(wheel, self.dist)
-            return
-        ctx.log.write(f"{self.name}: no wheel with key {key} in {self.root}; building\n")
-        ctx.log.flush()
-        if self.ready and self._prepared_ahead():
-            ctx.log.write(f"{self.name}: the sources were unpacked and patched by the patch step\n")
-        else:
-            for action in self.prepare:
-                action.execute(ctx)
-        self.build.execute(ctx)
-        built = sorted(glob.glob(os.path.join(self.dist, "*.whl")))
-        if not built:
-            raise HpcstackError(f"the build of {self.name} left no wheel in {self.dist}")
-        os.makedirs(self.root, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=self.root, prefix=".new-")
-        try:
-            for wheel in built:
-                shutil.copy(wheel, tmp)
-            with open(os.path.join(tmp, "key.txt"), "w") as f:
-                f.write(text)
-            os.chmod(tmp, 0o755)
-            os.rename(tmp, entry)  # atomic; fails if another install stored the same key first
-            ctx.log.write(f"stored {', '.join(os.path.basename(w) for w in built)} in {entry}\n")
-        except OSError as exc:  # the build succeeded; only its reuse is lost
-            ctx.log.write(f"warning: could not store the wheel in {entry}: {exc}\n")
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+#: Horovod's part of the one-interpreter sanity check: the report ``horovodrun --check-build``
+#: prints (Horovod 0.28.1, ``horovod/runner/launch.py`` ``check_build``), made from the same
+#: ``*_built()`` functions of ``horovod.torch`` in this process, then the required flags
+#: (``REQUIRED``) with the rules of :func:`hpcstack.install.components.checkbuild.missing_flags`.
+#: A framework other than PyTorch counts as built when its extension library is there (nothing
+#: of it is imported). It also imports ``horovod.runner.launch``, the module ``horovodrun`` runs.
+_BUILD_FLAGS = '''
+import glob, os, horovod, horovod.torch as hvd, horovod.runner.launch
+def _ext(fw):
+    return bool(glob.glob(os.path.join(os.path.dirname(horovod.__file__), fw, "mpi_lib*.so")))
+flags = {"Frameworks": {"TensorFlow": _ext("tensorflow"), "PyTorch": True, "MXNet": _ext("mxnet")},
+         "Controllers": {"MPI": bool(hvd.mpi_built()), "Gloo": bool(hvd.gloo_built())},
+         "Operations": {"NCCL": bool(hvd.nccl_built()), "DDL": bool(hvd.ddl_built()),
+                        "CCL": bool(hvd.ccl_built()), "MPI": bool(hvd.mpi_built()),
+                        "Gloo": bool(hvd.gloo_built())}}
+headings = {"Frameworks": "Available Frameworks", "Controllers": "Available Controllers",
+            "Operations": "Available Tensor Operations"}
+print("Horovod v%s:" % horovod.__version__)
+for section, names in flags.items():
+    print("\\n%s:" % headings[section])
+    for name, built in names.items():
+        print("    [%s] %s" % ("X" if built else " ", name))
+missing = []
+for req in REQUIRED:
+    section, _, name = req.rpartition(":")
+    sections = [section] if section else [s for s in flags if name in flags[s]]
+    if not sections:
+        missing.append(name)
+    missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
+if missing:
+    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
+'''
 
 
-@dataclass(frozen=True)
-class PrepareAhead(ActionBase):
-    """Unpack and patch the sources in the patch step when the build cache surely misses (an action).
+def _verify_flags(required: tuple[str, ...], report: str) -> list[str]:
+    """Parse the report the snippet printed (from its ``Horovod vX.Y.Z:`` line on) and require
+    the flags again, failing closed."""
+    missing = missing_flags(parse_check_build(report), required)
+    return ["missing " + ", ".join(f"[X] {m}" for m in missing)] if missing else []
 
-    The patch step runs in the background while the venv and wheels steps run
-    (:data:`hpcstack.install.plan.BACKGROUND_STEPS`), so on a first install the unpack and patch
-    overlap the downloads of the wheels (issue 14). Whether the build step will miss is known
-    only there (its key probes the venv's torch), so this does the work only when the cache
-    holds no wheel of this package and version at all (a first install, a new version); then
-    it writes ``ready`` with :meth:`digest`, which :class:`CachedWheelBuild` takes as "the tree
-    is ready". Otherwise it does nothing and a miss prepares in the build step, as before.
+
+def build_flags_check(required: tuple[str, ...]) -> PythonSnippet:
+    """Horovod's contribution to the one-interpreter sanity check: the ``horovodrun
+    --check-build`` report made in-process, requiring ``required`` (``Name`` or
+    ``Section:Name``, as for ``hpcstack check-build``), kept as ``check-build.txt``.
 
     Args:
-        root (str): the build cache of this package and version (``CachedWheelBuild.root``).
-        ready (str): the stamp file.
-        prepare (tuple): the unpack and patch actions (``SourceBuild.prepare_actions``).
-        fixed (tuple[str, ...]): the key lines known when planning (sdist and patch sha256s).
-
-    Raises:
-        HpcstackError: from the unpack or a patch.
+        required (tuple[str, ...]): flags that must be ``[X]``, e.g. ``("PyTorch", "MPI", "Gloo")``.
     """
-
-    root: str
-    ready: str
-    prepare: tuple
-    fixed: tuple[str, ...] = ()
-
-    @property
-    def digest(self) -> str:
-        """The stamp's content: the sha256 of ``fixed`` (the sources this tree is made of)."""
-        return hashlib.sha256("\n".join(self.fixed).encode()).hexdigest()
-
-    def commands(self) -> tuple[Run, ...]:
-        return tuple(r for a in self.prepare for r in a.commands())
-
-    def inputs(self) -> tuple[str, ...]:
-        return tuple(p for a in self.prepare for p in a.inputs())
-
-    def outputs(self) -> tuple[str, ...]:
-        return (*(o for a in self.prepare for o in a.outputs()),)
-
-    def to_bash(self) -> str:
-        root, ready = shlex.quote(self.root), shlex.quote(self.ready)
-        return "\n".join([
-            "# no wheel of this version in the build cache: the build step will compile; unpack and",
-            "# patch now, while the wheels install, and leave the stamp the build step looks for",
-            f"if ! ls {root}/*/*.whl >/dev/null 2>&1; then",
-            f"  rm -f {ready}",
-            *("  " + a.to_bash() for a in self.prepare),
-            f"  echo {self.digest} > {ready}",
-            "fi"])
-
-    def execute(self, ctx: ExecContext) -> None:
-        if glob.glob(os.path.join(glob.escape(self.root), "*", "*.whl")):
-            ctx.log.write(f"a wheel of this version is in {self.root}: unpack and patch only if the build needs it\n")
-            return
-        try:
-            os.unlink(self.ready)
-        except FileNotFoundError:
-            pass
-        for action in self.prepare:
-            action.execute(ctx)
-        with open(self.ready, "w") as f:
-            f.write(self.digest + "\n")
-
-
-@dataclass(frozen=True)
-class Patch:
-    """A patch file of the project, under the recipe's ``patches/``, with its sha256.
-
-    Args:
-        file (str): file name under ``patches/``.
-        sha256 (str): 64 hex digits; a patch that differs is refused.
-    """
-
-    file: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class SourceBuild:
-    """Download a Python sdist, check its sha256, patch it, build a wheel, install the wheel.
-
-    Building a wheel (``pip wheel --no-build-isolation``) and installing that avoids pip's
-    fallback to a legacy ``setup.py install`` that doubles the time of a failed build (docs/notes.md).
-    The wheel goes through the site's build cache (``installer.build_cache``, default on): a
-    re-install whose build key matches copies the wheel built before instead of compiling
-    (:class:`CachedWheelBuild`; the key covers the sdist and patch sha256s, the venv's Python,
-    the compilers, cmake and the compiler variables). The wheel is installed with the site's
-    installer (uv by default, ``--compile-bytecode``).
-
-    Args:
-        package (str): distribution name, e.g. ``"horovod"``.
-        version (str): e.g. ``"0.28.1"``.
-        url (str): the sdist's URL (PyPI's files.pythonhosted.org).
-        sha256 (str): the sdist's sha256 (64 hex digits), as PyPI lists it.
-        patches (tuple[Patch, ...]): applied in order with ``patch -p1``.
-
-    Example:
-        ``SourceBuild("foo", "1.0", "https://…/foo-1.0.tar.gz", "ab12…")``
-    """
-
-    package: str
-    version: str
-    url: str
-    sha256: str
-    patches: tuple[Patch, ...] = ()
-
-    # -- paths
-    def sdist(self, ctx: PlanContext) -> str:
-        """Where the sdist lands in the download cache."""
-        return os.path.join(ctx.cache_dir, "sources", os.path.basename(self.url))
-
-    def src_dir(self, ctx: PlanContext) -> str:
-        """The unpacked source tree in the stage dir."""
-        return os.path.join(ctx.stage_dir, "src", f"{self.package}-{self.version}")
-
-    def ready_stamp(self, ctx: PlanContext) -> str:
-        """The stamp :class:`PrepareAhead` leaves beside the source tree it unpacked and patched."""
-        return os.path.join(ctx.stage_dir, "src", f".{self.package}-{self.version}.prepared")
-
-    def dist_dir(self, ctx: PlanContext) -> str:
-        """Where the built wheel goes."""
-        return os.path.join(ctx.stage_dir, "dist")
-
-    def patch_path(self, ctx: PlanContext, patch: Patch) -> str:
-        return str(ctx.recipe_file(os.path.join("patches", patch.file)))
-
-    # -- what the build needs; subclasses add to it
-    def build_env(self, ctx: PlanContext) -> dict[str, str]:
-        """Variables for the build: the site's ``build.env`` and ``MAKEFLAGS=-j<jobs>``."""
-        return {**ctx.site.build_env, "MAKEFLAGS": f"-j{ctx.jobs}"}
-
-    def build_prepend(self, ctx: PlanContext) -> dict[str, str]:
-        """Path-like variables to prepend to during the build."""
-        return {}
-
-    def sanity_actions(self, ctx: PlanContext) -> list:
-        """Sanity-check actions; none by default."""
-        return []
-
-    # -- the build key (see CachedWheelBuild); subclasses add probes
-    def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
-        """Packages of the venv the binary is built against; their versions enter the key."""
-        return ()
-
-    def key_fixed(self, ctx: PlanContext) -> tuple[str, ...]:
-        """Key lines known when planning: key format, package, sdist and patch sha256s."""
-        return (KEY_FORMAT, f"package {self.package} {self.version}",
-                f"sdist {os.path.basename(self.url)} sha256 {self.sha256}",
-                *(f"patch {p.file} sha256 {p.sha256}" for p in self.patches))
-
-    def key_probes(self, ctx: PlanContext) -> tuple[tuple[str, str], ...]:
-        """``(label, bash command)`` pairs run in the build environment whose output enters the
-        key: the venv's Python (version, base prefix, platform) and the versions of
-        :meth:`key_packages`, the variables of :data:`KEY_VARIABLES`, the C and C++ compilers'
-        ``--version``, cmake's."""
-        code = ("import importlib.metadata as m, sys, sysconfig; print(sys.version); "
-                "print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); "
-                f"[print(p, m.version(p)) for p in {json.dumps(list(self.key_packages(ctx)))}]")
-        return (("python", f"{shlex.quote(ctx.python)} -c {shlex.quote(code)}"),
-                ("variables", f"env | LC_ALL=C grep -E '^({KEY_VARIABLES})=' | LC_ALL=C sort"),
-                ("C compiler", '"${CC:-cc}" --version'),
-                ("C++ compiler", '"${CXX:-c++}" --version'),
-                ("cmake", "cmake --version"))
-
-    def prepare_actions(self, ctx: PlanContext) -> list:
-        """Unpack the sdist into the stage dir (emptied first) and apply the patches in order."""
-        src = self.src_dir(ctx)
-        return ([Unpack(self.sdist(ctx), os.path.dirname(src))]
-                + [Run(("patch", "-p1", "-i", self.patch_path(ctx, p)), cwd=src) for p in self.patches])
-
-    def wheel_run(self, ctx: PlanContext) -> Run:
-        """Build a wheel of the source tree into ``dist``, with the build's variables, in the
-        stack's venv (``--no-build-isolation``: the build sees the venv's torch).
-
-        With ``installer.backend: uv`` the venv has no pip (:class:`~hpcstack.install.components.venv.Venv`),
-        so the build is ``uv build --wheel --no-build-isolation --python <venv python>``
-        (https://docs.astral.sh/uv/reference/cli/#uv-build), which runs the same setuptools
-        backend with the venv's interpreter; with ``backend: pip`` it is ``pip wheel --no-deps
-        --no-build-isolation``. Both need the lock's ``setuptools`` and ``wheel``.
-        """
-        if ctx.site.installer.backend == "uv":
-            # TMPDIR: uv's lock files (uv-setuptools-*.lock) and the build's temporary files go
-            # to the stage dir, not the machine's /tmp (an admin's install writes nothing outside
-            # its own directories: tests/test_packaging.py)
-            return Run((uv_binary(), "build", "--no-config", "--cache-dir", wheel_cache(ctx), "--python", ctx.python,
-                        "--no-build-isolation",
-                        "--wheel", "--out-dir", self.dist_dir(ctx), self.src_dir(ctx)),
-                       env={**self.build_env(ctx), "TMPDIR": ctx.stage_dir}, prepend=self.build_prepend(ctx),
-                       unset=UV_UNSET)
-        return Run(ctx.pip("wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
-                           "-w", self.dist_dir(ctx), self.src_dir(ctx)),
-                   env=self.build_env(ctx), prepend=self.build_prepend(ctx))
-
-    def cached_build(self, ctx: PlanContext) -> CachedWheelBuild | None:
-        """The build through the site's build cache, or None when ``installer.build_cache`` is off."""
-        if not ctx.site.installer.build_cache:
-            return None
-        root = os.path.join(ctx.cache_dir, "builds", f"{self.package}-{self.version}")
-        ahead = self.prepare_ahead(ctx, root)
-        return CachedWheelBuild(self.package, root, self.dist_dir(ctx), self.wheel_run(ctx),
-                                env=self.build_env(ctx),
-                                fixed=self.key_fixed(ctx), probes=self.key_probes(ctx),
-                                prepare=tuple(self.prepare_actions(ctx)),
-                                ready=ahead.ready, ready_digest=ahead.digest)
-
-    def prepare_ahead(self, ctx: PlanContext, root: str) -> PrepareAhead:
-        """The patch step's unpack and patch on a sure build-cache miss (:class:`PrepareAhead`)."""
-        return PrepareAhead(root, self.ready_stamp(ctx), tuple(self.prepare_actions(ctx)), self.key_fixed(ctx))
-
-    def contribute(self, ctx: PlanContext) -> dict[str, list]:
-        """Return ``{step name: actions}`` for this component.
-
-        With the build cache (default), ``patch`` checks the patches' sha256 (and unpacks and
-        patches when the cache holds no wheel of this version: :class:`PrepareAhead`; the step
-        runs while the wheels install) and ``build`` is a :class:`CachedWheelBuild` that
-        unpacks, patches (unless done ahead) and builds only on a miss; without it,
-        ``patch`` unpacks and patches and ``build`` runs ``pip wheel``. ``install`` installs the
-        wheel with the site's installer (:func:`install_run`: uv with ``--compile-bytecode`` by
-        default, or pip), reinstalling the package.
-        """
-        dist = self.dist_dir(ctx)
-        verify = [VerifySha256(self.patch_path(ctx, p), p.sha256) for p in self.patches]
-        cached = self.cached_build(ctx)
-        if cached:  # unpack and patch only when the wheel must be built (CachedWheelBuild.prepare)
-            patch_step, build_step = verify + [self.prepare_ahead(ctx, cached.root)], [cached]
-        else:
-            patch_step = verify + self.prepare_actions(ctx)
-            build_step = [Run(("rm", "-rf", dist)), self.wheel_run(ctx)]
-        return {
-            FETCH: [Fetch(self.url, self.sha256, self.sdist(ctx))],
-            PATCH: patch_step,
-            BUILD: build_step,
-            INSTALL: [install_run(ctx, "--no-deps", "--no-index", "--find-links", dist,
-                                  f"{self.package}=={self.version}", reinstall=(self.package,))],
-            SANITYCHECK: self.sanity_actions(ctx),
-        }
+    required = tuple(required)
+    code = f"REQUIRED = {json.dumps(list(required))}\n" + _BUILD_FLAGS.strip("\n")
+    return PythonSnippet("horovod build flags", code, verify=partial(_verify_flags, required),
+                         record="check-build.txt", start=r"^Horovod v")
 
 
 @dataclass(frozen=True)
@@ -463,9 +99,10 @@ class HorovodBuild(SourceBuild):
     :meth:`required_flags`: ``required`` plus the GPU operations on CUDA sites (a Gloo-only GPU
     build halves per-GPU throughput, Horovod issue #2686).
 
-    The build key adds to :class:`SourceBuild`'s the torch version, the MPI behind the compiler
-    wrappers, the CUDA compiler and NCCL's version, and every ``HOROVOD_*`` variable of the build
-    environment; ``MAKEFLAGS`` does not count. Not in the key: the venv's path. Horovod's CMake
+    The build key is :class:`SourceBuild`'s (the MPI behind the compiler wrappers, the
+    compilers, Python's ABI, the CUDA compiler and NCCL's version on CUDA sites, every build
+    variable, ``HOROVOD_*`` among them) with the torch version (``built_against``);
+    ``MAKEFLAGS`` does not count. Not in the key: the venv's path. Horovod's CMake
     gives its ``.so`` files a RUNPATH to the building venv's ``torch/lib``; a wheel reused in
     another prefix keeps that path. It works, also once the first build is gone:
     ``horovod.torch`` imports torch first, so the loader matches ``libtorch.so`` and
@@ -481,7 +118,7 @@ class HorovodBuild(SourceBuild):
             from ``horovod.torch``'s ``mpi_built()``, ``gloo_built()``, ``nccl_built()``, … in the
             one interpreter that also runs the recipe's imports (:class:`PythonCheck`: 1.5 s, where
             ``horovodrun --check-build`` forks about 13 processes that each import torch: 6 s on
-            2 cores, issue 14); ``"horovodrun"`` runs ``horovodrun --check-build`` itself.
+            2 cores); ``"horovodrun"`` runs ``horovodrun --check-build`` itself.
 
     Example:
         ``HorovodBuild("horovod", "0.28.1", url=..., sha256=..., patches=(Patch("horovod-0.28.1-cxx17.patch", "…"),))``
@@ -492,6 +129,8 @@ class HorovodBuild(SourceBuild):
     url: str = ""
     sha256: str = ""
     patches: tuple[Patch, ...] = field(default=())
+    built_against: tuple[str, ...] = ("torch",)
+    cuda: bool = True
     cpu_operations: str = "MPI"
     gpu_operations: str = "NCCL"
     required: tuple[str, ...] = ("PyTorch", "MPI", "Gloo")
@@ -512,15 +151,18 @@ class HorovodBuild(SourceBuild):
         return tuple(dict.fromkeys(self.required + extra))
 
     def build_env(self, ctx: PlanContext) -> dict[str, str]:
+        """:meth:`SourceBuild.build_env` with Horovod's settings after the toolchain's compilers:
+        PyTorch only, the MPI and Gloo controllers, the operations, and on CUDA sites the
+        toolkit, NCCL and the GPUs' compute capabilities (``HOROVOD_WITHOUT_CUDA=1`` elsewhere).
+        ``CUDA_HOME`` comes from :meth:`SourceBuild.toolchain_env` (``cuda=True``): torch's
+        cpp_extension, which Horovod's CMake asks for the CUDA libraries, finds the toolkit by it
+        (else ``CUDA_PATH``, else ``nvcc`` on PATH, else ``/usr/local/cuda``)."""
         tc = ctx.toolchain
-        env = {"CC": tc.cc, "CXX": tc.cxx}
-        if tc.fc:
-            env["FC"] = tc.fc
-        env.update({
+        env = {
             "HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1",
             "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_GLOO": "1",
             "HOROVOD_CPU_OPERATIONS": self.cpu_operations,
-        })
+        }
         if tc.has_cuda:
             env["HOROVOD_GPU"] = "CUDA"
             env["HOROVOD_GPU_OPERATIONS"] = self.gpu_operations
@@ -538,36 +180,13 @@ class HorovodBuild(SourceBuild):
                 env["NVCC_APPEND_FLAGS"] = "--cudart shared"
                 site_ldflags = ctx.site.build_env.get("LDFLAGS", "")
                 env["LDFLAGS"] = f"-L{tc.cuda_home}/lib64" + (f" {site_ldflags}" if site_ldflags else "")
-            if (not {"CUDA_HOME", "CUDA_PATH"} & set(ctx.site.build_env)
-                    and tc.cuda_home not in ("${CUDA_HOME}", "$CUDA_HOME")):
-                # torch's cpp_extension, which Horovod's CMake asks for the CUDA libraries, finds
-                # the toolkit by CUDA_HOME (else CUDA_PATH, else nvcc on PATH, else /usr/local/cuda)
-                env["CUDA_HOME"] = tc.cuda_home
         else:
             env["HOROVOD_WITHOUT_CUDA"] = "1"
         base = super().build_env(ctx)
+        toolchain = {n: base.pop(n) for n in self.toolchain_env(ctx) if n in base}
         if "LDFLAGS" in env:
             base.pop("LDFLAGS", None)
-        return {**env, **base}
-
-    def key_packages(self, ctx: PlanContext) -> tuple[str, ...]:
-        """torch: Horovod's PyTorch extension is built against its headers and C++ ABI."""
-        return ("torch",)
-
-    def key_probes(self, ctx: PlanContext) -> tuple[tuple[str, str], ...]:
-        """As :meth:`SourceBuild.key_probes`, plus the MPI behind the compiler wrapper (Open MPI
-        ``-showme`` and its version, else MPICH-style ``-show``), the CUDA compiler Horovod would
-        use (``$HOROVOD_CUDA_HOME/bin/nvcc``, else an ``nvcc`` on PATH, none for a build with
-        ``HOROVOD_WITHOUT_CUDA``: a CPU build does not depend on the machine's nvcc) and NCCL's version
-        (``$HOROVOD_NCCL_HOME/include/nccl.h``)."""
-        return (*super().key_probes(ctx),
-                ("MPI", '"${CC:-mpicc}" -showme 2>/dev/null && "${CC:-mpicc}" -showme:version 2>/dev/null'
-                        ' || "${CC:-mpicc}" -show'),
-                ("CUDA", 'if [ -n "$HOROVOD_CUDA_HOME" ]; then "$HOROVOD_CUDA_HOME/bin/nvcc" --version; '
-                         'elif [ -n "$HOROVOD_WITHOUT_CUDA" ]; then echo "CUDA off (HOROVOD_WITHOUT_CUDA)"; '
-                         'else command -v nvcc && nvcc --version; fi'),
-                ("NCCL", 'if [ -n "$HOROVOD_NCCL_HOME" ]; then grep -E "^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)" '
-                         '"$HOROVOD_NCCL_HOME/include/nccl.h"; fi'))
+        return {**toolchain, **env, **base}
 
     def stub_dir(self, ctx: PlanContext) -> str:
         """A directory of ours in the stage dir holding ``libcuda.so.1`` -> the site's stub."""
@@ -597,14 +216,16 @@ class HorovodBuild(SourceBuild):
         return steps
 
     def sanity_actions(self, ctx: PlanContext) -> list:
-        """The build flags of :meth:`required_flags`, checked in one process with the recipe's
-        imports (:class:`PythonCheck`), or by ``horovodrun --check-build`` itself
-        (:class:`CheckBuild`) when ``check_build="horovodrun"``."""
+        """The build flags of :meth:`required_flags`, checked in the recipe's one interpreter
+        (:func:`build_flags_check` in a :class:`PythonCheck`, with ``imports`` and ``checks``), or
+        by ``horovodrun --check-build`` itself (:class:`CheckBuild`) when ``check_build="horovodrun"``."""
+        required = self.required_flags(ctx)
         if self.check_build == "horovodrun":
-            return [CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"),
-                               self.required_flags(ctx),
+            return [*super().sanity_actions(ctx),
+                    CheckBuild(os.path.join(ctx.venv, "bin", "horovodrun"), required,
                                prepend=self.build_prepend(ctx))]
-        return [PythonCheck(ctx.python, horovod=self.required_flags(ctx), prepend=self.build_prepend(ctx))]
+        return [PythonCheck(ctx.python, tuple(self.imports), checks=(*self.checks, build_flags_check(required)),
+                            prepend=self.build_prepend(ctx))]
 
 
 @dataclass(frozen=True)
@@ -613,7 +234,7 @@ class CudaArchCheck(ActionBase):
 
     CUDA 13 dropped compute capability 7.0 (V100): ``nvcc --list-gpu-arch`` of 13.0 starts at
     ``compute_75``, so a site with ``cuda.cc_list: [70]`` needs a CUDA 12.x toolkit (the CUDA
-    13.0 release notes; issue 10). The install's preflight runs :meth:`preflight` before anything
+    13.0 release notes). The install's preflight runs :meth:`preflight` before anything
     is written; the dry-run prints the same check as bash (``nvcc --list-gpu-arch`` and a
     ``grep`` for each capability), and :meth:`execute` runs that bash, so the three agree.
 
@@ -686,7 +307,7 @@ class CheckBuild(ActionBase):
     """Run ``horovodrun --check-build`` and require flags (the Horovod build's sanity check).
 
     The dry-run line is ``hpcstack check-build --horovodrun … --require …``, which calls the same
-    :func:`hpcstack.validate.checkbuild.check_build` as :meth:`execute`, in the environment built
+    :func:`hpcstack.install.components.checkbuild.check_build` as :meth:`execute`, in the environment built
     from the same ``env`` and ``prepend`` (:meth:`Run.command_env`). :meth:`execute` also keeps
     the output as ``check-build.txt`` in the build's ``.hpcstack`` (provenance).
 
@@ -719,7 +340,7 @@ class CheckBuild(ActionBase):
 
     def execute(self, ctx: ExecContext) -> None:
         from hpcstack.fsutil import write_atomic
-        from hpcstack.validate.checkbuild import check_build
+        from hpcstack.install.components.checkbuild import check_build
 
         env = self._run().command_env(ctx.env)
         ctx.log.write(f"$ {self.to_bash()}\n")

@@ -57,10 +57,11 @@ from pathlib import Path
 from hpcstack import data_root, doctor
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import sha256_file, write_atomic
-from hpcstack.install.actions import ACTION_COMMAND, ActionBase, Run, expand
+from hpcstack.install.actions import ACTION_COMMAND, ACTION_VERBS, ActionBase, Run, expand
 from hpcstack.install.components.base import PlanContext
-from hpcstack.install.components.horovod import SourceBuild
+from hpcstack.install.components.source import SourceBuild
 from hpcstack.install.components.wheels import PipWheels
+from hpcstack.install.lockfile import read_lock
 from hpcstack.install.plan import INSTALL, SANITYCHECK, WriteFile
 from hpcstack.modules.envchange import SetEnv
 
@@ -68,66 +69,12 @@ from hpcstack.modules.envchange import SetEnv
 CONSTRAINTS = "constraints.txt"
 SBOM = "sbom.cdx.json"
 
-_PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+?)\s*(?:;\s*(.*?))?\s*\\?\s*$")
-_HASH_RE = re.compile(r"--hash=sha256:([0-9a-f]{64})")
-_FROM_RE = re.compile(r"^\s*#\s*from\s+(\S+)")
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One pinned package of a lock file.
-
-    Attributes:
-        name (str): the distribution name as the lock spells it.
-        version (str): the exact version (``2.3.1+cu121`` keeps its local part).
-        marker (str): the environment marker, ``""`` when none.
-        hashes (tuple[str, ...]): sha256 of every file the lock allows for it.
-        index (str): the index it comes from (``# from`` annotation), ``""`` when not recorded.
-    """
-
-    name: str
-    version: str
-    marker: str = ""
-    hashes: tuple = ()
-    index: str = ""
-
-    def constraint(self) -> str:
-        """``name==version`` with ``; marker`` when there is one."""
-        return f"{self.name}=={self.version}" + (f" ; {self.marker}" if self.marker else "")
-
-
-def read_lock(path: str) -> list[Pin]:
-    """Read the pins of a lock file written by ``hpcstack lock`` (``uv pip compile --generate-hashes``).
-
-    Args:
-        path (str): the lock file.
-
-    Returns:
-        list[Pin]: in the lock's order.
-
-    Raises:
-        OSError: the file cannot be read.
-    """
-    pins: list[dict] = []
-    for line in Path(path).read_text().splitlines():
-        m = _PIN_RE.match(line)
-        if m and not line[:1].isspace():
-            pins.append({"name": m.group(1), "version": m.group(2), "marker": m.group(3) or "",
-                         "hashes": [], "index": ""})
-        elif pins:
-            pins[-1]["hashes"] += _HASH_RE.findall(line)
-            f = _FROM_RE.match(line)
-            if f:
-                pins[-1]["index"] = f.group(1)
-    return [Pin(p["name"], p["version"], p["marker"], tuple(p["hashes"]), p["index"]) for p in pins]
-
-
 def constraints_text(title: str, pins, builds) -> str:
     """The text of ``constraints.txt``.
 
     Args:
         title (str): the stack, e.g. ``pytorch/2.3.1-gpu``, for the header.
-        pins (Iterable[Pin]): the lock's pins.
+        pins (Iterable[hpcstack.install.lockfile.Pin]): the lock's pins.
         builds (Iterable[tuple[str, str]]): ``(package, version)`` of each source build.
 
     Returns:
@@ -274,9 +221,9 @@ def probed_versions(probed: dict[str, str]) -> list[tuple[str, str, str]]:
     ``nccl.h``'s ``NCCL_MAJOR``/``MINOR``/``PATCH``).
 
     Args:
-        probed (dict[str, str]): probe label -> output (labels of :meth:`HorovodBuild.key_probes`:
-            ``python`` (the stack's venv), ``C compiler``, ``C++ compiler``, ``MPI``, ``CUDA``,
-            ``NCCL``, ``cmake``).
+        probed (dict[str, str]): probe label -> output (labels of :meth:`SourceBuild.key_probes`:
+            ``python`` (the stack's venv), ``C compiler``, ``C++ compiler``, ``Fortran compiler``,
+            ``MPI``, ``CUDA``, ``NCCL``, ``cmake``).
 
     Returns:
         list[tuple[str, str, str]]: one entry per tool found; a tool that is absent (a CPU-only
@@ -286,7 +233,7 @@ def probed_versions(probed: dict[str, str]) -> list[tuple[str, str, str]]:
     m = re.match(r"\s*(\d+\.\d+\.\d+)", probed.get("python", ""))
     if m:
         out.append(("Python", m.group(1), probed["python"].strip().splitlines()[0]))
-    for label in ("C compiler", "C++ compiler", "cmake"):
+    for label in ("C compiler", "C++ compiler", "Fortran compiler", "cmake"):
         text = probed.get(label, "")
         first = text.strip().splitlines()[0] if text.strip() else ""
         m = re.search(r"(\d+\.\d+(?:\.\d+)?)", first)
@@ -395,14 +342,27 @@ def sbom_json(data: dict) -> str:
     return JsonV1Dot6(build_bom(data)).output_as_string(indent=1) + "\n"
 
 
-def action_cli(args) -> int:
-    """``hpcstack action sbom --spec JSON PATH`` (:class:`WriteSbom`)."""
-    import sys
+@ACTION_VERBS.register("sbom")
+class SbomVerb:
+    """``hpcstack action sbom --spec JSON PATH``: the dry-run's line for :class:`WriteSbom`."""
 
-    class _Ctx:
-        env = dict(os.environ)
-        log = sys.stdout
-        state_dir = None
+    help = "write a stack's CycloneDX SBOM to PATH (WriteSbom of the StackManifest component)"
 
-    WriteSbom(os.path.abspath(args.path), args.spec).execute(_Ctx())
-    return 0
+    @staticmethod
+    def add_arguments(parser) -> None:
+        """The verb's arguments: ``--spec JSON`` and ``PATH``."""
+        parser.add_argument("--spec", required=True, help="the action's JSON spec, as the dry-run prints it")
+        parser.add_argument("path")
+
+    @staticmethod
+    def run(args) -> int:
+        """Write the SBOM; 0 when done (errors raise :class:`HpcstackError`)."""
+        import sys
+
+        class _Ctx:
+            env = dict(os.environ)
+            log = sys.stdout
+            state_dir = None
+
+        WriteSbom(os.path.abspath(args.path), args.spec).execute(_Ctx())
+        return 0

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.plan import MODULE, WriteFile
-from hpcstack.modules import writer as modules
+from hpcstack.modules import writer
 from hpcstack.modules.envchange import EnvChange, check_changes
 
 HELP = """\
@@ -66,13 +66,13 @@ class Modulefile:
                 changes.extend(check_changes(contribute(ctx), type(component).__name__))
         return tuple(changes)
 
-    def context(self, ctx: PlanContext) -> modules.ModuleContext:
+    def context(self, ctx: PlanContext) -> writer.ModuleContext:
         """Return the template context for this stack."""
         r, site = ctx.recipe, ctx.site
-        root_var = modules.root_variable(r.name)
+        root_var = writer.root_variable(r.name)
         help_text = HELP.format(full_name=r.full_name, whatis=r.whatis, base=site.modules.base, site=site.name,
                                 prefix=ctx.prefix, root_variable=root_var)
-        return modules.ModuleContext(
+        return writer.ModuleContext(
             name=r.name, version=r.version, whatis=r.whatis, help_lines=help_text.splitlines(),
             prefix=ctx.prefix, root_variable=root_var,
             depends_on=[site.modules.base, *site.modules.runtime],
@@ -86,10 +86,63 @@ class Modulefile:
         """Return ``{step name: actions}`` for this component: the modulefile, then the
         module's default version if it has none yet (``hpcstack module set-default`` moves it)."""
         syntax = ctx.site.modules.syntax
-        text = modules.render_modulefile(self.context(ctx), syntax)
-        default = modules.WriteDefault(os.path.dirname(ctx.modulefile), ctx.recipe.name,
-                                       ctx.recipe.version, syntax, ctx.site.name)
+        text = writer.render_modulefile(self.context(ctx), syntax)
+        default = WriteDefault(os.path.dirname(ctx.modulefile), ctx.recipe.name,
+                               ctx.recipe.version, syntax, ctx.site.name)
         return {MODULE: [WriteFile(ctx.modulefile, text), default]}
+
+
+@dataclass(frozen=True)
+class WriteDefault:
+    """Install action: write the default-version file for a module if it has no default yet.
+
+    Runs in the ``module`` step, after the modulefile is written, so the first stack installed
+    under a name becomes ``module load <name>``'s choice, and a later install never moves an
+    existing default (that is ``hpcstack module set-default``'s job).
+
+    It is a :class:`hpcstack.install.actions.WriteFile` with ``unless_exists`` (any file of
+    :data:`hpcstack.modules.writer.DEFAULT_CANDIDATES`), so its dry-run bash and its execution
+    are one: execution runs the printed bash, an atomic write. The writer renders the text
+    (:func:`hpcstack.modules.writer.render_default`); this component's action writes it.
+
+    Args:
+        module_dir (str): ``<module root>/<name>``.
+        name (str), version (str): the module, e.g. ``"pytorch"``, ``"2.3.1-gpu"``.
+        syntax (str): ``tcl`` (writes ``.version``) or ``lua`` (``.modulerc.lua``).
+        site (str | None): the site's name, for the file's "change it with" line.
+    """
+
+    module_dir: str
+    name: str
+    version: str
+    syntax: str
+    site: str | None = None
+
+    @property
+    def path(self) -> str:
+        """The file this action writes."""
+        return os.path.join(self.module_dir, writer.DEFAULT_FILES[self.syntax])
+
+    def write(self):
+        """The :class:`~hpcstack.install.actions.WriteFile` this action is."""
+        return WriteFile(self.path, writer.render_default(self.name, self.version, self.syntax, self.site), 0o644,
+                         unless_exists=tuple(os.path.join(self.module_dir, f) for f in writer.DEFAULT_CANDIDATES))
+
+    def commands(self) -> tuple:
+        return self.write().commands()
+
+    def inputs(self) -> tuple[str, ...]:
+        return ()
+
+    def outputs(self) -> tuple[str, ...]:
+        return (self.path,)
+
+    def to_bash(self) -> str:
+        return f"# default version, only if {self.name} has none yet\n{self.write().to_bash()}"
+
+    def execute(self, ctx) -> None:
+        ctx.log.write(f"default of {self.name}: {self.version} unless one is set in {self.module_dir}\n")
+        self.write().execute(ctx)
 
 
 def _image_check(ctx: PlanContext) -> dict:
@@ -124,6 +177,6 @@ def render_for_prefix(site, recipe, prefix: str, python_version: str, syntax: st
     syntax = syntax or site.modules.syntax
     ctx = PlanContext(site=site, recipe=recipe, prefix=prefix, stage_dir="", cache_dir="",
                       python_version=python_version, jobs=1,
-                      modulefile=modules.modulefile_path(site.module_root, recipe.name,
+                      modulefile=writer.modulefile_path(site.module_root, recipe.name,
                                                          recipe.version, syntax))
-    return modules.render_modulefile(Modulefile().context(ctx), syntax)
+    return writer.render_modulefile(Modulefile().context(ctx), syntax)

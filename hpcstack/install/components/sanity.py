@@ -1,11 +1,11 @@
-"""The ``Imports`` component and the one-process sanity check (:class:`PythonCheck`, issue 14).
+"""The ``Imports`` component and the one-process sanity check (:class:`PythonCheck`).
 
-Importing torch costs about 1.5 s of CPU; ``horovodrun --check-build`` forks about 13 processes
-that each import it again (6 s on 2 cores). The sanity check therefore runs every Python check
-of a recipe in one interpreter: the ``Imports`` of the recipe and Horovod's build flags (read
-from ``horovod.torch``'s ``mpi_built()``, ``gloo_built()``, ``nccl_built()``, … — the functions
-``horovodrun --check-build`` calls) are one :class:`PythonCheck` each, and the plan merges them
-into one action (:func:`merge_python_checks`).
+Importing torch costs about 1.5 s of CPU, and a check such as ``horovodrun --check-build`` forks
+about 13 processes that each import it again (6 s on 2 cores). The sanity check therefore runs
+every Python check of a recipe in one interpreter: each component contributes a
+:class:`PythonCheck` with its imports and its own checks (:class:`PythonSnippet`: Horovod its
+build flags, :class:`hpcstack.install.components.horovod.HorovodBuild`), and the plan merges
+them into one action (:func:`merge_python_checks`). This module names no package.
 """
 
 from __future__ import annotations
@@ -14,78 +14,83 @@ import json
 import os
 import re
 import subprocess
+import textwrap
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from hpcstack.errors import HpcstackError
 from hpcstack.install.actions import ActionBase, ExecContext, Run
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.plan import SANITYCHECK
 
-#: The Horovod part of the check's program: the report ``horovodrun --check-build`` prints
-#: (Horovod 0.28.1, ``horovod/runner/launch.py`` ``check_build``), made from the same
-#: ``*_built()`` functions in this process, then the required flags (``REQUIRED``) with the rules
-#: of :func:`hpcstack.validate.checkbuild.missing_flags`. A framework other than PyTorch counts
-#: as built when its extension library is there (nothing of it is imported). It also imports
-#: ``horovod.runner.launch``, the module ``horovodrun`` runs.
-_HOROVOD = '''
-import glob, os, horovod, horovod.torch as hvd, horovod.runner.launch
-def _ext(fw):
-    return bool(glob.glob(os.path.join(os.path.dirname(horovod.__file__), fw, "mpi_lib*.so")))
-flags = {"Frameworks": {"TensorFlow": _ext("tensorflow"), "PyTorch": True, "MXNet": _ext("mxnet")},
-         "Controllers": {"MPI": bool(hvd.mpi_built()), "Gloo": bool(hvd.gloo_built())},
-         "Operations": {"NCCL": bool(hvd.nccl_built()), "DDL": bool(hvd.ddl_built()),
-                        "CCL": bool(hvd.ccl_built()), "MPI": bool(hvd.mpi_built()),
-                        "Gloo": bool(hvd.gloo_built())}}
-headings = {"Frameworks": "Available Frameworks", "Controllers": "Available Controllers",
-            "Operations": "Available Tensor Operations"}
-print("Horovod v%s:" % horovod.__version__)
-for section, names in flags.items():
-    print("\\n%s:" % headings[section])
-    for name, built in names.items():
-        print("    [%s] %s" % ("X" if built else " ", name))
-missing = []
-for req in REQUIRED:
-    section, _, name = req.rpartition(":")
-    sections = [section] if section else [s for s in flags if name in flags[s]]
-    if not sections:
-        missing.append(name)
-    missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
-if missing:
-    sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
-'''
+#: The line that opens a snippet's section of the check's output: ``--- hpcstack check: <name>``.
+SECTION = "--- hpcstack check: "
+
+
+@dataclass(frozen=True)
+class PythonSnippet:
+    """A check a component adds to the one-interpreter sanity check (:class:`PythonCheck`).
+
+    Args:
+        name (str): what it checks, e.g. ``"horovod build flags"``; it opens the snippet's section
+            of the output (:data:`SECTION`) and names it in failures.
+        code (str): Python statements, run after every import of the check in a function of their
+            own (``os`` and ``sys`` are imported); ``sys.exit("reason")`` fails the check with
+            that reason.
+        verify (Callable[[str], list[str]] | None): called by hpcstack with the section's output
+            once the interpreter passed; returns one line per problem (empty: passed). It checks
+            the printed report again, failing closed (a report that does not parse fails).
+            Default None: nothing more.
+        record (str): a file name under the build's ``.hpcstack`` directory where the section's
+            output is kept (provenance), e.g. ``"check-build.txt"``; default ``""``: none.
+        start (str): a regular expression: the report is the section's output from the last line
+            it matches on (what the snippet's own imports printed before is not the report); what
+            ``verify`` sees and ``record`` keeps. Default ``""``: the whole section.
+
+    Example:
+        ``PythonSnippet("mpi library", "from mpi4py import MPI; print(MPI.Get_library_version())")``
+    """
+
+    name: str
+    code: str
+    verify: Callable[[str], list[str]] | None = None
+    record: str = ""
+    start: str = ""
+
+    def report(self, section: str) -> str:
+        """The report in the section's output: from the last line matching :attr:`start` on."""
+        starts = [m.start() for m in re.finditer(self.start, section, re.M)] if self.start else []
+        return section[starts[-1]:] if starts else section
 
 
 @dataclass(frozen=True)
 class PythonCheck(ActionBase):
-    """Import modules and check Horovod's build flags in one run of the stack's python (an action).
+    """Import modules and run the components' checks in one run of the stack's python (an action).
 
     Both renderings run the same program (``python -c PROGRAM``): it imports every module of
-    ``imports``, and with ``horovod`` set, prints the report of ``horovodrun --check-build``
-    from ``horovod.torch``'s ``*_built()`` functions and exits non-zero naming each required
-    flag that is not ``[X]``. When everything passed it ends with ``os._exit(0)``, skipping the
-    interpreter's teardown (0.7-0.9 s for the PyTorch stack; issue 14). :meth:`execute` also parses that report with
-    :func:`hpcstack.validate.checkbuild.parse_check_build` and requires the flags again
-    (fail closed: a report that does not parse fails the step), and keeps it as
-    ``check-build.txt`` in the build's ``.hpcstack`` (provenance).
+    ``imports``, prints ``imports ok: …``, then runs each snippet of ``checks`` after a line
+    ``--- hpcstack check: <name>``. When everything passed it ends with ``os._exit(0)``, skipping
+    the interpreter's teardown (0.7-0.9 s for the PyTorch stack). :meth:`execute` then hands each
+    snippet's section of the output to its ``verify`` and keeps it as its ``record`` file in the
+    build's ``.hpcstack`` (provenance).
 
     Args:
         python (str): the stack's interpreter.
         imports (tuple[str, ...]): importable names, in order.
-        horovod (tuple[str, ...] | None): required Horovod flags (``Name`` or ``Section:Name``,
-            as for ``hpcstack check-build``); None: no Horovod check.
+        checks (tuple[PythonSnippet, ...]): the components' checks, in order.
         prepend (dict[str, str]): path-like variables to prepend to (the CUDA stubs of a GPU
             site on a login node), as for :class:`Run`.
         background (bool): run it in the background while the step's other actions run
-            (:func:`hpcstack.install.runner.run_actions`; the plan sets it for the merged check,
-            issue 14); the step still fails if it fails.
+            (:func:`hpcstack.install.runner.run_actions`; the plan sets it for the merged check);
+            the step still fails if it fails.
 
     Raises:
-        HpcstackError: an import fails, a required flag is missing, or the report does not parse.
+        HpcstackError: an import fails, a snippet fails or its ``verify`` names a problem.
     """
 
     python: str
     imports: tuple[str, ...] = ()
-    horovod: tuple[str, ...] | None = None
+    checks: tuple[PythonSnippet, ...] = ()
     prepend: dict[str, str] = field(default_factory=dict)
     background: bool = False
 
@@ -93,13 +98,15 @@ class PythonCheck(ActionBase):
         """The Python program this check runs."""
         lines = ["import os, sys"]
         lines += [f"import {m}" for m in self.imports]
-        if self.horovod is not None:
-            lines.append(f"REQUIRED = {json.dumps(list(self.horovod))}")
-            lines.append(_HOROVOD.strip("\n"))
-        else:
-            lines.append(f"print({('imports ok: ' + ', '.join(self.imports))!r})")
+        # string literals in double quotes (json): the bash rendering quotes the program in single ones
+        lines.append(f"print({json.dumps('imports ok: ' + ', '.join(self.imports))})")
+        for index, check in enumerate(self.checks):
+            function = f"_hpcstack_check_{index}"
+            lines.append(f"def {function}():")
+            lines.append(textwrap.indent(textwrap.dedent(check.code).strip("\n"), "    "))
+            lines.append(f"print({json.dumps(SECTION + check.name)}); {function}()")
         # passed: leave without the interpreter's teardown, which unloads torch and the rest
-        # module by module (0.7-0.9 s of a 3 s check on 2 cores, issue 14); output flushed first
+        # module by module (0.7-0.9 s of a 3 s check on 2 cores); output flushed first
         lines.append("sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
         return "\n".join(lines)
 
@@ -114,28 +121,44 @@ class PythonCheck(ActionBase):
 
     def merged(self, other: "PythonCheck") -> "PythonCheck":
         """This check and ``other`` as one (same python): imports of both, in order, without
-        repeats; the Horovod flags of both; the prepended paths of both, this one's first.
+        repeats; the snippets of both (one of each name and code); the prepended paths of both,
+        this one's first.
 
         Raises:
             ValueError: the two checks name different interpreters.
         """
         if other.python != self.python:
             raise ValueError(f"cannot merge checks of {self.python} and {other.python}")
-        horovod = None
-        if self.horovod is not None or other.horovod is not None:
-            horovod = tuple(dict.fromkeys((*(self.horovod or ()), *(other.horovod or ()))))
+        checks = list(self.checks)
+        seen = {(c.name, c.code) for c in checks}
+        checks += [c for c in other.checks if (c.name, c.code) not in seen]
         prepend = dict(self.prepend)
         for name, value in other.prepend.items():
             parts = [p for p in prepend.get(name, "").split(":") if p]
             parts += [p for p in value.split(":") if p and p not in parts]
             prepend[name] = ":".join(parts)
         return replace(self, imports=tuple(dict.fromkeys((*self.imports, *other.imports))),
-                       horovod=horovod, prepend=prepend)
+                       checks=tuple(checks), prepend=prepend)
+
+    def sections(self, output: str) -> dict[str, str]:
+        """The output of each snippet, by name: what follows its :data:`SECTION` line up to the
+        next one (what an import printed before comes first and belongs to none)."""
+        found: dict[str, str] = {}
+        name, lines = None, []
+        for line in output.splitlines(keepends=True):
+            if line.startswith(SECTION):
+                if name is not None:
+                    found[name] = "".join(lines)
+                name, lines = line[len(SECTION):].rstrip("\n"), []
+            elif name is not None:
+                lines.append(line)
+        if name is not None:
+            found[name] = "".join(lines)
+        return found
 
     def execute(self, ctx: ExecContext) -> None:
         from hpcstack.fsutil import write_atomic
         from hpcstack.install.actions import describe_os_error
-        from hpcstack.validate.checkbuild import missing_flags, parse_check_build
 
         run = self._run()
         env = run.command_env(ctx.env)
@@ -150,24 +173,27 @@ class PythonCheck(ActionBase):
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
             raise HpcstackError(f"sanity check in {self.python}: {last}")
-        if self.horovod is None:
-            return
-        # the report starts at its "Horovod vX.Y.Z:" line; what an import printed before it is not ours
-        starts = [m.start() for m in re.finditer(r"^Horovod v", proc.stdout, re.M)]
-        report = proc.stdout[starts[-1]:] if starts else proc.stdout
-        missing = missing_flags(parse_check_build(report), self.horovod)
-        if missing:
-            raise HpcstackError("horovod build flags: missing " + ", ".join(f"[X] {m}" for m in missing))
+        sections = self.sections(proc.stdout)
+        reports = {}
+        for check in self.checks:
+            if check.name not in sections:
+                raise HpcstackError(f"sanity check in {self.python}: {check.name} printed no report")
+            reports[check.name] = check.report(sections[check.name])
+            problems = check.verify(reports[check.name]) if check.verify else []
+            if problems:
+                raise HpcstackError(f"{check.name}: {problems[0]}")
         state_dir = getattr(ctx, "state_dir", None)
-        if state_dir is not None:  # provenance: the stack records what its Horovod was built with
-            write_atomic(os.path.join(state_dir, "check-build.txt"), report)
+        if state_dir is not None:  # provenance: what each check reported
+            for check in self.checks:
+                if check.record:
+                    write_atomic(os.path.join(state_dir, check.record), reports[check.name])
 
 
 def merge_python_checks(actions: list) -> list:
     """Return ``actions`` with every :class:`PythonCheck` of the same python merged into one
     (one interpreter start, one ``import torch``) that runs first and in the background, while
-    the step's other actions (``uv pip check``, the tools' ``--help``, ``uv pip freeze``) run
-    (issue 14); other actions keep their order.
+    the step's other actions (``uv pip check``, the tools' ``--help``, ``uv pip freeze``) run;
+    other actions keep their order.
 
     Args:
         actions (list): the actions of the sanity check step.
@@ -190,21 +216,27 @@ def merge_python_checks(actions: list) -> list:
 class Imports:
     """Import each module with the stack's python, in one interpreter (sanity check).
 
-    The plan merges it with the recipe's other Python checks (Horovod's build flags) into one
+    The plan merges it with the recipe's other Python checks (those of its components) into one
     interpreter run (:func:`merge_python_checks`).
 
     Args:
         modules (tuple[str, ...]): importable names, e.g. ``("torch", "horovod.torch")``.
+        checks (tuple[PythonSnippet, ...]): the recipe's own checks, run after the imports in the
+            same interpreter; default none.
 
     Example:
-        ``Imports(("torch", "torchvision"))``
+        ``Imports(("torch", "torchvision"))``;
+        ``Imports(("mpi4py.MPI",), checks=(PythonSnippet("MPI library", "from mpi4py import MPI\n"
+        "print(MPI.Get_library_version())"),))``
     """
 
     modules: tuple[str, ...]
+    checks: tuple[PythonSnippet, ...] = ()
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}`` for this component."""
         stubs = ctx.toolchain.cuda_stubs
         prepend = {"LD_LIBRARY_PATH": stubs} if stubs else {}
-        return {SANITYCHECK: [PythonCheck(ctx.python, tuple(self.modules), prepend=prepend)]}
+        return {SANITYCHECK: [PythonCheck(ctx.python, tuple(self.modules), checks=tuple(self.checks),
+                                          prepend=prepend)]}
 

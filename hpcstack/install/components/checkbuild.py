@@ -1,4 +1,4 @@
-"""Parse ``horovodrun --check-build`` and require flags (sanity check, issue 2 item 5)."""
+"""Horovod's build flags: parse ``horovodrun --check-build`` and require flags (the build's sanity check)."""
 
 from __future__ import annotations
 
