@@ -33,7 +33,7 @@ LAYERS = (
     ("hpcstack", "hpcstack.fsutil", "hpcstack.errors", "hpcstack.schema", "hpcstack.registry",
      "hpcstack.templates", "hpcstack.doctor"),
     ("hpcstack.repos", "hpcstack.recipe", "hpcstack.modules"),
-    ("hpcstack.site",),
+    ("hpcstack.site", "hpcstack.site_keys"),
     ("hpcstack.install",),
     ("hpcstack.validate",),
     ("hpcstack.export",),

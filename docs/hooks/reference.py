@@ -100,11 +100,12 @@ def _shipped_sites() -> list[tuple[str, dict]]:
 def _recipes_by_component() -> tuple[list[str], dict[str, list[str]]]:
     """The recipes on the search path and, per component class name (with its bases), the recipes
     that list one. Each recipe is loaded for the localhost site."""
-    from hpcstack.recipe import known_recipes, load_recipe
+    from hpcstack.recipe import load_recipe
+    from hpcstack.repos import RECIPES, default_search_path
     from hpcstack.site import load_site
     site = load_site("localhost")
     names, users = [], {}
-    for spec in known_recipes():
+    for spec in [e.name for e in default_search_path().entries(RECIPES)]:
         try:
             recipe = load_recipe(spec, site)
         except Exception as exc:     # a recipe that does not load for localhost is named, not hidden
