@@ -191,9 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="List, one line per problem, what in a venv shadows the loaded stack (same "
                     "distribution, other version), what conflicts with the stack's constraints or "
                     "needs other versions than the stack has, and packages in the user site "
-                    "(~/.local) that Python without PYTHONNOUSERSITE=1 would import. Exit 1 when "
-                    "there is a problem, 0 when the venv is clean.")
-    p.add_argument("--venv", metavar="DIR", help="the venv (default: the active one, VIRTUAL_ENV)")
+                    "(~/.local) that Python without PYTHONNOUSERSITE=1 would import, and a venv "
+                    "without a pip of its own. With no venv: the user site of the stack's Python. "
+                    "Exit 1 when there is a problem, 0 when clean.")
+    p.add_argument("--venv", metavar="DIR", help="the venv (default: the active one, VIRTUAL_ENV; "
+                                                 "none: check the user site only)")
     p.add_argument("--stack", metavar="PREFIX", action="append",
                    help="a stack prefix (repeatable; default: the loaded modules' HPCSTACK_<NAME>_ROOT)")
 
@@ -689,7 +691,7 @@ def cmd_doctor(args) -> int:
     for line in problems:
         print(line)
     if not problems:
-        print(f"ok: {header[0]}: nothing shadows or conflicts with the stack, no user-site packages")
+        print(f"ok: {header[0]}: {header[1]}")
         return 0
     print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
     return 1

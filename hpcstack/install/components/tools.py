@@ -29,7 +29,7 @@ class StackTools:
       ``--help``;
     - ``hpcstack-train-benchmark``, the training program ``hpcstack validate`` runs
       (``scripts/hpcstack-train-benchmark.py``), run by ``python3`` on PATH (the module's);
-    - ``pip``, ``pip3``, ``pip3.X``: one line on stderr saying where packages go, exit status 1
+    - ``pip`` (and ``pip3``, ``pip3.X`` links to it): one line on stderr saying where packages go, exit status 1
       (``scripts/stack-pip.sh.j2``). The stack is read-only and the module hides the user site
       (``PYTHONNOUSERSITE=1``), so neither ``pip install`` nor ``pip install --user`` on top of
       the module could give an importable package; a venv extended with ``extend-venv-activate``
@@ -68,7 +68,8 @@ class StackTools:
             # its content is an input of the step, so an edited trainer redoes the install step
             Run(("install", "-m", "0755", trainer, os.path.join(ctx.bin_dir, TRAINER)),
                 input_files=(trainer,)),
-            *(WriteFile(os.path.join(ctx.bin_dir, name), pip_text, 0o755) for name in pip_names(ctx.python_version)),
+            WriteFile(os.path.join(ctx.bin_dir, "pip"), pip_text, 0o755),
+            *(Run(("ln", "-sfn", "pip", os.path.join(ctx.bin_dir, name))) for name in pip_names(ctx.python_version)[1:]),
             Run(("rm", "-rf", os.path.join(ctx.venv, "share", "jupyter", "kernels"))),
         ]
         if ctx.site.installer.backend == "pip":
