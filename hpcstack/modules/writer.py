@@ -14,8 +14,8 @@
   sites, ``.modulerc.lua`` for Lua sites); :class:`WriteDefault` is the install's action that
   writes one when none exists yet.
 
-Templates of both syntaxes share the block names ``header``, ``autoloads``, ``environment`` and
-``footer``, so a template that ``{% extends %}`` ours can replace one block.
+Templates of both syntaxes share the block names ``header``, ``whatis``, ``autoloads``, ``checks``,
+``environment`` and ``footer``, so a template that ``{% extends %}`` ours can replace one block.
 """
 
 from __future__ import annotations
