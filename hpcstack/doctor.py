@@ -13,7 +13,8 @@ Three kinds of problem, one line each (exit 1 when there is any, 0 when the venv
 - **user site**: distributions in the user site directory (``~/.local/lib/pythonX.Y/site-packages``,
   or under ``PYTHONUSERBASE``) of the venv's Python, which any Python run without
   ``PYTHONNOUSERSITE=1`` (the module sets it) imports (ARCHER2 docs PR #525; Horovod #1059);
-- **no pip**: a venv without its own ``bin/pip`` (``uv venv`` without ``--seed``; ``ensurepip`` without ``--default-pip`` makes only ``pip3``): ``pip`` there is
+- **no pip**: a venv without its own ``bin/pip`` (``uv venv`` without ``--seed``; ``ensurepip``
+  without ``--default-pip`` makes only ``pip3``): ``pip`` there is
   another one (the stack's, which refuses, or the system's), which does not install into it.
 
 With no venv (none active, no ``--venv``) it checks the user site of the stack's Python: what

@@ -141,7 +141,8 @@ def test_a_missing_or_unreadable_stack_fails_the_load_with_one_line(stack):
     gone = stack.top / "gone"
     src = next(p for p in (stack.module_root / "tiny").iterdir() if p.name.startswith("1.0"))
     (gone / "tiny").mkdir(parents=True)
-    (gone / "tiny" / src.name.replace("1.0", "2.0")).write_text(src.read_text().replace(str(stack.prefix), "/nonexistent/tiny/1.0"))
+    moved = src.read_text().replace(str(stack.prefix), "/nonexistent/tiny/1.0")
+    (gone / "tiny" / src.name.replace("1.0", "2.0")).write_text(moved)
     proc = stack.login(f"module use {gone}\nmodule load tiny/2.0; echo \"rc=$?\"")
     assert "rc=0" not in proc.stdout and "its stack /nonexistent/tiny/1.0 is missing or unreadable" in \
         " ".join(proc.stderr.split()), proc.stdout + proc.stderr
@@ -224,3 +225,41 @@ def test_the_site_launcher_variables_and_export_none(stack):
                        "echo \"MPI=$SLURM_MPI_TYPE EXPORT=$SLURM_EXPORT_ENV\"\n"
                        "module unload tiny/1.0; echo \"AFTER=${SLURM_MPI_TYPE:-unset}\"")
     assert "MPI=pmix EXPORT=ALL" in proc.stdout and "AFTER=unset" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_job_of_sbatch_export_none_starts_its_tasks_with_the_module(stack):
+    """``sbatch --export=NONE`` on the local 2-node cluster, as an ordinary user: the script loads
+    the module, and a plain ``srun python`` (no --mpi, no --export) starts one task per node in
+    the module's environment, with one thread per core of the task. About 10 s."""
+    from conftest import two_node_cluster, user_writable_dir
+
+    with two_node_cluster():
+        job_user = os.environ.get("HPCSTACK_SLURM_USER", "hpcstack-test")
+        workdir_gen = user_writable_dir(job_user, "hpcstack-user-side-job-")
+        workdir = next(workdir_gen)
+        try:
+            script = workdir / "job.sh"
+            script.write_text(f"""#!/bin/bash
+#SBATCH --partition=debug --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --time=00:02:00
+unset BASH_ENV
+source {stack.tool.init('bash')}
+module use {BASE_MODULES}
+module use {stack.module_root}
+echo "BEFORE=${{SLURM_EXPORT_ENV:-unset}}"
+module load tiny/1.0 || exit 3
+export OMP_NUM_THREADS=${{SLURM_CPUS_PER_TASK:-1}}
+echo "AFTER=$SLURM_EXPORT_ENV MPI=$SLURM_MPI_TYPE"
+srun python -c 'import os, tinypkg; print("TASK", os.environ["SLURM_PROCID"], \\
+    os.environ["OMP_NUM_THREADS"], tinypkg.PATCHED)'
+""")
+            script.chmod(0o755)
+            proc = subprocess.run(["runuser", "-u", job_user, "--", "sbatch", "--wait", "--export=NONE",
+                                   f"--chdir={workdir}", f"--output={workdir}/job.out", str(script)],
+                                  capture_output=True, text=True, timeout=240, cwd=str(workdir))
+            out = (workdir / "job.out").read_text() if (workdir / "job.out").exists() else ""
+            assert proc.returncode == 0, proc.stdout + proc.stderr + out
+            assert "BEFORE=NONE" in out and "AFTER=ALL MPI=pmix" in out, out
+            assert sorted(line for line in out.splitlines() if line.startswith("TASK")) == \
+                ["TASK 0 1 True", "TASK 1 1 True"], out
+        finally:
+            next(workdir_gen, None)

@@ -69,11 +69,13 @@ class StackTools:
             Run(("install", "-m", "0755", trainer, os.path.join(ctx.bin_dir, TRAINER)),
                 input_files=(trainer,)),
             WriteFile(os.path.join(ctx.bin_dir, "pip"), pip_text, 0o755),
-            *(Run(("ln", "-sfn", "pip", os.path.join(ctx.bin_dir, name))) for name in pip_names(ctx.python_version)[1:]),
+            *(Run(("ln", "-sfn", "pip", os.path.join(ctx.bin_dir, name)))
+              for name in pip_names(ctx.python_version)[1:]),
             Run(("rm", "-rf", os.path.join(ctx.venv, "share", "jupyter", "kernels"))),
         ]
         if ctx.site.installer.backend == "pip":
-            install.append(Run(("rm", "-f", *(os.path.join(ctx.venv, "bin", n) for n in pip_names(ctx.python_version)))))
+            install.append(Run(("rm", "-f", *(os.path.join(ctx.venv, "bin", n)
+                                              for n in pip_names(ctx.python_version)))))
         for name in self.examples:
             source = data_root() / "examples" / name
             files = tuple(sorted(str(p) for p in source.rglob("*") if p.is_file() and "__pycache__" not in p.parts))

@@ -170,7 +170,10 @@ def help_sections(ctx: PlanContext, modulefile, contributed: list[str]) -> list[
     if not site.toolchain.has_cuda:
         out += _wrap(modulefile.cpu_note, "")
     root = root_variable(r.name)
-    rel = lambda path: "$" + root + path[len(ctx.prefix):]  # noqa: E731 (paths under the prefix)
+
+    def rel(path: str) -> str:     # a path under the prefix, by the root variable
+        return "$" + root + path[len(ctx.prefix):]
+
     out += ["", "What loading it changes (unloading restores each):"]
     out += _variable(root, f"{ctx.prefix}, the stack")
     out += _variable("PATH", f"{rel(ctx.venv)}/bin and {rel(ctx.bin_dir)} first: the stack's python, "
