@@ -827,19 +827,21 @@ mkdir -p /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin
 hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/.pip.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
 #!/bin/sh
-# pip of the pytorch/2.3.1-gpu module, written by hpcstack. The stack is read-only and the module hides
+# pip of a stack's module, written by hpcstack. The stack is read-only and the module hides
 # ~/.local (PYTHONNOUSERSITE=1), so `pip install` and `pip install --user` on top of it could not
 # give a package its python imports. Packages go into a venv of your own extended for the module
 # (extend-venv-activate); that venv's pip comes first on PATH once it is active, and this one says
 # in one line (on stderr, exit status 1) what to do instead.
+module=pytorch/2.3.1-gpu
+fence='# >>> hpcstack pytorch/2.3.1-gpu >>>'
 venv=${VIRTUAL_ENV:-}
 if [ -z "$venv" ]; then
-    echo "pip: pytorch/2.3.1-gpu takes no packages (read-only; ~/.local is hidden from it): make a venv: python -m venv ~/myvenv && extend-venv-activate ~/myvenv && source ~/myvenv/bin/activate && pip install ... ('module help pytorch/2.3.1-gpu')" >&2
+    echo "pip: $module takes no packages (read-only; ~/.local is hidden from it): make a venv: python -m venv ~/myvenv && extend-venv-activate ~/myvenv && source ~/myvenv/bin/activate && pip install ... ('module help $module')" >&2
 elif [ ! -x "$venv/bin/pip" ]; then
-    if grep -qF '# >>> hpcstack pytorch/2.3.1-gpu >>>' "$venv/bin/activate" 2>/dev/null; then then_extend=""; else then_extend=", then extend it: extend-venv-activate $venv"; fi
+    if grep -qF -e "$fence" "$venv/bin/activate" 2>/dev/null; then then_extend=""; else then_extend=", then extend it: extend-venv-activate $venv"; fi
     echo "pip: the active venv $venv has no pip (made by 'uv venv' without --seed?): run 'python -m ensurepip --default-pip' with it active, or use 'uv pip install'$then_extend" >&2
 else
-    echo "pip: the active venv $venv is not extended for pytorch/2.3.1-gpu, so python is the stack's and would not import what the venv's pip installs: deactivate; extend-venv-activate $venv; source $venv/bin/activate" >&2
+    echo "pip: the active venv $venv is not extended for $module, so python is the stack's and would not import what the venv's pip installs: deactivate; extend-venv-activate $venv; source $venv/bin/activate" >&2
 fi
 exit 1
 HPCSTACK_EOF
