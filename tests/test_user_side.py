@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import tempfile
@@ -172,10 +173,14 @@ def test_a_plain_venv_under_the_module_is_named_with_its_fix(stack):
     assert f"extend-venv-activate {venv}; source {venv}/bin/activate" in said
     assert f"pip: the active venv {venv} is not extended for tiny/1.0" in said
     assert not list((venv / "lib").glob("python*/site-packages/six*"))
-    # extended, activation loads the module quietly and pip is the venv's
-    proc = stack.login(f"module load tiny/1.0 && extend-venv-activate {venv} >/dev/null && module unload tiny/1.0\n"
-                       f"source {venv}/bin/activate || exit 3\ncommand -v pip")
-    assert proc.returncode == 0 and proc.stdout.strip() == f"{venv}/bin/pip", proc.stdout + proc.stderr
+    # the fix the module prints, typed as printed: then python and pip are the venv's, quietly
+    fix = re.search(r"fix: (.*?/bin/activate)", said).group(1).split("; ")
+    assert fix[:3] == ["module unload tiny/1.0", "deactivate", "module load tiny/1.0"], fix
+    proc = stack.login(f"source {venv}/bin/activate && module load tiny/1.0 2>/dev/null || exit 3\n"
+                       + "\n".join(fix) + "\n"
+                       "command -v pip; python -c 'import sys, tinypkg; print(sys.prefix)'")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-2:] == [f"{venv}/bin/pip", str(venv)], proc.stdout + proc.stderr
     assert "not extended" not in proc.stderr, proc.stderr
 
 

@@ -841,7 +841,7 @@ elif [ ! -x "$venv/bin/pip" ]; then
     if grep -qF -e "$fence" "$venv/bin/activate" 2>/dev/null; then then_extend=""; else then_extend=", then extend it: extend-venv-activate $venv"; fi
     echo "pip: the active venv $venv has no pip (made by 'uv venv' without --seed?): run 'python -m ensurepip --default-pip' with it active, or use 'uv pip install'$then_extend" >&2
 else
-    echo "pip: the active venv $venv is not extended for $module, so python is the stack's and would not import what the venv's pip installs: deactivate; extend-venv-activate $venv; source $venv/bin/activate" >&2
+    echo "pip: the active venv $venv is not extended for $module, so python is the stack's and would not import what the venv's pip installs: module unload $module; deactivate; module load $module; extend-venv-activate $venv; source $venv/bin/activate" >&2
 fi
 exit 1
 HPCSTACK_EOF
