@@ -47,7 +47,8 @@ VENV_WARNING = ("{full_name}: the active venv @VENV@ is not extended for this mo
 class Modulefile:
     """Render the stack's modulefile (Tcl, or Lua for Lmod sites) and write it atomically.
 
-    It ``depends-on`` the site's base Python module and runtime modules, prepends the stack's
+    It ``depends-on`` the site's base Python module and runtime modules (by the exact names the
+    build environment loaded them under: :meth:`depends_on`), prepends the stack's
     ``bin/`` and the venv's ``bin/`` to PATH and its site-packages to PYTHONPATH, sets
     ``HPCSTACK_<NAME>_ROOT``, and has ``conflict``/``family`` on the name. Nothing from the build
     environment (CUDA stubs, compilers) reaches it.
@@ -102,7 +103,7 @@ class Modulefile:
         """The modules this one ``depends-on``: the exact base and runtime modules the build
         environment loaded (``ctx.depends_on``, e.g. ``python/3.11`` for a site's ``python``),
         else the site's names as they are."""
-        return list(getattr(ctx, "depends_on", ()) or ()) or [ctx.site.modules.base, *ctx.site.modules.runtime]
+        return list(ctx.depends_on) or [ctx.site.modules.base, *ctx.site.modules.runtime]
 
     def help_lines(self, ctx: PlanContext) -> list[str]:
         """``module help``: :data:`HELP`, then what is inside, what the variables change, how to
