@@ -163,7 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 ("remove", "remove a kernelspec hpcstack wrote")):
         kp = ksub.add_parser(action, help=action_help)
         kp.add_argument("recipe", help="recipe as NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a path to a recipe file")
-        kp.add_argument("--site", default="localhost", help=SITE_HELP)
+        kp.add_argument("--site", default=None,
+                        help="site name on the search path or a path to a site YAML (default: the "
+                             "site that installed the loaded module, else the one site whose module "
+                             "tool is this shell's and that has the stack, else localhost)")
         _add_repo_arg(kp)
         where = kp.add_mutually_exclusive_group()
         where.add_argument("--user", action="store_true",
@@ -188,9 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="List, one line per problem, what in a venv shadows the loaded stack (same "
                     "distribution, other version), what conflicts with the stack's constraints or "
                     "needs other versions than the stack has, and packages in the user site "
-                    "(~/.local) that Python without PYTHONNOUSERSITE=1 would import. Exit 1 when "
-                    "there is a problem, 0 when the venv is clean.")
-    p.add_argument("--venv", metavar="DIR", help="the venv (default: the active one, VIRTUAL_ENV)")
+                    "(~/.local) that Python without PYTHONNOUSERSITE=1 would import, and a venv "
+                    "without a pip of its own. With no venv: the user site of the stack's Python. "
+                    "Exit 1 when there is a problem, 0 when clean.")
+    p.add_argument("--venv", metavar="DIR", help="the venv (default: the active one, VIRTUAL_ENV; "
+                                                 "none: check the user site only)")
     p.add_argument("--stack", metavar="PREFIX", action="append",
                    help="a stack prefix (repeatable; default: the loaded modules' HPCSTACK_<NAME>_ROOT)")
 
@@ -575,6 +580,51 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _infer_site(args) -> tuple[str, dict]:
+    """The site of ``hpcstack kernel`` when ``--site`` is not given, and its root overrides.
+
+    1. The stack's module is loaded (``HPCSTACK_<NAME>_ROOT``): the site its install recorded
+       (``.hpcstack/provenance.json``), with the install and module roots it used
+       (``.hpcstack/site.json``).
+    2. Else the one known site whose module tool is this shell's (``$LMOD_CMD``: Lmod, else
+       Environment Modules) and whose module root has the stack's modulefile.
+    3. Else ``localhost``.
+
+    Returns:
+        tuple[str, dict]: the site (name or path) and ``load_site`` keyword overrides.
+    """
+    from hpcstack.modules.writer import modulefile_path, root_variable
+    from hpcstack.site import known_sites, load_site
+
+    spec = args.recipe
+    if spec.endswith(".py") or spec.count("/") != 1:
+        return "localhost", {}
+    name, version = spec.split("/")
+    root = os.environ.get(root_variable(name), "")
+    state = os.path.join(root, ".hpcstack")
+    if root and os.path.basename(os.path.normpath(root)) == version:
+        try:
+            with open(os.path.join(state, "provenance.json")) as f:
+                recorded = json.load(f)["site"]
+            with open(os.path.join(state, "site.json")) as f:
+                used = json.load(f)
+            site = recorded["name"] if recorded["name"] in known_sites(_search(args)) else recorded["file"]
+            return site, {"install_root": used.get("install_root"), "module_root": used.get("module_root")}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    tool = "lmod" if os.environ.get("LMOD_CMD") else "environment-modules"
+    found = []
+    for candidate in known_sites(_search(args)):
+        try:
+            site = load_site(candidate, search=_search(args))
+        except HpcstackError:
+            continue
+        if site.modules.tool == tool and os.path.isfile(
+                modulefile_path(site.module_root, name, version, site.modules.syntax)):
+            found.append(candidate)
+    return (found[0] if len(found) == 1 else "localhost"), {}
+
+
 def cmd_kernel(args) -> int:
     """``hpcstack kernel install | remove``: a Jupyter kernel of an installed stack
     (:mod:`hpcstack.modules.kernel`).
@@ -587,7 +637,12 @@ def cmd_kernel(args) -> int:
     from hpcstack.modules import kernel
     from hpcstack.recipe import load_recipe
 
-    site = _load_site(args, module_root=getattr(args, "module_root", None))
+    overrides = {}
+    if args.site is None:
+        args.site, overrides = _infer_site(args)
+    if getattr(args, "module_root", None):
+        overrides["module_root"] = args.module_root
+    site = _load_site(args, **overrides)
     recipe = load_recipe(args.recipe, site, _search(args))
     if args.kernel_command == "remove":
         name = args.name or kernel.default_kernel_name(recipe.name, recipe.version)
@@ -608,7 +663,7 @@ def cmd_kernel(args) -> int:
     print(f"installed kernel {spec.name} ({spec.display_name}) in {path}")
     print(f"  Jupyter lists it as {spec.display_name!r}; `jupyter kernelspec list` shows it "
           f"where that directory is on Jupyter's path; remove it with: hpcstack kernel remove "
-          f"{recipe.full_name} --site {args.site}"
+          f"{recipe.full_name}" + (f" --site {site.ref or args.site}" if args.site != "localhost" else "")
           + (" --user" if args.user else f" --prefix {args.prefix}" if args.prefix else "")
           + (f" --name {args.name}" if args.name else ""))
     return 0
@@ -642,7 +697,7 @@ def cmd_doctor(args) -> int:
     for line in problems:
         print(line)
     if not problems:
-        print(f"ok: {header[0]}: nothing shadows or conflicts with the stack, no user-site packages")
+        print(f"ok: {header[0]}: {header[1]}")
         return 0
     print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
     return 1

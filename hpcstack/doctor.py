@@ -12,7 +12,15 @@ Three kinds of problem, one line each (exit 1 when there is any, 0 when the venv
   uv install lets through;
 - **user site**: distributions in the user site directory (``~/.local/lib/pythonX.Y/site-packages``,
   or under ``PYTHONUSERBASE``) of the venv's Python, which any Python run without
-  ``PYTHONNOUSERSITE=1`` (the module sets it) imports (ARCHER2 docs PR #525; Horovod #1059).
+  ``PYTHONNOUSERSITE=1`` (the module sets it) imports (ARCHER2 docs PR #525; Horovod #1059);
+- **no pip**: a venv without its own ``bin/pip`` (``uv venv`` without ``--seed``; ``ensurepip``
+  without ``--default-pip`` makes only ``pip3``): ``pip`` there is
+  another one (the stack's, which refuses, or the system's), which does not install into it.
+
+With no venv (none active, no ``--venv``) it checks the user site of the stack's Python: what
+``pip install --user`` put there is not imported under the module (``PYTHONNOUSERSITE=1``) but is
+by every other Python of that version. Stacks have no user base of their own: packages on top of
+a stack go into a venv extended for it (``<prefix>/bin/pip`` says so).
 
 The stack is found from ``--stack PREFIX`` or the loaded modules' ``HPCSTACK_<NAME>_ROOT``
 variables; the venv from ``--venv DIR`` or ``VIRTUAL_ENV``. Distributions are read from their
@@ -222,9 +230,19 @@ def check(venv: Path, stacks: list[Path]) -> list[str]:
             if version is not None and not req.specifier.contains(version, prereleases=True):
                 problems.append(f"conflict: {dist.name} {dist.version} requires {req}; the stack has "
                                 f"{target.name} {target.version}")
-    user_site = info["user_site"]
+    if not (venv / "bin" / "pip").exists():
+        problems.append(f"no pip: {venv} has no pip of its own (made by `uv venv` without --seed?), so "
+                        f"`pip` there is another one that does not install into it; run `{venv}/bin/python "
+                        "-m ensurepip --default-pip`, or install with `uv pip install`")
+    problems += user_site_problems(info["user_site"], {**mine, **stack})
+    return problems
+
+
+def user_site_problems(user_site: str, known: dict) -> list[str]:
+    """One line per distribution in ``user_site`` (``known``: the stack's and venv's, by name)."""
+    problems = []
     for key, dist in sorted(distributions([user_site]).items()):
-        theirs = stack.get(key) or mine.get(key)
+        theirs = known.get(key)
         also = f" (the stack or venv has {theirs.version})" if theirs else ""
         problems.append(f"user site: {dist.name} {dist.version} in {user_site} is imported by any Python "
                         f"without PYTHONNOUSERSITE=1{also}")
@@ -239,18 +257,19 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
         stack (list[str] | None): ``--stack`` prefixes; default the loaded modules' ``HPCSTACK_*_ROOT``.
         environ (Mapping | None): the environment (default ``os.environ``).
 
+    Without a venv it checks the user site of the stacks' Python (:func:`check_user_site`).
+
     Returns:
-        tuple[list[str], list[str]]: (problems, a header line naming what was checked).
+        tuple[list[str], list[str]]: (problems, [a header line naming what was checked, the
+        line that says what "ok" means]).
 
     Raises:
-        ConfigError: no venv or no stack given or found, or one that is not a directory (exit 2).
+        ConfigError: no stack given or found, a venv or stack that is not a directory (exit 2).
     """
     environ = os.environ if environ is None else environ
     errors = []
     venv = venv or environ.get("VIRTUAL_ENV")
-    if not venv:
-        errors.append("no venv: give --venv DIR or activate one")
-    elif not os.path.isdir(venv):
+    if venv and not os.path.isdir(venv):
         errors.append(f"--venv {venv}: no such directory")
     stacks = [Path(s) for s in stack] if stack else stack_prefixes(environ)
     if not stacks:
@@ -260,10 +279,36 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
             errors.append(f"--stack {s}: not a stack prefix (no venv/ in it)")
     if errors:
         raise ConfigError(errors)
+    if not venv:
+        return check_user_site(stacks)
     venv_path = Path(os.path.abspath(venv))
     problems = check(venv_path, stacks)
     header = f"checked {venv_path} on top of {', '.join(map(str, stacks))}"
-    return problems, [header]
+    return problems, [header, "nothing shadows or conflicts with the stack, no user-site packages"]
+
+
+def check_user_site(stacks: list[Path]) -> tuple[list[str], list[str]]:
+    """No venv: the user site (``~/.local/lib/pythonX.Y/site-packages``, or under
+    ``PYTHONUSERBASE``) of each stack's Python.
+
+    Returns:
+        tuple[list[str], list[str]]: as :func:`run`.
+
+    Raises:
+        ConfigError: a stack's python is missing or fails.
+    """
+    problems, sites = [], []
+    for prefix in stacks:
+        info = probe_venv(prefix / "venv")
+        if info["user_site"] in sites:
+            continue
+        sites.append(info["user_site"])
+        known = distributions(stack_site_packages(prefix))
+        problems += user_site_problems(info["user_site"], known)
+    header = (f"no venv active; checked the user site {', '.join(sites)} of "
+              f"{', '.join(map(str, stacks))}")
+    return problems, [header, "nothing there (packages of your own go into a venv: "
+                              "python -m venv DIR && extend-venv-activate DIR)"]
 
 
 def main(argv=None) -> int:
@@ -295,7 +340,7 @@ def main(argv=None) -> int:
     for line in problems:
         print(line)
     if not problems:
-        print(f"ok: {header[0]}: nothing shadows or conflicts with the stack, no user-site packages")
+        print(f"ok: {header[0]}: {header[1]}")
         return 0
     print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
     return 1

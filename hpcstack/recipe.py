@@ -32,6 +32,9 @@ class Recipe:
             :func:`load_recipe`.
         ref (str): how a later command line names this recipe: ``name/version`` where the search
             path finds it without ``--repo``, else its file's absolute path; set by :func:`load_recipe`.
+        keywords (tuple[str, ...]): words users search modules by (``module search`` /
+            ``module keyword``), besides the stack's name and its key packages, e.g.
+            ``("deep learning", "GPU")``.
     """
 
     name: str
@@ -40,6 +43,7 @@ class Recipe:
     components: list = field(default_factory=list)
     directory: Path | None = None
     ref: str = ""
+    keywords: tuple = ()
 
     @property
     def full_name(self) -> str:

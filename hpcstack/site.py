@@ -78,6 +78,10 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "base": _STR,
         "build": _STR_LIST,
         "runtime": _STR_LIST,
+        # variables every stack's modulefile sets for users, e.g. launcher defaults the way
+        # users launch on this machine (SLURM_MPI_TYPE: pmix where Slurm's MpiDefault is none)
+        "env": {"type": "object", "additionalProperties": {"type": "string"},
+                "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}},
     }),
         # each tool reads only its syntaxes (Environment Modules: Tcl only; Lmod: Lua and Tcl)
         "allOf": [_tool_reads(name, cls.syntaxes) for name, cls in TOOLS.items()]},
@@ -188,6 +192,10 @@ class ModulesConfig:
         command (str | None): path of ``modulecmd.tcl`` / ``lmod``; default from ``$MODULES_CMD`` /
             ``$LMOD_CMD`` or the distribution's path.
         init (dict[str, str]): per shell, the module tool's init script (for extend-venv-activate).
+        env (dict[str, str]): variables every stack's modulefile sets for its users (``setenv``),
+            in the order given: launcher defaults such as ``SLURM_MPI_TYPE: pmix`` where the
+            site's Slurm has ``MpiDefault=none``, so that a plain ``srun python …`` starts MPI
+            ranks. ``module help`` lists them.
     """
 
     tool: str
@@ -198,6 +206,7 @@ class ModulesConfig:
     use: list[str] = field(default_factory=list)
     command: str | None = None
     init: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

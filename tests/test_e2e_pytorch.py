@@ -52,6 +52,12 @@ def test_the_stack_carries_its_constraints_and_sbom(installed):
     assert f"setenv PIP_CONSTRAINT {{{PREFIX}/.hpcstack/constraints.txt}}" in modulefile
     assert "setenv PYTHONNOUSERSITE {1}" in modulefile
     assert os.access(PREFIX / "bin" / "hpcstack-doctor", os.X_OK)
+    # what users meet: a pip that says where packages go, the examples, the exact base module,
+    # and no kernelspec of the stack's own venv (ipykernel's python3, under the build's path)
+    assert os.access(PREFIX / "bin" / "pip", os.X_OK) and (PREFIX / "bin" / "pip3").is_symlink()
+    assert (PREFIX / "examples" / "digits" / "train_digits.py").is_file()
+    assert not (PREFIX / "venv" / "share" / "jupyter" / "kernels").exists()
+    assert "depends-on python/3." in modulefile and "module-whatis {Packages: torch 2.3.1" in modulefile
     show = hpcstack("show", str(PREFIX))
     assert f"sbom:          {os.path.realpath(PREFIX)}/.hpcstack/sbom.cdx.json" in show.stdout, show.stdout
 

@@ -230,7 +230,8 @@ def test_sanity_check_and_module_environment_match_the_recipe_and_modulefile(exp
     assert parsed["modextrapaths"] == {"PATH": ["bin"], "PYTHONPATH": [f"lib/python{python}/site-packages"]}
     constraints = "%(installdir)s/.hpcstack/constraints.txt"
     assert parsed["modextravars"] == {"HPCSTACK_PYTORCH_ROOT": "%(installdir)s", "PYTHONNOUSERSITE": "1",
-                                      "PIP_CONSTRAINT": constraints, "UV_CONSTRAINT": constraints}
+                                      "PIP_CONSTRAINT": constraints, "UV_CONSTRAINT": constraints,
+                                      "SLURM_MPI_TYPE": "pmix"}   # the site's modules.env
     # the file they name is written after the install, with every pin (issue 15)
     (command,) = parsed["postinstallcmds"]
     assert command.endswith("'werkzeug==3.0.3' 'wheel==0.43.0' 'horovod==0.28.1'")

@@ -181,7 +181,7 @@ def test_the_venv_is_activated_after_the_module(tmp_path):
     kdir = jp / "share" / "jupyter" / "kernels" / "pytorch-2.3.1-gpu"
     launcher = (kdir / "launch").read_text()
     assert launcher.index("module load pytorch/2.3.1-gpu") < launcher.index(f"source {venv}/bin/activate") \
-        < launcher.index("exec python -m ipykernel_launcher")
+        < launcher.index(f"exec {venv}/bin/python -m ipykernel_launcher")
     spec = json.loads((kdir / "kernel.json").read_text())
     assert spec["metadata"]["hpcstack"]["venv"] == str(venv) and str(venv) in spec["display_name"]
 

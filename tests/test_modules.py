@@ -43,7 +43,11 @@ def context(prefix: str = "/sw/pytorch/2.3.1-gpu", version: str = "2.3.1-gpu") -
         prefix=prefix, root_variable=root_variable("pytorch"), depends_on=["python/3.12.1-gpu"],
         path_prepend=[f"{prefix}/bin", f"{prefix}/venv/bin"],
         pythonpath_prepend=[f"{prefix}/venv/lib/python3.12/site-packages"],
-        recipe="pytorch/2.3.1-gpu", site="cirrus", hpcstack_version="0.1.0")
+        recipe="pytorch/2.3.1-gpu", site="cirrus", hpcstack_version="0.1.0",
+        whatis_lines=("Version: 2.3.1-gpu", "Packages: torch 2.3.1, horovod 0.28.1", "Keywords: pytorch, GPU"),
+        venv_fence="# >>> hpcstack pytorch/2.3.1-gpu >>>",
+        venv_warning="pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@",
+        export_all=True)
 
 
 # ------------------------------------------------------------------------------- rendering
@@ -325,6 +329,8 @@ def test_the_component_sets_its_variables_on_load_and_unload_takes_them_away(tre
     syntax = tree.combo.syntax
     site = load_site(SITE_OF_SYNTAX[syntax], module_root=str(tree.root))
     prefix = tree.tmp / "sw" / "tiny" / "1.0"
+    (prefix / "venv").mkdir(parents=True)
+    (prefix / "venv" / "pyvenv.cfg").write_text("")      # the module loads only where its stack is
     mf = Path(modulefile_path(str(tree.root), "tiny", "1.0", syntax))
     mf.parent.mkdir(parents=True)
     mf.write_text(render_for_prefix(site, greeting_recipe(tree.tmp), str(prefix), "3.11", syntax))

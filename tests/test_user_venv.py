@@ -298,6 +298,10 @@ def test_doctor_lists_each_problem_and_exits_1(stack_prefix, tmp_path):
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # a venv without pip of its own (as `uv venv` makes) is one problem
+    bare = hpcstack("doctor", "--venv", str(venv), "--stack", str(stack_prefix), env={"HOME": str(tmp_path)})
+    assert bare.returncode == 1 and bare.stdout.startswith(f"no pip: {venv} has no pip of its own"), bare.stdout
+    (venv / "bin" / "pip").write_text("#!/bin/sh\n")  # stands for the pip that `python -m venv` puts there
     clean = hpcstack("doctor", "--venv", str(venv), "--stack", str(stack_prefix), env={"HOME": str(tmp_path)})
     assert clean.returncode == 0 and clean.stdout.startswith("ok: "), clean.stdout + clean.stderr
     site = next((venv / "lib").glob("python*/site-packages"))
@@ -320,13 +324,30 @@ def test_doctor_lists_each_problem_and_exits_1(stack_prefix, tmp_path):
     ], lines
 
 
-def test_doctor_without_venv_or_stack_says_so_and_exits_2(tmp_path):
+def test_doctor_without_a_stack_says_so_and_exits_2(tmp_path):
     env = {k: "" for k in os.environ if re.fullmatch(r"HPCSTACK_[A-Z0-9_]+_ROOT", k)}
     proc = hpcstack("doctor", env={"VIRTUAL_ENV": "", "PATH": BASE_PATH, **env})
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
-        "error: no venv: give --venv DIR or activate one",
         "error: no stack: load its module (HPCSTACK_<NAME>_ROOT) or give --stack PREFIX"]
+
+
+def test_doctor_without_a_venv_checks_the_user_site_of_the_stacks_python(stack_prefix, tmp_path):
+    """No venv active: what `pip install --user` left in ~/.local (hidden under the module, seen by
+    every other Python of that version) is reported; an empty user site is ok."""
+    env = {"HOME": str(tmp_path), "VIRTUAL_ENV": "", "PYTHONUSERBASE": ""}
+    clean = hpcstack("doctor", "--stack", str(stack_prefix), env=env)
+    assert clean.returncode == 0 and clean.stdout.startswith("ok: no venv active; checked the user site "), clean.stdout
+    version = next((stack_prefix / "venv" / "lib").glob("python*")).name
+    user = tmp_path / ".local" / "lib" / version / "site-packages"
+    _dist(user, "tqdm", "4.66.0")
+    _dist(user, "numpy", "2.0.0")
+    proc = hpcstack("doctor", "--stack", str(stack_prefix), env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"user site: numpy 2.0.0 in {user} is imported by any Python without PYTHONNOUSERSITE=1 "
+        "(the stack or venv has 1.26.4)",
+        f"user site: tqdm 4.66.0 in {user} is imported by any Python without PYTHONNOUSERSITE=1"]
 
 
 # ------------------------------------------------------------------------------ a real install

@@ -249,7 +249,8 @@ def choose(layout: StackLayout, resolve_at: Callable[[str, str], Plan], force: b
     into the same install root would replace that site's stack under its modulefile (the two
     sites' builds differ: an ``extend-venv-activate`` for another module tool, a modulefile of
     another syntax), so it is refused unless ``force``: such sites need install roots of their
-    own (``localhost`` and ``localhost-lmod`` have).
+    own (``localhost`` and ``localhost-lmod`` have, and module roots of their own too, so that
+    a module name means one stack whichever tool reads it).
 
     Args:
         layout (StackLayout): the stack.

@@ -46,6 +46,29 @@ def build_environment(site: Site) -> dict[str, str]:
         raise HpcstackError(f"cannot load the site's modules: {exc} [modules in {site.path}]") from None
 
 
+def loaded_modules(site: Site, env: dict[str, str]) -> tuple[str, ...]:
+    """The exact names under which the site's base and runtime modules were loaded in ``env``.
+
+    A site may name a module without its version (``python``: the tool's default); the stack is
+    built on the one the tool loaded, and its modulefile must ``depends-on`` that one, not
+    whatever ``python`` means later. Both tools list loaded modules in ``LOADEDMODULES`` by full
+    name (``python/3.11``).
+
+    Args:
+        site (Site): its ``modules.base`` and ``modules.runtime``.
+        env (dict[str, str]): the build environment (:func:`build_environment`).
+
+    Returns:
+        tuple[str, ...]: per module of the site, the loaded full name (``name`` or ``name/…``),
+        else the site's name as it is.
+    """
+    loaded = [m for m in env.get("LOADEDMODULES", "").split(":") if m]
+    out = []
+    for want in (site.modules.base, *site.modules.runtime):
+        out.append(next((m for m in reversed(loaded) if m == want or m.startswith(want + "/")), want))
+    return tuple(out)
+
+
 def detect_python_version(env: dict[str, str]) -> str:
     """Return ``X.Y`` of the ``python3`` on the PATH of ``env``.
 
@@ -120,7 +143,8 @@ def permission_actions(site: Site, ctx: PlanContext) -> list:
 
 
 def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
-            jobs: int | None = None, stage_prefix: str = "", build_id: str = "") -> Plan:
+            jobs: int | None = None, stage_prefix: str = "", build_id: str = "",
+            depends_on: tuple[str, ...] = ()) -> Plan:
     """Turn a recipe and a site into a plan.
 
     Args:
@@ -132,6 +156,8 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         stage_prefix (str): the real directory to build in (see :mod:`hpcstack.builds`);
             ``""`` builds in the prefix itself (the layout before staging).
         build_id (str): the name of that build, recorded in the plan.
+        depends_on (tuple[str, ...]): the exact base and runtime modules loaded
+            (:func:`loaded_modules`), for the modulefile's ``depends-on``; empty: the site's names.
 
     Returns:
         Plan: steps in :data:`hpcstack.plan.STEP_ORDER`, empty steps left out. The module step
@@ -153,7 +179,7 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         cache_dir=site.cache_dir, python_version=version,
         jobs=jobs or site.jobs or os.cpu_count() or 1,
         modulefile=layout.modulefile,
-        stage_prefix="" if stage_prefix == prefix else stage_prefix)
+        stage_prefix="" if stage_prefix == prefix else stage_prefix, depends_on=tuple(depends_on))
     published = ctx.published()
     actions: dict[str, list] = {name: [] for name in STEP_ORDER}
     for component in recipe.components:

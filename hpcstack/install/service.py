@@ -28,7 +28,7 @@ from typing import Callable
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import builds, image, provenance
 from hpcstack.install.plan import Plan, describe_os_error
-from hpcstack.install.resolve import build_environment, detect_python_version, permission_settings, resolve
+from hpcstack.install.resolve import build_environment, detect_python_version, loaded_modules, permission_settings, resolve
 from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
 
 
@@ -114,12 +114,19 @@ class InstallService:
             self._python = self.site.python_version or detect_python_version(self.build_environment())
         return self._python
 
+    def _depends_on(self) -> tuple[str, ...]:
+        """The exact base and runtime modules (:func:`loaded_modules`) once the build environment
+        is loaded; before that (a dry-run of a site that states its Python version loads no
+        modules) the site's names."""
+        return loaded_modules(self.site, self._env) if self._env is not None else ()
+
     def _resolver(self) -> Callable[[str, str], Plan]:
         def resolve_at(stage_prefix: str, build_id: str) -> Plan:
             key = (stage_prefix, build_id)
             if key not in self._plans:
                 self._plans[key] = resolve(self.recipe, self.site, python_version=self._python_version(),
-                                           jobs=self.jobs, stage_prefix=stage_prefix, build_id=build_id)
+                                           jobs=self.jobs, stage_prefix=stage_prefix, build_id=build_id,
+                                           depends_on=self._depends_on())
             return self._plans[key]
         return resolve_at
 

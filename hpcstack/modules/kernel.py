@@ -5,8 +5,10 @@ A kernel is a kernelspec directory (https://jupyter-client.readthedocs.io/en/sta
 OnDemand) runs ``kernel.json``'s ``argv``; the launcher, rendered from
 ``scripts/jupyter-kernel.sh.j2``, sources the site's module tool init, loads the stack's module
 (``module use`` of the site's directories first), optionally activates a user's venv extended with
-``extend-venv-activate``, and ``exec``\\ s ``python -m ipykernel_launcher -f {connection_file}``:
-the kernel runs in the stack's own Python with its own ipykernel (from the recipe's lock). A module
+``extend-venv-activate``, and ``exec``\\ s ``<python> -m ipykernel_launcher -f {connection_file}``
+with the stack's interpreter (``<prefix>/venv/bin/python``), or the venv's, named by its path:
+the kernel runs in the stack's own Python with its own ipykernel (from the recipe's lock),
+whatever environment Jupyter itself runs in (an activated venv, the module already loaded). A module
 that does not load ends the launcher at once with the tool's message on stderr, so Jupyter reports
 a dead kernel instead of waiting for one.
 
@@ -130,6 +132,9 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
     if problems:
         raise ConfigError(problems)
     tool = get_tool(site.modules.tool)
+    # the stack's stable prefix, as hpcstack.install.builds.StackLayout names it
+    stack_python = os.path.join(site.install_root, recipe.name, recipe.version, "venv", "bin", "python")
+    python = os.path.join(venv_dir, "bin", "python") if venv_dir else stack_python
     display = recipe.whatis + (f" (venv {venv_dir})" if venv_dir else "")
     directory = kernels_dir(user, prefix) / kernel_name
     from hpcstack.templates import render
@@ -140,7 +145,7 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
         module=shlex.quote(recipe.full_name), tool_title=tool.title, module_init=shlex.quote(init),
         unset_bash_env=tool.job_unsets_bash_env,
         module_use=[shlex.quote(d) for d in (*site.modules.use, site.module_root)],
-        venv=shlex.quote(venv_dir) if venv_dir else None)
+        venv=shlex.quote(venv_dir) if venv_dir else None, python=shlex.quote(python))
     kernel_json = {
         "argv": ["/bin/bash", str(directory / LAUNCHER), "{connection_file}"],
         "display_name": display,

@@ -5,7 +5,7 @@ As EasyBuild's ``ModuleGeneratorTcl``/``ModuleGeneratorLua`` and Spack's ``modul
 constants: the file suffix, the modulefile template, the default-version file and its template,
 how to read the version back, how to recognise a modulefile, and the template filters that quote
 values. The templates (``modulefiles/modulefile.<syntax>.j2``) share the block names ``header``,
-``autoloads``, ``environment`` and ``footer``, and loop over the same typed environment changes
+``whatis``, ``autoloads``, ``checks``, ``environment`` and ``footer``, and loop over the same typed environment changes
 (:mod:`hpcstack.modules.envchange`).
 
 A new syntax is one class here, decorated with :func:`register_syntax`, plus its templates in

@@ -14,8 +14,8 @@
   sites, ``.modulerc.lua`` for Lua sites); :class:`WriteDefault` is the install's action that
   writes one when none exists yet.
 
-Templates of both syntaxes share the block names ``header``, ``autoloads``, ``environment`` and
-``footer``, so a template that ``{% extends %}`` ours can replace one block.
+Templates of both syntaxes share the block names ``header``, ``whatis``, ``autoloads``, ``checks``,
+``environment`` and ``footer``, so a template that ``{% extends %}`` ours can replace one block.
 """
 
 from __future__ import annotations
@@ -77,6 +77,15 @@ class ModuleContext:
             ``layout: squashfs`` site the venv's ``pyvenv.cfg``, present only where the image is
             mounted (:func:`hpcstack.install.image.module_check`). Checked on load only.
         load_error (str): the one line a load fails with when ``load_requires`` is missing.
+        whatis_lines (tuple[str, ...]): more ``module-whatis`` / ``whatis`` lines after the
+            description (``Name:``, ``Version:``, ``Packages:``, ``Keywords:``): what ``module
+            search`` (Environment Modules) and ``module keyword`` (Lmod) look through.
+        venv_fence (str): the line that an activate script extended for this module holds
+            (``extend-venv-activate``'s fence); ``""``: no check. On load inside an active venv
+            whose ``bin/activate`` lacks it, the module prints :attr:`venv_warning`.
+        venv_warning (str): that one line; ``@VENV@`` stands for the venv's directory.
+        export_all (bool): on load, ``SLURM_EXPORT_ENV=NONE`` (``sbatch --export=NONE``) becomes
+            ``ALL``, so that the tasks ``srun`` starts get the environment this module sets.
 
     Raises:
         ValueError: an ``environment`` entry that is not a known :class:`EnvChange`.
@@ -97,6 +106,10 @@ class ModuleContext:
     hpcstack_version: str = __version__
     load_requires: str = ""
     load_error: str = ""
+    whatis_lines: tuple[str, ...] = ()
+    venv_fence: str = ""
+    venv_warning: str = ""
+    export_all: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", check_changes(self.environment, "ModuleContext"))

@@ -15,6 +15,8 @@ from hpcstack.validate.workload import Validation
 def recipe(site):
     return Recipe("pytorch", "2.3.1-gpu",
                   whatis="PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard",
+                  keywords=("deep learning", "machine learning", "neural networks", "GPU", "CUDA", "MPI",
+                            "distributed training", "Jupyter"),
                   components=[
         # a venv on the site's Python module (python/3.12.1-gpu on Cirrus)
         Venv(),
@@ -43,8 +45,9 @@ def recipe(site):
                      Patch("horovod-0.28.1-cuda-runtime.patch", sha256="9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"),
                      Patch("horovod-0.28.1-onerank-avg.patch", sha256="8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc")),
             cpu_operations="MPI", gpu_operations="NCCL", required=("PyTorch", "MPI", "Gloo")),
-        # extend-venv-activate in <prefix>/bin
-        StackTools(),
+        # extend-venv-activate and a pip that says where packages go in <prefix>/bin;
+        # examples/digits in <prefix>/examples
+        StackTools(examples=("digits",)),
         # the validation's training program, <prefix>/bin/hpcstack-train-benchmark
         Trainer(),
         # <prefix>/.hpcstack/constraints.txt (every pin, for PIP_CONSTRAINT/UV_CONSTRAINT) and the
@@ -56,8 +59,15 @@ def recipe(site):
         Imports(("torch", "torchvision", "torchaudio", "torchmetrics", "torchtext", "tensorboard",
                  "tensorboard_plugin_profile", "tensorboard_plugin_wit", "torch_tb_profiler",
                  "horovod.torch", "sklearn", "ipykernel")),
-        # the modulefile pytorch/2.3.1-gpu, written last
-        Modulefile(),
+        # the modulefile pytorch/2.3.1-gpu, written last; `module help` shows these launchers
+        Modulefile(launch=(
+            ("PyTorch DDP with torchrun, one launcher per node",
+             "srun --ntasks-per-node=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node={ranks_per_node} "
+             "--rdzv-backend=c10d --rdzv-endpoint=$(hostname):29500 train.py"),
+            ("Horovod on one node, without Slurm",
+             "horovodrun -np {ranks_per_node} -H localhost:{ranks_per_node} python train.py"),
+        ), cpu_note="This site has no GPUs: the CUDA build of torch runs on the CPUs here "
+                    "(torch.cuda.is_available() is False; train with --device cpu)."),
         # what `hpcstack validate` trains per site and partition, and the performance references
         Validation("2.3.1-gpu.validation.yaml"),
     ])

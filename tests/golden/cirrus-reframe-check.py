@@ -5,6 +5,7 @@
 # (result record ok, collectives exact, every rank ran, nccl transport), then the
 # performance references (value, lower, upper, unit) of the recipe's validation file.
 #
+#   module use /work/y07/shared/cirrus-modulefiles        # ReFrame looks the stack's module up itself
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -r
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -S trainer_extra_opts=--no-collectives-check -r
 #       (options added to the trainer's)
@@ -73,9 +74,7 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     descr = 'pytorch/2.3.1-gpu: train on cirrus:gpu with hpcstack-train-benchmark'
     valid_systems = ['cirrus:gpu']
     valid_prog_environs = ['hpcstack']
-    # the stack's module with its module root: ReFrame looks the module up in its own process
-    # (`module show`) before it submits, so the caller's MODULEPATH need not hold the root
-    modules = [{'name': 'pytorch/2.3.1-gpu', 'path': '/work/y07/shared/cirrus-modulefiles'}]
+    modules = ['pytorch/2.3.1-gpu']
     num_nodes = parameter(NODES)
     backend = parameter(['horovod', 'ddp'])
     num_tasks_per_node = 4

@@ -755,6 +755,15 @@ After `{PROG} VENV`, `source VENV/bin/activate`:
     PYTHONPATH, so packages you pip-install into the venv win over the stack's copies.
 `deactivate` then restores PATH, unloads {MODULE_NAME} only if activation loaded it,
 and restores PYTHONPATH exactly (unset stays unset, empty stays empty).
+
+In a job of `sbatch --export=NONE` the activation works as above, and srun's tasks
+get its environment too: Slurm passes SLURM_EXPORT_ENV=NONE on to srun, which would
+start every task with an empty environment (`execve(): python: No such file or
+directory`), so loading {MODULE_NAME} turns it into ALL.
+
+Install packages into the venv with its own pip (`pip install PKG` once it is
+active). A venv without pip (`uv venv` without --seed) is flagged: give it one
+(`python -m ensurepip --default-pip` with it active) or use `uv pip install`.
 """
 
 EPILOG = f"""\
@@ -805,6 +814,10 @@ def main(argv: "list[str] | None" = None) -> int:
         print(f"{PROG}: {verb} {path}")
     if not changed:
         print(f"{PROG}: nothing to do in {venv}")
+    if not args.undo and not (venv / "bin" / "pip").exists():
+        print(f"{PROG}: warning: {venv} has no pip of its own (made by `uv venv` without --seed?): "
+              f"`pip` there would be another one, which does not install into it; run "
+              f"`{venv}/bin/python -m ensurepip --default-pip`, or install with `uv pip install`", file=sys.stderr)
     return 0
 
 
@@ -813,6 +826,36 @@ if __name__ == "__main__":
 HPCSTACK_EOF
 chmod 755 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/extend-venv-activate
+mkdir -p /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin
+hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/.pip.XXXXXX)
+cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
+#!/bin/sh
+# pip of a stack's module, written by hpcstack. The stack is read-only and the module hides
+# ~/.local (PYTHONNOUSERSITE=1), so `pip install` and `pip install --user` on top of it could not
+# give a package its python imports. Packages go into a venv of your own extended for the module
+# (extend-venv-activate); that venv's pip comes first on PATH once it is active, and this one says
+# in one line (on stderr, exit status 1) what to do instead.
+module=pytorch/2.3.1-gpu
+fence='# >>> hpcstack pytorch/2.3.1-gpu >>>'
+venv=${VIRTUAL_ENV:-}
+if [ -z "$venv" ]; then
+    echo "pip: $module takes no packages (read-only; ~/.local is hidden from it): make a venv: python -m venv ~/myvenv && extend-venv-activate ~/myvenv && source ~/myvenv/bin/activate && pip install ... ('module help $module')" >&2
+elif [ ! -x "$venv/bin/pip" ]; then
+    if grep -qF -e "$fence" "$venv/bin/activate" 2>/dev/null; then then_extend=""; else then_extend=", then extend it: extend-venv-activate $venv"; fi
+    echo "pip: the active venv $venv has no pip (made by 'uv venv' without --seed?): run 'python -m ensurepip --default-pip' with it active, or use 'uv pip install'$then_extend" >&2
+else
+    echo "pip: the active venv $venv is not extended for $module, so python is the stack's and would not import what the venv's pip installs: module unload $module; deactivate; module load $module; extend-venv-activate $venv; source $venv/bin/activate" >&2
+fi
+exit 1
+HPCSTACK_EOF
+chmod 755 "$hpcstack_tmp"
+mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/pip
+ln -sfn pip /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/pip3
+ln -sfn pip /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/pip3.11
+rm -rf /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/share/jupyter/kernels
+rm -rf /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples/digits
+mkdir -p /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples
+cp -r @HPCSTACK_DATA@/examples/digits /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples/digits
 install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
 mkdir -p /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack
 hpcstack_tmp=$(mktemp /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
@@ -1009,15 +1052,63 @@ puts the venv first, and `deactivate` unloads it again (only if activate loaded 
 restores the venv's original activate scripts.
 
 As a Jupyter kernel (JupyterLab, JupyterHub, Open OnDemand), in the stack's own
-Python and ipykernel; the kernel loads this module when it starts:
-    hpcstack kernel install pytorch/2.3.1-gpu --site juwels-booster --user
+Python and ipykernel; the kernel loads this module when it starts (run it with
+this module loaded: it finds the site itself):
+    hpcstack kernel install pytorch/2.3.1-gpu --user
 (add --venv ~/myvenv for a venv extended as above); undo it with
-    hpcstack kernel remove pytorch/2.3.1-gpu --site juwels-booster --user
+    hpcstack kernel remove pytorch/2.3.1-gpu --user
+
+What is in it (every package and its version: /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/.hpcstack/pip-freeze.txt):
+    torch 2.3.1, torchvision 0.18.1, torchaudio 2.3.1, torchmetrics 1.0.3,
+    torchtext 0.18.0, tensorboard 2.17.0, tensorboard_plugin_profile 2.15.2,
+    tensorboard-plugin-wit 1.8.1, torch-tb-profiler 0.4.3, scikit-learn
+    1.5.1, ipykernel 6.29.5, numpy 1.26.4, cffi 1.16.0, cloudpickle 3.0.0,
+    psutil 6.0.0, pyyaml 6.0.1, packaging 24.1, horovod 0.28.1
+
+What loading it changes (unloading restores each):
+    HPCSTACK_PYTORCH_ROOT: /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu,
+    the stack
+    PATH: $HPCSTACK_PYTORCH_ROOT/venv/bin and $HPCSTACK_PYTORCH_ROOT/bin
+    first: the stack's python, extend-venv-activate, hpcstack-doctor, and a
+    `pip` that says where your packages go (the stack itself is read-only)
+    PYTHONPATH: $HPCSTACK_PYTORCH_ROOT/venv/lib/python3.11/site-packages (an
+    extended venv puts its own first)
+    PYTHONNOUSERSITE=1: packages in your user site (~/.local, `pip install
+    --user`) are not imported; a value of your own is replaced
+    PIP_CONSTRAINT,
+    UV_CONSTRAINT=$HPCSTACK_PYTORCH_ROOT/.hpcstack/constraints.txt: replace
+    your own settings; pip and uv keep the stack's versions of its packages
+    in your venv (and refuse what breaks them)
+    SLURM_EXPORT_ENV: NONE (a job of `sbatch --export=NONE`) becomes ALL, so
+    the tasks srun starts get this module's environment
+
+Your own packages: not with `pip install --user` (this module hides ~/.local,
+PYTHONNOUSERSITE=1) but in a venv extended for this module:
+    python -m venv ~/myvenv && extend-venv-activate ~/myvenv
+    source ~/myvenv/bin/activate && pip install PACKAGE
+`hpcstack-doctor` checks that venv (or, with none active, ~/.local).
+
+How to launch on juwels-booster (a batch script; `sbatch script`):
+    #SBATCH --partition=booster --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 --gres=gpu:4
+    module load pytorch/2.3.1-gpu
+    export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
+    srun python train.py                   # one rank per task (MPI, Horovod)
+  PyTorch DDP with torchrun, one launcher per node:
+    srun --ntasks-per-node=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=$(hostname):29500 train.py
+  Horovod on one node, without Slurm:
+    horovodrun -np 4 -H localhost:4 python train.py
+
+Examples: /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/examples (digits); copy one to run it, e.g.
+    cp -r /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/examples/digits ~/ && cd ~/digits
 ]])
 
 whatis("Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard")
 
 family("pytorch")
+whatis("Version: 2.3.1-gpu")
+whatis("Packages: torch 2.3.1, torchvision 0.18.1, torchaudio 2.3.1, torchmetrics 1.0.3, torchtext 0.18.0, tensorboard 2.17.0, tensorboard_plugin_profile 2.15.2, tensorboard-plugin-wit 1.8.1, torch-tb-profiler 0.4.3, scikit-learn 1.5.1, ipykernel 6.29.5, numpy 1.26.4, cffi 1.16.0, cloudpickle 3.0.0, psutil 6.0.0, pyyaml 6.0.1, packaging 24.1, horovod 0.28.1")
+whatis("Keywords: pytorch, torch, torchvision, torchaudio, torchmetrics, torchtext, tensorboard, tensorboard_plugin_profile, tensorboard-plugin-wit, torch-tb-profiler, scikit-learn, ipykernel, numpy, cffi, cloudpickle, psutil, pyyaml, packaging, horovod, deep learning, machine learning, neural networks, GPU, CUDA, MPI, distributed training, Jupyter")
+whatis("Hardware: GPUs, CUDA 12.2 (site juwels-booster)")
 
 depends_on("Python/3.11.3")
 depends_on("Stages/2024")
@@ -1025,6 +1116,24 @@ depends_on("GCC/12.3.0")
 depends_on("ParaStationMPI/5.9.2-1")
 depends_on("CUDA/12")
 depends_on("NCCL/default-CUDA-12")
+
+if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
+    local venv = os.getenv("VIRTUAL_ENV")
+    local fh = io.open(pathJoin(venv, "bin", "activate"), "r")
+    local text = fh and fh:read("*a") or ""
+    if fh then fh:close() end
+    if not text:find("# >>> hpcstack pytorch/2.3.1-gpu >>>", 1, true) then
+        LmodMessage((("pytorch/2.3.1-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload pytorch/2.3.1-gpu; deactivate; module load pytorch/2.3.1-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return venv end)))
+    end
+end
+
+if mode() == "load" and os.getenv("SLURM_EXPORT_ENV") == "NONE" then
+    setenv("SLURM_EXPORT_ENV", "ALL")
+end
+
+if mode() == "load" and not isFile("/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/venv/pyvenv.cfg") then
+    LmodError("pytorch/2.3.1-gpu: its stack /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu is missing or unreadable on this machine; tell the site's admins (`module avail pytorch` lists the other versions)")
+end
 
 local root = "/p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu"
 setenv("HPCSTACK_PYTORCH_ROOT", root)

@@ -25,7 +25,8 @@ module load pytorch/2.3.1-gpu || { echo "hpcstack: module load pytorch/2.3.1-gpu
 # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
-export OMP_NUM_THREADS=12
+# one torch/OpenMP thread per core of the task (torch would start one per core of the node)
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
 export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
@@ -76,7 +77,8 @@ module load pytorch/2.3.1-gpu || { echo "hpcstack: module load pytorch/2.3.1-gpu
 # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
-export OMP_NUM_THREADS=12
+# one torch/OpenMP thread per core of the task (torch would start one per core of the node)
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
 export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))

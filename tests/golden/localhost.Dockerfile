@@ -71,6 +71,8 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
         '  base: python' \
         '  build: []' \
         '  runtime: []' \
+        '  env:' \
+        '    SLURM_MPI_TYPE: pmix' \
         'build:' \
         '  jobs: null' \
         'permissions:' \
@@ -108,6 +110,7 @@ ENV HPCSTACK_PYTORCH_ROOT=/opt/hpcstack/software/pytorch/2.3.1-gpu \
     PIP_CONSTRAINT=/opt/hpcstack/software/pytorch/2.3.1-gpu/.hpcstack/constraints.txt \
     PYTHONNOUSERSITE=1 \
     PYTHONPATH=/opt/hpcstack/software/pytorch/2.3.1-gpu/venv/lib/python3.11/site-packages \
+    SLURM_MPI_TYPE=pmix \
     UV_CONSTRAINT=/opt/hpcstack/software/pytorch/2.3.1-gpu/.hpcstack/constraints.txt
 
 LABEL org.hpcstack.lock="2.3.1-gpu.pypi.lock" \

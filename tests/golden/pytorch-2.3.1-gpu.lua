@@ -10,8 +10,25 @@ pytorch/2.3.1-gpu: PyTorch with Horovod
 whatis("Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1")
 
 family("pytorch")
+whatis("Version: 2.3.1-gpu")
+whatis("Packages: torch 2.3.1, horovod 0.28.1")
+whatis("Keywords: pytorch, GPU")
 
 depends_on("python/3.12.1-gpu")
+
+if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
+    local venv = os.getenv("VIRTUAL_ENV")
+    local fh = io.open(pathJoin(venv, "bin", "activate"), "r")
+    local text = fh and fh:read("*a") or ""
+    if fh then fh:close() end
+    if not text:find("# >>> hpcstack pytorch/2.3.1-gpu >>>", 1, true) then
+        LmodMessage((("pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@"):gsub("@VENV@", function() return venv end)))
+    end
+end
+
+if mode() == "load" and os.getenv("SLURM_EXPORT_ENV") == "NONE" then
+    setenv("SLURM_EXPORT_ENV", "ALL")
+end
 
 local root = "/sw/pytorch/2.3.1-gpu"
 setenv("HPCSTACK_PYTORCH_ROOT", root)

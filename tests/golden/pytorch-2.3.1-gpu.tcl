@@ -12,8 +12,26 @@ proc ModulesHelp { } {
 module-whatis {Description: PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1}
 
 conflict pytorch
+module-whatis {Version: 2.3.1-gpu}
+module-whatis {Packages: torch 2.3.1, horovod 0.28.1}
+module-whatis {Keywords: pytorch, GPU}
 
 depends-on python/3.12.1-gpu
+
+if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUAL_ENV) ne ""} {
+    set hpcstack_extended 0
+    if {![catch {open [file join $::env(VIRTUAL_ENV) bin activate] r} hpcstack_fh]} {
+        set hpcstack_extended [expr {[string first {# >>> hpcstack pytorch/2.3.1-gpu >>>} [read $hpcstack_fh]] >= 0}]
+        close $hpcstack_fh
+    }
+    if {!$hpcstack_extended} {
+        puts stderr [string map [list @VENV@ $::env(VIRTUAL_ENV)] {pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@}]
+    }
+}
+
+if {[module-info mode load] && [info exists ::env(SLURM_EXPORT_ENV)] && $::env(SLURM_EXPORT_ENV) eq "NONE"} {
+    setenv SLURM_EXPORT_ENV ALL
+}
 
 set root {/sw/pytorch/2.3.1-gpu}
 setenv HPCSTACK_PYTORCH_ROOT $root

@@ -122,6 +122,16 @@ class StackManifest:
         return [SetEnv("PYTHONNOUSERSITE", "1"), SetEnv("PIP_CONSTRAINT", path),
                 SetEnv("UV_CONSTRAINT", path)]
 
+    def module_help(self, ctx: PlanContext) -> list[str]:
+        """What :meth:`module_environment`'s variables change for users (``module help``)."""
+        from hpcstack.modules.writer import root_variable
+
+        path = os.path.join("$" + root_variable(ctx.recipe.name), ".hpcstack", CONSTRAINTS)
+        return ["PYTHONNOUSERSITE=1: packages in your user site (~/.local, `pip install --user`) "
+                "are not imported; a value of your own is replaced",
+                f"PIP_CONSTRAINT, UV_CONSTRAINT={path}: replace your own settings; pip and uv keep "
+                "the stack's versions of its packages in your venv (and refuse what breaks them)"]
+
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}``: ``install``: write ``constraints.txt``, the SBOM and
         ``bin/hpcstack-doctor``; ``sanitycheck``: ``hpcstack-doctor --help`` with the stack's python."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.plan import MODULE, WriteFile
 from hpcstack.modules import writer
-from hpcstack.modules.envchange import EnvChange, check_changes
+from hpcstack.modules.envchange import EnvChange, SetEnv, check_changes
 
 HELP = """\
 {full_name}: {whatis}
@@ -27,17 +27,28 @@ puts the venv first, and `deactivate` unloads it again (only if activate loaded 
 restores the venv's original activate scripts.
 
 As a Jupyter kernel (JupyterLab, JupyterHub, Open OnDemand), in the stack's own
-Python and ipykernel; the kernel loads this module when it starts:
-    hpcstack kernel install {full_name} --site {site} --user
+Python and ipykernel; the kernel loads this module when it starts (run it with
+this module loaded: it finds the site itself):
+    hpcstack kernel install {full_name} --user
 (add --venv ~/myvenv for a venv extended as above); undo it with
-    hpcstack kernel remove {full_name} --site {site} --user"""
+    hpcstack kernel remove {full_name} --user"""
+
+
+#: The fence ``extend-venv-activate`` writes around its block in a venv's ``bin/activate``
+#: (``FENCE_OPEN`` of ``scripts/extend-venv-activate.j2``).
+VENV_FENCE = "# >>> hpcstack {full_name} >>>"
+VENV_WARNING = ("{full_name}: the active venv @VENV@ is not extended for this module, so `python` is now "
+                "the stack's while `pip` installs into the venv, where that python does not look; "
+                "fix: module unload {full_name}; deactivate; module load {full_name}; "
+                "extend-venv-activate @VENV@; source @VENV@/bin/activate")
 
 
 @dataclass(frozen=True)
 class Modulefile:
     """Render the stack's modulefile (Tcl, or Lua for Lmod sites) and write it atomically.
 
-    It ``depends-on`` the site's base Python module and runtime modules, prepends the stack's
+    It ``depends-on`` the site's base Python module and runtime modules (by the exact names the
+    build environment loaded them under: :meth:`depends_on`), prepends the stack's
     ``bin/`` and the venv's ``bin/`` to PATH and its site-packages to PYTHONPATH, sets
     ``HPCSTACK_<NAME>_ROOT``, and has ``conflict``/``family`` on the name. Nothing from the build
     environment (CUDA stubs, compilers) reaches it.
@@ -48,9 +59,30 @@ class Modulefile:
     stack's own PATH and PYTHONPATH entries, in recipe order. ``ctx`` there names the stack at
     its stable prefix, as users see it.
 
+    It also explains itself: ``whatis`` lines with the stack's key packages and their versions
+    (the recipe's top-level requirements as the lock pins them, and its source builds) and
+    keywords, which ``module search`` / ``module keyword`` find; ``module help`` lists those
+    packages and where the full list is, what each variable it sets changes for the user (a
+    component says so with ``module_help(ctx) -> list[str]``), how to launch on the site (from
+    the site's ``slurm`` section and :attr:`launch`), where the examples are, and, on a site
+    without CUDA, that the stack runs on CPUs there. On load it checks its ground: the stack's
+    venv must be readable (else one line and a failed load), a venv active but not extended for
+    it gets one line with the fix, and ``SLURM_EXPORT_ENV=NONE`` becomes ``ALL``.
+
+    Args:
+        launch (tuple[tuple[str, str], ...]): ``(what, command)`` lines for ``module help``'s
+            "how to launch" section, after the generic ``srun`` one; a command may hold
+            ``{ranks_per_node}`` (the site's GPUs per node, else its tasks per node).
+        cpu_note (str): the line ``module help`` shows on a site without CUDA (the recipe says
+            what that means for its packages).
+
     Example:
-        ``Modulefile()``
+        ``Modulefile(launch=(("Horovod on one node", "horovodrun -np {ranks_per_node} python train.py"),))``
     """
+
+    launch: tuple = ()
+    cpu_note: str = ("This site has no GPUs (no CUDA in its toolchain): the stack's GPU builds run "
+                     "on the CPUs here.")
 
     def environment(self, ctx: PlanContext) -> tuple[EnvChange, ...]:
         """Return the environment changes the recipe's components contribute, in recipe order.
@@ -64,23 +96,50 @@ class Modulefile:
             contribute = getattr(component, "module_environment", None)
             if contribute is not None:
                 changes.extend(check_changes(contribute(ctx), type(component).__name__))
+        changes.extend(SetEnv(k, v) for k, v in (getattr(ctx.site.modules, "env", None) or {}).items())
         return tuple(changes)
+
+    def depends_on(self, ctx: PlanContext) -> list[str]:
+        """The modules this one ``depends-on``: the exact base and runtime modules the build
+        environment loaded (``ctx.depends_on``, e.g. ``python/3.11`` for a site's ``python``),
+        else the site's names as they are."""
+        return list(ctx.depends_on) or [ctx.site.modules.base, *ctx.site.modules.runtime]
+
+    def help_lines(self, ctx: PlanContext) -> list[str]:
+        """``module help``: :data:`HELP`, then what is inside, what the variables change, how to
+        launch and where the examples are (:mod:`hpcstack.install.components.userhelp`)."""
+        from hpcstack.install.components import userhelp
+
+        r, site = ctx.recipe, ctx.site
+        root_var = writer.root_variable(r.name)
+        deps = self.depends_on(ctx)
+        text = HELP.format(full_name=r.full_name, whatis=r.whatis, base=deps[0] if deps else site.modules.base,
+                           site=site.name, prefix=ctx.prefix, root_variable=root_var)
+        contributed = []
+        for component in r.components:
+            explain = getattr(component, "module_help", None)
+            if explain is not None:
+                contributed.extend(explain(ctx))
+        return [*text.splitlines(), *userhelp.help_sections(ctx, self, contributed)]
 
     def context(self, ctx: PlanContext) -> writer.ModuleContext:
         """Return the template context for this stack."""
+        from hpcstack.install.components import userhelp
+
         r, site = ctx.recipe, ctx.site
         root_var = writer.root_variable(r.name)
-        help_text = HELP.format(full_name=r.full_name, whatis=r.whatis, base=site.modules.base, site=site.name,
-                                prefix=ctx.prefix, root_variable=root_var)
         return writer.ModuleContext(
-            name=r.name, version=r.version, whatis=r.whatis, help_lines=help_text.splitlines(),
+            name=r.name, version=r.version, whatis=r.whatis, help_lines=self.help_lines(ctx),
             prefix=ctx.prefix, root_variable=root_var,
-            depends_on=[site.modules.base, *site.modules.runtime],
+            depends_on=self.depends_on(ctx),
             # prepend-path puts each entry first, so the last listed ends up first on PATH
             path_prepend=[ctx.bin_dir, f"{ctx.venv}/bin"],
             pythonpath_prepend=[ctx.site_packages],
             environment=self.environment(ctx),
-            recipe=r.full_name, site=site.name, **_image_check(ctx))
+            recipe=r.full_name, site=site.name, **_image_check(ctx),
+            whatis_lines=tuple(userhelp.whatis_lines(ctx)),
+            venv_fence=VENV_FENCE.format(full_name=r.full_name),
+            venv_warning=VENV_WARNING.format(full_name=r.full_name), export_all=True)
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}`` for this component: the modulefile, then the
@@ -146,12 +205,17 @@ class WriteDefault:
 
 
 def _image_check(ctx: PlanContext) -> dict:
-    """On a ``layout: squashfs`` site: the file a load requires and the line it fails with
-    (:func:`hpcstack.install.image.module_check`); else nothing."""
+    """The file a load requires and the line it fails with: on a ``layout: squashfs`` site the
+    image's (:func:`hpcstack.install.image.module_check`); else the venv's ``pyvenv.cfg``, which
+    is missing or unreadable when the stack's directory is (removed, not mounted on this node,
+    permissions): the load then fails with one line instead of leaving the base Python on PATH."""
     from hpcstack.install import image
 
     if image.settings(ctx.site) is None:
-        return {}
+        return {"load_requires": os.path.join(ctx.venv, "pyvenv.cfg"),
+                "load_error": f"{ctx.recipe.full_name}: its stack {ctx.prefix} is missing or unreadable "
+                              "on this machine; tell the site's admins (`module avail "
+                              f"{ctx.recipe.name}` lists the other versions)"}
     site = ctx.site
     command = f"hpcstack mount {getattr(ctx.recipe, 'ref', '') or ctx.recipe.full_name} --site {getattr(site, 'ref', '') or site.name}"
     required, message = image.module_check(ctx.prefix, command)
@@ -179,4 +243,5 @@ def render_for_prefix(site, recipe, prefix: str, python_version: str, syntax: st
                       python_version=python_version, jobs=1,
                       modulefile=writer.modulefile_path(site.module_root, recipe.name,
                                                          recipe.version, syntax))
-    return writer.render_modulefile(Modulefile().context(ctx), syntax)
+    component = next((c for c in recipe.components if isinstance(c, Modulefile)), Modulefile())
+    return writer.render_modulefile(component.context(ctx), syntax)
