@@ -594,7 +594,11 @@ def _infer_site(args) -> tuple[str, dict]:
         tuple[str, dict]: the site (name or path) and ``load_site`` keyword overrides.
     """
     from hpcstack.modules.writer import modulefile_path, root_variable
-    from hpcstack.site import known_sites, load_site
+    from hpcstack.repos import SITES
+    from hpcstack.site import load_site
+
+    def known_sites(search) -> list[str]:
+        return [entry.name for entry in search.entries(SITES)]
 
     spec = args.recipe
     if spec.endswith(".py") or spec.count("/") != 1:
