@@ -198,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False, prefix_chars="\0")
     p.add_argument("words", nargs=argparse.REMAINDER)
 
+    _add_lifecycle_parsers(sub)
+
     p = sub.add_parser(
         "module", help="module defaults: which version `module load NAME` picks",
         description="Show or switch the default version of a module in the site's module root "
@@ -217,6 +219,27 @@ def build_parser() -> argparse.ArgumentParser:
         _add_repo_arg(mp)
         mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     return parser
+
+
+def _add_lifecycle_parsers(sub) -> None:
+    """The commands for a stack over the years: ``audit``."""
+    p = sub.add_parser(
+        "audit", help="known vulnerabilities of a recipe's pins for a site, or of an installed stack",
+        description="Match every pin of the lock the site gets, and every package built from an "
+                    "sdist, against OSV advisories: one line per finding (package, version, "
+                    "advisory id, fixed in). Exit 0 when none, 1 when there are any, 2 for bad "
+                    "input, 3 when no advisory source can be read. With --stack the result is "
+                    "recorded next to the stack's SBOM (.hpcstack/audit.cdx.json, CycloneDX "
+                    "vulnerabilities) and `hpcstack show` says when.")
+    p.add_argument("recipe", nargs="?", help="recipe as NAME/VERSION or a path to a recipe file")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
+    p.add_argument("--stack", metavar="PREFIX", help="audit an installed stack (its SBOM) instead of a recipe")
+    p.add_argument("--db", metavar="DIR",
+                   help="a local OSV advisory database (e.g. a clone of github.com/pypa/advisory-database); "
+                        "default: the live OSV service")
+    p.add_argument("--osv-url", metavar="URL", help="the live OSV service (default https://api.osv.dev)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -693,10 +716,56 @@ def cmd_module(args) -> int:
     return 0
 
 
+def cmd_audit(args) -> int:
+    """``hpcstack audit``: known vulnerabilities (:mod:`hpcstack.lifecycle.audit`); exit 1 when any."""
+    from hpcstack.lifecycle import audit
+
+    if bool(args.recipe) == bool(args.stack):
+        raise ConfigError(["give a recipe (NAME/VERSION, with --site) or --stack PREFIX, not both"
+                           if args.recipe else "give a recipe (NAME/VERSION, with --site) or --stack PREFIX"])
+    if args.db and args.osv_url:
+        raise ConfigError(["--db and --osv-url: give one advisory source"])
+    source = audit.OsvDatabase(args.db) if args.db else audit.OsvService(args.osv_url or audit.OSV_URL)
+    note = None
+    if args.stack:
+        state = audit.stack_state_dir(args.stack)
+        packages = audit.stack_packages(args.stack)
+        title = (json.loads((state / "provenance.json").read_text()).get("title")
+                 if (state / "provenance.json").is_file() else None) or args.stack
+        result = audit.run_audit(packages, source, f"stack {args.stack}", state_dir=state, title=title)
+    else:
+        site, recipe = _load(args)
+        packages, lock = audit.recipe_packages(recipe, site)
+        result = audit.run_audit(packages, source, f"{recipe.full_name} for site {site.name}"
+                                 + (f" ({os.path.basename(lock)})" if lock else ""))
+        from hpcstack.install.builds import StackLayout
+
+        layout = StackLayout.for_site(site, recipe.name, recipe.version)
+        if layout.published():
+            note = (f"{recipe.full_name} is installed at {layout.prefix}: audit what it holds, "
+                    f"and record it, with --stack {layout.prefix}")
+    result.note = result.note or note
+    if args.json:
+        sys.stdout.write(result.to_json())
+    else:
+        for finding in result.findings:
+            print(finding.line())
+        n, k = len(result.findings), len({f.package for f in result.findings})
+        print(f"{n} known vulnerabilit{'y' if n == 1 else 'ies'} in {k} of {len(result.packages)} packages"
+              if n else f"no known vulnerabilities in {len(result.packages)} packages",
+              f"of {result.target} ({result.source})", file=sys.stderr)
+        if result.recorded:
+            print(f"recorded in {result.recorded}", file=sys.stderr)
+        if result.note:
+            print(f"note: {result.note}", file=sys.stderr)
+    return 1 if result.findings else 0
+
+
 COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
             "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
             "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor,
             "kernel": cmd_kernel, "mount": cmd_mount}
+COMMANDS.update(audit=cmd_audit)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
