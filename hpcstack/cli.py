@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel build jobs (default: site, else cores)")
     p.add_argument("--no-wait", action="store_true", help="fail at once if another install of the stack runs")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the resolved plan as JSON")
+    p.add_argument("--from", dest="from_bundle", metavar="DIR",
+                   help="install with no network from a bundle made by `hpcstack bundle` (every file "
+                        "checked against its manifest first)")
 
     p = sub.add_parser(
         "validate", help="train on the installed stack in Slurm jobs across nodes (or locally) and "
@@ -222,7 +225,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_lifecycle_parsers(sub) -> None:
-    """The commands for a stack over the years: ``audit``."""
+    """The commands for a stack over the years: ``audit``, ``bundle``."""
+    p = sub.add_parser(
+        "bundle", help="everything a recipe's install at a site needs, in one directory, for "
+                       "`hpcstack install --from DIR` without network",
+        description="Download the lock's files for the site's platform and Python, the sdists "
+                    "and what building them needs, copy the recipe with its locks and patches, "
+                    "and add hpcstack's own wheel with its dependencies and uv; write "
+                    "manifest.json with every file's sha256.")
+    p.add_argument("recipe", help="recipe as NAME/VERSION or a path to a recipe file")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle directory (created)")
+    p.add_argument("--tool-wheel", metavar="FILE",
+                   help="hpcstack's own wheel (default: the one it was installed from, or built from its checkout)")
+
     p = sub.add_parser(
         "audit", help="known vulnerabilities of a recipe's pins for a site, or of an installed stack",
         description="Match every pin of the lock the site gets, and every package built from an "
@@ -326,6 +343,8 @@ def cmd_install(args) -> int:
     if args.json and not args.dry_run:
         raise ConfigError(["--json: only with --dry-run"])
     site, recipe = _load(args)
+    if args.from_bundle:
+        site = _site_from_bundle(site, recipe, args.from_bundle)
     service = InstallService(site, recipe, recipe_path(args.recipe, _search(args)), jobs=args.jobs)
     if args.dry_run:
         plan = service.dry_run(force=args.force)
@@ -716,6 +735,42 @@ def cmd_module(args) -> int:
     return 0
 
 
+def _site_from_bundle(site, recipe, path: str):
+    """The site with a verified bundle as its only package source (:func:`hpcstack.lifecycle.bundle.use_bundle`)."""
+    from hpcstack.install.components.wheels import PipWheels
+    from hpcstack.lifecycle import bundle
+
+    manifest = bundle.verify_bundle(path)
+    wheels = [c for c in recipe.components if isinstance(c, PipWheels)]
+    lock = None
+    if wheels:
+        lock = wheels[0].lock_path(recipe.directory, wheels[0].lock_for(
+            site.toolchain, site.python_version or manifest.get("python"), f"site {site.name}"))
+    return bundle.use_bundle(site, recipe, lock, path)
+
+
+def cmd_bundle(args) -> int:
+    """``hpcstack bundle``: write a bundle (:mod:`hpcstack.lifecycle.bundle`)."""
+    import time
+
+    from hpcstack.install.resolve import build_environment, detect_python_version
+    from hpcstack.lifecycle import bundle
+    from hpcstack.recipe import recipe_path
+
+    site, recipe = _load(args)
+    python = site.python_version or detect_python_version(build_environment(site))
+    start = time.monotonic()
+    manifest = bundle.make_bundle(recipe, site, recipe_path(args.recipe, _search(args)), Path(args.output),
+                                  python, tool_wheel=args.tool_wheel, announce=lambda line: print(line, file=sys.stderr))
+    size = sum(f["size"] for f in manifest["files"].values())
+    print(f"bundle of {recipe.full_name} for site {site.name} (Python {python}): {args.output}: "
+          f"{len(manifest['files'])} files, {size / 1e6:.1f} MB, id {manifest['bundle_id'][:16]}, "
+          f"{time.monotonic() - start:.0f} s")
+    print(f"install it with no network: hpcstack install {recipe.full_name} --site {site.ref or site.name} "
+          f"--from {args.output}")
+    return 0
+
+
 def cmd_audit(args) -> int:
     """``hpcstack audit``: known vulnerabilities (:mod:`hpcstack.lifecycle.audit`); exit 1 when any."""
     from hpcstack.lifecycle import audit
@@ -765,7 +820,7 @@ COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_valida
             "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
             "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor,
             "kernel": cmd_kernel, "mount": cmd_mount}
-COMMANDS.update(audit=cmd_audit)
+COMMANDS.update(audit=cmd_audit, bundle=cmd_bundle)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -271,6 +271,8 @@ class InstallerConfig:
     link_mode: str = "hardlink"
     compile_bytecode: bool = True
     build_cache: bool = True
+    #: Set by ``install --from DIR`` only (not a site config key): the bundle every package comes from.
+    bundle: str | None = None
 
 
 @dataclass(frozen=True)

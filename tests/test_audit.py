@@ -62,7 +62,8 @@ def write_vulnerable_recipe(root: Path) -> Path:
             return Recipe("vuln", "1.0", whatis="a stack with vulnerable pins", components=[
                 Venv(),
                 PipWheels("1.0"),
-                SourceBuild("pyyaml", "5.3", url="https://files.pythonhosted.org/packages/source/P/PyYAML/PyYAML-5.3.tar.gz",
+                SourceBuild("pyyaml", "5.3",
+                            url="https://files.pythonhosted.org/packages/source/P/PyYAML/PyYAML-5.3.tar.gz",
                             sha256="e9f45bd5b92c7974e59bcd2dcc8631a6b6cc380a904725fce7bc08872e691615"),
                 Modulefile(),
             ])
