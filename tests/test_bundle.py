@@ -67,7 +67,8 @@ def test_the_manifest_lists_every_file_with_its_sha256(bundled):
 def test_install_from_the_bundle_with_no_network_gives_the_same_sbom(bundled, tmp_path):
     root, recipe, bundle = bundled
     # no network here: even a loopback connection to an index fails
-    probe = offline("python3", "-c", "import urllib.request; urllib.request.urlopen('https://pypi.org/simple', timeout=5)")
+    probe = offline("python3", "-c",
+                    "import urllib.request; urllib.request.urlopen('https://pypi.org/simple', timeout=5)")
     assert probe.returncode != 0
     # hpcstack itself, from the bundle's tool/ (pip, with no index)
     made = offline("python3", "-m", "venv", str(tmp_path / "tool"))
@@ -90,12 +91,15 @@ def test_install_from_the_bundle_with_no_network_gives_the_same_sbom(bundled, tm
 
     assert files(tmp_path / "sw") == files(root / "online")
     assert "pypi:six==1.16.0" in files(tmp_path / "sw")
+
     # the installed distributions are the same files too (uv notes where a file came from in a
     # uv_cache.json of its own when it installs from a directory: not one of the package's files;
     # the console scripts in ../../../bin name their own prefix in their first line)
     def record(prefix: Path, name: str) -> list[str]:
-        path = next((prefix / "tiny/1.0/venv/lib").glob(f"python3*/site-packages/{name}.dist-info/RECORD"))
-        return [line for line in path.read_text().splitlines() if "/uv_cache.json," not in line and not line.startswith("../")]
+        path = next((prefix / "tiny/1.0/venv/lib").glob(
+            f"python3*/site-packages/{name}.dist-info/RECORD"))
+        return [line for line in path.read_text().splitlines()
+                if "/uv_cache.json," not in line and not line.startswith("../")]
 
     for name in ("six-1.16.0", "wheel-0.43.0", "setuptools-72.1.0"):
         assert record(tmp_path / "sw", name) == record(root / "online", name)
