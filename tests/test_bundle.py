@@ -142,3 +142,70 @@ def hpcstack_cmd() -> list[str]:
     from conftest import HPCSTACK
 
     return list(HPCSTACK)
+
+
+# ------------------------------------------------------------------ a site's package index
+
+MIRROR_SCRIPT = """\
+set -e
+ip link set lo up
+{server} run -p 8765 -i 127.0.0.1 --disable-fallback --hash-algo sha256 --log-stream none {dirs} &
+server=$!
+trap 'kill $server' EXIT
+for i in $(seq 100); do python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/simple/')" \\
+    2>/dev/null && break; sleep 0.2; done
+{hpcstack} install {recipe} --site {site} --prefix {prefix} --module-root {mf}
+"""
+
+
+def mirror_install(tmp_path: Path, recipe: Path, dirs: list[Path]) -> subprocess.CompletedProcess:
+    """Start pypiserver on loopback inside a network namespace, serving ``dirs``, and install the
+    recipe for a localhost site whose installer.index_url names it."""
+    from conftest import HPCSTACK, REPO
+
+    server = Path(HPCSTACK[0]).with_name("pypi-server")
+    if not server.is_file():
+        pytest.skip("pypiserver missing: pip install -e '.[test]'")
+    import yaml
+
+    site = tmp_path / "localhost.yaml"
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["installer"]["index_url"] = "http://127.0.0.1:8765/simple/"
+    site.write_text(yaml.safe_dump(data))
+    script = MIRROR_SCRIPT.format(server=server, dirs=" ".join(map(str, dirs)), hpcstack=HPCSTACK[0],
+                                  recipe=recipe, site=site, prefix=tmp_path / "sw", mf=tmp_path / "mf")
+    return offline("bash", "-c", script)
+
+
+def test_install_from_the_sites_package_index(bundled, tmp_path):
+    root, recipe, bundle = bundled
+    proc = mirror_install(tmp_path, recipe, [bundle / "wheels", bundle / "sdists"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "mf" / "tiny" / "1.0").is_file()
+    fetch = (tmp_path / "sw" / "tiny" / "1.0" / ".hpcstack" / "logs" / "fetch.log").read_text()
+    assert "--page http://127.0.0.1:8765/simple/tinypkg/" in fetch
+
+
+@pytest.mark.parametrize("victim", ["wheels/six-1.16.0-py2.py3-none-any.whl", "sdists/tinypkg-1.0.tar.gz"])
+def test_a_mirror_serving_another_file_is_refused_with_both_hashes(bundled, tmp_path, victim):
+    import hashlib
+
+    root, recipe, bundle = bundled
+    served = tmp_path / "served"
+    shutil.copytree(bundle / "wheels", served / "wheels")
+    shutil.copytree(bundle / "sdists", served / "sdists")
+    with open(served / victim, "ab") as f:
+        f.write(b"\0" * 16)
+    proc = mirror_install(tmp_path, recipe, [served / "wheels", served / "sdists"])
+    assert proc.returncode != 0, proc.stdout
+    # what the lock (six: one hash per file it allows) or the recipe (the sdist) expects
+    from hpcstack.install.components.manifest import read_lock
+
+    six = next(p for p in read_lock(str(recipe.parent / "1.0.pypi.lock")) if p.name == "six")
+    expected = six.hashes if victim.startswith("wheels/") else (
+        json.loads((bundle / "manifest.json").read_text())["files"][victim]["sha256"],)
+    actual = hashlib.sha256((served / victim).read_bytes()).hexdigest()
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "sha256 mismatch" in error[0], proc.stderr
+    assert actual in error[0] and any(h in error[0] for h in expected), error
+    assert not (tmp_path / "mf").exists() and not (tmp_path / "sw" / "tiny" / "1.0").exists()

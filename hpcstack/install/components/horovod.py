@@ -24,7 +24,7 @@ from hpcstack.install.actions import ActionBase, ExecContext, Fetch, Run, Unpack
 from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.sanity import PythonCheck
-from hpcstack.install.sources import source_url
+from hpcstack.install.sources import sdist_fetch
 from hpcstack.install.components.wheels import UV_UNSET, install_run, uv_binary, wheel_cache
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused.
@@ -436,7 +436,7 @@ class SourceBuild:
             patch_step = verify + self.prepare_actions(ctx)
             build_step = [Run(("rm", "-rf", dist)), self.wheel_run(ctx)]
         return {
-            FETCH: [Fetch(source_url(ctx.site, self.url), self.sha256, self.sdist(ctx))],
+            FETCH: [sdist_fetch(ctx.site, self.package, self.url, self.sha256, self.sdist(ctx))],
             PATCH: patch_step,
             BUILD: build_step,
             INSTALL: [install_run(ctx, "--no-deps", "--no-index", "--find-links", dist,
