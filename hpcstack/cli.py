@@ -221,7 +221,54 @@ def build_parser() -> argparse.ArgumentParser:
         mp.add_argument("--site", default="localhost", help=SITE_HELP)
         _add_repo_arg(mp)
         mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+    _add_deprecate_parsers(msub)
     return parser
+
+
+def _add_deprecate_parsers(msub) -> None:
+    """``module deprecate`` and ``module undeprecate`` (:mod:`hpcstack.lifecycle.deprecation`)."""
+    mp = msub.add_parser(
+        "deprecate", help="mark NAME/VERSION deprecated: one line at every load, marked in module "
+                          "avail, not loadable from --after DATE on",
+        description="Environment Modules: module-tag and module-forbid --after in the module root's "
+                    ".modulerc, and a line at load from the modulefile; Lmod 8.6: the modulefile's "
+                    "add_property(\"state\", \"obsolete\"), LmodMessage, and LmodError after the date.")
+    mp.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
+    mp.add_argument("--replacement", metavar="NAME/VERSION", help="what users should load instead")
+    mp.add_argument("--after", metavar="YYYY-MM-DD", help="from this day on the module cannot be loaded")
+    mp.add_argument("--message", metavar="TEXT", help="one line of your own, added to the notice")
+    mp.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(mp)
+    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+    mp = msub.add_parser("undeprecate", help="undo `module deprecate` for NAME/VERSION")
+    mp.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
+    mp.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(mp)
+    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+
+
+def cmd_module_deprecation(args) -> int:
+    """``hpcstack module deprecate | undeprecate`` (:mod:`hpcstack.lifecycle.deprecation`)."""
+    from hpcstack.lifecycle import deprecation
+
+    site = _load_site(args, module_root=args.module_root)
+    if args.target.endswith(".py"):
+        name, version = _stack_of(args.target, site)
+        target = f"{name}/{version}"
+    else:
+        target = args.target
+    if args.module_command == "undeprecate":
+        for path in deprecation.undeprecate(site, target):
+            print(f"changed {path}")
+        print(f"{target} is no longer deprecated")
+        return 0
+    dep, written = deprecation.deprecate(site, target, args.replacement, args.after, args.message)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"users now see: {dep.line()}")
+    print(f"undo: hpcstack module undeprecate {target} --site {args.site}"
+          + (f" --module-root {args.module_root}" if args.module_root else ""))
+    return 0
 
 
 def _add_lifecycle_parsers(sub) -> None:
@@ -546,6 +593,11 @@ def cmd_uninstall(args) -> int:
 
     site = _load_site(args, install_root=args.prefix, module_root=args.module_root)
     name, version = _stack_of(args.target, site)
+    from hpcstack.lifecycle.deprecation import uninstall_refusal
+
+    refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
+    if refusal:
+        raise HpcstackError(refusal)
     service = InstallService(site, SimpleNamespace(name=name, version=version))
     removed = service.uninstall(force=args.force, wait=not args.no_wait, dry_run=args.dry_run)
     if args.dry_run:
@@ -695,6 +747,8 @@ def cmd_module(args) -> int:
 
     from hpcstack.modules import writer as modules
 
+    if args.module_command in ("deprecate", "undeprecate"):
+        return cmd_module_deprecation(args)
     name, _, version = args.target.partition("/")
     word = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
     if args.module_command == "set-default" and not (word.match(name) and word.match(version)):
