@@ -606,6 +606,12 @@ def cmd_uninstall(args) -> int:
         return 0
     for p in removed:
         print(f"removed {p}")
+    from hpcstack.lifecycle.deprecation import write_retired
+
+    stand_in = write_retired(site, f"{name}/{version}")
+    if stand_in:
+        print(f"wrote {stand_in}: loading {name}/{version} now fails, naming its replacement "
+              f"(hpcstack module undeprecate {name}/{version} removes it)")
     print(f"uninstalled {name}/{version}")
     return 0
 

@@ -218,7 +218,10 @@ def undeprecate(site, module: str) -> list[str]:
     changed = []
     for syntax, comment in (("tcl", "#"), ("lua", "--")):
         path = Path(modulefile_path(site.module_root, name, version, syntax))
-        if path.is_file():
+        if path.is_file() and "Written by hpcstack uninstall" in path.read_text()[:300]:
+            path.unlink()  # the stand-in of a stack that is gone
+            changed.append(f"{path} (removed)")
+        elif path.is_file():
             write_atomic(path, _splice(path.read_text(), *_markers(module, comment), ""), 0o644)
             changed.append(str(path))
     rc_path = Path(site.module_root) / ".modulerc"
@@ -241,3 +244,36 @@ def uninstall_refusal(site, module: str, today: _dt.date | None = None) -> str |
         return (f"refusing to uninstall {module}: it is deprecated and its users were told it stays "
                 f"{until}; wait, or use --force")
     return None
+
+
+#: The first line of a retired module's stand-in (:func:`write_retired`).
+RETIRED_MARKER = "# Written by hpcstack uninstall: the stack is gone; this stand-in says what to use instead"
+
+
+def write_retired(site, module: str) -> str | None:
+    """After ``hpcstack uninstall`` of a deprecated module: write a stand-in modulefile whose load
+    fails with the one retired line (replacement named), so that users' venvs, kernels and job
+    scripts that still load it are told what to use instead.
+
+    Returns:
+        str | None: the file written, or None when ``module`` is not deprecated.
+    """
+    from hpcstack.modules.writer import modulefile_path
+    from hpcstack.templates import render
+
+    dep = read_all(site.module_root).get(module)
+    if dep is None:
+        return None
+    name, version = module.split("/")
+    syntax = site.modules.syntax
+    path = modulefile_path(site.module_root, name, version, syntax)
+    marker = RETIRED_MARKER if syntax == "tcl" else RETIRED_MARKER.lstrip("# ")
+    write_atomic(path, render(f"modulefiles/retired.{syntax}.j2", marker=marker, line=dep.retired()), 0o644)
+    return path
+
+
+def retired_line(module_root: str, module: str) -> str | None:
+    """The retired line of ``module`` from a module root's record (None when not deprecated):
+    what ``hpcstack-doctor`` and a kernel say when the stack is gone."""
+    dep = read_all(module_root).get(module)
+    return dep.retired() if dep else None
