@@ -34,7 +34,8 @@ def test_a_venv_on_a_deprecated_then_uninstalled_stack(localhost_ready, tmp_path
     dep = hpcstack("module", "deprecate", "tiny/1.0", "--replacement", "tiny/2.0", "--after", after,
                    *args)
     assert dep.returncode == 0, dep.stderr
-    kernel = hpcstack("kernel", "install", str(recipe), *args, "--prefix", str(tmp_path / "jupyter"), "--venv", str(venv))
+    kernel = hpcstack("kernel", "install", str(recipe), *args, "--prefix", str(tmp_path / "jupyter"),
+                      "--venv", str(venv))
     assert kernel.returncode == 0, kernel.stderr
     line = f"tiny/1.0 is deprecated; use tiny/2.0 instead; it cannot be loaded from {after} on"
     use = f"module use {tmp_path / 'mf'}; module use {BASE_MODULES}\n"

@@ -86,7 +86,8 @@ def check_args(module: str, replacement: str | None, after: str | None, message:
             continue
         name, _, version = value.partition("/")
         if not (_WORD.match(name) and _WORD.match(version)):
-            problems.append(f"{label}: {value!r}: expected NAME/VERSION, e.g. pytorch/2.3.1-gpu (letters, digits and ._+-)")
+            problems.append(f"{label}: {value!r}: expected NAME/VERSION, e.g. pytorch/2.3.1-gpu "
+                            "(letters, digits and ._+-)")
     if after is not None:
         try:
             if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", after):
