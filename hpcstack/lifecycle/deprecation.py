@@ -143,15 +143,17 @@ def _splice(text: str, begin: str, end: str, block: str) -> str:
     return kept
 
 
-def _blocks(dep: Deprecation, syntax: str) -> tuple[str, str | None]:
-    """The modulefile's block, and (Tcl) the module root's .modulerc block."""
+def _blocks(dep: Deprecation, syntax: str, tool: str = "environment-modules") -> tuple[str, str | None]:
+    """The modulefile's block, and (Tcl modulefiles read by Environment Modules) the module root's
+    .modulerc block: Lmod reading Tcl modulefiles knows no module-forbid or module-tag."""
     from hpcstack.templates import render
 
     comment = "--" if syntax == "lua" else "#"
     begin, end = _markers(dep.module, comment)
     common = dict(begin=begin, end=end, line=dep.line(), retired=dep.retired(), after=dep.after, module=dep.module)
     block = render(f"modulefiles/deprecation.{syntax}.j2", **common)
-    rc = render("modulefiles/modulerc-deprecation.tcl.j2", **common) if syntax == "tcl" else None
+    rc = (render("modulefiles/modulerc-deprecation.tcl.j2", **common)
+          if syntax == "tcl" and tool == "environment-modules" else None)
     return block, rc
 
 
@@ -184,7 +186,7 @@ def deprecate(site, module: str, replacement: str | None = None, after: str | No
     if not path.is_file():
         raise ConfigError([f"{module}: no modulefile {path} (install it first, or give --site/--module-root)"])
     dep = Deprecation(module, replacement, after, message, _dt.date.today().isoformat())
-    block, rc = _blocks(dep, syntax)
+    block, rc = _blocks(dep, syntax, site.modules.tool)
     comment = "--" if syntax == "lua" else "#"
     written = []
     write_atomic(path, _splice(path.read_text(), *_markers(module, comment), block), 0o644)
