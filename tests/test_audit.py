@@ -200,3 +200,48 @@ def test_an_unreachable_live_service_says_so_in_one_line_and_exit_3():
     assert len(proc.stderr.splitlines()) == 1
     assert proc.stderr.startswith("error: cannot reach the OSV service at http://127.0.0.1:9 (")
     assert "give --db DIR, a local copy of an OSV advisory database" in proc.stderr
+
+
+def test_the_live_service_path_against_an_osv_api_on_loopback(tmp_path):
+    """The OSV API's two calls (``POST /v1/querybatch``, ``GET /v1/vulns/ID``) answered on loopback
+    from the same records, as OSV answers them: the same findings as the local database gives."""
+    import http.server
+    import threading
+
+    from hpcstack.lifecycle.audit import OsvDatabase, Package, affected_by
+
+    names = ("torch", "wheel", "urllib3", "pyyaml", "setuptools")
+    records = {r["id"]: r for r in OsvDatabase(DB).records([Package(n, "0") for n in names])}
+
+    class Osv(http.server.BaseHTTPRequestHandler):
+        def _send(self, doc):
+            body = json.dumps(doc, default=str).encode()  # YAML read its timestamps as datetimes
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):  # noqa: N802 - http.server's name
+            queries = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["queries"]
+            self._send({"results": [{"vulns": [{"id": i} for i, r in records.items()
+                                               if affected_by(r, q["package"]["name"], q["version"]) is not None]}
+                                    for q in queries]})
+
+        def do_GET(self):  # noqa: N802
+            self._send(records[self.path.rsplit("/", 1)[-1]])
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Osv)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        recipe = write_vulnerable_recipe(tmp_path)
+        proc = hpcstack("audit", str(recipe), "--site", "localhost",
+                        "--osv-url", f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines() == EXPECTED
+    assert f"(OSV service http://127.0.0.1:{server.server_address[1]})" in proc.stderr
