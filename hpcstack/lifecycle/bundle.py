@@ -10,7 +10,9 @@ bundle is addressed by content, and ``bundle_id`` is the sha256 of the manifest'
 ``sdists/``     the sdists of the recipe's source builds (their recipe sha256 checked)
 ``build/``      what building those sdists needs beyond the lock: their ``build-system.requires``
                 (``pyproject.toml``), ``setup_requires`` (``setup.cfg``) and a component's
-                ``build_requires`` (Horovod's ``cffi``), with their dependencies, as wheels
+                ``build_requires`` attribute, with their dependencies, as wheels (Horovod's
+                ``setup.py`` asks for ``cffi`` in code: the PyTorch recipe pins it in its lock,
+                so it is installed before the build and never fetched)
 ``recipe/``     the recipe file, its lock files and its ``patches/``
 ``tool/``       the hpcstack wheel, every wheel it depends on and the uv it runs (``pip install
                 --no-index --find-links DIR/tool hpcstack`` on a machine without internet)
