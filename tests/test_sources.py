@@ -8,7 +8,7 @@ import pytest
 
 from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # the dry-run of a localhost install asks the module tool for its Python
 
 
 def _site(tmp_path, index_url) -> str:
