@@ -252,7 +252,10 @@ def _line(module: str, entry: dict, retired: bool) -> str:
     """The deprecation line (or the retired one) as ``hpcstack module deprecate`` words it."""
     repl, after, message = entry.get("replacement"), entry.get("after"), entry.get("message")
     if retired:
-        text = f"{module} was retired" + (f" on {after}" if after else "")
+        import datetime
+
+        past = bool(after) and str(after) <= datetime.date.today().isoformat()
+        text = f"{module} was retired" + (f" on {after}" if past else "")
         text += f": use {repl} instead" if repl else ": no replacement was named"
     else:
         text = "; ".join([f"{module} is deprecated"] + ([f"use {repl} instead"] if repl else [])

@@ -67,9 +67,15 @@ class Deprecation:
         text = "; ".join(parts)
         return text + (f" ({self.message})" if self.message else "")
 
-    def retired(self) -> str:
-        """The line after the date (and once the stack is gone)."""
-        text = f"{self.module} was retired" + (f" on {self.after}" if self.after else "")
+    def retired(self, with_date: bool | None = None) -> str:
+        """The line after the date (and once the stack is gone).
+
+        Args:
+            with_date (bool | None): name the date (default: when it has come; a stack removed
+                with ``--force`` before its date was not retired "on" it).
+        """
+        with_date = self.past() if with_date is None else with_date
+        text = f"{self.module} was retired" + (f" on {self.after}" if self.after and with_date else "")
         text += f": use {self.replacement} instead" if self.replacement else ": no replacement was named"
         return text + (f" ({self.message})" if self.message else "")
 
@@ -150,7 +156,8 @@ def _blocks(dep: Deprecation, syntax: str, tool: str = "environment-modules") ->
 
     comment = "--" if syntax == "lua" else "#"
     begin, end = _markers(dep.module, comment)
-    common = dict(begin=begin, end=end, line=dep.line(), retired=dep.retired(), after=dep.after, module=dep.module)
+    common = dict(begin=begin, end=end, line=dep.line(), retired=dep.retired(with_date=True), after=dep.after,
+                  module=dep.module)
     block = render(f"modulefiles/deprecation.{syntax}.j2", **common)
     rc = (render("modulefiles/modulerc-deprecation.tcl.j2", **common)
           if syntax == "tcl" and tool == "environment-modules" else None)
