@@ -14,7 +14,8 @@ Lmod 8.6 (Lua sites): its modulerc functions are ``module_version``, ``module_al
 date. Its admin "nag" file (``LMOD_ADMIN_FILE``) prints messages at load, but it is one file per Lmod
 installation, outside the module root, and prints a multi-line box. So the block at the end of the
 Lua modulefile does it all: ``add_property("state", "obsolete")`` (Lmod's own property: ``module
-avail`` shows ``(O)``), the one line at load (``io.stderr:write``: ``LmodMessage`` wraps at the terminal's width), and ``LmodError`` after the date.
+avail`` shows ``(O)``), the one line at load (``io.stderr:write``: ``LmodMessage`` wraps it at the
+terminal's width), and ``LmodError`` after the date. Checked with Lmod 8.6.19.
 
 The record of every deprecation of a module root is ``<module root>/.hpcstack/deprecations.json``
 (read by ``hpcstack uninstall``, and left behind for users' venvs and kernels when the stack goes).
