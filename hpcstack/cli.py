@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel build jobs (default: site, else cores)")
     p.add_argument("--no-wait", action="store_true", help="fail at once if another install of the stack runs")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the resolved plan as JSON")
+    p.add_argument("--from", dest="from_bundle", metavar="DIR",
+                   help="install with no network from a bundle made by `hpcstack bundle` (every file "
+                        "checked against its manifest first)")
 
     p = sub.add_parser(
         "validate", help="train on the installed stack in Slurm jobs across nodes (or locally) and "
@@ -203,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                        add_help=False, prefix_chars="\0")
     p.add_argument("words", nargs=argparse.REMAINDER)
 
+    _add_lifecycle_parsers(sub)
+
     p = sub.add_parser(
         "module", help="module defaults: which version `module load NAME` picks",
         description="Show or switch the default version of a module in the site's module root "
@@ -221,7 +226,89 @@ def build_parser() -> argparse.ArgumentParser:
         mp.add_argument("--site", default="localhost", help=SITE_HELP)
         _add_repo_arg(mp)
         mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+    _add_deprecate_parsers(msub)
     return parser
+
+
+def _add_deprecate_parsers(msub) -> None:
+    """``module deprecate`` and ``module undeprecate`` (:mod:`hpcstack.lifecycle.deprecation`)."""
+    mp = msub.add_parser(
+        "deprecate", help="mark NAME/VERSION deprecated: one line at every load, marked in module "
+                          "avail, not loadable from --after DATE on",
+        description="Environment Modules: module-tag and module-forbid --after in the module root's "
+                    ".modulerc, and a line at load from the modulefile; Lmod 8.6: the modulefile's "
+                    "add_property(\"state\", \"obsolete\"), LmodMessage, and LmodError after the date.")
+    mp.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
+    mp.add_argument("--replacement", metavar="NAME/VERSION", help="what users should load instead")
+    mp.add_argument("--after", metavar="YYYY-MM-DD", help="from this day on the module cannot be loaded")
+    mp.add_argument("--message", metavar="TEXT", help="one line of your own, added to the notice")
+    mp.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(mp)
+    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+    mp = msub.add_parser("undeprecate", help="undo `module deprecate` for NAME/VERSION")
+    mp.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
+    mp.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(mp)
+    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+
+
+def cmd_module_deprecation(args) -> int:
+    """``hpcstack module deprecate | undeprecate`` (:mod:`hpcstack.lifecycle.deprecation`)."""
+    from hpcstack.lifecycle import deprecation
+
+    site = _load_site(args, module_root=args.module_root)
+    if args.target.endswith(".py"):
+        name, version = _stack_of(args.target, site)
+        target = f"{name}/{version}"
+    else:
+        target = args.target
+    if args.module_command == "undeprecate":
+        for path in deprecation.undeprecate(site, target):
+            print(f"changed {path}")
+        print(f"{target} is no longer deprecated")
+        return 0
+    dep, written = deprecation.deprecate(site, target, args.replacement, args.after, args.message)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"users now see: {dep.line()}")
+    print(f"undo: hpcstack module undeprecate {target} --site {args.site}"
+          + (f" --module-root {args.module_root}" if args.module_root else ""))
+    return 0
+
+
+def _add_lifecycle_parsers(sub) -> None:
+    """The commands for a stack over the years: ``audit``, ``bundle``."""
+    p = sub.add_parser(
+        "bundle", help="everything a recipe's install at a site needs, in one directory, for "
+                       "`hpcstack install --from DIR` without network",
+        description="Download the lock's files for the site's platform and Python, the sdists "
+                    "and what building them needs, copy the recipe with its locks and patches, "
+                    "and add hpcstack's own wheel with its dependencies and uv; write "
+                    "manifest.json with every file's sha256.")
+    p.add_argument("recipe", help="recipe as NAME/VERSION or a path to a recipe file")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle directory (created)")
+    p.add_argument("--tool-wheel", metavar="FILE",
+                   help="hpcstack's own wheel (default: the one it was installed from, or built from its checkout)")
+
+    p = sub.add_parser(
+        "audit", help="known vulnerabilities of a recipe's pins for a site, or of an installed stack",
+        description="Match every pin of the lock the site gets, and every package built from an "
+                    "sdist, against OSV advisories: one line per finding (package, version, "
+                    "advisory id, fixed in). Exit 0 when none, 1 when there are any, 2 for bad "
+                    "input, 3 when no advisory source can be read. With --stack the result is "
+                    "recorded next to the stack's SBOM (.hpcstack/audit.cdx.json, CycloneDX "
+                    "vulnerabilities) and `hpcstack show` says when.")
+    p.add_argument("recipe", nargs="?", help="recipe as NAME/VERSION or a path to a recipe file")
+    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    _add_repo_arg(p)
+    p.add_argument("--stack", metavar="PREFIX", help="audit an installed stack (its SBOM) instead of a recipe")
+    p.add_argument("--db", metavar="DIR",
+                   help="a local OSV advisory database (e.g. a clone of github.com/pypa/advisory-database); "
+                        "default: the live OSV service")
+    p.add_argument("--osv-url", metavar="URL", help="the live OSV service (default https://api.osv.dev)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -311,6 +398,8 @@ def cmd_install(args) -> int:
         raise ConfigError([f"--stop-after {args.stop_after}: not with --dry-run (the dry run prints the "
                            "whole plan; --stop-after stops a real install)"])
     site, recipe = _load(args)
+    if args.from_bundle:
+        site = _site_from_bundle(site, recipe, args.from_bundle)
     service = InstallService(site, recipe, recipe_path(args.recipe, _search(args)), jobs=args.jobs)
     if args.dry_run:
         plan = service.dry_run(force=args.force)
@@ -514,6 +603,11 @@ def cmd_uninstall(args) -> int:
 
     site = _load_site(args, install_root=args.prefix, module_root=args.module_root)
     name, version = _stack_of(args.target, site)
+    from hpcstack.lifecycle.deprecation import uninstall_refusal
+
+    refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
+    if refusal:
+        raise HpcstackError(refusal)
     service = InstallService(site, SimpleNamespace(name=name, version=version))
     removed = service.uninstall(force=args.force, wait=not args.no_wait, dry_run=args.dry_run)
     if args.dry_run:
@@ -522,6 +616,12 @@ def cmd_uninstall(args) -> int:
         return 0
     for p in removed:
         print(f"removed {p}")
+    from hpcstack.lifecycle.deprecation import write_retired
+
+    stand_in = write_retired(site, f"{name}/{version}")
+    if stand_in:
+        print(f"wrote {stand_in}: loading {name}/{version} now fails, naming its replacement "
+              f"(hpcstack module undeprecate {name}/{version} removes it)")
     print(f"uninstalled {name}/{version}")
     return 0
 
@@ -718,6 +818,8 @@ def cmd_module(args) -> int:
 
     from hpcstack.modules import writer as modules
 
+    if args.module_command in ("deprecate", "undeprecate"):
+        return cmd_module_deprecation(args)
     name, _, version = args.target.partition("/")
     word = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
     if args.module_command == "set-default" and not (word.match(name) and word.match(version)):
@@ -758,10 +860,92 @@ def cmd_module(args) -> int:
     return 0
 
 
+def _site_from_bundle(site, recipe, path: str):
+    """The site with a verified bundle as its only package source (:func:`hpcstack.lifecycle.bundle.use_bundle`)."""
+    from hpcstack.install.components.wheels import PipWheels
+    from hpcstack.lifecycle import bundle
+
+    manifest = bundle.verify_bundle(path)
+    wheels = [c for c in recipe.components if isinstance(c, PipWheels)]
+    lock = None
+    if wheels:
+        lock = wheels[0].lock_path(recipe.directory, wheels[0].lock_for(
+            site.toolchain, site.python_version or manifest.get("python"), f"site {site.name}"))
+    return bundle.use_bundle(site, recipe, lock, path)
+
+
+def cmd_bundle(args) -> int:
+    """``hpcstack bundle``: write a bundle (:mod:`hpcstack.lifecycle.bundle`)."""
+    import time
+
+    from hpcstack.install.resolve import build_environment, detect_python_version
+    from hpcstack.lifecycle import bundle
+    from hpcstack.recipe import recipe_path
+
+    site, recipe = _load(args)
+    python = site.python_version or detect_python_version(build_environment(site))
+    start = time.monotonic()
+    manifest = bundle.make_bundle(recipe, site, recipe_path(args.recipe, _search(args)), Path(args.output),
+                                  python, tool_wheel=args.tool_wheel, announce=lambda line: print(line, file=sys.stderr))
+    size = sum(f["size"] for f in manifest["files"].values())
+    print(f"bundle of {recipe.full_name} for site {site.name} (Python {python}): {args.output}: "
+          f"{len(manifest['files'])} files, {size / 1e6:.1f} MB, id {manifest['bundle_id'][:16]}, "
+          f"{time.monotonic() - start:.0f} s")
+    print(f"install it with no network: hpcstack install {recipe.full_name} --site {site.ref or site.name} "
+          f"--from {args.output}")
+    return 0
+
+
+def cmd_audit(args) -> int:
+    """``hpcstack audit``: known vulnerabilities (:mod:`hpcstack.lifecycle.audit`); exit 1 when any."""
+    from hpcstack.lifecycle import audit
+
+    if bool(args.recipe) == bool(args.stack):
+        raise ConfigError(["give a recipe (NAME/VERSION, with --site) or --stack PREFIX, not both"
+                           if args.recipe else "give a recipe (NAME/VERSION, with --site) or --stack PREFIX"])
+    if args.db and args.osv_url:
+        raise ConfigError(["--db and --osv-url: give one advisory source"])
+    source = audit.OsvDatabase(args.db) if args.db else audit.OsvService(args.osv_url or audit.OSV_URL)
+    note = None
+    if args.stack:
+        state = audit.stack_state_dir(args.stack)
+        packages = audit.stack_packages(args.stack)
+        title = (json.loads((state / "provenance.json").read_text()).get("title")
+                 if (state / "provenance.json").is_file() else None) or args.stack
+        result = audit.run_audit(packages, source, f"stack {args.stack}", state_dir=state, title=title)
+    else:
+        site, recipe = _load(args)
+        packages, lock = audit.recipe_packages(recipe, site)
+        result = audit.run_audit(packages, source, f"{recipe.full_name} for site {site.name}"
+                                 + (f" ({os.path.basename(lock)})" if lock else ""))
+        from hpcstack.install.builds import StackLayout
+
+        layout = StackLayout.for_site(site, recipe.name, recipe.version)
+        if layout.published():
+            note = (f"{recipe.full_name} is installed at {layout.prefix}: audit what it holds, "
+                    f"and record it, with --stack {layout.prefix}")
+    result.note = result.note or note
+    if args.json:
+        sys.stdout.write(result.to_json())
+    else:
+        for finding in result.findings:
+            print(finding.line())
+        n, k = len(result.findings), len({f.package for f in result.findings})
+        print(f"{n} known vulnerabilit{'y' if n == 1 else 'ies'} in {k} of {len(result.packages)} packages"
+              if n else f"no known vulnerabilities in {len(result.packages)} packages",
+              f"of {result.target} ({result.source})", file=sys.stderr)
+        if result.recorded:
+            print(f"recorded in {result.recorded}", file=sys.stderr)
+        if result.note:
+            print(f"note: {result.note}", file=sys.stderr)
+    return 1 if result.findings else 0
+
+
 COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_validate, "lock": cmd_lock, "list": cmd_list,
             "show": cmd_show, "uninstall": cmd_uninstall, "check-build": cmd_check_build,
             "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor,
             "kernel": cmd_kernel, "mount": cmd_mount}
+COMMANDS.update(audit=cmd_audit, bundle=cmd_bundle)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -249,6 +249,85 @@ def user_site_problems(user_site: str, known: dict) -> list[str]:
     return problems
 
 
+# ------------------------------------------------------------- deprecated and retired stacks
+# ``hpcstack module deprecate`` records each deprecation in <module root>/.hpcstack/deprecations.json
+# (hpcstack.lifecycle.deprecation); read here with the standard library, as this file runs alone.
+
+DEPRECATIONS = os.path.join(".hpcstack", "deprecations.json")
+
+
+def _deprecations(module_root: str) -> dict:
+    import json
+
+    try:
+        with open(os.path.join(module_root, DEPRECATIONS)) as f:
+            return json.load(f).get("modules") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _line(module: str, entry: dict, retired: bool) -> str:
+    """The deprecation line (or the retired one) as ``hpcstack module deprecate`` words it."""
+    repl, after, message = entry.get("replacement"), entry.get("after"), entry.get("message")
+    if retired:
+        import datetime
+
+        past = bool(after) and str(after) <= datetime.date.today().isoformat()
+        text = f"{module} was retired" + (f" on {after}" if past else "")
+        text += f": use {repl} instead" if repl else ": no replacement was named"
+    else:
+        text = "; ".join([f"{module} is deprecated"] + ([f"use {repl} instead"] if repl else [])
+                         + ([f"it cannot be loaded from {after} on"] if after else []))
+    return text + (f" ({message})" if message else "")
+
+
+def deprecated_stack_lines(stacks) -> list[str]:
+    """One line per stack that is deprecated (found through its provenance's modulefile)."""
+    import json
+
+    out = []
+    for prefix in stacks:
+        try:
+            with open(Path(prefix) / ".hpcstack" / "provenance.json") as f:
+                modulefile = json.load(f).get("modulefile") or ""
+        except (OSError, ValueError, AttributeError):
+            continue
+        path = Path(modulefile)
+        version = path.name[:-len(".lua")] if path.name.endswith(".lua") else path.name
+        module = f"{path.parent.name}/{version}"
+        entry = _deprecations(str(path.parent.parent)).get(module)
+        if entry:
+            out.append(_line(module, entry, retired=False))
+    return out
+
+
+def retired_stack_lines(venv: Path, environ) -> list[str]:
+    """For a venv extended (``extend-venv-activate``) against a stack that is gone: one line
+    naming the replacement and how to rebuild the venv on it; empty when its stack is not known
+    to be retired (the module roots of ``MODULEPATH`` are searched for the record)."""
+    import re
+
+    try:
+        text = (venv / "bin" / "activate").read_text(errors="replace")
+    except OSError:
+        return []
+    modules = re.findall(r"^[ \t]*# >>> hpcstack (\S+) >>>", text, re.M)
+    out = []
+    for module in dict.fromkeys(modules):
+        for root in [d for d in environ.get("MODULEPATH", "").split(":") if d]:
+            entry = _deprecations(root).get(module)
+            stand_in = [Path(root, module + suffix) for suffix in ("", ".lua") if Path(root, module + suffix).is_file()]
+            if entry is None or not stand_in or "Written by hpcstack uninstall" not in stand_in[0].read_text()[:300]:
+                continue  # not retired here: the module still loads (or is not hpcstack's)
+            site_packages = next(iter(sorted(venv.glob("lib/python*/site-packages"))), venv / "lib")
+            repl = entry.get("replacement") or "another stack"
+            out.append(f"{_line(module, entry, retired=True)}; rebuild this venv on it: module load {repl}; "
+                       f"python -m venv NEWVENV; extend-venv-activate NEWVENV; then pip install again what "
+                       f"`pip freeze --path {site_packages}` lists")
+            break
+    return out
+
+
 def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[str], list[str]]:
     """``hpcstack doctor``: resolve the venv and stacks, then :func:`check`.
 
@@ -272,6 +351,10 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
     if venv and not os.path.isdir(venv):
         errors.append(f"--venv {venv}: no such directory")
     stacks = [Path(s) for s in stack] if stack else stack_prefixes(environ)
+    if not stacks and venv and os.path.isdir(venv) and not errors:
+        gone = retired_stack_lines(Path(os.path.abspath(venv)), environ)
+        if gone:  # the venv's stack is gone: say what to use instead, and how to rebuild on it
+            return gone, [f"checked {os.path.abspath(venv)}: its stack is gone"]
     if not stacks:
         errors.append("no stack: load its module (HPCSTACK_<NAME>_ROOT) or give --stack PREFIX")
     for s in stacks:
@@ -282,7 +365,7 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
     if not venv:
         return check_user_site(stacks)
     venv_path = Path(os.path.abspath(venv))
-    problems = check(venv_path, stacks)
+    problems = deprecated_stack_lines(stacks) + check(venv_path, stacks)
     header = f"checked {venv_path} on top of {', '.join(map(str, stacks))}"
     return problems, [header, "nothing shadows or conflicts with the stack, no user-site packages"]
 

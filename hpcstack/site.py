@@ -114,6 +114,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "link_mode": {"enum": ["hardlink", "copy", "clone"]},
         "compile_bytecode": {"type": "boolean"},
         "build_cache": {"type": "boolean"},
+        # the site's package index (a devpi, Nexus or Artifactory mirror the login nodes reach)
+        # for the lock's wheels and the recipes' sdists; the lock's hashes are still enforced
+        "index_url": {"type": ["string", "null"], "pattern": r"^(https?|file)://[^\s]+$"},
     }),
     # Who owns an installed stack and who may write it (issue 5): a shared software group and a
     # symbolic chmod mode on top of hpcstack's own (world-readable, nothing world-writable).
@@ -282,6 +285,11 @@ class InstallerConfig:
     link_mode: str = "hardlink"
     compile_bytecode: bool = True
     build_cache: bool = True
+    #: The site's package index (``installer.index_url``): wheels and sdists come from it
+    #: instead of the indexes the lock and the recipe name; their sha256 are checked as always.
+    index_url: str | None = None
+    #: Set by ``install --from DIR`` only (not a site config key): the bundle every package comes from.
+    bundle: str | None = None
 
 
 @dataclass(frozen=True)

@@ -299,12 +299,16 @@ class Fetch(ActionBase):
     url: str
     sha256: str
     dest: str
+    #: A PEP 503 project page of the site's package index (``installer.index_url``): the file
+    #: named like ``url``'s last part is downloaded from where that page links it.
+    page: str = ""
 
     def outputs(self) -> tuple[str, ...]:
         return (self.dest,)
 
     def to_bash(self) -> str:
-        return shlex.join([*ACTION_COMMAND, "fetch", "--sha256", self.sha256, self.url, self.dest])
+        page = ["--page", self.page] if self.page else []
+        return shlex.join([*ACTION_COMMAND, "fetch", *page, "--sha256", self.sha256, self.url, self.dest])
 
     def execute(self, ctx: ExecContext) -> None:
         dest = Path(self.dest)
@@ -312,25 +316,30 @@ class Fetch(ActionBase):
             ctx.log.write(f"cached: {dest}\n")
             return
         ctx.log.write(f"$ {self.to_bash()}\n")
+        url = self.url
+        if self.page:
+            from hpcstack.install.sources import find_on_page
+
+            url = find_on_page(self.page, os.path.basename(self.url))
         tmp = None
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
             with os.fdopen(fd, "wb") as out:
                 try:
-                    resp = urllib.request.urlopen(self.url, timeout=60)
+                    resp = urllib.request.urlopen(url, timeout=60)
                 except (urllib.error.URLError, http.client.HTTPException, ValueError, OSError) as exc:
                     reason = getattr(exc, "reason", None) or exc
                     raise HpcstackError(
-                        f"cannot download {self.url}: {reason} (no network? check the URL, the "
+                        f"cannot download {url}: {reason} (no network? check the URL, the "
                         f"proxy variables, or put the file in the download cache as {dest})") from None
                 with resp:
                     while chunk := resp.read(1 << 20):
                         out.write(chunk)
-            check_sha256(Path(tmp), self.sha256, shown_as=self.url)
+            check_sha256(Path(tmp), self.sha256, shown_as=url)
             os.replace(tmp, dest)
         except (OSError, http.client.HTTPException) as exc:
-            raise HpcstackError(f"cannot download {self.url} to {dest}: {describe_os_error(exc)}") from None
+            raise HpcstackError(f"cannot download {url} to {dest}: {describe_os_error(exc)}") from None
         finally:
             if tmp and os.path.exists(tmp):
                 os.unlink(tmp)
@@ -726,6 +735,7 @@ def cli(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = sub.add_parser("fetch", help="download URL to DEST unless DEST has the sha256; check it")
     p.add_argument("--sha256", required=True, help="the expected sha256 (64 hex digits)")
+    p.add_argument("--page", default="", help="find the file on this package index project page instead")
     p.add_argument("url")
     p.add_argument("dest")
     p = sub.add_parser("unpack", help="unpack ARCHIVE into DEST (emptied first), refusing unsafe members")
@@ -737,7 +747,7 @@ def cli(argv: list[str]) -> int:
     if args.verb in ACTION_VERBS:
         return ACTION_VERBS[args.verb].run(args)
     if args.verb == "fetch":
-        action = Fetch(args.url, args.sha256, os.path.abspath(args.dest))
+        action = Fetch(args.url, args.sha256, os.path.abspath(args.dest), page=args.page)
     else:
         action = Unpack(args.archive, os.path.abspath(args.dest))
     action.execute(_CommandContext())

@@ -151,7 +151,7 @@ def describe(build_dir: Path, prefix: Path | None = None) -> dict:
             steps[path.stem] = {"step": path.stem, "unreadable": True}
     files = {}
     for name in ("provenance.json", "plan.json", "install.sh", "site.yaml", "site.json",
-                 "pip-freeze.txt", "check-build.txt", "timings.json", "constraints.txt", "sbom.cdx.json"):
+                 "pip-freeze.txt", "check-build.txt", "timings.json", "constraints.txt", "sbom.cdx.json", "audit.cdx.json"):
         if (state / name).is_file():
             files[name] = str(state / name)
     for path in sorted((state / "recipe").rglob("*")):
@@ -161,6 +161,19 @@ def describe(build_dir: Path, prefix: Path | None = None) -> dict:
         files[f"logs/{path.name}"] = str(path)
     return {"build_dir": str(build_dir), "prefix": str(prefix) if prefix else None,
             "provenance": record, "steps": steps, "files": files}
+
+
+def _audited_line(info: dict) -> str:
+    """``audited: WHEN: N known vulnerabilities (SOURCE)`` from ``audit.cdx.json`` (written by
+    ``hpcstack audit --stack``), or ``audited: never`` with the command that does it."""
+    try:
+        doc = json.loads(Path(info["files"]["audit.cdx.json"]).read_text())
+    except (KeyError, OSError, ValueError):
+        return f"audited:       never (hpcstack audit --stack {info['prefix'] or info['build_dir']} --db DIR)"
+    props = {p.get("name"): p.get("value") for p in doc.get("metadata", {}).get("properties", ())}
+    n = len(doc.get("vulnerabilities", ()))
+    return (f"audited:       {doc.get('metadata', {}).get('timestamp')}: "
+            f"{n or 'no'} known vulnerabilit{'y' if n == 1 else 'ies'} ({props.get('hpcstack:audit-source')})")
 
 
 def render(info: dict, order: list[str] | None = None) -> str:
@@ -194,6 +207,7 @@ def render(info: dict, order: list[str] | None = None) -> str:
             lines.append(f"recipe input:  {name} (sha256 {sha[:16]}…)")
     if "sbom.cdx.json" in info["files"]:
         lines.append(f"sbom:          {info['files']['sbom.cdx.json']} (CycloneDX 1.6 JSON)")
+    lines.append(_audited_line(info))
     if "constraints.txt" in info["files"]:
         lines.append(f"constraints:   {info['files']['constraints.txt']} (PIP_CONSTRAINT, UV_CONSTRAINT)")
     names = order or list(info["steps"])

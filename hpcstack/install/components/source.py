@@ -28,10 +28,11 @@ import tempfile
 from dataclasses import dataclass, field
 
 from hpcstack.errors import HpcstackError
-from hpcstack.install.actions import ActionBase, ExecContext, Fetch, Run, Unpack, VerifySha256, bash_word
+from hpcstack.install.actions import ActionBase, ExecContext, Run, Unpack, VerifySha256, bash_word
 from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.wheels import UV_UNSET, install_run, uv_binary, wheel_cache
+from hpcstack.install.sources import sdist_fetch
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused
 #: (v2: the MPI wrapper, the Fortran compiler, Python's ABI and every build variable in every key).
@@ -522,7 +523,7 @@ class SourceBuild:
             patch_step = verify + self.prepare_actions(ctx)
             build_step = [Run(("rm", "-rf", dist)), self.wheel_run(ctx)]
         return {
-            FETCH: [Fetch(self.url, self.sha256, self.sdist(ctx))],
+            FETCH: [sdist_fetch(ctx.site, self.package, self.url, self.sha256, self.sdist(ctx))],
             PATCH: patch_step,
             BUILD: build_step,
             INSTALL: [install_run(ctx, "--no-deps", "--no-index", "--find-links", dist,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from hpcstack.errors import ConfigError
 from hpcstack.install.plan import SANITYCHECK, WHEELS, Run
 from hpcstack.install.components.base import PlanContext
+from hpcstack.install.sources import wheel_index_args, wheel_source_args
 
 #: uv environment variables that would change what is installed, from where, or how; they are
 #: removed from uv's environment so an admin's shell settings cannot change the stack
@@ -254,6 +255,8 @@ class PipWheels:
         extra = ()
         if ctx.site.installer.backend == "uv" and extra_indexes(lock):
             extra = ("--index-strategy", "unsafe-best-match")
+        extra = wheel_source_args(ctx.site) or extra  # a bundle (install --from): no index at all
+        extra += wheel_index_args(ctx.site)  # the site's package index, instead of the lock's
         return {
             WHEELS: [install_run(ctx, *extra, "--require-hashes", "-r", lock, input_files=(lock,))],
             SANITYCHECK: [check_run(ctx)],

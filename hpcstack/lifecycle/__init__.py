@@ -1,0 +1,1 @@
+"""A stack over the years: vulnerability audits, offline bundles, deprecation and retirement."""
