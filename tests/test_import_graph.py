@@ -34,7 +34,7 @@ LAYERS = (
      "hpcstack.templates", "hpcstack.doctor"),
     ("hpcstack.repos", "hpcstack.recipe", "hpcstack.modules"),
     ("hpcstack.site", "hpcstack.site_keys"),
-    ("hpcstack.install",),
+    ("hpcstack.install", "hpcstack.lifecycle"),
     ("hpcstack.validate",),
     ("hpcstack.export",),
     ("hpcstack.cli", "hpcstack.__main__"),

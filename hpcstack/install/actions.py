@@ -318,8 +318,6 @@ class Fetch(ActionBase):
         ctx.log.write(f"$ {self.to_bash()}\n")
         url = self.url
         if self.page:
-            from hpcstack.install.sources import find_on_page
-
             url = find_on_page(self.page, os.path.basename(self.url))
         tmp = None
         try:
@@ -753,3 +751,48 @@ def cli(argv: list[str]) -> int:
     action.execute(_CommandContext())
     sys.stdout.flush()
     return 0
+
+def find_on_page(page: str, filename: str) -> str:
+    """The URL a PEP 503 ("simple") project page links for ``filename``.
+
+    Args:
+        page (str): the project page, e.g. ``https://mirror.example.org/simple/horovod/``.
+        filename (str): the file, e.g. ``horovod-0.28.1.tar.gz``.
+
+    Returns:
+        str: the absolute URL of the file (without its ``#sha256=`` fragment).
+
+    Raises:
+        HpcstackError: the page cannot be read, or it does not list the file.
+    """
+    import html.parser
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from hpcstack.errors import HpcstackError
+
+    class Links(html.parser.HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.hrefs = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "a":
+                self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(page, headers={"Accept": "text/html"}),
+                                    timeout=60) as resp:
+            text = resp.read().decode(errors="replace")
+            base = resp.geturl()
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise HpcstackError(f"cannot read the package index page {page}: {getattr(exc, 'reason', None) or exc} "
+                            "(installer.index_url of the site config)") from None
+    parser = Links()
+    parser.feed(text)
+    for href in parser.hrefs:
+        absolute = urllib.parse.urljoin(base, href)
+        if urllib.parse.unquote(urllib.parse.urlparse(absolute).path).rsplit("/", 1)[-1] == filename:
+            return urllib.parse.urldefrag(absolute)[0]
+    raise HpcstackError(f"the package index page {page} lists no {filename} (installer.index_url of the site config)")
