@@ -159,6 +159,10 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
     for component in recipe.components:
         try:
             contributed = component.contribute(ctx)
+            if not isinstance(contributed, dict) or not all(
+                    step in actions and isinstance(acts, list) for step, acts in contributed.items()):
+                raise ValueError(f"contribute(ctx) returned {type(contributed).__name__}, not a dict "
+                                 f"of step name ({', '.join(STEP_ORDER)}) -> list of actions")
             for step, acts in contributed.items():
                 if step != MODULE:
                     actions[step].extend(acts)
