@@ -303,15 +303,16 @@ def test_cirrus_easyconfig_builds_horovod_with_nccl_against_the_sites_modules(ci
             "            'download_filename': 'torch-2.3.1%%2Bcu121-cp312-cp312-manylinux_2_17_x86_64.whl',\n"
             "        }],") in text
     preinstall = "".join(re.findall(r"^\s+'(.*)'$", text.split("'preinstallopts': (")[1].split("),")[0], re.M))
-    for setting in ("HOROVOD_GPU=CUDA", "HOROVOD_GPU_OPERATIONS=NCCL", "HOROVOD_CUDA_HOME=${NVHPC_ROOT}/cuda/12.4",
-                    "HOROVOD_NCCL_HOME=${NVHPC_ROOT}/comm_libs/nccl", "HOROVOD_BUILD_CUDA_CC_LIST=70",
-                    "MAKEFLAGS=-j8", "ln -sfn ${NVHPC_ROOT}/cuda/lib64/stubs/libcuda.so %(builddir)s/cuda-stubs/libcuda.so.1"):
+    # each value one shell word; ${NAME} references to the build environment stay live
+    for setting in ("HOROVOD_GPU=CUDA", "HOROVOD_GPU_OPERATIONS=NCCL", 'HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"',
+                    'HOROVOD_NCCL_HOME="${NVHPC_ROOT}/comm_libs/nccl"', "HOROVOD_BUILD_CUDA_CC_LIST=70",
+                    "MAKEFLAGS=-j8", 'ln -sfn "${NVHPC_ROOT}/cuda/lib64/stubs/libcuda.so" %(builddir)s/cuda-stubs/libcuda.so.1'):
         assert setting in preinstall, setting
     import ast
 
     commands = next(ast.literal_eval(node.value) for node in ast.parse(text).body
                     if isinstance(node, ast.Assign) and node.targets[0].id == "sanity_check_commands")
-    stubs = "LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:${NVHPC_ROOT}/cuda/lib64/stubs:$LD_LIBRARY_PATH "
+    stubs = 'LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:"${NVHPC_ROOT}/cuda/lib64/stubs":$LD_LIBRARY_PATH '
     assert commands[1:] == [f"{stubs}horovodrun --check-build | grep -F '[X] {flag}'"
                             for flag in ("PyTorch", "MPI", "Gloo", "NCCL")]
     assert commands[0].startswith(f"{stubs}python -c 'import torch;")
