@@ -20,6 +20,7 @@ from hpcstack.errors import ConfigError
 from hpcstack.modules.modsys import TOOLS
 from hpcstack.modules.syntax import SYNTAXES
 from hpcstack.schema import load_yaml, value_problems
+from hpcstack.secrets import split_env
 from hpcstack.schema import problems as schema_problems
 from hpcstack.repos import SITES, SearchPath, default_search_path
 
@@ -161,11 +162,14 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     # The stack as a container image (`hpcstack export --format docker|apptainer`; issue 12):
     # the image is a machine of its own. One of base_image and rootfs; see hpcstack/export/container.py.
     "container": _obj(["python"], {
-        "base_image": _STR,              # FROM / Bootstrap: docker
-        "rootfs": _STR,                  # a root filesystem tar: FROM scratch + ADD
+        "base_image": {"type": "string", "maxLength": 512, "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"},  # FROM / Bootstrap: docker
+        "rootfs": _PATH,                 # a root filesystem tar: FROM scratch + ADD
         "distro": {"enum": ["debian12", "ubuntu22", "ubuntu24", "rockylinux8", "rockylinux9"]},
         "python": {"type": "string", "pattern": r"^3\.[0-9]+$"},   # X.Y of the image's python3
-        "packages": _obj([], {role: _STR_LIST for role in ("compilers", "mpi", "modules", "python", "other")}),
+        # distribution package names (apt, dnf): letters, digits and .+:_- (one word each)
+        "packages": _obj([], {role: {"type": "array", "maxItems": 256, "items": {
+            "type": "string", "maxLength": 256, "pattern": r"^[A-Za-z0-9][A-Za-z0-9.+:_-]*$"}}
+            for role in ("compilers", "mpi", "modules", "python", "other")}),
         "setup": _STR_LIST,              # shell commands after hpcstack is in ($HPCSTACK_DATA: its data)
         "site_changes": {"type": "object", "maxProperties": 64},   # top-level keys of this config that differ inside
     }),
@@ -331,7 +335,10 @@ class Site:
         toolchain (Toolchain): compilers, CUDA and NCCL: what components build against.
         python_version (str | None): ``X.Y`` of the base module's Python if the site states it.
         jobs (int | None): parallel build jobs; None means the core count.
-        build_env (dict[str, str]): variables for every build command.
+        build_env (dict[str, str]): variables for every build command; a secret is a
+            ``${VARIABLE}`` reference here, expanded when a command runs (:mod:`hpcstack.secrets`).
+        secrets (dict[str, dict]): the secret values of ``build.env``: name -> ``{secret: true,
+            from_env: VAR}`` or ``{secret: true, from_file: PATH}``; read by an install, never written.
         slurm (dict): the Slurm scheduler and partition, for ``hpcstack validate``.
         installer (InstallerConfig): uv or pip, wheel cache, bytecode, build cache.
         ref (str): how a later command line names this site: its name where the search path
@@ -355,6 +362,7 @@ class Site:
     slurm: dict
     installer: InstallerConfig = field(default_factory=InstallerConfig)
     ref: str = ""
+    secrets: dict = field(default_factory=dict)
 
 
 def site_path(name_or_path: str, search: SearchPath | None = None) -> Path:
@@ -451,7 +459,8 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         launcher=LauncherConfig(**data["launcher"]),
         python_version=python.get("version"),
         jobs=build.get("jobs"),
-        build_env=dict(build.get("env", {})),
+        build_env=split_env(build.get("env", {}))[0],
+        secrets=split_env(build.get("env", {}))[1],
         slurm=dict(data.get("slurm", {})),
         installer=InstallerConfig(**data.get("installer", {})),
         ref=ref or str(path),

@@ -8,6 +8,7 @@ import subprocess
 
 from hpcstack.modules import modsys
 from hpcstack.install.components.base import PlanContext
+from hpcstack.secrets import secret_files
 from hpcstack.install.components.sanity import merge_python_checks
 from hpcstack.install.components.wheels import freeze_argv
 from hpcstack.errors import ConfigError, HpcstackError
@@ -184,4 +185,5 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
     steps[-1].outputs += [ctx.modulefile, prefix]
     return Plan(title=f"{recipe.full_name} for site {site.name}", prefix=prefix,
                 modules=build_modules(site), module_use=list(site.modules.use), steps=steps,
-                modulefile=ctx.modulefile, stage_prefix=ctx.build_prefix, build_id=build_id)
+                modulefile=ctx.modulefile, stage_prefix=ctx.build_prefix, build_id=build_id,
+                secret_files=secret_files(getattr(site, "secrets", {}) or {}))
