@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from hpcstack import __version__
-from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.errors import ArgumentParser, ConfigError, HpcstackError
 from hpcstack.install.plan import STEP_ORDER
 
 
@@ -35,14 +35,6 @@ def _add_site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
     p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     p.add_argument("--dry-run", action="store_true", help="print what would run, as a bash script; change nothing")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose errors are one line (``error: hpcstack install: …``) raised as
-    :class:`ConfigError` (exit status 2), not a usage block and ``sys.exit``."""
-
-    def error(self, message: str):
-        raise ConfigError([f"{self.prog}: {message} (see {self.prog} --help)"])
 
 
 #: A name given on the command line (partition, QOS, account, workload, kernel): letters,
@@ -87,7 +79,7 @@ def check_args(argv: list[str], args: argparse.Namespace | None = None) -> list[
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``hpcstack`` command."""
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="hpcstack", description="Install module-based HPC software stacks from recipes, per site.")
     parser.add_argument("--version", action="version", version=f"hpcstack {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
