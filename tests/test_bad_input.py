@@ -232,3 +232,126 @@ def test_the_real_command_refuses_nodes_1__2():
     proc = hpcstack("validate", "pytorch/2.3.1-gpu", "--nodes", "1,,2", "--dry-run", "--site",
                     str(site_file(BASE, "good.yaml")))
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+# ------------------------------------------------------------- generated: over 1,000 inputs
+
+def _paths(node, prefix=()) -> list[tuple]:
+    out = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out.append(prefix + (key,))
+            out += _paths(value, prefix + (key,))
+    return out
+
+
+PATHS = _paths(BASE)
+HOSTILE = ["python [exec touch /tmp/x]", "$(touch x)", "`id`", '"; os.system("id") #', "a\nb", "\x00",
+           "bad;[exec id]", "", " ", "\t", "\r", "\u2028", "\\", "}{", "]]", "%(installdir)s", "${HOME}",
+           "1,,2", "é", "../..", "/", "x" * 5000]
+scalars = (st.none() | st.booleans() | st.integers(-10**3, 10**3) | st.sampled_from([10**40, 10**100, -10**40, 2**63])
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12) | st.sampled_from(HOSTILE))
+values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6) | st.sampled_from(HOSTILE), c, max_size=3),
+                      max_leaves=6)
+
+
+def _mutate(mutations) -> dict:
+    data = copy.deepcopy(BASE)
+    for kind, path, value in mutations:
+        node = data
+        for key in path[:-1]:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(key, {})
+        else:
+            if not isinstance(node, dict):
+                continue
+            if kind == "set":
+                node[path[-1]] = value
+            elif kind == "del":
+                node.pop(path[-1], None)
+    return data
+
+
+def _dump(data) -> str:
+    try:
+        return yaml.safe_dump(data, allow_unicode=True)
+    except yaml.YAMLError:
+        return yaml.safe_dump(BASE)
+
+
+mutation = st.tuples(st.sampled_from(["set", "set", "del"]), st.sampled_from(PATHS), values)
+site_texts = st.one_of(
+    st.lists(mutation, min_size=1, max_size=4).map(lambda m: _dump(_mutate(m))),
+    st.text(max_size=300),
+    st.binary(max_size=300),
+    st.tuples(st.lists(mutation, min_size=1, max_size=2), st.sampled_from(PATHS)).map(
+        # a key given twice
+        lambda t: _dump(_mutate(t[0])) + f"{t[1][0]}: null\n"),
+    st.integers(1, 60).map(lambda depth: "a: " + "[" * depth * 1000 + "]" * depth * 1000),
+    st.integers(2, 12).map(lambda n: "container:\n  site_changes:\n" + "".join(
+        f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else 'x'] * n)}]\n" for i in range(n))),
+)
+
+
+@settings(max_examples=450, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text=site_texts, command=st.sampled_from(["install", "validate", "export", "uninstall"]))
+def test_generated_site_configs_are_refused_in_one_line_or_accepted(text, command):
+    site = site_file(text, "generated.yaml")
+    argv = {"install": dry_run(site),
+            "validate": ["validate", "pytorch/2.3.1-gpu", "--site", str(site), "--dry-run", "--prefix", str(ROOT),
+                         "--output-dir", str(TMP / "out")],
+            "export": ["export", "pytorch/2.3.1-gpu", "--site", str(site), "--format", "docker"],
+            "uninstall": ["uninstall", "pytorch/2.3.1-gpu", "--site", str(site), "--dry-run", "--prefix", str(ROOT),
+                          "--module-root", str(ROOT)]}[command]
+    check(argv)
+
+
+WORDS = ["pytorch/2.3.1-gpu", "nope", "", "-", "--", "localhost", "cirrus", "0", "-1", "1,,2", "1,2", str(10**40),
+         "build", "module", "fetch", "a/b/c", "../x", "x.py", "horovod", "ddp", "reframe", "docker", "easyconfig",
+         *HOSTILE[:14]]
+OPTIONS = ["--site", "--prefix", "--module-root", "--dry-run", "--force", "--no-wait", "--json", "--stop-after",
+           "--jobs", "-j", "--file", "--ranks", "--nodes", "--local", "--backend", "--partition", "--qos",
+           "--account", "--workload", "--format", "--name", "--repo", "--emit"]
+SAFE = {
+    "install": ["--dry-run", "--prefix", str(ROOT), "--module-root", str(ROOT)],
+    "uninstall": ["--dry-run", "--prefix", str(ROOT), "--module-root", str(ROOT)],
+    "validate": ["--dry-run", "--prefix", str(ROOT), "--module-root", str(ROOT), "--output-dir", str(TMP / "out")],
+    "show": ["--prefix", str(ROOT)],
+    "list": [],
+    "module": [],
+    "action": [],
+}
+
+
+@settings(max_examples=350, deadline=None, suppress_health_check=list(HealthCheck))
+@given(command=st.sampled_from(sorted(SAFE) + ["bogus", ""]),
+       words=st.lists(st.sampled_from(WORDS) | st.sampled_from(OPTIONS) | st.text(max_size=8), max_size=6))
+def test_generated_command_lines_are_refused_in_one_line_or_run(command, words):
+    site_file(BASE, "good.yaml")
+    if command == "module":
+        words = [st_word for st_word in words if st_word not in ("set-default", "unset-default")]
+        words = ["default", *words]                 # read-only: shows a default, writes nothing
+    if command == "action":
+        words = ["sbom", "--spec", *words[:1], str(TMP / "generated-sbom.json")]
+    check([command, *words, *SAFE.get(command, [])] if command else words)
+
+
+IDENT = st.sampled_from(["x", "tiny", "pytorch", "2.3.1-gpu", "1.0", *HOSTILE]) | st.text(max_size=10)
+COMPONENTS = st.lists(st.sampled_from(["Venv()", "Modulefile()", "42", "None", "'text'", "Venv", "object()",
+                                       "[Venv()]", "{'a': 1}", "C()", "Bad()"]), max_size=4)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@given(name=IDENT, version=IDENT, whatis=IDENT, components=COMPONENTS,
+       shape=st.sampled_from(["recipe", "list", "tuple", "string", "none", "raise", "text"]), junk=st.text(max_size=60))
+def test_generated_recipes_are_refused_in_one_line_or_accepted(name, version, whatis, components, shape, junk):
+    listed = "[" + ", ".join(components) + "]"
+    body = {"recipe": f"Recipe({name!r}, {version!r}, {whatis!r}, components={listed})",
+            "list": listed, "tuple": f"({name!r}, {version!r})", "string": repr(whatis), "none": "None",
+            "raise": f"(_ for _ in ()).throw(ValueError({junk!r}))", "text": ""}[shape]
+    text = (RECIPE_HEAD + "class C:\n    def contribute(self, ctx):\n        return {'venv': 'x'}\n"
+            "class Bad:\n    contribute = 5\n"
+            + (junk if shape == "text" else f"def recipe(site):\n    return {body}\n"))
+    recipe = _recipe(text, "generated.py")
+    check(dry_run(site_file(BASE, "good.yaml"), str(recipe)))
