@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import json
 import tempfile
 from pathlib import Path
 
