@@ -167,13 +167,16 @@ def load_yaml(path, what: str = "file"):
     return data
 
 
-def value_problems(data: object, where: str, path: tuple = ()) -> list[str]:
+def value_problems(data: object, where: str, path: tuple = (), text_keys: bool = True) -> list[str]:
     """Lines for every key or string value that holds a control character (:data:`CONTROL`),
-    and for data nested deeper than :data:`MAX_DEPTH`.
+    for data nested deeper than :data:`MAX_DEPTH`, and (``text_keys``) for keys that are not
+    text (YAML reads ``1:`` or ``true:`` as a number or a boolean, which JSON schema's
+    ``propertyNames`` does not check).
 
     Args:
         data (object): loaded YAML or JSON.
         where (str): the file name, to start each line with.
+        text_keys (bool): refuse keys that are not strings.
 
     Returns:
         list[str]: ``"<where>: <key.path>: ..."`` lines; empty when every value is clean.
@@ -191,6 +194,10 @@ def value_problems(data: object, where: str, path: tuple = ()) -> list[str]:
                              "NUL, ...); values are one line of printable text")
         elif isinstance(item, dict):
             for k, v in item.items():
+                if text_keys and not isinstance(k, str):
+                    lines.append(f"{where}: {key}: key {_short(str(k))}: a {type(k).__name__}; keys are "
+                                 "text (quote it)")
+                    continue
                 if isinstance(k, str) and CONTROL.search(k):
                     lines.append(f"{where}: {key}: key {_short(k)}: holds a control character")
                     continue

@@ -120,6 +120,9 @@ SITE_CASES = {
     "a tab in a value": with_("description", "a\tb"),
     "U+2028 in a key": with_("build.env", {"A\u2028B": "1"}),
     "secret without a source": with_("build.env", {"TOKEN": {"secret": True}}),
+    "a number as an env name": with_("build.env", {1: "x"}),
+    "a boolean as a key": with_("slurm", {**BASE.get("slurm", {}), True: "x"}),
+    "a recursive alias": yaml.safe_dump({k: v for k, v in BASE.items() if k != "description"}) + "description: &a [*a]\n",
 }
 
 
@@ -250,8 +253,8 @@ HOSTILE = ["python [exec touch /tmp/x]", "$(touch x)", "`id`", '"; os.system("id
            "1,,2", "é", "../..", "/", "x" * 5000]
 scalars = (st.none() | st.booleans() | st.integers(-10**3, 10**3) | st.sampled_from([10**40, 10**100, -10**40, 2**63])
            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12) | st.sampled_from(HOSTILE))
-values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6) | st.sampled_from(HOSTILE), c, max_size=3),
-                      max_leaves=6)
+keys = st.text(max_size=6) | st.sampled_from(HOSTILE) | st.integers(-2, 2) | st.booleans() | st.none()
+values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(keys, c, max_size=3), max_leaves=6)
 
 
 def _mutate(mutations) -> dict:

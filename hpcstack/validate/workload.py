@@ -163,7 +163,7 @@ class Validation:
         """
         path = Path(directory) / self.file
         data = _normalise(load_yaml(path, "validation file"))
-        problems = value_problems(data, str(path)) or schema_problems(SCHEMA, data, str(path), hints=_KEY_HINTS)
+        problems = value_problems(data, str(path), text_keys=False) or schema_problems(SCHEMA, data, str(path), hints=_KEY_HINTS)
         if problems:
             raise ConfigError(problems)
         return ValidationSpec(nodes=list(data.get("nodes", [1, 2])),
