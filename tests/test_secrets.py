@@ -84,3 +84,17 @@ def test_read_gives_one_line_per_missing_secret_without_values(tmp_path):
     assert f"build.env.FILE_TOKEN: cannot read the secret's file {tmp_path / 'missing'}" in text
     (tmp_path / "missing").write_text(FILE_VALUE + "\n")
     assert secrets.read(specs, {"MY_TOKEN": ENV_VALUE}, "s.yaml") == {"HPCSTACK_SECRET_FILE_TOKEN": FILE_VALUE}
+
+
+def test_an_easyconfig_reads_the_secrets_when_easybuild_runs(tmp_path, capsys, monkeypatch):
+    token_file = tmp_path / "token"
+    token_file.write_text(FILE_VALUE + "\n")
+    monkeypatch.setenv("MY_TOKEN", ENV_VALUE)
+    out = tmp_path / "eb" / "pytorch.eb"
+    out.parent.mkdir()
+    assert main(["export", "pytorch/2.3.1-gpu", "--site", str(site_with_secrets(tmp_path, token_file)),
+                 "--format", "easyconfig", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert ENV_VALUE not in text and FILE_VALUE not in text
+    flat = "".join(line.strip().strip("'\"") for line in text.splitlines())
+    assert 'TOKEN="${MY_TOKEN}"' in flat and f'FILE_TOKEN="$(head -n1 {token_file})"' in flat.replace("' '", "")

@@ -40,6 +40,7 @@ import os
 from hpcstack import __version__
 from hpcstack.errors import ConfigError
 from hpcstack.export import register_exporter
+from hpcstack.secrets import secret_files
 from hpcstack.templates import add_filters, eb_shell
 
 #: Module names (lower case) -> EasyBuild software names, for the site's modules.
@@ -201,8 +202,11 @@ class EasyConfig:
             # each value one shell word (a CFLAGS of "-O2 -g" stays one; "$(...)" runs nothing)
             if not site.jobs:                     # the build host's cores, as hpcstack's default
                 env["MAKEFLAGS"] = "-j$(nproc)"
-            settings = " ".join(f"{k}={v if (k, v) == ('MAKEFLAGS', '-j$(nproc)') else eb_shell(v)}"
-                                for k, v in env.items())
+            # a secret from a file is read when EasyBuild runs the build, as hpcstack's dry-run does
+            files = {"${" + var + "}": path for var, path in secret_files(getattr(site, "secrets", {}) or {}).items()}
+            settings = " ".join(
+                f"{k}={v if (k, v) == ('MAKEFLAGS', '-j$(nproc)') else eb_shell(v)}" if v not in files
+                else f'{k}="$(head -n1 {eb_shell(files[v])})"' for k, v in env.items())
             base, _, filename = build.url.rpartition("/")
             short = base.startswith(_PYPI_FILES)
             builds.append({
