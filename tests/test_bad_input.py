@@ -113,6 +113,8 @@ SITE_CASES = {
     "newline in slurm.partition": with_("slurm", {**BASE.get("slurm", {}), "partition": "debug\nhostname"}),
     "newline in slurm.constraint": with_("slurm", {**BASE.get("slurm", {}), "constraint": "gpu\n#SBATCH -A x"}),
     "space in a launcher env name": with_("launcher.env", {"A B": "1"}),
+    "; in a slurm.env name": with_("slurm", {**BASE.get("slurm", {}), "env": {"X;touch /tmp/x": "1"}}),
+    "$ in a partition": with_("slurm", {**BASE.get("slurm", {}), "partition": "$(id)"}),
     "nodes 0 gpus": with_("slurm", {**BASE.get("slurm", {}), "gpus_per_node": 10**30}),
     "cc_list out of range": with_("toolchain", {"cuda": {"home": "/c", "version": "12.1", "cc_list": [10**20]}}),
     "a list at the top": "- a\n- b\n",

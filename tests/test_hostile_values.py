@@ -432,3 +432,36 @@ def test_comment_is_one_line_in_every_language(value):
     # backslashes doubled: an even run of them at the end never continues a Tcl comment line
     assert (len(text) - len(text.rstrip("\\"))) % 2 == 0
     ast.parse(f"# {text}\nx = 1\n")
+
+
+# ------------------------------------------------- the install script (plan.to_bash, not a template)
+
+def test_install_script_keeps_hostile_build_env_values_as_data(tmp_path, capsys):
+    """Values a site config may hold (any one line of text) in ``build.env``: the dry-run script
+    passes each to the build as one word, and running those words runs nothing."""
+    import yaml
+
+    from conftest import make_sdist, write_tiny_recipe
+    from hpcstack.cli import main
+
+    marker = tmp_path / "pwned"
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    site = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    site["python"] = {"version": "3.11"}
+    from hpcstack.schema import CONTROL
+
+    # what the schema lets through (one line of text); ${NAME} references are live by design
+    values = [v for v in hostile(marker) if not CONTROL.search(v) and "${" not in v]
+    site["build"]["env"] = {f"HOSTILE_{i}": v for i, v in enumerate(values)}
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    assert main(["install", str(recipe), "--site", str(tmp_path / "site.yaml"), "--prefix", str(tmp_path / "sw"),
+                 "--module-root", str(tmp_path / "mf"), "--dry-run"]) == 0
+    script = capsys.readouterr().out
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    exports = [line.strip() for line in script.splitlines() if line.strip().startswith("export HOSTILE_")]
+    assert len(exports) == len(values), script
+    check = "\n".join(exports) + "\n" + "".join(
+        f'printf "%s\\0" "$HOSTILE_{i}"\n' for i in range(len(values)))
+    proc = subprocess.run(["bash", "-c", check], capture_output=True, cwd=tmp_path)
+    _no_marker(marker, script)
+    assert proc.stdout.decode().split("\0")[:-1] == values
