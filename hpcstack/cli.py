@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from hpcstack import __version__
-from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.errors import ArgumentParser, ConfigError, HpcstackError
 from hpcstack.install.plan import STEP_ORDER
 
 
@@ -37,9 +37,49 @@ def _add_site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would run, as a bash script; change nothing")
 
 
+#: A name given on the command line (partition, QOS, account, workload, kernel): letters,
+#: digits and ``._-``, as the site schema's Slurm names.
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,255}"
+
+
+def check_args(argv: list[str], args: argparse.Namespace | None = None) -> list[str]:
+    """Check command-line values before anything uses them.
+
+    Rules: no argument holds a control character (:data:`hpcstack.schema.CONTROL`: a newline in
+    ``--partition`` would become a line of a job script); ``--partition``, ``--qos``,
+    ``--account`` and ``--workload`` are names (letters, digits, ``._-``); ``--jobs`` and
+    ``--ranks`` are within the site schema's bounds.
+
+    Args:
+        argv (list[str]): the raw arguments.
+        args (argparse.Namespace | None): the parsed ones (None: check only ``argv``).
+
+    Returns:
+        list[str]: one line per problem; empty when every value is fine.
+    """
+    import re
+
+    from hpcstack.schema import CONTROL
+    from hpcstack.site import MAX_JOBS, MAX_RANKS
+
+    problems = [f"argument {i + 1} {ascii(a)[:80]}: holds a control character (newline, NUL, ...)"
+                for i, a in enumerate(argv) if CONTROL.search(a)]
+    if problems or args is None:
+        return problems
+    for opt in ("partition", "qos", "account", "workload"):
+        value = getattr(args, opt, None)
+        if value is not None and not re.fullmatch(_NAME, value):
+            problems.append(f"--{opt}: {value!r}: use letters, digits and ._- (at most 256)")
+    for opt, top in (("jobs", MAX_JOBS), ("ranks", MAX_RANKS)):
+        value = getattr(args, opt, None)
+        if value is not None and not 1 <= value <= top:
+            problems.append(f"--{opt}: {value}: must be from 1 to {top}")
+    return problems
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``hpcstack`` command."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="hpcstack", description="Install module-based HPC software stacks from recipes, per site.")
     parser.add_argument("--version", action="version", version=f"hpcstack {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -325,13 +365,25 @@ def main(argv: list[str] | None = None) -> int:
     # no-op re-install (issue 14). hpcstack's schemas check no IRI format; jsonschema runs
     # without it (an ImportError it expects), in this process only.
     sys.modules.setdefault("rfc3987_syntax", None)
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        problems = check_args(argv)
+        if problems:
+            raise ConfigError(problems)
+        args = build_parser().parse_args(argv)
+        problems = check_args(argv, args)
+        if problems:
+            raise ConfigError(problems)
         return COMMANDS[args.command](args)
     except HpcstackError as exc:
-        for line in exc.lines():
-            print(f"error: {line}", file=sys.stderr)
+        from hpcstack.schema import CONTROL
+
+        for line in exc.lines():      # one line each, whatever a value in it holds
+            print(f"error: {CONTROL.sub(lambda m: ascii(m.group())[1:-1], line)}", file=sys.stderr)
         return exc.exit_status
+    except RecursionError:
+        print("error: input nested too deeply", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 
 class HpcstackError(Exception):
     """A failure the user can act on; printed as ``error: <message>`` with exit status 1.
@@ -39,3 +41,12 @@ class ConfigError(HpcstackError):
 
     def lines(self) -> list[str]:
         return list(self.problems)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose errors are one line, raised as :class:`ConfigError` (exit status 2)
+    instead of a usage block and ``sys.exit(2)``: ``hpcstack install: unrecognized arguments: …
+    (see hpcstack install --help)``. Its subparsers are of this class too."""
+
+    def error(self, message: str):
+        raise ConfigError([f"{self.prog}: {message} (see {self.prog} --help)"])

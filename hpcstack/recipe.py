@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib.util
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from hpcstack.errors import ConfigError
 from hpcstack.repos import RECIPES, SearchPath, default_search_path
+from hpcstack.schema import CONTROL
 
 
 @dataclass
@@ -49,6 +51,56 @@ class Recipe:
     def full_name(self) -> str:
         """``name/version``, e.g. ``pytorch/2.3.1-gpu``."""
         return f"{self.name}/{self.version}"
+
+
+#: A recipe's (module's) name or version: letters, digits and ``._+-``, starting with a letter
+#: or digit (``pytorch``, ``2.3.1-gpu``): it becomes a directory, a module name, a Tcl and Lua
+#: word, a Python identifier's part and a file name.
+RECIPE_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}")
+
+
+def check_recipe(recipe: "Recipe", where: str) -> list[str]:
+    """Check what a recipe returned before anything uses it.
+
+    Rules: ``name`` and ``version`` match :data:`RECIPE_WORD`; ``whatis`` is one line of
+    printable text (:data:`hpcstack.schema.CONTROL`); ``components`` is a list of component
+    objects (each with a callable ``contribute(ctx)``, as :mod:`hpcstack.install.components`'s).
+
+    Args:
+        recipe (Recipe): what ``recipe(site)`` returned.
+        where (str): the recipe file, to start each line with.
+
+    Returns:
+        list[str]: one line per problem; empty when the recipe is fine.
+    """
+    problems = []
+    for attr in ("name", "version"):
+        value = getattr(recipe, attr)
+        if not isinstance(value, str) or not RECIPE_WORD.fullmatch(value):
+            problems.append(f"{where}: Recipe {attr} {_shown(value)}: use letters, digits and ._+- "
+                            "(starting with a letter or digit, at most 64)")
+    if not isinstance(recipe.whatis, str) or CONTROL.search(recipe.whatis) or len(recipe.whatis) > 1024:
+        problems.append(f"{where}: Recipe whatis {_shown(recipe.whatis)}: one line of printable text "
+                        "(at most 1024 characters)")
+    if not isinstance(recipe.components, (list, tuple)):
+        problems.append(f"{where}: Recipe components: a {type(recipe.components).__name__}, "
+                        "not a list of components")
+    else:
+        for i, component in enumerate(recipe.components):
+            if isinstance(component, type) or not callable(getattr(component, "contribute", None)):
+                problems.append(f"{where}: Recipe components[{i}]: {_shown(component)} is not a "
+                                "component (an object with contribute(ctx), e.g. PipWheels(...))")
+    return problems
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A short one-line ``repr`` of ``value`` for a message."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a recipe's own object with a broken __repr__
+        text = f"<{type(value).__name__}>"
+    text = CONTROL.sub("?", text)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def recipe_path(spec: str, search: SearchPath | None = None) -> Path:
@@ -170,10 +222,11 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
         result = func(site)
     except ConfigError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         line = _recipe_line(path, sys.exc_info()[2])
         where = f"{path}:{line}" if line else str(path)
-        raise ConfigError([f"{where}: recipe failed: {type(exc).__name__}: {_one_line(exc)}"]) from None
+        message = CONTROL.sub(" ", _one_line(f"{type(exc).__name__}: {exc}"))[:300]
+        raise ConfigError([f"{where}: recipe failed: {message}"]) from None
     if not isinstance(result, Recipe):
         raise ConfigError([f"{path}: recipe(site) returned {type(result).__name__}, not a Recipe"])
     components = list(result.components)
@@ -182,6 +235,9 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
             where = f"{path}:{line}" if line else str(path)
             raise ConfigError([f"{where}: component {index} of the recipe is {type(component).__name__} "
                                f"{_one_line(repr(component))[:60]}, not a component (it has no contribute(ctx))"])
+    problems = check_recipe(result, str(path))
+    if problems:
+        raise ConfigError(problems)
     result.directory = path.parent
     entry = (search or default_search_path()).find(RECIPES, spec) if Path(spec).suffix != ".py" else None
     result.ref = spec if entry and entry.repo.origin != "--repo" else str(path)

@@ -16,22 +16,48 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from hpcstack.errors import ConfigError
 from hpcstack.modules.modsys import TOOLS
 from hpcstack.modules.syntax import SYNTAXES
+from hpcstack.schema import load_yaml, value_problems
+from hpcstack.secrets import split_env
 from hpcstack.schema import problems as schema_problems
 from hpcstack.repos import SITES, SearchPath, default_search_path
 
-_STR = {"type": "string", "minLength": 1}
-_NULL_STR = {"type": ["string", "null"]}
-_STR_LIST = {"type": "array", "items": _STR}
-_ENV = {"type": "object", "additionalProperties": {"type": "string"}}
+#: One line of printable text (no control characters: :data:`hpcstack.schema.CONTROL`).
+_TEXT = r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]*$"
+_STR = {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": _TEXT}
+_NULL_STR = {**_STR, "type": ["string", "null"], "minLength": 0}
+_STR_LIST = {"type": "array", "items": _STR, "maxItems": 256}
+#: A module name as ``module load`` takes it: ``python/3.12.1-gpu``, ``PrgEnv-gnu/8.5.0``,
+#: ``NCCL/default-CUDA-12`` (letters, digits and ``._+-/@:``; no white space, quotes or ``$[;``).
+MODULE_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.+/@:-]*$"
+_MODULE = {"type": "string", "maxLength": 256, "pattern": MODULE_NAME}
+_MODULE_LIST = {"type": "array", "items": _MODULE, "maxItems": 256}
+#: An environment variable's name (POSIX: letters, digits and underscores, not starting with a digit).
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+#: A secret value (:mod:`hpcstack.secrets`): read when a command runs, from a variable or a file,
+#: and never written anywhere.
+_SECRET = {"type": "object", "additionalProperties": False, "required": ["secret"],
+           "properties": {"secret": {"const": True},
+                          "from_env": {"type": "string", "pattern": ENV_NAME, "maxLength": 256},
+                          "from_file": {"type": "string", "minLength": 1, "maxLength": 4096,
+                                        "pattern": r"^[^\x00-\x1f\x7f]+$"}},
+           "oneOf": [{"required": ["from_env"]}, {"required": ["from_file"]}]}
+_ENV = {"type": "object", "maxProperties": 1024,
+        "propertyNames": {"pattern": ENV_NAME, "maxLength": 256},
+        "additionalProperties": {"type": "string", "maxLength": 65536, "pattern": _TEXT}}
+_SECRET_ENV = {**_ENV, "additionalProperties": {"oneOf": [_ENV["additionalProperties"], _SECRET]}}
 _POS_INT = {"type": "integer", "minimum": 1}
+#: A Slurm name (partition, QOS, account): letters, digits and ``._-``.
+_SLURM_NAME = {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"}
+#: Sane upper bounds of counts (more is a typing error, and an int of 10**40 breaks code that
+#: passes it on to C or to a scheduler).
+MAX_RANKS = 1_048_576
+MAX_NODES = 100_000
+MAX_JOBS = 4096
 #: A directory path: no control characters, no white space (venv scripts cannot hold it).
-_PATH = {"type": "string", "minLength": 1, "pattern": r"^[^\x00-\x20\x7f]+$"}
-
+_PATH = {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": r"^[^\x00-\x20\x7f-\x9f\u2028\u2029]+$"}
 
 
 #: Keys a site config held before sites described only the machine (issue 16), and where they went.
@@ -62,7 +88,7 @@ def _tool_reads(tool: str, syntaxes: tuple[str, ...]) -> dict:
 #: hpcstack/site_keys.py (a new key gets a line there); the site-config reference of the
 #: documentation site is generated from both (docs/hooks/reference.py).
 SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "launcher"], {
-    "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
+    "name": {"type": "string", "maxLength": 64, "pattern": "^[a-z0-9][a-z0-9_-]*$"},
     "description": _STR,
     "install_root": _PATH,
     "module_root": _PATH,
@@ -73,15 +99,15 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "syntax": {"enum": list(SYNTAXES)},
         "command": _NULL_STR,
         "init": {"type": "object", "additionalProperties": False,
-                 "properties": {sh: _STR for sh in ("bash", "zsh", "csh", "fish", "sh")}},
-        "use": _STR_LIST,
-        "base": _STR,
-        "build": _STR_LIST,
-        "runtime": _STR_LIST,
+                 "properties": {sh: _PATH for sh in ("bash", "zsh", "csh", "fish", "sh")}},
+        "use": {"type": "array", "items": _PATH, "maxItems": 256},
+        "base": _MODULE,
+        "build": _MODULE_LIST,
+        "runtime": _MODULE_LIST,
         # variables every stack's modulefile sets for users, e.g. launcher defaults the way
         # users launch on this machine (SLURM_MPI_TYPE: pmix where Slurm's MpiDefault is none)
-        "env": {"type": "object", "additionalProperties": {"type": "string"},
-                "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}},
+        "env": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 4096},
+                "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "maxLength": 128}},
     }),
         # each tool reads only its syntaxes (Environment Modules: Tcl only; Lmod: Lua and Tcl)
         "allOf": [_tool_reads(name, cls.syntaxes) for name, cls in TOOLS.items()]},
@@ -95,15 +121,17 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "cuda": {**_obj(["home", "version"], {
             "home": _STR,
             "version": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$"},
-            "cc_list": {"type": "array", "items": _POS_INT},
+            "cc_list": {"type": "array", "items": {"type": "integer", "minimum": 10, "maximum": 1000},
+                        "maxItems": 64},
             "stubs": _NULL_STR,
             "static_runtime": {"type": "boolean"},
         }), "type": ["object", "null"]},
         "nccl": {**_obj(["home"], {"home": _STR}), "type": ["object", "null"]},
     }),
     "build": _obj([], {
-        "jobs": {"type": ["integer", "null"], "minimum": 1},
-        "env": _ENV,
+        "jobs": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_JOBS},
+        # values may be secrets: {secret: true, from_env: VAR} or {secret: true, from_file: PATH}
+        "env": _SECRET_ENV,
     }),
     # How packages get into the stack's venv (issue 6): uv (default) or pip, the wheel cache
     # (keep it on the prefixes' filesystem so uv hard-links instead of copying), bytecode at
@@ -121,7 +149,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     # Who owns an installed stack and who may write it (issue 5): a shared software group and a
     # symbolic chmod mode on top of hpcstack's own (world-readable, nothing world-writable).
     "permissions": _obj([], {
-        "group": _NULL_STR,
+        "group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
     # How a published build lies on the file system (issue 14, item 5): ``directory`` (default),
@@ -131,46 +159,50 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     "layout": {"enum": ["directory", "squashfs"]},
     "squashfs": _obj([], {
         "compression": {"enum": ["gzip", "lz4", "lzo", "xz", "zstd"]},
-        "processors": {"type": ["integer", "null"], "minimum": 1},
+        "processors": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_JOBS},
     }),
     "launcher": _obj(["command"], {
         # a launcher of hpcstack.validate.launchers (srun, mpirun, horovodrun, torchrun);
         # checked against that registry where it is used, so a new launcher is one class there
-        "command": _STR,
-        "ranks": _POS_INT,
+        "command": {"type": "string", "maxLength": 256, "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$"},
+        "ranks": {**_POS_INT, "maximum": MAX_RANKS},
         "env": _ENV,
     }),
     # The stack as a container image (`hpcstack export --format docker|apptainer`; issue 12):
     # the image is a machine of its own. One of base_image and rootfs; see hpcstack/export/container.py.
     "container": _obj(["python"], {
-        "base_image": _STR,              # FROM / Bootstrap: docker
-        "rootfs": _STR,                  # a root filesystem tar: FROM scratch + ADD
+        "base_image": {"type": "string", "maxLength": 512, "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"},  # FROM / Bootstrap: docker
+        "rootfs": _PATH,                 # a root filesystem tar: FROM scratch + ADD
         "distro": {"enum": ["debian12", "ubuntu22", "ubuntu24", "rockylinux8", "rockylinux9"]},
         "python": {"type": "string", "pattern": r"^3\.[0-9]+$"},   # X.Y of the image's python3
-        "packages": _obj([], {role: _STR_LIST for role in ("compilers", "mpi", "modules", "python", "other")}),
+        # distribution package names (apt, dnf): letters, digits and .+:_- (one word each)
+        "packages": _obj([], {role: {"type": "array", "maxItems": 256, "items": {
+            "type": "string", "maxLength": 256, "pattern": r"^[A-Za-z0-9][A-Za-z0-9.+:_-]*$"}}
+            for role in ("compilers", "mpi", "modules", "python", "other")}),
         "setup": _STR_LIST,              # shell commands after hpcstack is in ($HPCSTACK_DATA: its data)
-        "site_changes": {"type": "object"},   # top-level keys of this config that differ inside
+        "site_changes": {"type": "object", "maxProperties": 64},   # top-level keys of this config that differ inside
     }),
     "slurm": _obj(["partition"], {
-        "partition": _STR,
-        "qos": _NULL_STR,
-        "account": _NULL_STR,
+        "partition": {**_SLURM_NAME, "type": "string"},
+        "qos": _SLURM_NAME,
+        "account": _SLURM_NAME,
         "account_required": {"type": "boolean"},
-        "gpus_per_node": {"type": "integer", "minimum": 0},
+        "gpus_per_node": {"type": "integer", "minimum": 0, "maximum": 1024},
         # how the GPUs are asked for: --gres=gpu:N (default) or --gpus-per-node=N (NERSC's form)
         "gpu_request": {"enum": ["gres", "gpus-per-node"]},
-        "constraint": _NULL_STR,         # --constraint (e.g. NERSC's -C gpu); null: none
+        "constraint": {"type": ["string", "null"], "maxLength": 1024,
+                       "pattern": r"^[A-Za-z0-9_.,:&|*()\[\]-]+$"},         # --constraint (e.g. NERSC's -C gpu); null: none
         # false: the partition only names the node class (references, workloads), no --partition
         # line (Perlmutter picks GPU nodes by constraint and QOS, not by partition)
         "partition_option": {"type": "boolean"},
-        "tasks_per_node": _POS_INT,
-        "cpus_per_task": _POS_INT,
+        "tasks_per_node": {**_POS_INT, "maximum": 65536},
+        "cpus_per_task": {**_POS_INT, "maximum": 65536},
         "time_limit": {"type": "string", "pattern": r"^([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}$"},
         "exclusive": {"type": "boolean"},
-        "launcher": _STR,                # as launcher.command
-        "mpi": _NULL_STR,
-        "submit_as": _NULL_STR,
-        "output_root": _NULL_STR,
+        "launcher": {"type": "string", "maxLength": 256, "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$"},
+        "mpi": {"type": ["string", "null"], "maxLength": 64, "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$"},
+        "submit_as": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
+        "output_root": {**_PATH, "type": ["string", "null"]},
         # false: no slurmdbd, so no sacct (localhost); ReFrame checks then poll with squeue
         "accounting": {"type": "boolean"},
         "env": _ENV,
@@ -322,7 +354,10 @@ class Site:
         toolchain (Toolchain): compilers, CUDA and NCCL: what components build against.
         python_version (str | None): ``X.Y`` of the base module's Python if the site states it.
         jobs (int | None): parallel build jobs; None means the core count.
-        build_env (dict[str, str]): variables for every build command.
+        build_env (dict[str, str]): variables for every build command; a secret is a
+            ``${VARIABLE}`` reference here, expanded when a command runs (:mod:`hpcstack.secrets`).
+        secrets (dict[str, dict]): the secret values of ``build.env``: name -> ``{secret: true,
+            from_env: VAR}`` or ``{secret: true, from_file: PATH}``; read by an install, never written.
         slurm (dict): the Slurm scheduler and partition, for ``hpcstack validate``.
         installer (InstallerConfig): uv or pip, wheel cache, bytecode, build cache.
         ref (str): how a later command line names this site: its name where the search path
@@ -346,6 +381,7 @@ class Site:
     slurm: dict
     installer: InstallerConfig = field(default_factory=InstallerConfig)
     ref: str = ""
+    secrets: dict = field(default_factory=dict)
 
 
 def site_path(name_or_path: str, search: SearchPath | None = None) -> Path:
@@ -377,12 +413,15 @@ def validate(data: object, where: str) -> list[str]:
     """Validate a loaded site config against :data:`SCHEMA`.
 
     Args:
-        data (object): what ``yaml.safe_load`` returned.
+        data (object): what :func:`hpcstack.schema.load_yaml` returned.
         where (str): the file name, to start each line with.
 
     Returns:
         list[str]: one line per problem, ``"<file>: <key.path>: <message>"``; empty when valid.
     """
+    found = value_problems(data, where)
+    if found:       # control characters first: the schema's lines would repeat them
+        return found
     return schema_problems(SCHEMA, data, where, moved=_MOVED)
 
 
@@ -400,8 +439,8 @@ def load_site(name_or_path: str, install_root: str | None = None,
         Site: the validated site.
 
     Raises:
-        ConfigError: unreadable file, bad YAML (with line and column), or schema problems,
-            one line each.
+        ConfigError: unreadable file, bad YAML (with line and column), a duplicate key, aliases
+            that expand too far, control characters, or schema problems, one line each.
     """
     search = search or default_search_path()
     path = site_path(name_or_path, search)
@@ -409,14 +448,7 @@ def load_site(name_or_path: str, install_root: str | None = None,
     entry = search.find(SITES, name_or_path) if by_name else None
     # how a later command names this site: its name where that finds it again without --repo
     ref = name_or_path if entry and entry.repo.origin != "--repo" else str(path.resolve())
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError([f"{path}: cannot read: {exc.strerror}"])
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError([f"{path}: {loc}not valid YAML: {getattr(exc, 'problem', exc)}"])
+    data = load_yaml(path, "site config")
     problems = validate(data, str(path))
     if problems:
         raise ConfigError(problems)
@@ -441,7 +473,8 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         launcher=LauncherConfig(**data["launcher"]),
         python_version=python.get("version"),
         jobs=build.get("jobs"),
-        build_env=dict(build.get("env", {})),
+        build_env=split_env(build.get("env", {}))[0],
+        secrets=split_env(build.get("env", {}))[1],
         slurm=dict(data.get("slurm", {})),
         installer=InstallerConfig(**data.get("installer", {})),
         ref=ref or str(path),

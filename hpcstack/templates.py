@@ -7,22 +7,86 @@ module templates do), ``StrictUndefined`` (a misspelt variable is an error, not 
 the trailing newline kept and no HTML escaping (https://jinja.palletsprojects.com/en/3.1.x/api/,
 "Environment").
 
-Filters: ``pyrepr`` (Python's :func:`repr`, for values put into generated Python) here; the
-modulefile syntaxes add their own quoting filters (``tcl_quote``, ``lua_quote``, …) with
-:func:`add_filters` when they register (:mod:`hpcstack.modules.syntax`), so a new syntax brings
-its filters in its own file.
+Every value a template writes goes through the filter of the language it lands in, so that no
+value, whatever it holds, is read as code there (a site value ``python [exec touch /tmp/x]`` in a
+Tcl modulefile, ``$(touch x)`` in a job script, ``"; os.system(...)`` in a ReFrame check):
+
+- ``pyrepr``: a Python literal (:func:`repr`), for generated Python (ReFrame checks and settings,
+  easyconfigs, ``extend-venv-activate``);
+- ``sh_quote``: one bash word (:func:`shlex.quote`), for job scripts and kernel launchers;
+- ``eb_shell``: one bash word inside an easyconfig's shell strings (``preinstallopts``), which
+  EasyBuild expands as ``%(name)s`` templates before the shell sees them: ``sh_quote`` with ``%``
+  doubled;
+- ``comment``: the text of a comment line in any of these languages: control characters
+  (newlines included) written as escapes (``\\n``), backslashes doubled (a Tcl comment ending in a
+  backslash continues on the next line), so the comment stays one line;
+- ``tcl_quote``, ``lua_quote``, ``lua_long_string``: Tcl and Lua, added by the modulefile syntaxes
+  with :func:`add_filters` when they register (:mod:`hpcstack.modules.syntax`), so a new syntax
+  brings its filters in its own file.
+
+Values are checked before they get here too (the site schema, the recipe loader, the command
+line): the filters are what makes a value that slipped through harmless.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Callable
 
 import jinja2
 
 from hpcstack import data_root
 
+#: Characters a comment may not hold as they are: they end a line (or hide text) in some language.
+_COMMENT_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\\]")
+
+
+def sh_quote(value) -> str:
+    """Quote ``value`` as one bash word (:func:`shlex.quote`: single quotes where needed).
+
+    Args:
+        value (object): converted with :func:`str`.
+
+    Returns:
+        str: the word; ``''`` for an empty string; a plain word (``/usr/bin``) stays as it is.
+    """
+    return shlex.quote(str(value))
+
+
+def eb_shell(value) -> str:
+    """Quote ``value`` as one bash word for an easyconfig's shell strings (``preinstallopts``,
+    ``postinstallcmds``), as hpcstack's own build quotes it
+    (:func:`hpcstack.install.actions.bash_word`: ``${NAME}`` references to the build environment
+    stay live, nothing else expands), then ``%`` doubled, since EasyBuild fills in
+    ``%(installdir)s``-style templates in those strings before the shell runs them.
+
+    Args:
+        value (object): converted with :func:`str`.
+    """
+    from hpcstack.install.actions import bash_word   # not at the top: actions is a higher layer
+
+    return bash_word(str(value)).replace("%", "%%")
+
+
+def comment(value) -> str:
+    """The text of ``value`` for a comment line (``#`` in bash, Python and Tcl, ``--`` in Lua):
+    one line, whatever the value holds.
+
+    Control characters are written as Python's escapes (a newline as ``\\n``), Unicode line
+    separators as ``\\u2028``, and backslashes doubled: a Tcl comment line that ends in a
+    backslash would continue on the next line.
+
+    Args:
+        value (object): converted with :func:`str`.
+    """
+    return _COMMENT_UNSAFE.sub(lambda m: "\\\\" if m.group() == "\\" else repr(m.group())[1:-1],
+                               str(value))
+
+
 #: Filters every template may use, by name; :func:`add_filters` adds more.
-_FILTERS: dict[str, Callable] = {"pyrepr": repr}
+_FILTERS: dict[str, Callable] = {"pyrepr": repr, "sh_quote": sh_quote, "eb_shell": eb_shell,
+                                 "comment": comment}
 _ENVIRONMENT: jinja2.Environment | None = None
 
 

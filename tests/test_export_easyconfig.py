@@ -234,9 +234,9 @@ def test_sanity_check_and_module_environment_match_the_recipe_and_modulefile(exp
                                       "SLURM_MPI_TYPE": "pmix"}   # the site's modules.env
     # the file they name is written after the install, with every pin (issue 15)
     (command,) = parsed["postinstallcmds"]
-    assert command.endswith("'werkzeug==3.0.3' 'wheel==0.43.0' 'horovod==0.28.1'")
+    assert command.endswith(" werkzeug==3.0.3 wheel==0.43.0 horovod==0.28.1")   # shell words
     assert command.startswith("mkdir -p %(installdir)s/.hpcstack && printf '%%s\\n' > " + constraints)
-    assert "'torch==2.3.1'" in command
+    assert " torch==2.3.1 " in command
 
 
 @pytest.mark.integration
@@ -312,15 +312,16 @@ def test_cirrus_easyconfig_builds_horovod_with_nccl_against_the_sites_modules(ci
             "            'download_filename': 'torch-2.3.1%%2Bcu121-cp312-cp312-manylinux_2_17_x86_64.whl',\n"
             "        }],") in text
     preinstall = "".join(re.findall(r"^\s+'(.*)'$", text.split("'preinstallopts': (")[1].split("),")[0], re.M))
-    for setting in ("HOROVOD_GPU=CUDA", "HOROVOD_GPU_OPERATIONS=NCCL", "HOROVOD_CUDA_HOME=${NVHPC_ROOT}/cuda/12.4",
-                    "HOROVOD_NCCL_HOME=${NVHPC_ROOT}/comm_libs/nccl", "HOROVOD_BUILD_CUDA_CC_LIST=70",
-                    "MAKEFLAGS=-j8", "ln -sfn ${NVHPC_ROOT}/cuda/lib64/stubs/libcuda.so %(builddir)s/cuda-stubs/libcuda.so.1"):
+    # each value one shell word; ${NAME} references to the build environment stay live
+    for setting in ("HOROVOD_GPU=CUDA", "HOROVOD_GPU_OPERATIONS=NCCL", 'HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"',
+                    'HOROVOD_NCCL_HOME="${NVHPC_ROOT}/comm_libs/nccl"', "HOROVOD_BUILD_CUDA_CC_LIST=70",
+                    "MAKEFLAGS=-j8", 'ln -sfn "${NVHPC_ROOT}/cuda/lib64/stubs/libcuda.so" %(builddir)s/cuda-stubs/libcuda.so.1'):
         assert setting in preinstall, setting
     import ast
 
     commands = next(ast.literal_eval(node.value) for node in ast.parse(text).body
                     if isinstance(node, ast.Assign) and node.targets[0].id == "sanity_check_commands")
-    stubs = "LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:${NVHPC_ROOT}/cuda/lib64/stubs:$LD_LIBRARY_PATH "
+    stubs = 'LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:"${NVHPC_ROOT}/cuda/lib64/stubs":$LD_LIBRARY_PATH '
     assert commands[1:] == [f"{stubs}horovodrun --check-build | grep -F '[X] {flag}'"
                             for flag in ("PyTorch", "MPI", "Gloo", "NCCL")]
     assert commands[0].startswith(f"{stubs}python -c 'import torch;")

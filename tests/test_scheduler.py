@@ -60,9 +60,9 @@ def test_rendered_script_sources_module_init_and_keeps_env_for_steps():
     assert lines[0] == "#!/bin/bash" and lines[1] == "# a test"
     assert "#SBATCH --gres=gpu:4" in lines
     order = [lines.index(x) for x in (
-        "source /usr/share/Modules/init/bash || { echo \"hpcstack: cannot source /usr/share/Modules/init/bash\" >&2; exit 97; }",
+        "source /usr/share/Modules/init/bash || { echo \"hpcstack: cannot source \"/usr/share/Modules/init/bash >&2; exit 97; }",
         "module use /work/y07/shared/cirrus-modulefiles",
-        "module load pytorch/2.3.1-gpu || { echo \"hpcstack: module load pytorch/2.3.1-gpu failed\" >&2; exit 98; }",
+        "module load pytorch/2.3.1-gpu || { echo \"hpcstack: module load \"pytorch/2.3.1-gpu\" failed\" >&2; exit 98; }",
         "export SLURM_EXPORT_ENV=ALL", "export NCCL_DEBUG=WARN", "srun python x.py")]
     assert order == sorted(order), text
     assert "echo \"$rc\" > /w/horovod.exit" in lines

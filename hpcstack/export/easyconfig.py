@@ -40,7 +40,8 @@ import os
 from hpcstack import __version__
 from hpcstack.errors import ConfigError
 from hpcstack.export.formats import register_exporter
-from hpcstack.templates import add_filters
+from hpcstack.secrets import secret_files
+from hpcstack.templates import add_filters, eb_shell
 
 #: Module names (lower case) -> EasyBuild software names, for the site's modules.
 EASYBUILD_NAMES = {"python": "Python", "cmake": "CMake", "cuda": "CUDA", "nccl": "NCCL", "openmpi": "OpenMPI",
@@ -188,15 +189,20 @@ class EasyConfig:
         stub_setup = ""
         if stubs:
             # as hpcstack's build: libcuda.so.1 -> the site's stub, for a login node without driver
-            stub_setup = (f"mkdir -p %(builddir)s/cuda-stubs && ln -sfn {stubs}/libcuda.so "
+            stub_setup = (f"mkdir -p %(builddir)s/cuda-stubs && ln -sfn {eb_shell(stubs + '/libcuda.so')} "
                           f"%(builddir)s/cuda-stubs/libcuda.so.1 && "
-                          f"export LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{stubs}:$LD_LIBRARY_PATH && ")
+                          f"export LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{eb_shell(stubs)}:$LD_LIBRARY_PATH && ")
         flags: list[str] = []
         for build in self._source_builds(recipe):
             env = build.build_env(ctx)
+            # each value one shell word (a CFLAGS of "-O2 -g" stays one; "$(...)" runs nothing)
             if not site.jobs:                     # the build host's cores, as hpcstack's default
                 env["MAKEFLAGS"] = "-j$(nproc)"
-            settings = " ".join(f"{k}={_template_safe(v)}" for k, v in env.items())
+            # a secret from a file is read when EasyBuild runs the build, as hpcstack's dry-run does
+            files = {"${" + var + "}": path for var, path in secret_files(getattr(site, "secrets", {}) or {}).items()}
+            settings = " ".join(
+                f"{k}={v if (k, v) == ('MAKEFLAGS', '-j$(nproc)') else eb_shell(v)}" if v not in files
+                else f'{k}="$(head -n1 {eb_shell(files[v])})"' for k, v in env.items())
             base, _, filename = build.url.rpartition("/")
             short = base.startswith(_PYPI_FILES)
             builds.append({
@@ -208,7 +214,7 @@ class EasyConfig:
             if isinstance(build, HorovodBuild):
                 flags += [f for f in build.required_flags(ctx) if f not in flags]
 
-        stub_env = (f"LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{stubs}:$LD_LIBRARY_PATH " if stubs else "")
+        stub_env = (f"LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{eb_shell(stubs)}:$LD_LIBRARY_PATH " if stubs else "")
         imports = [m for c in recipe.components if isinstance(c, Imports) for m in c.modules]
         commands = []
         if imports:

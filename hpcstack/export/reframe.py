@@ -99,7 +99,7 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
             ReFrame has no counterpart for; the recipe's validation file is bad.
     """
     from hpcstack.modules import modsys
-    from hpcstack.templates import render
+    from hpcstack.templates import render, sh_quote
     from hpcstack.validate.judge import lookup_references
     from hpcstack.validate.scheduler import get_scheduler
     from hpcstack.validate.validation import _required_transport, stack_layout, trainer_argv, validation_settings
@@ -132,6 +132,8 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     env = {"OMP_NUM_THREADS": str(s.cpus_per_task), "SRUN_CPUS_PER_TASK": str(s.cpus_per_task),
            # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass to its steps
            "SLURM_EXPORT_ENV": "ALL", **s.env}
+    # ReFrame writes env_vars into the job script as `export NAME=VALUE`, as they are: quote them
+    env = {name: sh_quote(value) for name, value in env.items()}
     access = [f"--partition={s.partition}"] if s.partition_option else []
     access += [f"--{k}={v}" for k, v in (("qos", s.qos), ("account", s.account), ("constraint", s.constraint)) if v]
     gpu_option = ("--gres=gpu:{num_gpus_per_node}" if s.gpu_request == "gres"
@@ -139,8 +141,8 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     prepare = []
     if modsys.get_tool(site.modules.tool).job_unsets_bash_env:
         prepare.append("unset BASH_ENV")
-    prepare.append(f"source {init}")
-    prepare += [f"module use {d}" for d in [*site.modules.use, site.module_root]]
+    prepare.append(f"source {sh_quote(init)}")
+    prepare += [f"module use {sh_quote(d)}" for d in [*site.modules.use, site.module_root]]
     command = (f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref or site.name} "
                f"--emit reframe DIR")
     stem = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_")

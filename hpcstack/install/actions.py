@@ -27,7 +27,6 @@ the environment in which the site's modules were loaded, and printed unexpanded 
 
 from __future__ import annotations
 
-import argparse
 import errno
 import http.client
 import os
@@ -44,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
-from hpcstack.errors import HpcstackError
+from hpcstack.errors import ArgumentParser, HpcstackError
 from hpcstack.fsutil import fsync_dir, fsync_file, sha256_file
 from hpcstack.registry import Registry
 
@@ -726,9 +725,9 @@ def cli(argv: list[str]) -> int:
 
     Raises:
         HpcstackError: the action failed (``hpcstack`` prints one ``error:`` line, exit 1).
-        SystemExit: bad arguments (argparse's usage message, exit 2).
+        ConfigError: bad arguments (one line, exit 2).
     """
-    parser = argparse.ArgumentParser(prog="hpcstack action",
+    parser = ArgumentParser(prog="hpcstack action",
                                      description="run one action of an install's dry-run script")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     p = sub.add_parser("fetch", help="download URL to DEST unless DEST has the sha256; check it")

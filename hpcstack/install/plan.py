@@ -120,6 +120,8 @@ class Plan:
         stage_prefix (str): the real directory this build is made in,
             ``<install_root>/<name>/.<version>-<id>``; ``""`` means ``prefix`` itself.
         build_id (str): the ``<id>`` of ``stage_prefix``.
+        secret_files (dict[str, str]): variable -> file of the site's ``from_file`` secrets
+            (:mod:`hpcstack.secrets`); the script reads them, the plan holds only the path.
     """
 
     title: str
@@ -130,6 +132,7 @@ class Plan:
     modulefile: str
     stage_prefix: str = ""
     build_id: str = ""
+    secret_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def build_prefix(self) -> str:
@@ -178,6 +181,8 @@ class Plan:
         """Return the script lines that set up the build environment."""
         lines = [f"module use {shlex.quote(d)}" for d in self.module_use]
         lines += [f"module load {shlex.quote(m)}" for m in self.modules]
+        # secret values from files (hpcstack.secrets): read when the script runs, never written
+        lines += [f'{var}="$(head -n1 {shlex.quote(path)})"; export {var}' for var, path in self.secret_files.items()]
         return "\n".join(lines)
 
     def to_bash(self, version: str) -> str:

@@ -8,6 +8,7 @@ import subprocess
 
 from hpcstack.modules import modsys
 from hpcstack.install.components.base import PlanContext
+from hpcstack.secrets import secret_files
 from hpcstack.install.components.sanity import merge_python_checks
 from hpcstack.install.components.wheels import freeze_argv
 from hpcstack.errors import ConfigError, HpcstackError
@@ -185,6 +186,10 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
     for component in recipe.components:
         try:
             contributed = component.contribute(ctx)
+            if not isinstance(contributed, dict) or not all(
+                    step in actions and isinstance(acts, list) for step, acts in contributed.items()):
+                raise ValueError(f"contribute(ctx) returned {type(contributed).__name__}, not a dict "
+                                 f"of step name ({', '.join(STEP_ORDER)}) -> list of actions")
             for step, acts in contributed.items():
                 if step != MODULE:
                     actions[step].extend(acts)
@@ -206,4 +211,5 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
     steps[-1].outputs += [ctx.modulefile, prefix]
     return Plan(title=f"{recipe.full_name} for site {site.name}", prefix=prefix,
                 modules=build_modules(site), module_use=list(site.modules.use), steps=steps,
-                modulefile=ctx.modulefile, stage_prefix=ctx.build_prefix, build_id=build_id)
+                modulefile=ctx.modulefile, stage_prefix=ctx.build_prefix, build_id=build_id,
+                secret_files=secret_files(getattr(site, "secrets", {}) or {}))

@@ -28,6 +28,7 @@ from typing import Callable
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import builds, image, provenance
 from hpcstack.install.plan import Plan, describe_os_error
+from hpcstack import secrets
 from hpcstack.install.resolve import build_environment, detect_python_version, loaded_modules, permission_settings, resolve
 from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
 
@@ -161,6 +162,8 @@ class InstallService:
                 provenance cannot be recorded.
         """
         env = self.build_environment()
+        # the site's secret values, into the build environment only (hpcstack.secrets)
+        env.update(secrets.read(getattr(self.site, "secrets", {}) or {}, env, str(self.site.path)))
         first = self.choose(force)                      # read-only: nothing written yet
         preflight(first.plan, env, first.pending, str(self.site.path))
         group = permission_settings(self.site)[0]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -142,10 +141,9 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
     launcher = render(
         TEMPLATE, kernel_name=kernel_name, display_name=display, hpcstack_version=__version__,
         command=command or f"hpcstack kernel install {recipe.full_name} --site {site.ref}",
-        module=shlex.quote(recipe.full_name), tool_title=tool.title, module_init=shlex.quote(init),
-        unset_bash_env=tool.job_unsets_bash_env,
-        module_use=[shlex.quote(d) for d in (*site.modules.use, site.module_root)],
-        venv=shlex.quote(venv_dir) if venv_dir else None, python=shlex.quote(python))
+        module=recipe.full_name, tool_title=tool.title, module_init=init,
+        unset_bash_env=tool.job_unsets_bash_env, module_use=[*site.modules.use, site.module_root],
+        venv=venv_dir, python=python)
     kernel_json = {
         "argv": ["/bin/bash", str(directory / LAUNCHER), "{connection_file}"],
         "display_name": display,

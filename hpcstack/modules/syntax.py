@@ -106,18 +106,63 @@ class ModuleSyntax:
         return m.group(1) if m else None
 
 
+#: A Tcl word that needs no quoting: it starts with a letter and holds only letters, digits and
+#: ``_.+/-`` (module names such as ``python/3.12.1-gpu``, variable names such as ``PATH``).
+_TCL_BARE = re.compile(r"[A-Za-z][A-Za-z0-9_.+/-]*")
+#: What a braced Tcl word cannot hold as it is: braces and backslashes (they change where the
+#: word ends), control characters (``\x1a`` ends a sourced file) and Unicode line separators.
+_TCL_BRACE_UNSAFE = re.compile(r"[{}\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _tcl_escape(char: str) -> str:
+    if char in '"\\$[]{}':
+        return "\\" + char
+    if char == "\n":
+        return "\\n"
+    if ord(char) < 0x20 or 0x7f <= ord(char) <= 0x9f or char in "\u2028\u2029":
+        return f"\\u{ord(char):04x}"
+    return char
+
+
 def tcl_quote(value: str) -> str:
-    """Quote a string for Tcl: braces when balanced and safe, else backslash-escaped quotes."""
+    """Quote a string as one Tcl word that Tcl never substitutes into (no ``[command]``, no
+    ``$variable``): a plain word such as ``pytorch`` or ``PATH`` as it is (:data:`_TCL_BARE`),
+    else braces where the text allows them, else a double-quoted string with ``"\\$[]{}``
+    backslash-escaped and control characters as ``\\uXXXX``.
+
+    Args:
+        value (object): converted with :func:`str`.
+
+    Returns:
+        str: the Tcl word (``""`` for an empty string).
+    """
     text = str(value)
-    if text and not any(c in text for c in "{}\\") and not text.endswith("\\"):
+    if _TCL_BARE.fullmatch(text):
+        return text
+    if text and not _TCL_BRACE_UNSAFE.search(text):
         return "{" + text + "}"
-    return '"' + "".join("\\" + c if c in '"\\$[]{}' else c for c in text) + '"'
+    return '"' + "".join(_tcl_escape(c) for c in text) + '"'
 
 
 def lua_quote(value: str) -> str:
-    """Quote a string for Lua: a double-quoted string with ``\\``, ``"`` and newlines escaped."""
+    """Quote a string for Lua: a double-quoted string with ``\\`` and ``"`` escaped and every
+    control character (newlines, carriage returns, NUL) as a decimal escape ``\\ddd``.
+
+    Args:
+        value (object): converted with :func:`str`.
+    """
     text = str(value)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    out = []
+    for c in text:
+        if c in '\\"':
+            out.append("\\" + c)
+        elif c == "\n":
+            out.append("\\n")
+        elif ord(c) < 0x20 or ord(c) == 0x7f:
+            out.append(f"\\{ord(c):03d}")
+        else:
+            out.append(c)
+    return '"' + "".join(out) + '"'
 
 
 def lua_long_string(value: str) -> str:

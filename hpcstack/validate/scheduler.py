@@ -100,7 +100,7 @@ class BatchJob:
             see the loaded modules.
         module_use (list[str]): directories for ``module use``.
         module_load (list[str]): modules to load.
-        env (dict[str, str]): variables to export after loading the modules (values are quoted).
+        env (dict[str, str]): variables to export after loading the modules (the template quotes them).
         setup (list[str]): shell lines run before the steps (e.g. the host list for horovodrun).
         steps (list[JobStep]): the commands, run in order.
         comments (list[str]): lines for the header comment.
@@ -164,13 +164,11 @@ def render_job_script(job: BatchJob, header: str = "") -> str:
     env = templates.environment()
     return env.get_template(TEMPLATE).render(
         header=header, comments=job.comments, options=job.sbatch_options(),
-        module_init=shlex.quote(job.module_init), unset_bash_env=job.unset_bash_env,
-        module_use=[shlex.quote(d) for d in job.module_use],
-        module_load=[shlex.quote(m) for m in job.module_load],
+        module_init=job.module_init, unset_bash_env=job.unset_bash_env,
+        module_use=list(job.module_use), module_load=list(job.module_load),
         export_none=job.export_none, cpus_per_task=job.cpus_per_task,
-        env=[(k, shlex.quote(v)) for k, v in job.env.items()], setup=job.setup,
-        steps=[{"name": s.name, "command": s.command, "status_file": shlex.quote(s.status_file)}
-               for s in job.steps])
+        env=list(job.env.items()), setup=job.setup,
+        steps=[{"name": s.name, "command": s.command, "status_file": s.status_file} for s in job.steps])
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import datetime
 import json
 import os
 import pwd
+import re
 import shlex
 import sys
 import tempfile
@@ -38,6 +39,7 @@ from hpcstack import __version__
 from hpcstack.modules import modsys
 from hpcstack.install.components.trainer import TRAINER
 from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.site import MAX_NODES
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import get_scheduler
 from hpcstack.validate.workload import validation_of
@@ -382,14 +384,15 @@ def parse_nodes(text: str) -> list[int]:
     """Parse ``--nodes`` (``"1,2,4"``) into sorted, distinct node counts.
 
     Raises:
-        ConfigError: not a comma-separated list of positive integers.
+        ConfigError: not a comma-separated list of integers from 1 to :data:`MAX_NODES` (no empty
+            item: ``1,,2`` is a typing error).
     """
-    try:
-        nodes = sorted({int(n) for n in text.split(",") if n.strip()})
-    except ValueError:
-        nodes = []
-    if not nodes or nodes[0] < 1:
-        raise ConfigError([f"--nodes: '{text}' is not a comma-separated list of node counts >= 1 (e.g. 1,2,4)"])
+    words = text.split(",")
+    nodes = sorted({int(n) for n in words if re.fullmatch(r"[0-9]{1,6}", n)})
+    if (not nodes or nodes[0] < 1 or nodes[-1] > MAX_NODES or len(nodes) > 64
+            or not all(re.fullmatch(r"[0-9]{1,6}", n) for n in words)):
+        raise ConfigError([f"--nodes: {text!r} is not a comma-separated list of node counts from 1 "
+                           f"to {MAX_NODES} (e.g. 1,2,4; at most 64 of them)"])
     return nodes
 
 

@@ -29,9 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from hpcstack.errors import ConfigError
+from hpcstack.schema import load_yaml, value_problems
 from hpcstack.schema import problems as schema_problems
 from hpcstack.validate.judge import FIGURES
 
@@ -162,14 +162,8 @@ class Validation:
                 with the key path).
         """
         path = Path(directory) / self.file
-        try:
-            data = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise ConfigError([f"{path}: cannot read: {exc.strerror}"])
-        except yaml.YAMLError as exc:
-            raise ConfigError([f"{path}: not valid YAML: {getattr(exc, 'problem', exc)}"])
-        data = _normalise(data)
-        problems = schema_problems(SCHEMA, data, str(path), hints=_KEY_HINTS)
+        data = _normalise(load_yaml(path, "validation file"))
+        problems = value_problems(data, str(path), text_keys=False) or schema_problems(SCHEMA, data, str(path), hints=_KEY_HINTS)
         if problems:
             raise ConfigError(problems)
         return ValidationSpec(nodes=list(data.get("nodes", [1, 2])),

@@ -18,9 +18,9 @@
 
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
-source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source /usr/share/lmod/lmod/init/bash" >&2; exit 97; }
+source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
 module use /p/project/PROJECT/hpcstack/modulefiles
-module load pytorch/2.3.1-gpu || { echo "hpcstack: module load pytorch/2.3.1-gpu failed" >&2; exit 98; }
+module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gpu" failed" >&2; exit 98; }
 
 # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
@@ -35,18 +35,18 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
 status=0
 
-echo "==> hpcstack: step horovod: starting $(date -u +%H:%M:%S)"
+echo "==> hpcstack: step "horovod": starting $(date -u +%H:%M:%S)"
 srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend horovod --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n1/horovod.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/horovod.exit
-echo "==> hpcstack: step horovod: exit status $rc"
+echo "==> hpcstack: step "horovod": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 
-echo "==> hpcstack: step ddp: starting $(date -u +%H:%M:%S)"
+echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
 srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n1/ddp.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/ddp.exit
-echo "==> hpcstack: step ddp: exit status $rc"
+echo "==> hpcstack: step "ddp": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
 
@@ -70,9 +70,9 @@ exit "$status"
 
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
-source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source /usr/share/lmod/lmod/init/bash" >&2; exit 97; }
+source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
 module use /p/project/PROJECT/hpcstack/modulefiles
-module load pytorch/2.3.1-gpu || { echo "hpcstack: module load pytorch/2.3.1-gpu failed" >&2; exit 98; }
+module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gpu" failed" >&2; exit 98; }
 
 # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
@@ -87,18 +87,18 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
 status=0
 
-echo "==> hpcstack: step horovod: starting $(date -u +%H:%M:%S)"
+echo "==> hpcstack: step "horovod": starting $(date -u +%H:%M:%S)"
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend horovod --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n2/horovod.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/horovod.exit
-echo "==> hpcstack: step horovod: exit status $rc"
+echo "==> hpcstack: step "horovod": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 
-echo "==> hpcstack: step ddp: starting $(date -u +%H:%M:%S)"
+echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n2/ddp.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/ddp.exit
-echo "==> hpcstack: step ddp: exit status $rc"
+echo "==> hpcstack: step "ddp": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
 

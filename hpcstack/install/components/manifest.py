@@ -352,6 +352,28 @@ def sbom_json(data: dict) -> str:
     return JsonV1Dot6(build_bom(data)).output_as_string(indent=1) + "\n"
 
 
+_S = {"type": "string", "maxLength": 4096}
+#: JSON schema of :class:`WriteSbom`'s spec, as :meth:`StackManifest.contribute` makes it.
+SBOM_SPEC_SCHEMA = {
+    "type": "object", "required": ["name", "version", "site", "prefix", "builds"],
+    "properties": {
+        "name": _S, "version": _S, "description": _S, "site": _S, "prefix": _S,
+        "lock": {"type": ["string", "null"]},
+        "builds": {"type": "array", "items": {
+            "type": "object", "required": ["package", "version", "url", "sha256", "patches", "env", "probes"],
+            "properties": {
+                "package": _S, "version": _S,
+                "url": {"type": "string", "pattern": r"^[A-Za-z][A-Za-z0-9+.-]*://[^\s]+$"},
+                "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                "patches": {"type": "array", "items": {
+                    "type": "object", "required": ["file", "sha256"],
+                    "properties": {"file": _S, "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}}},
+                "env": {"type": "object", "additionalProperties": _S},
+                "probes": {"type": "array", "items": {"type": "array", "items": _S, "minItems": 2, "maxItems": 2}},
+            }}},
+    }}
+
+
 @ACTION_VERBS.register("sbom")
 class SbomVerb:
     """``hpcstack action sbom --spec JSON PATH``: the dry-run's line for :class:`WriteSbom`."""
@@ -366,8 +388,24 @@ class SbomVerb:
 
     @staticmethod
     def run(args) -> int:
-        """Write the SBOM; 0 when done (errors raise :class:`HpcstackError`)."""
+        """Write the SBOM; 0 when done (errors raise :class:`HpcstackError`).
+
+        Raises:
+            ConfigError: the spec is not JSON or not of :data:`SBOM_SPEC_SCHEMA`'s shape (one line
+                per problem, exit 2, nothing written).
+        """
         import sys
+
+        from hpcstack.errors import ConfigError
+        from hpcstack.schema import problems
+
+        try:
+            spec = json.loads(args.spec)
+        except ValueError as exc:
+            raise ConfigError([f"--spec: not JSON: {exc}"]) from None
+        found = problems(SBOM_SPEC_SCHEMA, spec, "--spec")
+        if found:
+            raise ConfigError(found)
 
         class _Ctx:
             env = dict(os.environ)

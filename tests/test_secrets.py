@@ -1,0 +1,100 @@
+"""Secret values in a site config's ``build.env`` (hpcstack/secrets.py): the schema takes them,
+and the dry-run (bash and JSON) names where they are read from, never the value.
+(The install itself, and every file it writes: test_secrets_install.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, make_sdist, write_tiny_recipe
+from hpcstack.cli import main
+from hpcstack.errors import HpcstackError
+from hpcstack import secrets
+from hpcstack.site import validate
+
+pytestmark = pytest.mark.unit
+
+ENV_VALUE = "s3cr3t-from-env-Zq81"
+FILE_VALUE = "s3cr3t-from-file-Kp27"
+
+
+def site_with_secrets(root: Path, token_file: Path) -> Path:
+    site = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    site["python"] = {"version": "3.11"}          # a dry-run that loads no module
+    site.setdefault("build", {})["env"] = {
+        "TOKEN": {"secret": True, "from_env": "MY_TOKEN"},
+        "FILE_TOKEN": {"secret": True, "from_file": str(token_file)},
+        "PLAIN": "-O2 -g"}
+    path = root / "secret-site.yaml"
+    path.write_text(yaml.safe_dump(site))
+    return path
+
+
+@pytest.mark.parametrize("value, ok", [
+    ({"secret": True, "from_env": "MY_TOKEN"}, True),
+    ({"secret": True, "from_file": "/etc/hpcstack/token"}, True),
+    ({"secret": True}, False),                                   # read from where?
+    ({"secret": True, "from_env": "A", "from_file": "/x"}, False),
+    ({"secret": False, "from_env": "A"}, False),
+    ({"secret": True, "from_env": "BAD;NAME"}, False),
+    ({"secret": True, "from_file": "/x\nexport Y=1"}, False),
+    ({"secret": True, "value": "inline"}, False),
+])
+def test_schema_takes_secret_specifications_only(value, ok):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["build"]["env"] = {"TOKEN": value}
+    assert (validate(data, "s.yaml") == []) is ok
+
+
+def test_dry_run_names_the_source_never_the_value(tmp_path, capsys, monkeypatch):
+    token_file = tmp_path / "token"
+    token_file.write_text(FILE_VALUE + "\n")
+    monkeypatch.setenv("MY_TOKEN", ENV_VALUE)
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    site = site_with_secrets(tmp_path, token_file)
+    args = ["install", str(recipe), "--site", str(site), "--prefix", str(tmp_path / "sw"),
+            "--module-root", str(tmp_path / "mf"), "--dry-run"]
+    assert main(args) == 0
+    script = capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    plan = capsys.readouterr()
+    for out in (script.out, script.err, plan.out, plan.err):
+        assert ENV_VALUE not in out and FILE_VALUE not in out
+    assert 'TOKEN="${MY_TOKEN}"' in script.out and 'FILE_TOKEN="${HPCSTACK_SECRET_FILE_TOKEN}"' in script.out
+    assert f"HPCSTACK_SECRET_FILE_TOKEN=\"$(head -n1 {token_file})\"" in script.out
+    assert "PLAIN='-O2 -g'" in script.out
+    # the dry-run script reads the file when it runs: bash expands what the plan holds
+    preamble = [line for line in script.out.splitlines() if line.startswith("HPCSTACK_SECRET_")]
+    proc = subprocess.run(["bash", "-c", "\n".join(preamble) + '\nprintf %s "$HPCSTACK_SECRET_FILE_TOKEN"'],
+                          capture_output=True, text=True)
+    assert proc.stdout == FILE_VALUE
+
+
+def test_read_gives_one_line_per_missing_secret_without_values(tmp_path):
+    specs = {"TOKEN": {"secret": True, "from_env": "MY_TOKEN"},
+             "FILE_TOKEN": {"secret": True, "from_file": str(tmp_path / "missing")}}
+    with pytest.raises(HpcstackError) as exc:
+        secrets.read(specs, {}, "s.yaml")
+    text = str(exc.value)
+    assert "build.env.TOKEN: the secret's variable MY_TOKEN is not set" in text
+    assert f"build.env.FILE_TOKEN: cannot read the secret's file {tmp_path / 'missing'}" in text
+    (tmp_path / "missing").write_text(FILE_VALUE + "\n")
+    assert secrets.read(specs, {"MY_TOKEN": ENV_VALUE}, "s.yaml") == {"HPCSTACK_SECRET_FILE_TOKEN": FILE_VALUE}
+
+
+def test_an_easyconfig_reads_the_secrets_when_easybuild_runs(tmp_path, capsys, monkeypatch):
+    token_file = tmp_path / "token"
+    token_file.write_text(FILE_VALUE + "\n")
+    monkeypatch.setenv("MY_TOKEN", ENV_VALUE)
+    out = tmp_path / "eb" / "pytorch.eb"
+    out.parent.mkdir()
+    assert main(["export", "pytorch/2.3.1-gpu", "--site", str(site_with_secrets(tmp_path, token_file)),
+                 "--format", "easyconfig", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert ENV_VALUE not in text and FILE_VALUE not in text
+    flat = "".join(line.strip().strip("'\"") for line in text.splitlines())
+    assert 'TOKEN="${MY_TOKEN}"' in flat and f'FILE_TOKEN="$(head -n1 {token_file})"' in flat.replace("' '", "")
