@@ -87,7 +87,30 @@ def module_context(v: str) -> dict:
                for kind in ("prepend-path", "append-path", "setenv")] + [SimpleNamespace(kind="unsetenv", name=v)]
     return dict(name=v, version=v, whatis=v, help_lines=[v, "", v], prefix=v, root_variable=v,
                 depends_on=[v, v], changes=changes, recipe=v, site=v, hpcstack_version=v,
-                load_requires=v, load_error=v)
+                load_requires=v, load_error=v, whatis_lines=[v, v], venv_fence=v, venv_warning=v,
+                export_all=True)
+
+
+#: A date a deprecation names: the command line checks it is one (``--after YYYY-MM-DD``).
+AFTER = "2030-01-31"
+
+
+def deprecation_context(v: str) -> dict:
+    """The block ``hpcstack module deprecate`` adds to a modulefile (and the module root's rc):
+    its fence lines are comments, as the deprecation module writes them."""
+    return dict(begin=f"# {v}", end=f"# {v}", line=v, retired=v, after=AFTER, module=v)
+
+
+def lua_deprecation_context(v: str) -> dict:
+    return {**deprecation_context(v), "begin": f"-- {v}", "end": f"-- {v}"}
+
+
+def retired_context(v: str) -> dict:
+    return dict(marker=f"# {v}", line=v)
+
+
+def pip_context(v: str) -> dict:
+    return dict(module=v, fence=v)
 
 
 def default_context(v: str) -> dict:
@@ -103,7 +126,8 @@ def job_context(v: str, init: str, status: str) -> dict:
 
 def kernel_context(v: str, init: str, venv: str) -> dict:
     return dict(kernel_name=v, display_name=v, hpcstack_version=v, command=v, module=v,
-                tool_title=v, module_init=init, unset_bash_env=True, module_use=[v], venv=venv)
+                tool_title=v, module_init=init, unset_bash_env=True, module_use=[v], venv=venv,
+                python=f"{venv}/bin/python")
 
 
 def reframe_check_context(v: str) -> dict:
@@ -141,14 +165,21 @@ PY_CONTEXTS = {"scripts/reframe-check.py.j2": reframe_check_context,
                "scripts/reframe-settings.py.j2": reframe_settings_context,
                "scripts/easyconfig.eb.j2": easyconfig_context,
                "scripts/extend-venv-activate.j2": activate_context}
-TCL = {"modulefiles/modulefile.tcl.j2": module_context, "modulefiles/version.tcl.j2": default_context}
-LUA = {"modulefiles/modulefile.lua.j2": module_context, "modulefiles/modulerc.lua.j2": default_context}
+TCL = {"modulefiles/modulefile.tcl.j2": module_context, "modulefiles/version.tcl.j2": default_context,
+       "modulefiles/deprecation.tcl.j2": deprecation_context,
+       "modulefiles/modulerc-deprecation.tcl.j2": deprecation_context,
+       "modulefiles/retired.tcl.j2": retired_context}
+LUA = {"modulefiles/modulefile.lua.j2": module_context, "modulefiles/modulerc.lua.j2": default_context,
+       "modulefiles/deprecation.lua.j2": lua_deprecation_context,
+       "modulefiles/retired.lua.j2": lambda v: {**retired_context(v), "marker": v}}
 SH = {"scripts/slurm-job.sh.j2": job_context, "scripts/jupyter-kernel.sh.j2": kernel_context}
+#: Shell scripts run as they are (not sourced by a module tool): parsed and run with their values.
+PLAIN_SH = {"scripts/stack-pip.sh.j2": pip_context}
 
 
 def test_every_template_is_covered_with_every_variable():
     """A template added (or a variable added to one) without a hostile context fails here."""
-    contexts = {**PY_CONTEXTS, **TCL, **LUA, **SH}
+    contexts = {**PY_CONTEXTS, **TCL, **LUA, **SH, **PLAIN_SH}
     assert sorted(contexts) == TEMPLATES
     for template, make in contexts.items():
         args = ("x", "/i", "/s") if template in SH else ("x",)
@@ -165,7 +196,8 @@ proc record {name args} {
     foreach a $args { lappend words [binary encode hex [encoding convertto utf-8 $a]] }
     chan puts $out [join $words " "]
 }
-foreach cmd {conflict depends-on setenv unsetenv prepend-path append-path module-whatis reportError} {
+foreach cmd {conflict depends-on setenv unsetenv prepend-path append-path module-whatis reportError
+             module-tag module-forbid} {
     proc $cmd args "record $cmd {*}\$args"
 }
 proc module-info {args} { return $::load_mode }
@@ -205,18 +237,24 @@ def test_tcl_templates_take_hostile_values_as_data(template, tmp_path):
         text = templates.render(template, **TCL[template](v))
         calls = _run_tcl(text, work)
         _no_marker(marker, text)
-        assert calls, text
+        # (the deprecation block only prints: its Tcl calls nothing the stubs record)
+        assert calls or template.endswith("deprecation.tcl.j2"), text
         # every argument a command got is the value itself (or the whatis line around it)
         for name, *words in calls:
             for word in words:
                 got = bytes.fromhex(word).decode()
-                assert got in (v, "", f"Description: {v}", f"ERROR: {v}"), (name, got, text)
+                assert got in (v, "", f"Description: {v}", f"ERROR: {v}", "deprecated", AFTER,
+                               "--after", "--message", "--nearly-message"), (name, got, text)
         names = [c[0] for c in calls]
         if template.endswith("modulefile.tcl.j2"):
             assert {"conflict", "depends-on", "setenv", "prepend-path", "append-path", "unsetenv",
                     "module-whatis", "puts", "reportError"} <= set(names), names
-        else:
+        elif template.endswith("version.tcl.j2"):
             assert names == ["ModulesVersion"]
+        elif template.endswith("modulerc-deprecation.tcl.j2"):
+            assert names == ["module-tag", "module-forbid"] * 2, names
+        elif template.endswith("retired.tcl.j2"):
+            assert "module-whatis" in names, names
 
 
 # ----------------------------------------------------------------------------------------- Lua
@@ -232,7 +270,9 @@ local function recorder(name)
     end
 end
 for _, name in ipairs({"help", "whatis", "family", "depends_on", "setenv", "unsetenv", "prepend_path",
-                       "append_path", "LmodError", "module_version"}) do _G[name] = recorder(name) end
+                       "append_path", "LmodError", "LmodMessage", "module_version", "add_property"}) do
+    _G[name] = recorder(name)
+end
 for _, m in ipairs({"load", "unload"}) do
     mode = function() return m end
     isFile = function() return false end
@@ -261,10 +301,14 @@ def test_lua_templates_take_hostile_values_as_data(template, tmp_path):
                 if name == "help":     # a Lua long string reads a carriage return as a newline
                     assert v.replace("\r", "\n") in got, (got, text)
                 else:
-                    assert got in (v, f"Description: {v}", f"{v}/{v}", "default"), (name, got, text)
+                    assert got in (v, f"Description: {v}", f"{v}/{v}", "default", "state", "obsolete"), \
+                        (name, got, text)
         names = {c[0] for c in calls}
-        expected = ({"help", "whatis", "family", "depends_on", "setenv", "prepend_path", "append_path",
-                     "unsetenv", "LmodError"} if template.endswith("modulefile.lua.j2") else {"module_version"})
+        expected = {"modulefiles/modulefile.lua.j2": {"help", "whatis", "family", "depends_on", "setenv",
+                                                      "prepend_path", "append_path", "unsetenv", "LmodError"},
+                    "modulefiles/modulerc.lua.j2": {"module_version"},
+                    "modulefiles/deprecation.lua.j2": {"add_property"},
+                    "modulefiles/retired.lua.j2": {"whatis"}}[template]
         assert expected <= names, names
 
 
@@ -292,6 +336,8 @@ def test_shell_templates_take_hostile_values_as_data(template, tmp_path):
         init.write_text(_INIT)
         (hostile_dir / "bin").mkdir()
         (hostile_dir / "bin" / "activate").write_text("true\n")
+        (hostile_dir / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")  # the kernel's interpreter
+        (hostile_dir / "bin" / "python").chmod(0o755)
         status = hostile_dir / "status"
         if template.endswith("slurm-job.sh.j2"):
             text = templates.render(template, **job_context(v, str(init), str(status)))
@@ -465,3 +511,21 @@ def test_install_script_keeps_hostile_build_env_values_as_data(tmp_path, capsys)
     proc = subprocess.run(["bash", "-c", check], capture_output=True, cwd=tmp_path)
     _no_marker(marker, script)
     assert proc.stdout.decode().split("\0")[:-1] == values
+
+
+@pytest.mark.parametrize("template", sorted(PLAIN_SH))
+def test_plain_shell_scripts_take_hostile_values_as_data(template, tmp_path):
+    """The stack's ``pip``: run outside any venv, it says in one line what to do, naming the
+    module exactly as it was given, and runs nothing of it."""
+    marker = tmp_path / "pwned"
+    for i, v in enumerate(hostile(marker)):
+        v = v.replace("\x00", "")
+        script = tmp_path / f"pip{i}"
+        script.write_text(templates.render(template, **PLAIN_SH[template](v)))
+        assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+        proc = subprocess.run(["sh", str(script), "install", "x"], capture_output=True, text=True, cwd=tmp_path,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, timeout=60)
+        _no_marker(marker, script.read_text() + proc.stderr)
+        assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+        # (text mode reads a carriage return as a newline)
+        assert v.replace("\r", "\n") in proc.stderr, proc.stderr

@@ -54,7 +54,7 @@ def test_help_says_what_is_inside_what_changes_and_how_to_launch_on_the_site():
 
 
 @pytest.mark.parametrize("syntax, needle", [
-    ("tcl", "setenv SLURM_MPI_TYPE {pmix}"), ("lua", 'setenv("SLURM_MPI_TYPE", "pmix")')])
+    ("tcl", "setenv SLURM_MPI_TYPE pmix"), ("lua", 'setenv("SLURM_MPI_TYPE", "pmix")')])
 def test_the_sites_launcher_variables_are_set_by_the_module(syntax, needle):
     assert needle in render("localhost", syntax)
     assert "SLURM_MPI_TYPE" not in render("cirrus", syntax)

@@ -4,7 +4,6 @@ where packages go) and the examples installed with the stack."""
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass
 
 from hpcstack import data_root
@@ -60,8 +59,7 @@ class StackTools:
 
         extend = os.path.join(ctx.bin_dir, "extend-venv-activate")
         full_name = ctx.recipe.full_name
-        pip_text = render(PIP_TEMPLATE, module=shlex.quote(full_name),
-                          fence=shlex.quote(f"# >>> hpcstack {full_name} >>>"))
+        pip_text = render(PIP_TEMPLATE, module=full_name, fence=f"# >>> hpcstack {full_name} >>>")
         install = [
             WriteFile(extend, render_extend_venv_activate(
                 full_name, dict(ctx.site.modules.init), ctx.python), 0o755),
