@@ -84,6 +84,7 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
         '  link_mode: copy' \
         '  compile_bytecode: true' \
         '  build_cache: true' \
+        '  index_url: null' \
         'toolchain:' \
         '  cc: mpicc' \
         '  cxx: mpicxx' \
