@@ -807,7 +807,9 @@ def cli(argv: list[str]) -> int:
 
     ``hpcstack action fetch --sha256 SHA URL DEST`` is :class:`Fetch`;
     ``hpcstack action unpack ARCHIVE DEST`` is :class:`Unpack`;
-    ``hpcstack action sbom --spec JSON PATH`` is :class:`hpcstack.install.components.manifest.WriteSbom`.
+    ``hpcstack action sbom --spec JSON PATH`` is :class:`hpcstack.install.components.manifest.WriteSbom`;
+    ``hpcstack action reuse-wheel NAME ENTRY DIST`` is the hit of a cached source build
+    (:func:`hpcstack.install.wheelcache.reuse`: exit 1 when the build must run).
 
     Args:
         argv (list[str]): the words after ``hpcstack action``.
@@ -832,7 +834,18 @@ def cli(argv: list[str]) -> int:
     p = sub.add_parser("sbom", help="write a stack's CycloneDX SBOM to PATH (WriteSbom of the StackManifest component)")
     p.add_argument("--spec", required=True, help="the action's JSON spec, as the dry-run prints it")
     p.add_argument("path")
+    p = sub.add_parser("reuse-wheel", help="copy the wheels of a build-cache ENTRY into DIST when their sha256 "
+                                           "are those recorded (exit 0); else remove the entry (exit 1)")
+    p.add_argument("name")
+    p.add_argument("entry")
+    p.add_argument("dist")
     args = parser.parse_args(argv)
+    if args.verb == "reuse-wheel":
+        from hpcstack.install.wheelcache import reuse
+
+        ok = reuse(args.name, args.entry, args.dist, sys.stdout)
+        sys.stdout.flush()
+        return 0 if ok else 1
     if args.verb == "sbom":
         from hpcstack.install.components.manifest import action_cli
 

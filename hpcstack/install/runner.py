@@ -524,12 +524,16 @@ def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str 
 # ----------------------------------------------------------------------------------- lock
 
 @contextmanager
-def install_lock(layout, wait: bool = True):
+def install_lock(layout, wait: bool = True, mode: int = 0o600):
     """Hold the lock of one stack (one install or uninstall at a time per stack).
+
+    The lock file is opened without following a symbolic link and given ``mode`` (0600: a user
+    who could open it could hold a shared lock on it and block every install).
 
     Args:
         layout (hpcstack.install.builds.StackLayout): the stack; its ``lock_file`` is the lock.
         wait (bool): wait for another install to finish (with a message) or fail at once.
+        mode (int): the lock file's permission bits (0600; 0660 for a site whose group installs).
 
     Raises:
         HpcstackError: ``wait`` is False and another install holds the lock, or the lock file
@@ -539,7 +543,15 @@ def install_lock(layout, wait: bool = True):
     path = Path(layout.lock_file)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+                os.fchmod(fd, mode)  # a lock file of an earlier hpcstack (0644)
+        except OSError:
+            os.close(fd)
+            raise
+        f = os.fdopen(fd, "r+")
     except OSError as exc:
         raise HpcstackError(f"cannot take the install lock {path}: {describe_os_error(exc)}") from None
     with f:

@@ -21,14 +21,16 @@ Every path comes from the :class:`hpcstack.install.builds.StackLayout` of the st
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import builds, image, provenance
-from hpcstack.install.plan import Plan, describe_os_error
-from hpcstack.install.resolve import build_environment, detect_python_version, permission_settings, resolve
+from hpcstack.install.plan import PERMISSIONS, Plan, describe_os_error
+from hpcstack.install.resolve import (build_environment, detect_python_version, permission_settings, reapply_permissions,
+                                      resolve, stack_umask)
 from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
 
 
@@ -72,6 +74,17 @@ class InstalledStack:
     def path(self, *parts: str) -> str:
         """A path under the stable prefix, e.g. ``path("bin", "hpcstack-train-benchmark")``."""
         return os.path.join(self.prefix, *parts)
+
+
+@contextmanager
+def _umask(mask: int):
+    """Run under the file-mode creation mask ``mask`` (this process and what it starts), then
+    restore the caller's."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 class InstallService:
@@ -165,7 +178,8 @@ class InstallService:
             except KeyError:
                 raise ConfigError([f"{self.site.path}: permissions.group: no group {group!r} on this "
                                    "machine; create it, or set group: null"]) from None
-        with install_lock(self.layout, wait=wait):
+        with _umask(stack_umask(self.site)), self._private_dirs(), \
+                install_lock(self.layout, wait=wait, mode=self._lock_mode()):
             choice = self.choose(force)                 # again: another install may have run meanwhile
             if image.restart_packed(self.layout, choice):  # layout: squashfs, a packed build to redo
                 self._plans.clear()
@@ -195,9 +209,52 @@ class InstallService:
                         provenance.record_timings(plan, runner.timings)
                     except OSError:
                         pass  # the error that stopped the run is the one to report
+                if runner.timings and os.path.exists(os.path.join(plan.state_dir, "steps", f"{PERMISSIONS}.json")):
+                    reapply_permissions(self.site, plan.state_dir)  # what was written after the step
             complete = not pending_steps(plan)
             removed = builds.finish(self.layout, plan) if complete else []  # also ends one cut short before
         return InstallOutcome(plan, choice.kind, list(ran or []), complete, removed, dict(runner.timings))
+
+    def _lock_mode(self) -> int:
+        """0600 (only the installing user may lock, so no other user can block an install);
+        0660 where the site lets its group write the stacks (any of its admins installs)."""
+        return 0o660 if stack_umask(self.site) == 0o002 else 0o600
+
+    @contextmanager
+    def _private_dirs(self):
+        """hpcstack's own directories of the site (download and build caches, stage dirs, locks)
+        are the installing user's only (0700; 0770 where the site's group installs), made so
+        when hpcstack makes them and tightened when they are the user's own: the build tools
+        write files that others could replace or lock there (uv's ``.lock`` files are 0666
+        whatever the umask). What a stack is made of reaches users through the stack itself
+        (hard links keep the modes the permissions step gives). Afterwards uv's lock files
+        lose group and other write."""
+        mode = 0o770 if self._lock_mode() == 0o660 else 0o700
+        inst = self.site.installer
+        dirs = [self.site.cache_dir, self.site.stage_root, os.path.dirname(self.layout.lock_file),
+                *([inst.wheel_cache] if getattr(inst, "wheel_cache", None) else [])]
+        for d in dirs:
+            try:
+                os.makedirs(d, mode=mode, exist_ok=True)
+                st = os.stat(d)
+                if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+                    os.chmod(d, mode)
+            except OSError:
+                pass  # the step that writes there names the problem
+        try:
+            yield
+        finally:
+            for d in dirs:
+                for top, subdirs, files in os.walk(d):
+                    subdirs[:] = [s for s in subdirs if not s.startswith("archive-v")]  # unpacked wheels: no locks
+                    for name in files:
+                        if name.endswith(".lock"):
+                            try:
+                                path = os.path.join(top, name)
+                                if os.lstat(path).st_mode & 0o022 and not os.path.islink(path):
+                                    os.chmod(path, os.lstat(path).st_mode & 0o755)
+                            except OSError:
+                                pass
 
     # ------------------------------------------------------------------ the installed stack
     def installed(self) -> "InstalledStack":
@@ -257,7 +314,7 @@ class InstallService:
                                 f"{name} ({marker}); make another version the default first, or use --force")
         if dry_run:
             return present + ([marker] if marker else []) + ([self.stage_dir] if os.path.isdir(self.stage_dir) else [])
-        with install_lock(self.layout, wait=wait):
+        with _umask(stack_umask(self.site)), install_lock(self.layout, wait=wait, mode=self._lock_mode()):
             removed = builds.uninstall(self.layout, self.modulefile, self.stage_dir)
             if marker and os.path.lexists(marker):
                 os.unlink(marker)
