@@ -282,10 +282,35 @@ class InstallService:
         return InstalledStack(self.layout.prefix, build, self.modulefile, record)
 
     # ------------------------------------------------------------------ uninstall
+    def published_modulefiles(self) -> set[str]:
+        """The modulefiles that this stack's own records say it published: the ``modulefile``
+        of each of its builds' ``provenance.json`` (absolute paths)."""
+        import json
+
+        builds_ = [self.layout.build_path(b) for b in self.layout.builds()]
+        if self.layout.published():
+            builds_.append(self.layout.published())
+        found = set()
+        for build in builds_:
+            try:
+                with open(os.path.join(self.layout.provenance_dir(build), "provenance.json")) as f:
+                    record = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and isinstance(record.get("modulefile"), str):
+                found.add(os.path.abspath(record["modulefile"]))
+        return found
+
+    def owns_modulefile(self) -> bool:
+        """True when the stack's records name :attr:`modulefile` (so uninstall may remove it)."""
+        return os.path.abspath(self.modulefile) in self.published_modulefiles()
+
     def installed_paths(self) -> list[str]:
-        """The modulefile, prefix, builds and state of the stack that exist now."""
+        """The modulefile (only where the stack's records say it published it), prefix, builds
+        and state of the stack that exist now."""
         builds = [self.layout.build_path(build_id) for build_id in self.layout.builds()]
-        return [p for p in (self.modulefile, self.layout.prefix, *builds, self.layout.state_file)
+        mine = [self.modulefile] if self.owns_modulefile() else []
+        return [p for p in (*mine, self.layout.prefix, *builds, self.layout.state_file)
                 if os.path.lexists(p)]
 
     def uninstall(self, force: bool = False, wait: bool = True, dry_run: bool = False) -> list[str]:
@@ -304,18 +329,22 @@ class InstallService:
         """
         name, version = self.name, self.version
         present = self.installed_paths()
+        mine = self.owns_modulefile()
+        foreign = (f"; the modulefile {self.modulefile} is another stack's (no build under "
+                   f"{self.layout.top} records it): kept" if not mine and os.path.lexists(self.modulefile) else "")
         if not present:
             raise HpcstackError(f"{name}/{version} is not installed for site {self.site.name} (no "
-                                f"{self.layout.prefix}, no modulefile {self.modulefile}); check --site, "
+                                f"{self.layout.prefix}, no modulefile {self.modulefile}{foreign}); check --site, "
                                 "--prefix and --module-root")
-        marker = builds.default_marker(os.path.dirname(self.modulefile), name, version)
+        # the default marker goes only with a modulefile that this stack published
+        marker = builds.default_marker(os.path.dirname(self.modulefile), name, version) if mine else None
         if marker and not force:
             raise HpcstackError(f"refusing to uninstall {name}/{version}: it is the default version of "
                                 f"{name} ({marker}); make another version the default first, or use --force")
         if dry_run:
             return present + ([marker] if marker else []) + ([self.stage_dir] if os.path.isdir(self.stage_dir) else [])
         with _umask(stack_umask(self.site)), install_lock(self.layout, wait=wait, mode=self._lock_mode()):
-            removed = builds.uninstall(self.layout, self.modulefile, self.stage_dir)
+            removed = builds.uninstall(self.layout, self.modulefile if mine else "", self.stage_dir)
             if marker and os.path.lexists(marker):
                 os.unlink(marker)
                 removed.append(f"{marker} (the default marker)")
