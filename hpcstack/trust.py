@@ -116,9 +116,16 @@ def path_problem(path: str | os.PathLike, admin: int | None = None) -> str | Non
 
 
 def _builtin(path: Path) -> bool:
-    base = os.path.realpath(data_root())
+    """True for a path of hpcstack's own data (in a checkout, ``hpcstack/data/*`` are links to
+    the top-level ``recipes/``, ``site-configs/``, …: those count too)."""
+    data = Path(data_root())
+    bases = {os.path.realpath(data)}
+    try:
+        bases |= {os.path.realpath(entry) for entry in data.iterdir()}
+    except OSError:
+        pass
     real = os.path.realpath(path)
-    return real == base or real.startswith(base + os.sep)
+    return any(real == base or real.startswith(base + os.sep) for base in bases)
 
 
 def check_inputs(paths: list[str | os.PathLike], admin_group: str | None = None,
