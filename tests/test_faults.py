@@ -444,6 +444,20 @@ def _missing_record_files(build: Path) -> list[str]:
     return missing
 
 
+def _remove_a_recorded_file(sp: Path) -> None:
+    """Remove one file that an installed package's RECORD lists (``six.py`` where six is
+    there: ``import six`` then fails), as a kill between its ``.dist-info`` and its files leaves it."""
+    if list(sp.glob("six-*.dist-info")) and (sp / "six.py").exists():
+        (sp / "six.py").unlink()
+        return
+    for record in sorted(sp.glob("*.dist-info/RECORD")):
+        for line in record.read_text().splitlines():
+            name = line.split(",")[0]
+            if name.endswith(".py") and ".dist-info/" not in name and (sp / name).exists():
+                (sp / name).unlink()
+                return
+
+
 #: Per step, the moments of a kill from outside (SIGKILL to the process group), as a file that
 #: appears while the step's long action runs: (label, glob under the install root).
 OUTSIDE = {
@@ -506,9 +520,9 @@ def test_kill_9_at_three_moments_of_every_step_then_a_plain_rerun_gives_a_correc
                     # the state uv leaves when the kill falls between a .dist-info and its files;
                     # where the kill came a moment late, make it so (six.py is what `import six` needs)
                     sp = next(build.glob("venv/lib/python3*/site-packages"))
-                    partial_seen = bool(_missing_record_files(build))
-                    if not partial_seen and list(sp.glob("six-*.dist-info")) and (sp / "six.py").exists():
-                        (sp / "six.py").unlink()
+                    partial_seen = partial_seen or bool(_missing_record_files(build))
+                    if not _missing_record_files(build):
+                        _remove_a_recorded_file(sp)
                     assert _missing_record_files(build), "no package half-installed to resume from"
                 if not recorded:
                     hits.append(f"{step}:{where}")
