@@ -26,6 +26,9 @@ def _add_repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", action="append", default=[], metavar="DIR",
                    help="a repository of recipes/ and site-configs/, searched before HPCSTACK_PATH "
                         "and the built-in ones (repeatable; first match wins)")
+    p.add_argument("--trust-writable", action="store_true",
+                   help="as root, read recipes, site configs and repositories even where users other "
+                        "than root (and the site's admin_group) can write them")
 
 
 def _add_site_args(p: argparse.ArgumentParser) -> None:
@@ -422,19 +425,51 @@ def _search(args):
     return SearchPath.from_args(getattr(args, "repo", None) or ())
 
 
+def _admin_group(site) -> str | None:
+    return (site.raw.get("permissions") or {}).get("admin_group")
+
+
 def _load_site(args, **overrides):
+    """Load the site; as root, only from a site file and repositories that root alone can change
+    (:mod:`hpcstack.trust`; ``--trust-writable`` skips the check)."""
     from hpcstack.site import load_site
+    from hpcstack.trust import check_inputs
 
     _check_dirs(args)
-    return load_site(args.site, search=_search(args), **overrides)
+    search = _search(args)
+    site = load_site(args.site, search=search, **overrides)
+    if not getattr(args, "trust_writable", False):
+        repos = [r.path for r in search.repos if r.origin != "built-in"]
+        check_inputs([site.path, *repos, *(r / d for r in repos for d in ("recipes", "site-configs") if (r / d).is_dir())],
+                     _admin_group(site))
+    return site
 
 
 def _load(args):
-    from hpcstack.recipe import load_recipe
+    """Load the site and the recipe; as root, the recipe's file and directory are checked as the
+    site's are before the recipe runs."""
+    from hpcstack.recipe import load_recipe, recipe_path
+    from hpcstack.trust import check_inputs
 
     site = _load_site(args, install_root=getattr(args, "prefix", None),
                       module_root=getattr(args, "module_root", None))
+    if not getattr(args, "trust_writable", False):
+        path = recipe_path(args.recipe, _search(args))
+        check_inputs([path], _admin_group(site), recurse=(path.parent,))
     return site, load_recipe(args.recipe, site, _search(args))
+
+
+def _shadowing(args, site) -> list[str]:
+    """Lines naming the recipe and site of this command where they shadow built-in ones."""
+    from hpcstack.repos import RECIPES, SITES
+
+    search, lines = _search(args), []
+    for kind, name, what in ((RECIPES, args.recipe, "recipe"), (SITES, args.site, "site")):
+        entry = search.find(kind, name)
+        if entry and any(r.origin == "built-in" for r in entry.shadows):
+            lines.append(f"note: {what} {name} is {entry.path} from {entry.repo.describe()}; it shadows the "
+                         f"built-in {what} of that name")
+    return lines
 
 
 def cmd_install(args) -> int:
@@ -452,6 +487,8 @@ def cmd_install(args) -> int:
     site, recipe = _load(args)
     if args.from_bundle:
         site = _site_from_bundle(site, recipe, args.from_bundle)
+    for line in _shadowing(args, site):
+        print(line, file=sys.stderr)
     service = InstallService(site, recipe, recipe_path(args.recipe, _search(args)), jobs=args.jobs)
     if args.dry_run:
         plan = service.dry_run(force=args.force)

@@ -116,3 +116,89 @@ def write_atomic(path: str | os.PathLike, content: str, mode: int = 0o644) -> No
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _open_dir_no_follow(path: str | os.PathLike, under: str | os.PathLike | None, create: bool) -> int:
+    """Open directory ``path`` with no symbolic link followed from ``under`` down (``under``
+    itself included; without ``under``, only ``path``'s last component); return its fd."""
+    path = os.path.abspath(path)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    under = os.path.abspath(under) if under is not None else path
+    if path != under and not path.startswith(under.rstrip(os.sep) + os.sep):
+        raise ValueError(f"{path} is not under {under}")
+    if create:
+        os.makedirs(under, exist_ok=True)
+    fd = os.open(under, flags)
+    try:
+        for part in [p for p in os.path.relpath(path, under).split(os.sep) if p not in ("", ".")]:
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            sub = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def makedirs_no_follow(path: str | os.PathLike, under: str | os.PathLike) -> None:
+    """Make directory ``path`` and those between ``under`` and it, following no symbolic link.
+
+    Args:
+        path (str | os.PathLike): the directory.
+        under (str | os.PathLike): an ancestor (or ``path`` itself) from which no link is
+            followed, e.g. a directory that another user owns.
+
+    Raises:
+        OSError: a component is a symbolic link (``ELOOP``) or not a directory (``ENOTDIR``).
+    """
+    os.close(_open_dir_no_follow(path, under, create=True))
+
+
+def write_no_follow(path: str | os.PathLike, content: str | bytes, mode: int = 0o644,
+                    under: str | os.PathLike | None = None) -> None:
+    """Write a file in a directory that another user may own, following no symbolic link.
+
+    For files root writes into a directory handed to a user (validation outputs submitted as
+    ``slurm.submit_as``): the directories from ``under`` down are opened with ``O_NOFOLLOW``
+    (a planted link to ``/etc`` makes this fail with ``ELOOP``), the old name is removed (what a
+    user left there, a link or a hard link to another file, is never written through) and the
+    file is created anew with ``O_CREAT | O_EXCL | O_NOFOLLOW``, then given ``mode``.
+
+    Args:
+        path (str | os.PathLike): the file.
+        content (str | bytes): text (UTF-8) or bytes.
+        mode (int): permission bits.
+        under (str | os.PathLike | None): the ancestor from which no link is followed; default
+            the file's own directory.
+
+    Raises:
+        OSError: a link in the way (``ELOOP``), a name that keeps coming back (``EEXIST``: a
+            user racing to plant one), no permission.
+    """
+    path = os.path.abspath(path)
+    data = content.encode() if isinstance(content, str) else content
+    dfd = _open_dir_no_follow(os.path.dirname(path), under, create=False)
+    name = os.path.basename(path)
+    try:
+        for attempt in range(3):
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             mode, dir_fd=dfd)
+                break
+            except FileExistsError:
+                if attempt == 2:
+                    raise
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            os.fchmod(f.fileno(), mode)
+    finally:
+        os.close(dfd)

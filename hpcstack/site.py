@@ -150,6 +150,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     # symbolic chmod mode on top of hpcstack's own (world-readable, nothing world-writable).
     "permissions": _obj([], {
         "group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
+        # the site's administrators: as root, hpcstack also trusts recipes, site configs and
+        # repositories this group can write (hpcstack/trust.py)
+        "admin_group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
     # How a published build lies on the file system (issue 14, item 5): ``directory`` (default),

@@ -49,7 +49,7 @@ def test_cirrus_image_builds_for_the_v100_with_cuda_12_1_and_labels_what_it_hold
     proc = export("cirrus", "docker")
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert re.search(r"^FROM nvcr\.io/nvidia/cuda:12\.1\.1-cudnn8-devel-ubuntu22\.04$", text, re.M)
+    assert re.search(r"^FROM nvcr\.io/nvidia/cuda:12\.1\.1-cudnn8-devel-ubuntu22\.04@sha256:[0-9a-f]{64}$", text, re.M)
     for label in (f'org.hpcstack.version="{__version__}"', 'org.hpcstack.recipe="pytorch/2.3.1-gpu"',
                   'org.hpcstack.lock="2.3.1-gpu.pypi.lock"', 'org.hpcstack.site="cirrus"'):
         assert label in text
@@ -95,7 +95,7 @@ def write_site(tmp_path, **container):
     ({}, "container: missing section"),
     ({"python": "3.11", "rootfs": "r.tar", "base_image": "debian:12"}, "container: give one of base_image"),
     ({"python": "3.11", "rootfs": "r.tar", "distro": "debian13"}, "container.distro: 'debian13' is not one of"),
-    ({"python": "3.11", "base_image": "debian:12", "site_changes": {"toolchain": {"cuda": {"home": "/x"}}}},
+    ({"python": "3.11", "base_image": "debian:12@sha256:" + "0" * 64, "site_changes": {"toolchain": {"cuda": {"home": "/x"}}}},
      "container.site_changes: toolchain.cuda.version: missing key"),
     ({"rootfs": "r.tar"}, "container.python: missing key"),
 ])
@@ -106,3 +106,31 @@ def test_a_bad_container_section_is_one_line_and_exit_2(tmp_path, container, say
     assert proc.returncode == 2 and says in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("site", ["cirrus", "localhost"])
+@pytest.mark.parametrize("fmt", ["docker", "apptainer"])
+def test_every_base_image_is_named_by_digest_and_hpcstack_is_installed_with_hashes(tmp_path, site, fmt):
+    """Checked as text (no image registry is reachable here): every FROM / From: line names its
+    image by digest (or is FROM scratch), and pip installs hpcstack's dependencies only with
+    --require-hashes, then the wheel itself with --no-deps."""
+    import re
+
+    proc = hpcstack("export", "pytorch/2.3.1-gpu", "--site", site, "--format", fmt)
+    assert proc.returncode == 0, proc.stderr
+    bases = re.findall(r"^(?:FROM|From:)\s+(\S+)", proc.stdout, re.M)
+    assert bases or "Bootstrap: scratch" in proc.stdout
+    for image in bases:
+        assert image == "scratch" or re.search(r"@sha256:[0-9a-f]{64}$", image), image
+    installs = [l for l in proc.stdout.splitlines() if "pip install" in l]
+    assert installs, proc.stdout
+    for line in installs:
+        assert "--require-hashes -r " in line or "--no-deps " in line, line
+
+
+def test_a_base_image_named_by_tag_only_is_refused(tmp_path):
+    out = tmp_path / "Dockerfile"
+    site = write_site(tmp_path, python="3.11", base_image="debian:12")
+    proc = hpcstack("export", "pytorch/2.3.1-gpu", "--site", site, "--format", "docker", "-o", str(out))
+    assert proc.returncode == 2 and "container.base_image: 'debian:12' is named by tag only" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()

@@ -393,3 +393,153 @@ def test_an_unknown_site_is_one_line(tmp_path):
     assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [res.stderr.strip()] and "unknown site 'nowhere'" in res.stderr
     assert not (tmp_path / "sw").exists()
+
+
+# ------------------------------------------------------------ kill -9 at many moments of each step
+
+class SlowServer:
+    """Serves one file over HTTP on loopback, pausing half-way through the body (a download
+    that a kill can cut short)."""
+
+    def __init__(self, path: Path, pause: float = 1.5):
+        import http.server
+
+        data, outer = path.read_bytes(), self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - the http.server interface
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                time.sleep(outer.pause)
+                self.wfile.write(data[len(data) // 2:])
+
+            def log_message(self, *args):
+                pass
+
+        self.pause = pause
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/{path.name}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def _root_glob(tiny: Tiny, pattern: str) -> list[Path]:
+    return list((tiny.root / "sw").glob(pattern))
+
+
+def _missing_record_files(build: Path) -> list[str]:
+    """Files that the venv's installed packages list in their RECORD but that are not there."""
+    missing = []
+    for sp in build.glob("venv/lib/python3*/site-packages"):
+        for record in sp.glob("*.dist-info/RECORD"):
+            for line in record.read_text().splitlines():
+                name = line.split(",")[0]
+                if name and not name.endswith(".pyc") and not os.path.lexists(sp / name):
+                    missing.append(f"{record.parent.name}: {name}")
+    return missing
+
+
+def _remove_a_recorded_file(sp: Path) -> None:
+    """Remove one file that an installed package's RECORD lists (``six.py`` where six is
+    there: ``import six`` then fails), as a kill between its ``.dist-info`` and its files leaves it."""
+    if list(sp.glob("six-*.dist-info")) and (sp / "six.py").exists():
+        (sp / "six.py").unlink()
+        return
+    for record in sorted(sp.glob("*.dist-info/RECORD")):
+        for line in record.read_text().splitlines():
+            name = line.split(",")[0]
+            if name.endswith(".py") and ".dist-info/" not in name and (sp / name).exists():
+                (sp / name).unlink()
+                return
+
+
+#: Per step, the moments of a kill from outside (SIGKILL to the process group), as a file that
+#: appears while the step's long action runs: (label, glob under the install root).
+OUTSIDE = {
+    "fetch": ("a partial download", ".hpcstack/cache/sources/.part-*"),
+    "wheels": ("a package's .dist-info written before its files",
+               "tiny/.1.0-*/venv/lib/python3*/site-packages/*.dist-info"),
+    "build": ("the source build running", "tiny/.1.0-*/.hpcstack/logs/build.log"),
+    "install": ("the built package's .dist-info written before its files",
+                "tiny/.1.0-*/venv/lib/python3*/site-packages/tinypkg-*.dist-info"),
+}
+
+
+def _moments(step: str, actions: int) -> list[tuple[str, str | int]]:
+    """Three or more moments to kill ``step``: from outside while its long action runs for the
+    first time (where it has one), before its first action, between two actions, and after its
+    last action but before the step is recorded."""
+    out: list[tuple[str, str | int]] = [("outside", step)] if step in OUTSIDE else []  # first: a real first try
+    out.append(("failpoint", 0))
+    if actions > 1:
+        out.append(("failpoint", 1))
+    out.append(("failpoint", actions))  # all done, not recorded
+    return out
+
+
+def test_kill_9_at_three_moments_of_every_step_then_a_plain_rerun_gives_a_correct_stack(localhost_ready, tmp_path):
+    """Each step is killed at three or more moments in turn (one run per moment, each resuming
+    the last), among them the moment uv has written a package's ``.dist-info`` but not yet all
+    its files; then a plain re-run. The stack must be complete and correct: every file that the
+    venv's packages record is there, the imports work, the module loads."""
+    tiny = Tiny(tmp_path)
+    server = SlowServer(tiny.sdist)  # the recipe's own sdist, served slowly
+    tiny.recipe.write_text(tiny.recipe.read_text().replace(tiny.sdist.as_uri(), server.url))
+    try:
+        steps = {s["name"]: len(s["actions"]) for s in json.loads(tiny.install("--dry-run", "--json").stdout)["steps"]}
+        hits, partial_seen = [], False
+        for step, actions in steps.items():
+            for kind, where in _moments(step, actions):
+                t0 = time.time_ns()
+                if kind == "failpoint":
+                    proc = tiny.start(name="moment", env={"HPCSTACK_FAILPOINT": f"{step}:{where}"})
+                else:
+                    label, pattern = OUTSIDE[step]
+                    proc = tiny.start(name="moment")
+                    if step == "fetch":  # the source cache is re-used: make the run download again
+                        for cached in (tmp_path / "sw" / ".hpcstack" / "cache" / "sources").glob("*.tar.gz"):
+                            cached.unlink()
+
+                    def appeared() -> bool:
+                        found = [p for p in _root_glob(tiny, pattern) if p.lstat().st_mtime_ns >= t0]
+                        return bool(found) or proc.poll() is not None
+
+                    _wait_for(appeared, what=f"{label} in step {step}")
+                    assert proc.poll() is None, f"{label} in step {step} never seen:\n{tiny.err('moment')}"
+                    os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait(timeout=300)
+                assert rc == -signal.SIGKILL, f"{step} {kind} {where}: exit {rc}\n{tiny.err('moment')}"
+                build = tiny.builds / f".1.0-{tiny.building()}"
+                recorded = (build / ".hpcstack" / "steps" / f"{step}.json").exists()
+                if step == "wheels" and kind == "outside" and not recorded:
+                    # the state uv leaves when the kill falls between a .dist-info and its files;
+                    # where the kill came a moment late, make it so (six.py is what `import six` needs)
+                    sp = next(build.glob("venv/lib/python3*/site-packages"))
+                    partial_seen = partial_seen or bool(_missing_record_files(build))
+                    if not _missing_record_files(build):
+                        _remove_a_recorded_file(sp)
+                    assert _missing_record_files(build), "no package half-installed to resume from"
+                if not recorded:
+                    hits.append(f"{step}:{where}")
+                if step != "module":
+                    assert not os.path.lexists(tiny.prefix) and not tiny.modulefile.exists(), f"{step}:{where}"
+                assert "Traceback" not in tiny.err("moment")
+        final = tiny.install()
+        assert final.returncode == 0, final.stderr
+    finally:
+        server.close()
+    build = Path(os.path.realpath(tiny.prefix))
+    assert _missing_record_files(build) == []
+    assert tiny.patched() == "True"
+    proc = bash_modules(f"module use {tmp_path / 'mf'}; module load tiny/1.0 && python -c 'import six, setuptools, wheel'")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(tiny.state.read_text())["building"] is None
+    # every step was cut short at least three times (the moment after its last action included)
+    for step in steps:
+        assert sum(h.startswith(step + ":") for h in hits) >= 3, (step, hits)
+    print(f"moments killed: {len(hits)}; a real partial .dist-info caught by the kill: {partial_seen}")

@@ -120,10 +120,11 @@ def test_pip_backend_is_the_fallback(tmp_path):
 def test_build_step_reuses_a_cached_wheel_or_builds_and_stores_it(tmp_path):
     build = step(dry_run("pytorch/2.3.1-gpu", "--site", "cirrus"), "build")
     assert "hpcstack_build_key_horovod() {" in build
-    assert ('if ls /work/y07/shared/cirrus-software/.hpcstack/cache/builds/horovod-0.28.1/'
-            '"${hpcstack_build_key_horovod_key}"/*.whl') in build
+    assert ('if hpcstack action reuse-wheel horovod /work/y07/shared/cirrus-software/.hpcstack/cache/builds/'
+            'horovod-0.28.1/"${hpcstack_build_key_horovod_key}" ') in build  # sha256 checked before reuse
     reuse, rebuild = build.split("\nelse\n")
-    assert "reusing the wheel built before" in reuse and "--no-build-isolation" not in reuse
+    assert "--no-build-isolation" not in reuse
+    assert "sha256sum -- *.whl > SHA256SUMS" in rebuild
     # a uv site's venv has no pip: uv builds the wheel with the venv's python (issue 14)
     assert " build --no-config --cache-dir " in rebuild and " --no-build-isolation --wheel --out-dir " in rebuild
     assert 'mv -T "$tmp"' in rebuild
@@ -156,7 +157,8 @@ def _env(**changes: str) -> dict[str, str]:
 
 def test_key_from_the_dry_run_script_equals_the_key_the_run_computes(horovod_build):
     """Both renderings of one action: the bash the dry-run prints, and what execute() computes."""
-    script = horovod_build.to_bash().split("\nif ls ")[0]
+    script, anchor, _ = horovod_build.to_bash().partition("\nif hpcstack action reuse-wheel ")
+    assert anchor, "the key computation must be followed by the reuse (nothing else may run here)"
     env = _env()
     proc = subprocess.run(["bash", "-c", script + '\necho "$hpcstack_build_key_horovod_key"'], env=env,
                           capture_output=True, text=True)

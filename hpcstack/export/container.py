@@ -12,7 +12,9 @@ make it a machine of the site, and what of the site config differs inside). In o
 2. the image's tools trust the image's CA bundle (``SSL_CERT_FILE``, ``PIP_CERT``,
    ``REQUESTS_CA_BUNDLE``): a site's own CAs added at build time end up in it;
 3. the packages, by role (hpccm's ``packages`` building block: apt or yum by ``distro``);
-4. hpcstack from its wheel (``hpcstack-<version>-py3-none-any.whl`` next to the file: ``uv
+4. hpcstack's dependencies from the requirements file its wheel carries, with every hash
+   (``pip install --require-hashes``), then hpcstack from its wheel
+   (``hpcstack-<version>-py3-none-any.whl`` next to the file: ``uv
    build``), in ``/opt/hpcstack/tool``, ``/usr/local/bin/hpcstack`` linking to it;
 5. ``setup``: e.g. the localhost bring-up from hpcstack's own data (the base ``python`` module);
 6. the site config used inside, then ``hpcstack install RECIPE --site`` it;
@@ -40,6 +42,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -49,6 +52,9 @@ from hpcstack import __version__
 from hpcstack.errors import ConfigError
 from hpcstack.export.formats import register_exporter
 
+#: hpcstack's dependencies with the sha256 of every file, inside its wheel
+#: (``requirements/hpcstack.txt`` of the repository, written by ``scripts/lock-requirements``).
+WHEEL_REQUIREMENTS = "hpcstack/data/requirements/hpcstack.txt"
 #: The cache directory of the install inside the image (bind-mount a host's cache here).
 CACHE_DIR = "/var/cache/hpcstack"
 #: Where the site config used inside the image goes.
@@ -63,6 +69,8 @@ DISTROS = {
     "rockylinux8": ("rockylinux8", "/etc/pki/tls/certs/ca-bundle.crt"),
     "rockylinux9": ("rockylinux9", "/etc/pki/tls/certs/ca-bundle.crt"),
 }
+#: A base image named by digest (``NAME[:TAG]@sha256:HEX``): a tag can be moved to another image.
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 #: Package roles of ``container.packages``, in the order they are installed.
 PACKAGE_ROLES = ("compilers", "mpi", "modules", "python", "other")
 
@@ -71,7 +79,8 @@ def container_section(site) -> dict:
     """The site's validated ``container`` section.
 
     Raises:
-        ConfigError: none, or neither or both of ``base_image`` and ``rootfs`` (exit 2).
+        ConfigError: none, neither or both of ``base_image`` and ``rootfs``, or a ``base_image``
+            named without its digest (exit 2).
     """
     section = site.raw.get("container")
     if not section:
@@ -80,6 +89,11 @@ def container_section(site) -> dict:
     if ("base_image" in section) == ("rootfs" in section):
         raise ConfigError([f"{site.path}: container: give one of base_image (an image to start FROM) "
                            "and rootfs (a root filesystem tar for FROM scratch + ADD)"])
+    image = section.get("base_image")
+    if image is not None and not DIGEST.search(image):
+        raise ConfigError([f"{site.path}: container.base_image: {image!r} is named by tag only; name it by "
+                           "digest too (NAME:TAG@sha256:<64 hex digits>), so that every build starts from "
+                           "the same image (docker buildx imagetools inspect NAME:TAG shows the digest)"])
     return section
 
 
@@ -236,10 +250,17 @@ class ContainerSpec:
             stage += packages(ospackages=pkgs)
         stage += comment(f"hpcstack {__version__} from its wheel")
         stage += hcopy(src=wheel, dest=f"{DIST_DIR}/{wheel}")
+        # its dependencies from the requirements file inside the wheel, every file's sha256
+        # checked (--require-hashes), then the wheel itself without dependencies
+        requirements = f"{DIST_DIR}/requirements.txt"
         stage += shell(commands=[
             f"PIP_CACHE_DIR={CACHE_DIR}/pip python3 -m venv {TOOL_VENV}",
+            f"{TOOL_VENV}/bin/python -c 'import sys, zipfile; sys.stdout.write(zipfile.ZipFile(sys.argv[1])"
+            f".read(\"{WHEEL_REQUIREMENTS}\").decode())' {DIST_DIR}/{wheel} > {requirements}",
             f"PIP_CACHE_DIR={CACHE_DIR}/pip {TOOL_VENV}/bin/pip install --disable-pip-version-check "
-            f"-q {DIST_DIR}/{wheel}",
+            f"-q --require-hashes -r {requirements}",
+            f"PIP_CACHE_DIR={CACHE_DIR}/pip {TOOL_VENV}/bin/pip install --disable-pip-version-check "
+            f"-q --no-deps {DIST_DIR}/{wheel}",
             f"ln -sfn {TOOL_VENV}/bin/hpcstack /usr/local/bin/hpcstack",
             *self.cache_cleanup()])
         if section.get("setup"):

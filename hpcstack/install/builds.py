@@ -379,7 +379,7 @@ def uninstall(layout: StackLayout, modulefile: str, stage_dir: str | None = None
 
     Args:
         layout (StackLayout): the stack.
-        modulefile (str): its modulefile.
+        modulefile (str): its modulefile; ``""`` keeps the modulefile (another stack's).
         stage_dir (str | None): its scratch stage dir (sources, build tree), removed too.
 
     Returns:
@@ -390,7 +390,7 @@ def uninstall(layout: StackLayout, modulefile: str, stage_dir: str | None = None
     """
     removed = []
     try:
-        if os.path.lexists(modulefile):
+        if modulefile and os.path.lexists(modulefile):
             os.unlink(modulefile)
             fsync_dir(os.path.dirname(modulefile))
             removed.append(modulefile)
@@ -414,7 +414,7 @@ def uninstall(layout: StackLayout, modulefile: str, stage_dir: str | None = None
             removed.append(stage_dir)
         if os.path.exists(layout.state_file):
             os.unlink(layout.state_file)
-        for d in (os.path.dirname(layout.legacy_builds_dir), layout.top, os.path.dirname(modulefile)):
+        for d in (os.path.dirname(layout.legacy_builds_dir), layout.top, *([os.path.dirname(modulefile)] if modulefile else [])):
             try:
                 os.rmdir(d)  # only when empty: other versions stay
             except OSError:

@@ -59,6 +59,12 @@ IN_PLACE_STEPS = (SANITYCHECK, PERMISSIONS, MODULE)
 #: for them (issue 14: "the wheels download while Horovod's sdist is unpacked and patched").
 #: See :meth:`Plan.overlap`.
 BACKGROUND_STEPS = (FETCH, PATCH)
+#: A step that has to run again takes these earlier steps with it, so that it starts from a
+#: clean state: the wheels step installs into a new venv (the venv step's ``--clear``), since
+#: an installer cut short leaves packages whose ``.dist-info`` is there without all their files
+#: (uv writes it first), which the next installer run would take as installed. See
+#: :func:`hpcstack.install.runner.pending_steps`.
+REDO_WITH = {WHEELS: VENV}
 
 # ----------------------------------------------------------------------------------------- plan
 

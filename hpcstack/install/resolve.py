@@ -109,13 +109,47 @@ def permission_settings(site: Site) -> tuple[str | None, str]:
     return group, full
 
 
-def _gives_world_write(clause: str) -> bool:
-    """True if one clause of a symbolic mode (``o+w``, ``+w``, ``a=rwX``, ``o=u``) lets others write."""
+def _gives_world_write(clause: str, whom: str = "o") -> bool:
+    """True if one clause of a symbolic mode (``o+w``, ``+w``, ``a=rwX``, ``o=u``) lets others
+    (``whom="o"``) or the group (``whom="g"``) write."""
     who = re.match(r"^[ugoa]*", clause).group(0)
-    if who and not set(who) & {"o", "a"}:
+    if who and not set(who) & {whom, "a"}:
         return False
-    return any(op in "+=" and ("w" in perms or perms in ("u", "g"))
+    copies = {"o": ("u", "g"), "g": ("u",)}[whom]
+    return any(op in "+=" and ("w" in perms or perms in copies)
                for op, perms in re.findall(r"([-+=])([rwxXstugo]*)", clause[len(who):]))
+
+
+def stack_umask(site: Site) -> int:
+    """The file-mode creation mask an install runs under, whatever the admin's own umask.
+
+    ``0o022`` (directories 0755, files 0644: readable by every user, writable by the owner
+    only), or ``0o002`` where the site's ``permissions.mode`` gives the group write access
+    (``g+rwX``), so that what is written after the permissions step (logs, records, the
+    modulefile) follows the same rule as the rest of the stack. Spack and EasyBuild set the
+    umask of their installs in the same way (EasyBuild's ``--umask``).
+
+    Raises:
+        ConfigError: a bad ``permissions`` section (see :func:`permission_settings`).
+    """
+    permission_settings(site)
+    mode = (site.raw.get("permissions") or {}).get("mode") or ""
+    return 0o002 if any(_gives_world_write(c, "g") for c in mode.split(",") if c) else 0o022
+
+
+def reapply_permissions(site: Site, directory: str) -> None:
+    """Give ``directory`` (recursively) the group and mode of the permissions step again.
+
+    For the files a run writes after that step (the step records, logs and timings of the
+    module step in ``<build>/.hpcstack``): the permissions step covers every file of a stack.
+    Best effort: a failure here leaves the umask's modes (see :func:`stack_umask`).
+    """
+    group, mode = permission_settings(site)
+    if not os.path.isdir(directory):
+        return
+    if group:
+        subprocess.run(["chgrp", "-R", "-P", group, directory], capture_output=True)
+    subprocess.run(["chmod", "-R", mode, directory], capture_output=True)
 
 
 def permission_actions(site: Site, ctx: PlanContext) -> list:

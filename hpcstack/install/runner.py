@@ -19,7 +19,8 @@ One install at a time per stack: ``<install_root>/.hpcstack/locks/<name>-<versio
 
 Fault injection for tests: ``HPCSTACK_FAILPOINT=STEP:N`` makes the runner kill itself with
 SIGKILL just before action ``N`` (0-based) of step ``STEP``, e.g. ``module:1`` between the
-switch of the prefix link and the writing of the modulefile.
+switch of the prefix link and the writing of the modulefile; ``N`` equal to the number of the
+step's actions kills once they have all finished, before the step is recorded.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from hpcstack import __version__
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import fsync_dir
 from hpcstack.install.actions import describe_os_error, expand, walk_commands
-from hpcstack.install.plan import Plan, Step
+from hpcstack.install.plan import REDO_WITH, Plan, Step
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -69,17 +70,22 @@ def is_done(plan: Plan, step: Step, digest: str) -> bool:
 def pending_steps(plan: Plan, force: bool = False) -> list[str]:
     """Names of the steps a run of ``plan`` would do: the first step not done and all after it.
 
+    A step of :data:`~hpcstack.install.plan.REDO_WITH` that has to run again (not recorded:
+    never run, cut short, or its input changed) takes the step it names with it: the wheels
+    step then installs into a new venv, never into one an interrupted installer left.
+
     Args:
         plan (Plan): the plan (its records are read from ``plan.state_dir``).
         force (bool): every step.
     """
     hashes = plan.step_hashes()
-    out, redo = [], force
-    for step in plan.steps:
-        redo = redo or not is_done(plan, step, hashes[step.name])
-        if redo:
-            out.append(step.name)
-    return out
+    names = [s.name for s in plan.steps]
+    first = next((i for i, step in enumerate(plan.steps) if force or not is_done(plan, step, hashes[step.name])),
+                 len(names))
+    for i, name in enumerate(names):  # a step that runs again takes REDO_WITH's step with it
+        if i >= first and REDO_WITH.get(name) in names:
+            first = min(first, names.index(REDO_WITH[name]))
+    return names[first:]
 
 
 class Runner:
@@ -342,6 +348,8 @@ def run_actions(actions: list, ctx: StepContext, failpoint: int | None = None) -
         ctx.log.flush()
     if error:
         raise error[1]
+    if failpoint == len(actions):  # every action done, the step not yet recorded (tests)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _execute_into(action, ctx: StepContext, failed: list) -> None:
@@ -524,12 +532,16 @@ def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str 
 # ----------------------------------------------------------------------------------- lock
 
 @contextmanager
-def install_lock(layout, wait: bool = True):
+def install_lock(layout, wait: bool = True, mode: int = 0o600):
     """Hold the lock of one stack (one install or uninstall at a time per stack).
+
+    The lock file is opened without following a symbolic link and given ``mode`` (0600: a user
+    who could open it could hold a shared lock on it and block every install).
 
     Args:
         layout (hpcstack.install.builds.StackLayout): the stack; its ``lock_file`` is the lock.
         wait (bool): wait for another install to finish (with a message) or fail at once.
+        mode (int): the lock file's permission bits (0600; 0660 for a site whose group installs).
 
     Raises:
         HpcstackError: ``wait`` is False and another install holds the lock, or the lock file
@@ -539,7 +551,15 @@ def install_lock(layout, wait: bool = True):
     path = Path(layout.lock_file)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a+")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        try:
+            st = os.fstat(fd)
+            if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+                os.fchmod(fd, mode)  # a lock file of an earlier hpcstack (0644)
+        except OSError:
+            os.close(fd)
+            raise
+        f = os.fdopen(fd, "r+")
     except OSError as exc:
         raise HpcstackError(f"cannot take the install lock {path}: {describe_os_error(exc)}") from None
     with f:

@@ -21,15 +21,17 @@ Every path comes from the :class:`hpcstack.install.builds.StackLayout` of the st
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import builds, image, provenance
-from hpcstack.install.plan import Plan, describe_os_error
+from hpcstack.install.plan import PERMISSIONS, Plan, describe_os_error
 from hpcstack import secrets
-from hpcstack.install.resolve import build_environment, detect_python_version, loaded_modules, permission_settings, resolve
+from hpcstack.install.resolve import (build_environment, detect_python_version, loaded_modules, permission_settings,
+                                      reapply_permissions, resolve, stack_umask)
 from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
 
 
@@ -73,6 +75,17 @@ class InstalledStack:
     def path(self, *parts: str) -> str:
         """A path under the stable prefix, e.g. ``path("bin", "hpcstack-train-benchmark")``."""
         return os.path.join(self.prefix, *parts)
+
+
+@contextmanager
+def _umask(mask: int):
+    """Run under the file-mode creation mask ``mask`` (this process and what it starts), then
+    restore the caller's."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
 
 
 class InstallService:
@@ -175,7 +188,8 @@ class InstallService:
             except KeyError:
                 raise ConfigError([f"{self.site.path}: permissions.group: no group {group!r} on this "
                                    "machine; create it, or set group: null"]) from None
-        with install_lock(self.layout, wait=wait):
+        with _umask(stack_umask(self.site)), self._private_dirs(), \
+                install_lock(self.layout, wait=wait, mode=self._lock_mode()):
             choice = self.choose(force)                 # again: another install may have run meanwhile
             if image.restart_packed(self.layout, choice):  # layout: squashfs, a packed build to redo
                 self._plans.clear()
@@ -205,9 +219,52 @@ class InstallService:
                         provenance.record_timings(plan, runner.timings)
                     except OSError:
                         pass  # the error that stopped the run is the one to report
+                if runner.timings and os.path.exists(os.path.join(plan.state_dir, "steps", f"{PERMISSIONS}.json")):
+                    reapply_permissions(self.site, plan.state_dir)  # what was written after the step
             complete = not pending_steps(plan)
             removed = builds.finish(self.layout, plan) if complete else []  # also ends one cut short before
         return InstallOutcome(plan, choice.kind, list(ran or []), complete, removed, dict(runner.timings))
+
+    def _lock_mode(self) -> int:
+        """0600 (only the installing user may lock, so no other user can block an install);
+        0660 where the site lets its group write the stacks (any of its admins installs)."""
+        return 0o660 if stack_umask(self.site) == 0o002 else 0o600
+
+    @contextmanager
+    def _private_dirs(self):
+        """hpcstack's own directories of the site (download and build caches, stage dirs, locks)
+        are the installing user's only (0700; 0770 where the site's group installs), made so
+        when hpcstack makes them and tightened when they are the user's own: the build tools
+        write files that others could replace or lock there (uv's ``.lock`` files are 0666
+        whatever the umask). What a stack is made of reaches users through the stack itself
+        (hard links keep the modes the permissions step gives). Afterwards uv's lock files
+        lose group and other write."""
+        mode = 0o770 if self._lock_mode() == 0o660 else 0o700
+        inst = self.site.installer
+        dirs = [self.site.cache_dir, self.site.stage_root, os.path.dirname(self.layout.lock_file),
+                *([inst.wheel_cache] if getattr(inst, "wheel_cache", None) else [])]
+        for d in dirs:
+            try:
+                os.makedirs(d, mode=mode, exist_ok=True)
+                st = os.stat(d)
+                if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+                    os.chmod(d, mode)
+            except OSError:
+                pass  # the step that writes there names the problem
+        try:
+            yield
+        finally:
+            for d in dirs:
+                for top, subdirs, files in os.walk(d):
+                    subdirs[:] = [s for s in subdirs if not s.startswith("archive-v")]  # unpacked wheels: no locks
+                    for name in files:
+                        if name.endswith(".lock"):
+                            try:
+                                path = os.path.join(top, name)
+                                if os.lstat(path).st_mode & 0o022 and not os.path.islink(path):
+                                    os.chmod(path, os.lstat(path).st_mode & 0o755)
+                            except OSError:
+                                pass
 
     # ------------------------------------------------------------------ the installed stack
     def installed(self) -> "InstalledStack":
@@ -235,10 +292,35 @@ class InstallService:
         return InstalledStack(self.layout.prefix, build, self.modulefile, record)
 
     # ------------------------------------------------------------------ uninstall
+    def published_modulefiles(self) -> set[str]:
+        """The modulefiles that this stack's own records say it published: the ``modulefile``
+        of each of its builds' ``provenance.json`` (absolute paths)."""
+        import json
+
+        builds_ = [self.layout.build_path(b) for b in self.layout.builds()]
+        if self.layout.published():
+            builds_.append(self.layout.published())
+        found = set()
+        for build in builds_:
+            try:
+                with open(os.path.join(self.layout.provenance_dir(build), "provenance.json")) as f:
+                    record = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and isinstance(record.get("modulefile"), str):
+                found.add(os.path.abspath(record["modulefile"]))
+        return found
+
+    def owns_modulefile(self) -> bool:
+        """True when the stack's records name :attr:`modulefile` (so uninstall may remove it)."""
+        return os.path.abspath(self.modulefile) in self.published_modulefiles()
+
     def installed_paths(self) -> list[str]:
-        """The modulefile, prefix, builds and state of the stack that exist now."""
+        """The modulefile (only where the stack's records say it published it), prefix, builds
+        and state of the stack that exist now."""
         builds = [self.layout.build_path(build_id) for build_id in self.layout.builds()]
-        return [p for p in (self.modulefile, self.layout.prefix, *builds, self.layout.state_file)
+        mine = [self.modulefile] if self.owns_modulefile() else []
+        return [p for p in (*mine, self.layout.prefix, *builds, self.layout.state_file)
                 if os.path.lexists(p)]
 
     def uninstall(self, force: bool = False, wait: bool = True, dry_run: bool = False) -> list[str]:
@@ -257,18 +339,22 @@ class InstallService:
         """
         name, version = self.name, self.version
         present = self.installed_paths()
+        mine = self.owns_modulefile()
+        foreign = (f"; the modulefile {self.modulefile} is another stack's (no build under "
+                   f"{self.layout.top} records it): kept" if not mine and os.path.lexists(self.modulefile) else "")
         if not present:
             raise HpcstackError(f"{name}/{version} is not installed for site {self.site.name} (no "
-                                f"{self.layout.prefix}, no modulefile {self.modulefile}); check --site, "
+                                f"{self.layout.prefix}, no modulefile {self.modulefile}{foreign}); check --site, "
                                 "--prefix and --module-root")
-        marker = builds.default_marker(os.path.dirname(self.modulefile), name, version)
+        # the default marker goes only with a modulefile that this stack published
+        marker = builds.default_marker(os.path.dirname(self.modulefile), name, version) if mine else None
         if marker and not force:
             raise HpcstackError(f"refusing to uninstall {name}/{version}: it is the default version of "
                                 f"{name} ({marker}); make another version the default first, or use --force")
         if dry_run:
             return present + ([marker] if marker else []) + ([self.stage_dir] if os.path.isdir(self.stage_dir) else [])
-        with install_lock(self.layout, wait=wait):
-            removed = builds.uninstall(self.layout, self.modulefile, self.stage_dir)
+        with _umask(stack_umask(self.site)), install_lock(self.layout, wait=wait, mode=self._lock_mode()):
+            removed = builds.uninstall(self.layout, self.modulefile if mine else "", self.stage_dir)
             if marker and os.path.lexists(marker):
                 os.unlink(marker)
                 removed.append(f"{marker} (the default marker)")

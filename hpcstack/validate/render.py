@@ -14,10 +14,12 @@ check (ops x dtypes x sizes, seconds, PASS/FAIL).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 
+from hpcstack.fsutil import write_no_follow
 from hpcstack.validate.judge import fmt
 
 
@@ -166,7 +168,7 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
 
     Args:
         report (dict): a report document (:meth:`hpcstack.validate.judge.Verdict.to_dict`).
-        path (str | PathLike): the PNG file to write.
+        path (str | PathLike | IO[bytes]): the PNG file to write, or a binary file object.
 
     Returns:
         bool: True if written; False when no run reported a throughput (nothing to plot).
@@ -215,7 +217,7 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
     if summary:
         fig.text(0.01, 0.01, summary, fontsize=7, family="monospace", va="bottom")
     fig.tight_layout(rect=(0, 0.04 * len(summary.splitlines()), 1, 1))
-    fig.savefig(path)
+    fig.savefig(path, format="png")
     plt.close(fig)
     return True
 
@@ -233,8 +235,11 @@ def write_report(report: dict, directory: str | os.PathLike) -> dict[str, str]:
     """
     d = Path(directory)
     paths = {"json": str(d / "report.json"), "markdown": str(d / "report.md")}
-    Path(paths["json"]).write_text(json.dumps(report, indent=1) + "\n")
-    Path(paths["markdown"]).write_text(to_markdown(report))
-    if plot_scaling(report, d / "scaling.png"):
+    # the directory may belong to the user the jobs ran as: no symbolic link is followed
+    write_no_follow(paths["json"], json.dumps(report, indent=1) + "\n")
+    write_no_follow(paths["markdown"], to_markdown(report))
+    png = io.BytesIO()
+    if plot_scaling(report, png):
+        write_no_follow(d / "scaling.png", png.getvalue())
         paths["plot"] = str(d / "scaling.png")
     return paths

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcstack import __version__
+from hpcstack.fsutil import makedirs_no_follow, write_no_follow
 from hpcstack.modules import modsys
 from hpcstack.install.components.trainer import TRAINER
 from hpcstack.errors import ConfigError, HpcstackError
@@ -527,9 +528,10 @@ def _settings_record(settings: ValidationSettings) -> dict:
 
 
 def _chown_tree(path: Path, user: str) -> None:
+    """Give ``path`` and what is under it to ``user``; links themselves, never what they name."""
     pw = pwd.getpwnam(user)
     for p in [path, *path.rglob("*")]:
-        os.chown(p, pw.pw_uid, pw.pw_gid)
+        os.chown(p, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
 
 
 def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: list[str] | None = None,
@@ -598,12 +600,11 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         out = Path(tempfile.mkdtemp(prefix=base + "-", dir=output_root))
     out.chmod(0o755)
     jobs = plan_jobs(site, recipe, nodes, backends, settings, out)
-    for j in jobs:
-        j.directory.mkdir(parents=True, exist_ok=True)
+    for j in jobs:  # an output directory given again may be a user's: no link is followed in it
+        makedirs_no_follow(j.directory, out)
         for stale in [*j.directory.glob("*.jsonl"), *j.directory.glob("*.exit")]:
             stale.unlink()
-        j.script_path.write_text(j.script)
-        j.script_path.chmod(0o755)
+        write_no_follow(j.script_path, j.script, 0o755, under=out)
     if submit_as:
         try:
             _chown_tree(out, submit_as)
@@ -641,7 +642,7 @@ def _write_jobs_file(out: Path, site, recipe, settings: ValidationSettings, jobs
             "scheduler": settings.slurm.scheduler, "settings": _settings_record(settings),
             "jobs": [{"job_id": j.job_id, "nodes": j.nodes, "ranks": j.ranks, "backends": j.backends,
                       "directory": str(j.directory)} for j in jobs]}
-    (out / "jobs.json").write_text(json.dumps(data, indent=1) + "\n")
+    write_no_follow(out / "jobs.json", json.dumps(data, indent=1) + "\n")  # out may be submit_as's
 
 
 def collect(site, recipe, directory: str, as_json: bool = False) -> int:

@@ -5,7 +5,7 @@
 #   buildah --storage-driver vfs bud --isolation chroot --volume $PWD/cache:/var/cache/hpcstack -t hpcstack-pytorch:2.3.1-gpu .
 # Run: podman run --rm hpcstack-pytorch:2.3.1-gpu --ranks 2   (the validation; or any command after --entrypoint)
 
-FROM nvcr.io/nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04
+FROM nvcr.io/nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04@sha256:21196d81f56b48dbee70494d5f10322e1a77cc47ffe202a3bf68eab81533c20f
 
 # the image's tools trust the image's CA bundle (a site's CAs added at
 # build time too)
@@ -37,7 +37,9 @@ RUN apt-get update -y && \
 COPY hpcstack-@VERSION@-py3-none-any.whl /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl
 
 RUN PIP_CACHE_DIR=/var/cache/hpcstack/pip python3 -m venv /opt/hpcstack/tool && \
-    PIP_CACHE_DIR=/var/cache/hpcstack/pip /opt/hpcstack/tool/bin/pip install --disable-pip-version-check -q /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl && \
+    /opt/hpcstack/tool/bin/python -c 'import sys, zipfile; sys.stdout.write(zipfile.ZipFile(sys.argv[1]).read("hpcstack/data/requirements/hpcstack.txt").decode())' /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl > /opt/hpcstack/dist/requirements.txt && \
+    PIP_CACHE_DIR=/var/cache/hpcstack/pip /opt/hpcstack/tool/bin/pip install --disable-pip-version-check -q --require-hashes -r /opt/hpcstack/dist/requirements.txt && \
+    PIP_CACHE_DIR=/var/cache/hpcstack/pip /opt/hpcstack/tool/bin/pip install --disable-pip-version-check -q --no-deps /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl && \
     ln -sfn /opt/hpcstack/tool/bin/hpcstack /usr/local/bin/hpcstack && \
     if ! mountpoint -q /var/cache/hpcstack; then rm -rf /var/cache/hpcstack; fi
 

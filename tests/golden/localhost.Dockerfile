@@ -38,7 +38,9 @@ RUN apt-get update -y && \
 COPY hpcstack-@VERSION@-py3-none-any.whl /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl
 
 RUN PIP_CACHE_DIR=/var/cache/hpcstack/pip python3 -m venv /opt/hpcstack/tool && \
-    PIP_CACHE_DIR=/var/cache/hpcstack/pip /opt/hpcstack/tool/bin/pip install --disable-pip-version-check -q /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl && \
+    /opt/hpcstack/tool/bin/python -c 'import sys, zipfile; sys.stdout.write(zipfile.ZipFile(sys.argv[1]).read("hpcstack/data/requirements/hpcstack.txt").decode())' /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl > /opt/hpcstack/dist/requirements.txt && \
+    PIP_CACHE_DIR=/var/cache/hpcstack/pip /opt/hpcstack/tool/bin/pip install --disable-pip-version-check -q --require-hashes -r /opt/hpcstack/dist/requirements.txt && \
+    PIP_CACHE_DIR=/var/cache/hpcstack/pip /opt/hpcstack/tool/bin/pip install --disable-pip-version-check -q --no-deps /opt/hpcstack/dist/hpcstack-@VERSION@-py3-none-any.whl && \
     ln -sfn /opt/hpcstack/tool/bin/hpcstack /usr/local/bin/hpcstack && \
     if ! mountpoint -q /var/cache/hpcstack; then rm -rf /var/cache/hpcstack; fi
 

@@ -95,9 +95,8 @@ hpcstack_build_key_horovod() {
   )
 }
 hpcstack_build_key_horovod_key=$(hpcstack_build_key_horovod | sha256sum | cut -c1-24)
-if ls /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}"/*.whl >/dev/null 2>&1; then
-  echo "horovod: reusing the wheel built before with key ${hpcstack_build_key_horovod_key}"
-  rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist && mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist && cp /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}"/*.whl /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/
+if hpcstack action reuse-wheel horovod /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}" /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist; then
+  echo "horovod: build key ${hpcstack_build_key_horovod_key}"
 else
   if [ "$(cat /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared 2>/dev/null)" = b4be19aa6d65897b937cd6b32bbb68a6f094eac742a81ee57bf9d032ee19470b ]; then
     rm -f /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared  # unpacked and patched by the patch step
@@ -111,6 +110,7 @@ else
   rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
   env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC MPICC=cc MPICXX=CC FC=ftn MPIFC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl" HOROVOD_BUILD_CUDA_CC_LIST=80 MAKEFLAGS=-j8 TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
   mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1 && tmp=$(mktemp -d /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/.new-XXXXXX) && chmod 755 "$tmp" && cp /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/*.whl "$tmp"/ \
+    && (cd "$tmp" && sha256sum -- *.whl > SHA256SUMS && chmod 644 -- *.whl SHA256SUMS) \
     && hpcstack_build_key_horovod > "$tmp/key.txt" && { mv -T "$tmp" /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}" 2>/dev/null || rm -rf "$tmp"; }
 fi
 

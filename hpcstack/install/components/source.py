@@ -28,11 +28,13 @@ import tempfile
 from dataclasses import dataclass, field
 
 from hpcstack.errors import HpcstackError
-from hpcstack.install.actions import ActionBase, ExecContext, Run, Unpack, VerifySha256, bash_word
+from hpcstack.install import wheelcache
+from hpcstack.install.actions import ACTION_COMMAND, ActionBase, ExecContext, Run, Unpack, VerifySha256, bash_word
 from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.wheels import UV_UNSET, install_run, uv_binary, wheel_cache
 from hpcstack.install.sources import sdist_fetch
+from hpcstack.install.wheelcache import SUMS
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused
 #: (v2: the MPI wrapper, the Fortran compiler, Python's ABI and every build variable in every key).
@@ -149,14 +151,14 @@ class CachedWheelBuild(ActionBase):
             f"# the wheel cache: the key hashes everything that changes the {self.name} binary",
             self.key_script(),
             f"{key}=$({self.function} | sha256sum | cut -c1-24)",
-            f"if ls {entry}/*.whl >/dev/null 2>&1; then",
-            f'  echo "{self.name}: reusing the wheel built before with key ${{{key}}}"',
-            f"  rm -rf {dist} && mkdir -p {dist} && cp {entry}/*.whl {dist}/",
+            f"if {shlex.join([*ACTION_COMMAND, 'reuse-wheel', self.name])} {entry} {dist}; then",
+            f'  echo "{self.name}: build key ${{{key}}}"',
             "else",
             *(self._prepare_bash()),
             f"  rm -rf {dist}",
             "  " + self.build.to_bash(),
             f"  mkdir -p {root} && tmp=$(mktemp -d {root}/.new-XXXXXX) && chmod 755 \"$tmp\" && cp {dist}/*.whl \"$tmp\"/ \\",
+            f"    && (cd \"$tmp\" && sha256sum -- *.whl > {SUMS} && chmod 644 -- *.whl {SUMS}) \\",
             f"    && {self.function} > \"$tmp/key.txt\" && {{ mv -T \"$tmp\" {entry} 2>/dev/null || rm -rf \"$tmp\"; }}",
             "fi",
         ])
@@ -187,14 +189,9 @@ class CachedWheelBuild(ActionBase):
         key = self.key_of(text)
         entry = os.path.join(self.root, key)
         ctx.log.write(f"# {self.name} build key {key}; its text:\n{text}")
-        cached = sorted(glob.glob(os.path.join(entry, "*.whl")))
-        shutil.rmtree(self.dist, ignore_errors=True)
-        if cached:
-            ctx.log.write(f"{self.name}: reusing the wheel built before with key {key}: {entry}\n")
-            os.makedirs(self.dist)
-            for wheel in cached:
-                shutil.copy(wheel, self.dist)
+        if wheelcache.reuse(self.name, entry, self.dist, ctx.log):  # sha256 checked before reuse
             return
+        shutil.rmtree(self.dist, ignore_errors=True)
         ctx.log.write(f"{self.name}: no wheel with key {key} in {self.root}; building\n")
         ctx.log.flush()
         if self.ready and self._prepared_ahead():
@@ -213,6 +210,7 @@ class CachedWheelBuild(ActionBase):
                 shutil.copy(wheel, tmp)
             with open(os.path.join(tmp, "key.txt"), "w") as f:
                 f.write(text)
+            wheelcache.write_sums(tmp)
             os.chmod(tmp, 0o755)
             os.rename(tmp, entry)  # atomic; fails if another install stored the same key first
             ctx.log.write(f"stored {', '.join(os.path.basename(w) for w in built)} in {entry}\n")

@@ -1,0 +1,81 @@
+"""Files root writes into a directory a user owns never follow what the user planted there;
+``uninstall`` removes only what the stack's own records say it published.
+
+The validation's output directory is handed to ``slurm.submit_as``; root later writes
+``jobs.json``, ``report.json``, ``report.md``, ``scaling.png`` and (given the directory again)
+the job scripts there. A symbolic link, a hard link or a linked directory that the user left in
+their place must not lead root's write elsewhere.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from hpcstack.fsutil import makedirs_no_follow, write_no_follow
+from hpcstack.validate.render import write_report
+from test_report import report, run
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    path = tmp_path / "victim"
+    path.write_text("precious\n")
+    return path
+
+
+def test_a_planted_symbolic_link_is_replaced_not_followed(tmp_path, victim):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").symlink_to(victim)
+    write_no_follow(out / "report.json", "{}\n")
+    assert victim.read_text() == "precious\n"
+    assert not (out / "report.json").is_symlink() and (out / "report.json").read_text() == "{}\n"
+
+
+def test_a_planted_hard_link_is_replaced_not_written_through(tmp_path, victim):
+    out = tmp_path / "out"
+    out.mkdir()
+    os.link(victim, out / "jobs.json")
+    write_no_follow(out / "jobs.json", "{}\n", 0o600)
+    assert victim.read_text() == "precious\n" and (out / "jobs.json").read_text() == "{}\n"
+    assert (out / "jobs.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_linked_directory_below_the_users_directory_is_refused(tmp_path):
+    out, elsewhere = tmp_path / "out", tmp_path / "etc"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "nodes-2").symlink_to(elsewhere)
+    with pytest.raises(OSError) as err:
+        write_no_follow(out / "nodes-2" / "job.sh", "#!/bin/sh\n", 0o755, under=out)
+    assert err.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    with pytest.raises(OSError):
+        makedirs_no_follow(out / "nodes-2" / "x", out)
+    assert list(elsewhere.iterdir()) == []
+    makedirs_no_follow(out / "nodes-1" / "a", out)
+    write_no_follow(out / "nodes-1" / "a" / "job.sh", "#!/bin/sh\n", 0o755, under=out)
+    assert (out / "nodes-1" / "a" / "job.sh").stat().st_mode & 0o777 == 0o755
+
+
+def test_write_report_follows_no_link_planted_for_any_of_its_files(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    victims = {}
+    for name in ("report.json", "report.md", "scaling.png"):
+        victims[name] = tmp_path / f"victim-{name}"
+        victims[name].write_text("precious\n")
+        (out / name).symlink_to(victims[name])
+    rep = report([run("horovod", 1, 310), run("horovod", 2, 300)])
+    paths = write_report(rep, out)
+    assert paths["plot"] == str(out / "scaling.png")
+    assert all(v.read_text() == "precious\n" for v in victims.values())
+    for name in victims:
+        assert not (out / name).is_symlink() and (out / name).stat().st_size > 0
+    assert json.loads((out / "report.json").read_text())["recipe"] == rep["recipe"]

@@ -1,0 +1,113 @@
+"""As root, hpcstack reads recipes, site configs and repositories only where root alone can write.
+
+A repository anyone can write, a recipe owned by another user, a site config in a directory
+another group can write: one line naming the path, exit status 2, and the recipe never runs
+(not even for ``--dry-run``). The site's ``permissions.admin_group`` is trusted as root is;
+``--trust-writable`` turns the check off. ``install`` names a recipe or site that shadows a
+built-in one.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import HPCSTACK, NEUTRAL_DIR, REPO, make_sdist, write_tiny_recipe
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def as_root():
+    if os.geteuid() != 0:
+        pytest.skip("the checks apply to root only; run the tests as root")
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*HPCSTACK, *args], capture_output=True, text=True, cwd=NEUTRAL_DIR, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def make_repo(root: Path, marker: Path, admin_group: str | None = None) -> Path:
+    """A repository with the tiny recipe (which leaves ``marker`` when it runs) and a localhost
+    site that shadows the built-in one."""
+    repo = root / "repo"
+    recipe = write_tiny_recipe(repo / "recipes", make_sdist(root))
+    recipe.write_text(f"open({str(marker)!r}, 'w').close()\n" + recipe.read_text())
+    (repo / "site-configs").mkdir()
+    site = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    if admin_group:
+        site.setdefault("permissions", {})["admin_group"] = admin_group
+    (repo / "site-configs" / "localhost.yaml").write_text(yaml.safe_dump(site))
+    for p in [repo, *repo.rglob("*")]:
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return repo
+
+
+def dry_run(repo: Path, root: Path, *extra: str) -> subprocess.CompletedProcess:
+    return run("install", "tiny/1.0", "--site", "localhost", "--repo", str(repo), "--prefix", str(root / "sw"),
+               "--module-root", str(root / "mf"), "--dry-run", *extra)
+
+
+def test_a_world_writable_repository_is_refused_before_its_recipe_runs(as_root, tmp_path):
+    marker = tmp_path / "ran"
+    repo = make_repo(tmp_path, marker)
+    os.chmod(repo / "recipes", 0o777)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    os.chown(repo / "recipes" / "tiny" / "1.0.py", nobody, -1)
+    res = dry_run(repo, tmp_path)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert lines[0] == (f"error: {repo / 'recipes'}: writable by every user; as root, hpcstack reads recipes and "
+                        "site configs only where only root can write (fix with chown root / chmod go-w, or pass "
+                        "--trust-writable)"), lines
+    assert len(lines) == 1 and not marker.exists()
+    os.chmod(repo / "recipes", 0o755)
+    res = dry_run(repo, tmp_path)
+    assert res.returncode == 2 and not marker.exists()
+    assert res.stderr.startswith(f"error: {repo / 'recipes' / 'tiny' / '1.0.py'}: owned by nobody;"), res.stderr
+    res = dry_run(repo, tmp_path, "--trust-writable")     # for those who mean it
+    assert res.returncode == 0, res.stderr
+    assert marker.exists()
+
+
+def test_hpcstack_path_is_checked_too(as_root, tmp_path):
+    repo = make_repo(tmp_path, tmp_path / "ran")
+    os.chmod(repo, 0o777)
+    res = run("install", "pytorch/2.3.1-gpu", "--dry-run", env={"HPCSTACK_PATH": str(repo)})
+    assert res.returncode == 2 and f"error: {repo}: writable by every user" in res.stderr, res.stderr
+
+
+def test_a_group_writable_site_config_is_refused_unless_the_group_is_the_sites_admins(as_root, tmp_path):
+    group = grp.getgrgid(next(g.gr_gid for g in grp.getgrall() if g.gr_gid != 0)).gr_name
+    repo = make_repo(tmp_path, tmp_path / "ran")
+    site = repo / "site-configs" / "localhost.yaml"
+    os.chown(site, 0, grp.getgrnam(group).gr_gid)
+    os.chmod(site, 0o664)
+    res = dry_run(repo, tmp_path)
+    assert res.returncode == 2 and f"error: {site}: writable by group {group}" in res.stderr, res.stderr
+    data = yaml.safe_load(site.read_text())
+    data["permissions"] = {"admin_group": group}
+    site.write_text(yaml.safe_dump(data))
+    res = dry_run(repo, tmp_path)
+    assert res.returncode == 0, res.stderr
+
+
+def test_install_names_the_recipe_and_site_that_shadow_built_in_ones(as_root, tmp_path):
+    repo = make_repo(tmp_path, tmp_path / "ran")
+    res = dry_run(repo, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert (f"note: site localhost is {repo / 'site-configs' / 'localhost.yaml'} from --repo {repo}; it "
+            "shadows the built-in site of that name") in res.stderr
+    assert "note: recipe tiny/1.0" not in res.stderr  # no built-in tiny recipe to shadow
+    shutil.copytree(REPO / "recipes" / "pytorch", repo / "recipes" / "pytorch")
+    res = run("install", "pytorch/2.3.1-gpu", "--repo", str(repo), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert f"note: recipe pytorch/2.3.1-gpu is {repo / 'recipes' / 'pytorch' / '2.3.1-gpu.py'}" in res.stderr
