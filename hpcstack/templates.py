@@ -54,18 +54,45 @@ def sh_quote(value) -> str:
     return shlex.quote(str(value))
 
 
+#: A ``${NAME}`` reference to the build environment, left live in a bash word.
+_VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def bash_word(value: str) -> str:
+    """Quote ``value`` as one bash word, keeping ``${NAME}`` references live.
+
+    Args:
+        value (str): text; ``${NAME}`` references are left for bash to expand.
+
+    Returns:
+        str: ``shlex.quote(value)`` when there is no reference, else a double-quoted word.
+    """
+    if not _VAR_REF.search(value):
+        return shlex.quote(value)
+    return '"' + _dq_live(value) + '"'
+
+
+def _dq_live(value: str) -> str:
+    """Escape ``value`` for use inside bash double quotes, keeping ``${NAME}`` references live."""
+    out, last = [], 0
+    for m in _VAR_REF.finditer(value):
+        out.append(re.sub(r'([\\"`$])', r"\\\1", value[last:m.start()]))
+        out.append(m.group(0))
+        last = m.end()
+    out.append(re.sub(r'([\\"`$])', r"\\\1", value[last:]))
+    return "".join(out)
+
+
 def eb_shell(value) -> str:
     """Quote ``value`` as one bash word for an easyconfig's shell strings (``preinstallopts``,
     ``postinstallcmds``), as hpcstack's own build quotes it
-    (:func:`hpcstack.install.actions.bash_word`: ``${NAME}`` references to the build environment
+    (:func:`bash_word`: ``${NAME}`` references to the build environment
     stay live, nothing else expands), then ``%`` doubled, since EasyBuild fills in
     ``%(installdir)s``-style templates in those strings before the shell runs them.
 
     Args:
         value (object): converted with :func:`str`.
     """
-    from hpcstack.install.actions import bash_word   # not at the top: actions is a higher layer
-
     return bash_word(str(value)).replace("%", "%%")
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import HPCSTACK
 from hpcstack.install.actions import Run
-from hpcstack.install.components.horovod import CachedWheelBuild
+from hpcstack.install.components.source import CachedWheelBuild
 from hpcstack.install.wheelcache import SUMS, check_entry, reuse, write_sums
 
 pytestmark = pytest.mark.unit

@@ -46,6 +46,7 @@ from typing import IO, Protocol, runtime_checkable
 from hpcstack.errors import ArgumentParser, HpcstackError
 from hpcstack.fsutil import fsync_dir, fsync_file, sha256_file
 from hpcstack.registry import Registry
+from hpcstack.templates import _dq_live, bash_word  # noqa: F401 (bash_word: also imported from here)
 
 #: Where a prefix that is a real directory (the layout before stage prefixes) goes when a staged
 #: build replaces it: ``<install_root>/<name>/.<version>-pre-staging``.
@@ -68,31 +69,6 @@ def expand(value: str, env: dict[str, str]) -> str:
         str: the expanded text.
     """
     return _VAR_REF.sub(lambda m: env.get(m.group(1), ""), value)
-
-
-def bash_word(value: str) -> str:
-    """Quote ``value`` as one bash word, keeping ``${NAME}`` references live.
-
-    Args:
-        value (str): text; ``${NAME}`` references are left for bash to expand.
-
-    Returns:
-        str: ``shlex.quote(value)`` when there is no reference, else a double-quoted word.
-    """
-    if not _VAR_REF.search(value):
-        return shlex.quote(value)
-    return '"' + _dq_live(value) + '"'
-
-
-def _dq_live(value: str) -> str:
-    """Escape ``value`` for use inside bash double quotes, keeping ``${NAME}`` references live."""
-    out, last = [], 0
-    for m in _VAR_REF.finditer(value):
-        out.append(re.sub(r'([\\"`$])', r"\\\1", value[last:m.start()]))
-        out.append(m.group(0))
-        last = m.end()
-    out.append(re.sub(r'([\\"`$])', r"\\\1", value[last:]))
-    return "".join(out)
 
 
 class ExecContext(Protocol):
