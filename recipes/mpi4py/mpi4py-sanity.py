@@ -23,22 +23,38 @@ if os.path.basename(configured) != os.path.basename(wrapper) and \
         os.path.realpath(shutil.which(configured) or configured) != os.path.realpath(want):
     problems.append(f"mpi4py.get_config() names {configured!r}, not the site's wrapper {wrapper!r}")
 library = MPI.Get_library_version().strip()
-reported = ""
-for args in (["--showme:version"], ["-v"]):
+
+
+def wrapper_output(*args):
     try:
         proc = subprocess.run([want, *args], capture_output=True, text=True, timeout=60)
     except OSError as exc:
-        problems.append(f"{wrapper}: {exc.strerror}")
-        break
-    found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", proc.stdout + proc.stderr)
-    if proc.returncode == 0 and found:
+        return None, exc.strerror
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+# the MPI the wrapper compiles against: its version (Open MPI: --showme:version; MPICH: -v), and
+# the library directories it links from (-show; Cray's compiler wrappers: --cray-print-opts=libs)
+reported = ""
+for args in (["--showme:version"], ["-v"]):
+    code, text = wrapper_output(*args)
+    found = re.search(r"\b(\d+\.\d+(?:\.\d+)?)\b", text or "")
+    if code == 0 and found:
         reported = found.group(1)
         break
-if not reported:
-    problems.append(f"{wrapper} reports no MPI version (--showme:version, -v)")
-elif reported not in library:
-    problems.append(f"MPI.Get_library_version() is {library.splitlines()[0]!r}: not the MPI {reported} "
-                    f"that {wrapper} compiles against")
+dirs = set()
+for args in (["-show"], ["--cray-print-opts=libs"]):
+    code, text = wrapper_output(*args)
+    if code == 0:
+        dirs |= {os.path.realpath(d) for d in re.findall(r"-L\s*(\S+)", text)}
+with open("/proc/self/maps") as maps:
+    loaded = {os.path.realpath(line.split()[-1]) for line in maps
+              if re.search(r"/lib[a-z_]*mpi[a-z_0-9]*\.so", line.split()[-1])}
+same_dir = any(os.path.dirname(path) in dirs for path in loaded)
+if not (reported and reported in library) and not same_dir:
+    problems.append(f"MPI.Get_library_version() is {library.splitlines()[0]!r} and the MPI libraries loaded "
+                    f"are {sorted(loaded) or 'none'}: neither the MPI {reported or '(version unknown)'} "
+                    f"that {wrapper} reports nor one from its library directories {sorted(dirs) or '(none)'}")
 for line in problems:
     print(f"mpi4py sanity: {line}", file=sys.stderr)
 if not problems:
