@@ -1,27 +1,43 @@
-"""The recipe's validation: what ``hpcstack validate`` trains, and the performance references it is
-judged against, per ``<site>:<partition>`` — kept with the recipe, as ReFrame keeps a test's
-``reference`` with the test (issue 16), not in the site config.
+"""The recipe's validation: the program ``hpcstack validate`` runs, the backends it offers, its
+workloads, the figures it reports with their units, how sanity is judged, and the performance
+references per ``<site>:<partition>`` and node count — kept with the recipe, as ReFrame keeps a
+test's ``reference`` with the test, not in the site config. Nothing here names a package: the
+PyTorch trainer and mpi4py's benchmarks are declared by their recipes' files.
 
 A recipe lists a :class:`Validation` component naming a YAML file next to it
-(``recipes/pytorch/2.3.1-gpu.validation.yaml``)::
+(``recipes/mpi4py/4.1.2.validation.yaml``)::
 
+    program:                           # what every rank runs (placeholders: Program.argv)
+      command: ["{bin}/mpi4py-validate.py", "{options}", --output, "{output}"]
+      interpreter: python              # --local runs `python <command>`
+      files: [mpi4py-validate.py]      # copied from the recipe directory into <prefix>/bin
+      options: {ring_loops: --ring-loops}      # workload key -> option
+      workload: {type: object, ...}    # JSON schema of a workload entry (default: scalars)
     nodes: [1, 2]                      # node counts of the Slurm jobs
-    backends: [horovod, ddp]
-    workloads:                         # the training program's settings
-      cpu: {model: tiny, image_size: 32, batch_size: 16, precision: fp32, device: cpu}
-      gpu: {model: resnet50, image_size: 224, batch_size: 32, precision: fp32, device: cuda}
+    backends: [mpi]                    # names of hpcstack.validate.backends.BACKENDS
+    workloads:                         # the program's settings
+      cpu: {ring_loops: 1000}
+      gpu: {...}                       # optional: where the partition has GPUs
       "cirrus:gpu": {...}              # optional: one system's own
-      digits: {model: digits, batch_size: 32, epochs: 20, lr: 0.01, accuracy_threshold: 0.95}
-                                       # optional: named, picked with --workload digits
+      digits: {...}                    # optional: named, picked with --workload digits
+    figures:                           # JSON-lines record and field, unit, report heading
+      latency: {record: pingpong, field: latency_us, unit: us, label: latency 1 B}
+      bandwidth_scaling: {scaling_of: bandwidth}   # value(N) / (N * value(1))
+    sanity:
+      every_rank: startup              # a record kind every rank reports
     references:                        # [value, lower, upper, unit], relative tolerances
-      "cirrus:gpu": {"*": {throughput_per_rank: [367, -0.25, 0.15, img/s]}, "2": {...}}
+      "localhost:debug": {"*": {latency: [40, null, 9.0, us]}, "2": {...}}
+
+The program writes JSON lines (rank 0): ``config`` (``world_size``, ``transport``), the records
+its figures name, one ``startup`` per rank (``imports_s``, ``first_step_s``) and ``result``
+(``ok``, ``reasons``); :mod:`hpcstack.validate.judge` judges them.
 
 The workload of a run is the system's own (``<site>:<partition>``, then ``<site>:*``), else
 ``gpu`` where the partition has GPUs (the site's ``slurm.gpus_per_node``) or the site's toolchain
-has CUDA, else ``cpu``. ``hpcstack validate --workload NAME`` picks a named workload instead
-(any other lower-case key, e.g. ``digits``: the real image classifier); it takes the ``device``
-of the workload the run would have had unless it names its own, so one entry serves CPU and GPU
-sites. A site with no references is judged on sanity alone.
+has CUDA and the file has one, else ``cpu``. ``hpcstack validate --workload NAME`` picks a named
+workload instead (any other lower-case key); it takes the ``device`` of the workload the run
+would have had unless it names its own, so one entry serves CPU and GPU sites. A site with no
+references is judged on sanity alone.
 """
 
 from __future__ import annotations
