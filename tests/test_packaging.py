@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 DIST = Path(os.environ.get("HPCSTACK_DIST", "/opt/hpcstack/dist"))
 VERSION = package.__version__
-DATA_DIRS = ("recipes", "site-configs", "modulefiles", "scripts")
+DATA_DIRS = ("recipes", "site-configs", "modulefiles", "scripts", "examples")
 #: Files the tool cannot work without, whatever else the data directories hold.
 ESSENTIAL = (
     "recipes/pytorch/2.3.1-gpu.py", "recipes/pytorch/2.3.1-gpu.in",
