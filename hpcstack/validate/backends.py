@@ -40,6 +40,12 @@ class Backend:
     launcher: ClassVar[str | None] = None
     local: ClassVar[bool] = True
 
+    @classmethod
+    def launcher_for(cls, site_launcher: str) -> str:
+        """The launcher of a run where the site names ``site_launcher``: :attr:`launcher` if set,
+        else the site's."""
+        return cls.launcher or site_launcher
+
     def setup(self, job_id_variable: str | None) -> list[str]:
         """Shell lines a batch job runs once before the program (default none).
 
@@ -90,4 +96,10 @@ class Ddp(Backend):
 
 @register_backend("mpi")
 class Mpi(Backend):
-    """Plain MPI (point to point and collectives of the site's MPI), under the site's launcher."""
+    """Plain MPI (point to point and collectives of the site's MPI), under the site's launcher;
+    ``mpirun`` where the site names a framework's own launcher (``horovodrun``, ``torchrun``),
+    which an MPI program's stack does not have."""
+
+    @classmethod
+    def launcher_for(cls, site_launcher):
+        return "mpirun" if site_launcher in ("horovodrun", "torchrun") else site_launcher

@@ -328,7 +328,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     prefix = layout.prefix
     use = [*site.modules.use, site.module_root]
     scheduler = get_scheduler(settings.scheduler)()
-    launcher = get_launcher(get_backend(backend).launcher or settings.launcher)(mpi=settings.mpi)
+    launcher = get_launcher(get_backend(backend).launcher_for(settings.launcher))(mpi=settings.mpi)
     alloc = scheduler.allocation(1, ranks, settings.cpus_per_task)
     with tempfile.TemporaryDirectory(prefix="hpcstack-validate-") as tmp:
         output = os.path.join(tmp, "records.jsonl") if not dry_run else "records.jsonl"
@@ -544,7 +544,7 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
         alloc = scheduler.allocation(n, s.tasks_per_node, s.cpus_per_task)
         steps, backend_setup, launcher_setup = [], [], []
         for backend in backends:
-            launcher = get_launcher(get_backend(backend).launcher or s.launcher)(mpi=s.mpi)
+            launcher = get_launcher(get_backend(backend).launcher_for(s.launcher))(mpi=s.mpi)
             argv = program.argv(settings.workload, prefix=prefix, backend=backend,
                                 output=str(directory / f"{backend}.jsonl"), threads=s.cpus_per_task,
                                 ranks=alloc.ranks, nodes=n)
