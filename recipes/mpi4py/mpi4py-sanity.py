@@ -1,9 +1,10 @@
 """Sanity check of the mpi4py stack: built with the site's MPI wrapper, loading the site's MPI.
 
 Usage: python mpi4py-sanity.py WRAPPER (the site's toolchain.cc, e.g. mpicc). Exit status 1,
-with one line per problem, when mpi4py.get_config() names another compiler or when
-MPI.Get_library_version() does not hold the version the wrapper reports (Open MPI:
-``--showme:version``; MPICH and others: ``-v``).
+with one line per problem, when mpi4py.get_config() names another compiler, or when the MPI
+library loaded is neither the version the wrapper reports (MPI.Get_library_version() holds the
+version of ``--showme:version``, Open MPI, or ``-v``, MPICH) nor a library from the wrapper's
+``-L`` directories (``-show``; Cray's ``--cray-print-opts=libs``).
 """
 
 import os
@@ -22,7 +23,7 @@ want = shutil.which(wrapper) or wrapper
 if os.path.basename(configured) != os.path.basename(wrapper) and \
         os.path.realpath(shutil.which(configured) or configured) != os.path.realpath(want):
     problems.append(f"mpi4py.get_config() names {configured!r}, not the site's wrapper {wrapper!r}")
-library = MPI.Get_library_version().strip()
+library = MPI.Get_library_version().replace("\x00", "").strip()
 
 
 def wrapper_output(*args):

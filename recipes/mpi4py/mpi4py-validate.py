@@ -60,7 +60,7 @@ def main(argv=None):
     def record(kind, **fields):
         records.append({"record": kind, **fields})
 
-    library = MPI.Get_library_version().strip().splitlines()[0]
+    library = MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0]
     record("config", backend="mpi", transport=library, world_size=size,
            versions={"python": sys.version.split()[0], "mpi4py": mpi4py.__version__,
                      "mpi": "%d.%d" % MPI.Get_version()})
