@@ -52,11 +52,11 @@ def test_dry_run_matches_the_golden_file(site, command):
         # the sdist checked, built with the site's wrapper, the sanity program, the module
         assert "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02" in got
         wrapper = {"cirrus": "mpicc", "perlmutter": "cc"}[site]      # the site's toolchain.cc
-        assert f"MPICC={wrapper}" in got and f"mpi4py-sanity.py {wrapper}" in got
-        assert "mpi4py-validate.py" in got
+        assert f"MPICC={wrapper}" in got and f"mpi4py-sanity {wrapper}" in got
+        assert "mpi4py-validate" in got
     else:
         assert "module load mpi4py/4.1.2" in got
-        assert "/bin/mpi4py-validate.py --ring-bytes 1 --ring-loops 1000" in got
+        assert "/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000" in got
         assert "hpcstack-train-benchmark" not in got and "MASTER_PORT" not in got
 
 

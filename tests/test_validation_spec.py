@@ -29,9 +29,9 @@ def test_the_program_gets_its_placeholders_and_options():
     site, spec = spec_of()
     argv = spec.program.argv(spec.workload(site, "debug"), prefix="/p", backend="mpi", output="o.jsonl",
                              threads=1, ranks=2, nodes=2)
-    assert argv == ["/p/bin/mpi4py-validate.py", "--ring-bytes", "1", "--ring-loops", "1000",
+    assert argv == ["/p/bin/mpi4py-validate", "--ring-bytes", "1", "--ring-loops", "1000",
                     "--pingpong-loops", "1000", "--pingpong-max-bytes", "4194304", "--output", "o.jsonl"]
-    assert spec.program.executable("/p") == "/p/bin/mpi4py-validate.py"
+    assert spec.program.executable("/p") == "/p/bin/mpi4py-validate"
     assert spec.backends == ["mpi"] and spec.local_backends == ["mpi"]
     assert spec.figures["latency"].unit == "us" and spec.figures["bandwidth_scaling"].scaling_of == "bandwidth"
 

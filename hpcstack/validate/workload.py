@@ -8,9 +8,9 @@ A recipe lists a :class:`Validation` component naming a YAML file next to it
 (``recipes/mpi4py/4.1.2.validation.yaml``)::
 
     program:                           # what every rank runs (placeholders: Program.argv)
-      command: ["{bin}/mpi4py-validate.py", "{options}", --output, "{output}"]
+      command: ["{bin}/mpi4py-validate", "{options}", --output, "{output}"]
       interpreter: python              # --local runs `python <command>`
-      files: [mpi4py-validate.py]      # copied from the recipe directory into <prefix>/bin
+      files: [mpi4py-validate]      # copied from the recipe directory into <prefix>/bin
       options: {ring_loops: --ring-loops}      # workload key -> option
       workload: {type: object, ...}    # JSON schema of a workload entry (default: scalars)
     nodes: [1, 2]                      # node counts of the Slurm jobs

@@ -11,7 +11,7 @@ from hpcstack.validate.workload import Validation
 class Mpi4pyBuild(SourceBuild):
     """mpi4py's build with ``MPICC`` set to the site's wrapper (``toolchain.cc``); the wrapper's
     ``-show`` (the MPI it compiles against) enters the build-cache key; the sanity check
-    (mpi4py-sanity.py) requires ``mpi4py.get_config()`` to name that wrapper and
+    (mpi4py-sanity) requires ``mpi4py.get_config()`` to name that wrapper and
     ``MPI.Get_library_version()`` the version the wrapper reports."""
 
     def build_env(self, ctx):
@@ -22,7 +22,7 @@ class Mpi4pyBuild(SourceBuild):
         return (*super().key_probes(ctx), ("MPI", f"{cc} -show 2>&1; {cc} --showme:version 2>&1 || {cc} -v 2>&1"))
 
     def sanity_actions(self, ctx):
-        script = str(ctx.recipe_file("mpi4py-sanity.py"))
+        script = str(ctx.recipe_file("mpi4py-sanity"))
         return [Run((ctx.python, script, ctx.site.toolchain.cc), input_files=(script,))]
 
 

@@ -36,7 +36,7 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step mpi: starting $(date -u +%H:%M:%S)"
-srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate.py --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n1/mpi.jsonl
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n1/mpi.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/mpi.exit
 echo "==> hpcstack: step mpi: exit status $rc"
@@ -81,7 +81,7 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step mpi: starting $(date -u +%H:%M:%S)"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate.py --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n2/mpi.jsonl
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n2/mpi.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/mpi.exit
 echo "==> hpcstack: step mpi: exit status $rc"

@@ -99,7 +99,7 @@ chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/constraints.txt
 hpcstack action sbom --spec '{"builds": [{"env": {"MPICC": "cc"}, "package": "mpi4py", "patches": [], "probes": [["python", "/global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in []]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["cmake", "cmake --version"], ["MPI", "cc -show 2>&1; cc --showme:version 2>&1 || cc -v 2>&1"]], "sha256": "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02", "url": "https://files.pythonhosted.org/packages/75/83/231445bbcf7ef10864746c244ff2d82000011449b79275642c5d4ed8c8f4/mpi4py-4.1.2.tar.gz", "version": "4.1.2"}], "description": "mpi4py 4.1.2 (MPI for Python) built against the site'"'"'s MPI", "lock": "@HPCSTACK_DATA@/recipes/mpi4py/4.1.2.pypi.lock", "name": "mpi4py", "prefix": "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2", "site": "perlmutter", "version": "4.1.2"}' /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/sbom.cdx.json
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/hpcstack-doctor
-install -m 0755 @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-validate.py /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/mpi4py-validate.py
+install -m 0755 @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-validate /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/mpi4py-validate
 
 # --- step sanitycheck: check imports, build flags and dependencies
 # in the background, while the actions after it run; the step waits for it at its end
@@ -111,7 +111,7 @@ print('"'"'imports ok: mpi4py, mpi4py.MPI, mpi4py.bench'"'"')
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-config
-/global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-sanity.py cc
+/global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-sanity cc
 /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/hpcstack-doctor --help
 @UV@ pip freeze --python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-config > /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/pip-freeze.txt
 wait "$hpcstack_sanitycheck_1"
