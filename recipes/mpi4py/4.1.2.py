@@ -3,6 +3,7 @@
 import os
 
 from hpcstack.install.actions import Run
+from hpcstack.install.plan import INSTALL
 from hpcstack.install.components import Imports, Lock, Modulefile, PipWheels, SourceBuild, StackManifest, Venv
 from hpcstack.recipe import Recipe
 from hpcstack.validate.workload import Validation
@@ -20,6 +21,15 @@ class Mpi4pyBuild(SourceBuild):
     def key_probes(self, ctx):
         cc = ctx.site.toolchain.cc
         return (*super().key_probes(ctx), ("MPI", f"{cc} -show 2>&1; {cc} --showme:version 2>&1 || {cc} -v 2>&1"))
+
+    def contribute(self, ctx):
+        # mpi4py >= 4 reads its build's MPI from an mpi.cfg that downstream packagers provide
+        # (mpi4py.get_config's docstring): record the wrapper the build found on PATH
+        steps = super().contribute(ctx)
+        cfg = os.path.join(ctx.site_packages, "mpi4py", "mpi.cfg")
+        record = Run(("bash", "-c", 'printf "[mpi]\\nmpicc = %s\\n" "$(command -v "$1")" > "$2"', "mpi.cfg",
+                      ctx.site.toolchain.cc, cfg))
+        return {**steps, INSTALL: [*steps[INSTALL], record]}
 
     def sanity_actions(self, ctx):
         script = str(ctx.recipe_file("mpi4py-sanity"))
