@@ -13,7 +13,7 @@ from hpcstack.recipe import load_recipe
 from hpcstack.site import load_site
 from hpcstack.validate.judge import RunOutcome, judge, startup_summary
 from hpcstack.validate.render import to_markdown
-from hpcstack.validate.workload import Validation, validation_of
+from hpcstack.validate.workload import Figure, Validation, validation_of
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +33,7 @@ def test_the_program_gets_its_placeholders_and_options():
                     "--pingpong-loops", "1000", "--pingpong-max-bytes", "4194304", "--output", "o.jsonl"]
     assert spec.program.executable("/p") == "/p/bin/mpi4py-validate"
     assert spec.backends == ["mpi"] and spec.local_backends == ["mpi"]
-    assert spec.figures["latency"].unit == "us" and spec.figures["bandwidth_scaling"].scaling_of == "bandwidth"
+    assert spec.figures["latency"].unit == "us" and list(spec.figures) == ["latency", "bandwidth", "ring_time"]
 
 
 @pytest.mark.parametrize("change, expected", [
@@ -64,11 +64,13 @@ def records(latency, bandwidth, ranks):
 
 def test_the_judge_and_report_use_the_declared_figures_and_startup():
     site, spec = spec_of()
+    figures = {**spec.figures, "bandwidth_scaling": Figure("bandwidth_scaling", "", scaling_of="bandwidth",
+                                                           label="bandwidth vs 1 node")}
     runs = [RunOutcome("mpi", 1, 1, "7", "COMPLETED", "0:0", 0, records(40.0, 1000.0, 1)),
             RunOutcome("mpi", 2, 2, "8", "COMPLETED", "0:0", 0, records(400.0, 1500.0, 2))]
     refs = {"localhost:debug": {"*": {"latency": [40.0, None, 1.0, "us"]}}}
     verdict = judge(runs, site="localhost", partition="debug", recipe="mpi4py/4.1.2", references=refs,
-                    figures=spec.figures, every_rank=spec.every_rank)
+                    figures=figures, every_rank=spec.every_rank)
     one, two = verdict.runs
     assert one.ok and not two.ok
     assert two.figures["bandwidth_scaling"].value == pytest.approx(1500 / (2 * 1000))
@@ -80,6 +82,7 @@ def test_the_judge_and_report_use_the_declared_figures_and_startup():
     md = to_markdown(doc)
     assert "| backend | nodes | ranks | job | latency 1 B | bandwidth 4 MiB | ring loop | bandwidth vs 1 node |" in md
     assert "- mpi on 2 node(s), 2 rank(s): imports done 0.70 s median, 1.20 s max" in md
+    assert "Collectives check" not in md                       # the program has none
 
 
 def test_a_rank_without_its_every_rank_record_fails_sanity():

@@ -114,8 +114,9 @@ def collectives_line(run: dict) -> str:
 
 
 def collectives_lines(runs: list[dict]) -> list[str]:
-    """The report's "Collectives check" section: one line per run (backend and node count)."""
-    if not runs:
+    """The report's "Collectives check" section: one line per run (backend and node count);
+    none where the program has no such check (every run recorded that it did not run)."""
+    if not runs or all(r.get("collectives") and not r["collectives"].get("ran") for r in runs):
         return []
     return (["Collectives check (exact results of every collective the backend offers, before "
              "training):", ""] + [f"- {collectives_line(r)}" for r in runs] + [""])

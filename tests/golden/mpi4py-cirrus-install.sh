@@ -77,6 +77,7 @@ fi
 
 # --- step install: install built packages and the stack's tools
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-config --cache-dir /work/y07/shared/cirrus-software/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --reinstall-package mpi4py --no-deps --no-index --find-links /work/y07/shared/cirrus-software/.hpcstack/stage/mpi4py-4.1.2/dist mpi4py==4.1.2
+bash -c 'printf "[mpi]\nmpicc = %s\n" "$(command -v "$1")" > "$2"' mpi.cfg mpicc /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/venv/lib/python3.12/site-packages/mpi4py/mpi.cfg
 mkdir -p /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/.hpcstack
 hpcstack_tmp=$(mktemp /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
