@@ -100,18 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "checked against its manifest first)")
 
     p = sub.add_parser(
-        "validate", help="train on the installed stack in Slurm jobs across nodes (or locally) and "
-                         "judge sanity, performance and scaling",
-        description="Submit one Slurm job per node count; each loads the stack's module and trains "
-                    "with every backend (Horovod, then torch.distributed DDP); then check sanity, "
-                    "compare the figures with the site's references and report scaling (JSON, "
-                    "markdown, PNG in the output directory). With --local, or for a site without "
-                    "a slurm section: train on --ranks ranks of this host with the site's launcher.")
+        "validate", help="run the recipe's validation on the installed stack in Slurm jobs across "
+                         "nodes (or locally) and judge sanity, performance, start-up and scaling",
+        description="Submit one Slurm job per node count; each loads the stack's module and runs the "
+                    "recipe's validation program with every backend it offers (PyTorch: Horovod, "
+                    "then torch.distributed DDP; mpi4py: MPI); then check sanity, compare the "
+                    "figures with the recipe's references and report start-up per rank and scaling "
+                    "(JSON, markdown, PNG in the output directory). With --local, or for a site "
+                    "without a slurm section: run on --ranks ranks of this host with the site's launcher.")
     _add_site_args(p)
     p.add_argument("--nodes", metavar="N[,N...]",
                    help="node counts, one job each, e.g. 1,2,4 (default: the site's validation.nodes, else 1,2)")
-    p.add_argument("--backend", choices=["horovod", "ddp", "both"],
-                   help="training backend(s) each job runs (default: both, one after the other)")
+    p.add_argument("--backend", metavar="NAME",
+                   help="a backend of the recipe's validation (pytorch: horovod, ddp), or all (also: "
+                        "both); default all, one after the other")
     p.add_argument("--partition", help="Slurm partition (default: the site's slurm.partition)")
     p.add_argument("--qos", help="Slurm QoS (default: the site's slurm.qos)")
     p.add_argument("--account", help="Slurm account / budget (default: the site's slurm.account)")
@@ -510,47 +512,18 @@ def cmd_install(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    """``hpcstack validate``: Slurm jobs across nodes (default), or the local launcher (``--local``).
-
-    Sites without a ``slurm`` section always use the local launcher. Options that only make
-    sense for one mode are refused in the other (exit status 2).
-    """
-    from hpcstack.validate.validation import collect, local_validation, parse_nodes, slurm_validation
+    """``hpcstack validate``: the recipe's validation in Slurm jobs across nodes (default), or on
+    this host (``--local``); :class:`hpcstack.validate.service.ValidationService` does the work."""
+    from hpcstack.validate.service import ValidationRequest, ValidationService
 
     site, recipe = _load(args)
     if args.emit:
         return _emit_validation(args, site, recipe)
-    slurm_only = {"--nodes": args.nodes, "--partition": args.partition, "--qos": args.qos,
-                  "--account": args.account, "--output-dir": args.output_dir,
-                  "--no-wait": args.no_wait, "--collect": args.collect}
-    if args.local or not site.slurm:
-        why = "--local" if args.local else f"site {site.name} has no slurm section (local launcher)"
-        problems = [f"{opt}: not used with {why}" for opt, value in slurm_only.items() if value]
-        if args.backend not in (None, "horovod"):
-            problems.append(f"--backend {args.backend}: the local launcher runs the horovod backend only")
-        if args.ranks is not None and args.ranks < 1:
-            problems.append("--ranks: must be at least 1")
-        if args.dry_run and args.json:
-            problems.append(f"--json: not with --dry-run and {why} (that dry run prints the commands as bash)")
-        if problems:
-            raise ConfigError(problems)
-        return local_validation(site, recipe, ranks=args.ranks, dry_run=args.dry_run, as_json=args.json,
-                                workload=args.workload)
-    if args.ranks is not None:
-        raise ConfigError(["--ranks: only with --local (Slurm jobs take --nodes and the site's "
-                           "slurm.tasks_per_node)"])
-    if args.collect:
-        clash = [opt for opt, value in (("--dry-run", args.dry_run), ("--no-wait", args.no_wait),
-                                        ("--nodes", args.nodes), ("--output-dir", args.output_dir),
-                                        ("--workload", args.workload)) if value]
-        if clash:
-            raise ConfigError([f"{opt}: not used with --collect" for opt in clash])
-        return collect(site, recipe, args.collect, as_json=args.json)
-    backends = {None: None, "both": ["horovod", "ddp"]}.get(args.backend, [args.backend])
-    return slurm_validation(
-        site, recipe, nodes=parse_nodes(args.nodes) if args.nodes else None, backends=backends,
-        partition=args.partition, qos=args.qos, account=args.account, output_dir=args.output_dir,
-        dry_run=args.dry_run, no_wait=args.no_wait, as_json=args.json, workload=args.workload)
+    return ValidationService(site, recipe).run(ValidationRequest(
+        nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
+        account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
+        local=args.local, ranks=args.ranks, workload=args.workload, dry_run=args.dry_run,
+        as_json=args.json))
 
 
 def _emit_validation(args, site, recipe) -> int:
@@ -560,6 +533,7 @@ def _emit_validation(args, site, recipe) -> int:
         ConfigError: an unknown format, or options that only apply to running a validation.
     """
     from hpcstack.export.reframe import EMIT_FORMATS, emit_reframe, reframe_command
+    from hpcstack.validate.service import requested_backends
     from hpcstack.validate.validation import parse_nodes
 
     fmt, directory = args.emit
@@ -569,7 +543,7 @@ def _emit_validation(args, site, recipe) -> int:
         ("--collect", args.collect), ("--output-dir", args.output_dir), ("--json", args.json)) if value]
     if problems:
         raise ConfigError(problems)
-    backends = {None: None, "both": ["horovod", "ddp"]}.get(args.backend, [args.backend])
+    backends = requested_backends(recipe, args.backend)
     paths = emit_reframe(site, recipe, directory, nodes=parse_nodes(args.nodes) if args.nodes else None,
                          backends=backends, partition=args.partition, qos=args.qos, account=args.account,
                          workload=args.workload)

@@ -35,7 +35,11 @@ summary goes to stderr. Rates are images per second (img/s), losses cross-entrop
      "world_size", "unit"}
     {"record": "convergence", "initial_loss", "final_loss", "threshold", "baseline_loss",
      "steps", "loss_fell", "below_threshold", "params_identical", "param_hashes", "seconds"}
+    {"record": "startup", "rank", "imports_s", "first_step_s", "unit"}    (one per rank)
     {"record": "result", "ok", "reasons", "wall_seconds"}
+
+The startup records give each rank's seconds from its process start (``/proc/self/stat``) to
+its imports done (torch and the backend, initialised) and to the end of its first training step.
 
 Before both phases, unless ``--no-collectives-check``, every rank checks the backend's collectives
 on the training device against exact results (CollectivesCheck: allreduce sum/average/min/max,
@@ -81,6 +85,23 @@ from typing import Callable, Mapping, Optional, Sequence, TextIO
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+def process_start_time() -> float:
+    """This process's start, in seconds since the epoch: field 22 of ``/proc/self/stat`` (clock
+    ticks after boot) plus the boot time (``btime`` of ``/proc/stat``); the time of this call
+    where ``/proc`` has neither (proc(5))."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+#: Start-up points of this rank, seconds since the epoch: set as the run gets there.
+STARTUP = {"process_start": process_start_time(), "imports_done": None, "first_step": None}
 
 SCRIPT_NAME = "hpcstack-train-benchmark"
 SCRIPT_VERSION = "1.0"
@@ -1164,6 +1185,9 @@ def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, comm: Co
             scaler.scale(loss).backward()
             comm.scaled_step(optimizer, scaler)
             scaler.update()
+        if STARTUP["first_step"] is None:
+            _synchronize(comm.device)
+            STARTUP["first_step"] = time.time()
         return loss
 
     return step
@@ -1731,6 +1755,19 @@ def report_throughput(comm: Comm, report: Report, img_secs: Sequence[float], bat
     report.say(f"Total img/sec on {comm.size} {kind}(s): {total:.1f} +-{total_ci95:.1f}")
 
 
+def report_startup(comm: Comm, report: Report) -> None:
+    """Gather every rank's start-up seconds (:data:`STARTUP`) and write one ``startup`` record
+    per rank: ``imports_s`` (process start to imports done) and ``first_step_s`` (to the end
+    of the first training step); -1 where a point was not reached."""
+    start = STARTUP["process_start"]
+    mine = [(STARTUP[key] - start) if STARTUP[key] is not None else -1.0
+            for key in ("imports_done", "first_step")]
+    gathered = comm.allgather(torch.tensor(mine, dtype=torch.float64), "startup.seconds")
+    for rank, (imports, first) in enumerate(gathered.reshape(-1, 2).tolist()):
+        report.record("startup", rank=rank, imports_s=imports if imports >= 0 else None,
+                      first_step_s=first if first >= 0 else None, unit="s")
+
+
 def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: int,
                started: float) -> int:
     """Write the config record, run both phases, write their records; return 0 or 1."""
@@ -1788,6 +1825,7 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
     if collectives is not None and not collectives["ok"]:
         reasons.insert(0, f"collectives check: {collectives['failed_checks']} wrong result(s): "
                           + "; ".join(collectives["failures"]))
+    report_startup(comm, report)
     wall = time.perf_counter() - started
     report.record("result", ok=not reasons, reasons=reasons, wall_seconds=wall)
     report.say(f"result: OK in {wall:.1f} s" if not reasons
@@ -1807,6 +1845,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         check_model_name(args.model)
         comm = open_comm(args.backend, args.device)
+        STARTUP["imports_done"] = time.time()
     except UsageError as err:
         print(f"{SCRIPT_NAME}: error: {err}", file=sys.stderr)
         return 2

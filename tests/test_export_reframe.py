@@ -79,7 +79,7 @@ def test_cirrus_check_runs_the_validation_trainer_with_its_settings_and_referenc
     source = (cirrus / CHECK).read_text()
     site = load_site("cirrus")
     settings = validation_settings(site, load_recipe(RECIPE, site))
-    trainer = _constant(source, "TRAINER")
+    trainer = _constant(source, "PROGRAM")
     prefix = "/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu"
     for backend in ("horovod", "ddp"):
         assert trainer[backend] == trainer_argv(settings.workload, prefix, backend, "records.jsonl", 10)
@@ -228,7 +228,7 @@ def test_reframe_run_fails_with_reframes_message_when_the_reference_is_out_of_re
 @pytest.mark.e2e
 def test_reframe_run_fails_with_reframes_message_when_the_trainers_sanity_fails(localhost_stack, workdir):
     proc = run_localhost(workdir, "--nodes", "1", reframe_args=(
-        "-S", "trainer_extra_opts=--loss-threshold,0.0001,--convergence-steps,5"))
+        "-S", "program_extra_opts=--loss-threshold,0.0001,--convergence-steps,5"))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-5000:]
-    assert "sanity error: the trainer reported failure (its result record is not ok)" in out, out[-5000:]
+    assert "sanity error: the program reported failure (its result record is not ok)" in out, out[-5000:]

@@ -34,7 +34,7 @@ STACK_PYTHONS = [Path(top) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bi
 FAST = ["--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
 RUN_TIMEOUT_S = 180
 RECORD_ORDER = ["config", "collectives", "throughput", "throughput", "throughput_total",
-                "convergence", "result"]
+                "convergence", "startup", "startup", "result"]
 
 
 def _probe(python: str, code: str) -> subprocess.CompletedProcess:
@@ -479,7 +479,8 @@ def test_skipped_ops_are_summarised_per_reason(collective_cases):
 # --------------------------------------------------------------------------------------------
 
 DIGITS = ["--model", "digits", "--batch-size", "32", "--no-collectives-check"]
-DIGITS_RECORDS = ["config", "throughput", "throughput", "throughput_total", "classifier", "result"]
+DIGITS_RECORDS = ["config", "throughput", "throughput", "throughput_total", "classifier", "startup", "startup",
+                  "result"]
 
 
 @pytest.fixture(scope="module")

@@ -4,16 +4,15 @@ test their stacks with ReFrame (nightly, after maintenance) rather than with hpc
 Two files are written into DIR, both rendered from jinja2 templates
 (``scripts/reframe-check.py.j2``, ``scripts/reframe-settings.py.j2``):
 
-* ``<name>_<version>_check.py`` — a ``rfm.RunOnlyRegressionTest`` that runs the stack's trainer
-  (``<prefix>/bin/hpcstack-train-benchmark``) with exactly the command line of
-  ``hpcstack validate``'s Slurm jobs (:func:`hpcstack.validate.validation.trainer_argv` on the
-  settings of :func:`hpcstack.validate.validation.validation_settings`), one test per node count
-  and backend (ReFrame ``parameter``\\ s); a ``@sanity_function`` asserting what
-  :func:`hpcstack.validate.judge.sanity_reasons` asserts (the result record is ok, the
-  collectives check was exact, the program ran on every rank, NCCL where the build requires it);
-  ``@performance_function``\\ s for ``throughput_total``, ``throughput_per_rank`` (img/s) and,
-  for N > 1 nodes, ``scaling_efficiency`` against the 1-node test of the same backend (a ReFrame
-  test dependency); and the recipe's performance references ``(value, lower, upper, unit)`` per
+* ``<name>_<version>_check.py`` — a ``rfm.RunOnlyRegressionTest`` that runs the recipe's
+  validation program (e.g. ``<prefix>/bin/hpcstack-train-benchmark``) with exactly the command
+  line of ``hpcstack validate``'s Slurm jobs (:meth:`hpcstack.validate.workload.Program.argv` on
+  the settings of :func:`hpcstack.validate.validation.validation_settings`), one test per node
+  count and backend (ReFrame ``parameter``\\ s); a ``@sanity_function`` asserting what
+  :func:`hpcstack.validate.judge.sanity_reasons` asserts (the result record is ok, no collective
+  was wrong, the program ran on every rank, NCCL where the build requires it);
+  a ``@performance_function`` per figure of the validation file (its unit; a scaling efficiency,
+  for N > 1 nodes, against the 1-node test of the same backend, a ReFrame test dependency); and the recipe's performance references ``(value, lower, upper, unit)`` per
   node count (:func:`hpcstack.validate.judge.lookup_references`) as ReFrame's ``reference``.
   The test's module carries its module root (ReFrame's ``{'name': …, 'path': …}`` form).
 * ``settings.py`` — a ReFrame site configuration for the site: one system with the validation's
@@ -102,7 +101,8 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     from hpcstack.templates import render, sh_quote
     from hpcstack.validate.judge import lookup_references
     from hpcstack.validate.scheduler import get_scheduler
-    from hpcstack.validate.validation import _required_transport, stack_layout, trainer_argv, validation_settings
+    from hpcstack.validate.backends import get_backend
+    from hpcstack.validate.validation import _required_transport, stack_layout, validation_settings
 
     settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account,
                                    workload=workload)
@@ -124,7 +124,13 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     backends = list(backends or settings.backends)
     prefix = stack_layout(site, recipe).prefix
     system = f"{site.name}:{s.partition}"
-    argv = {b: trainer_argv(settings.workload, prefix, b, RECORDS, s.cpus_per_task) for b in backends}
+    program = settings.spec.program
+    argv = {b: program.argv(settings.workload, prefix=prefix, backend=b, output=RECORDS,
+                            threads=s.cpus_per_task, ranks=0, nodes=0) for b in backends}
+    placeholders = [w for w in program.command if "{ranks}" in w or "{nodes}" in w]
+    if placeholders:
+        raise ConfigError([f"--emit reframe: the program's command uses {', '.join(placeholders)}: a "
+                           "ReFrame test is one command line for every node count"])
     references = {n: {name: (ref.value, ref.lower, ref.upper, ref.unit)
                       for name, ref in lookup_references(settings.references, site.name, s.partition, n).items()}
                   for n in nodes}
@@ -154,7 +160,9 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
         tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task, gpus_per_node=s.gpus_per_node,
         time_limit=_duration(s.time_limit), exclusive=s.exclusive,
         launcher_options=[f"--mpi={s.mpi}"] if s.mpi else [],
-        env=env, setup=[f"export MASTER_PORT=$((20000 + {scheduler.job_id_variable} % 20000))"],
+        env=env, setup=list(dict.fromkeys(line for b in backends
+                                          for line in get_backend(b)().setup(scheduler.job_id_variable))),
+        figures=settings.spec.figures, every_rank=settings.spec.every_rank, tags=sorted({"hpcstack", recipe.name}),
         required_transport=_required_transport(site, recipe), records=RECORDS,
         account_hint=bool(s.account_required and not s.account), workload=settings.workload)
     config = render(

@@ -35,8 +35,44 @@ import datetime
 import math
 from dataclasses import dataclass, field
 
-#: Figures a reference can name, with their units. ``scaling_efficiency`` is a fraction (0.9 = 90 %).
+#: The PyTorch trainer's figures, with their units (``scaling_efficiency`` is a fraction, 0.9 =
+#: 90 %): the defaults of :func:`judge` for callers that pass no figures of a validation file
+#: (a recipe's validation file declares its own, :class:`hpcstack.validate.workload.Figure`).
 FIGURES = {"throughput_total": "img/s", "throughput_per_rank": "img/s", "scaling_efficiency": ""}
+
+
+def _default_figures() -> dict:
+    from hpcstack.validate.workload import Figure
+
+    return {"throughput_total": Figure("throughput_total", "img/s", "throughput_total", "img_per_sec",
+                                       label="img/s total"),
+            "throughput_per_rank": Figure("throughput_per_rank", "img/s", "throughput_total", "img_per_sec",
+                                          per_rank=True, label="img/s per rank"),
+            "scaling_efficiency": Figure("scaling_efficiency", "", scaling_of="throughput_total",
+                                         label="scaling efficiency")}
+
+
+def startup_summary(records: list[dict]) -> dict | None:
+    """Start-up time of a run's ranks from their ``startup`` records (one per rank: ``rank``,
+    ``imports_s``: process start to imports done, ``first_step_s``: process start to the end of
+    the first measured step, in seconds): median and max over the ranks, the figure sites watch
+    for import storms on parallel file systems.
+
+    Returns:
+        dict | None: ``{"ranks", "imports_s": {"median", "max"}, "first_step_s": {"median",
+        "max"}}``; None without startup records.
+    """
+    import statistics
+
+    rows = [r for r in records if r.get("record") == "startup"]
+    if not rows:
+        return None
+    out: dict = {"ranks": len(rows)}
+    for key in ("imports_s", "first_step_s"):
+        values = [float(r[key]) for r in rows if r.get(key) is not None]
+        out[key] = ({"median": statistics.median(values), "max": max(values)} if values
+                    else {"median": None, "max": None})
+    return out
 
 
 @dataclass(frozen=True)
@@ -165,23 +201,25 @@ class RunOutcome:
     output_tail: list[str] = field(default_factory=list)
 
 
-def measured_figures(records: list[dict]) -> dict[str, float]:
-    """Extract ``throughput_total`` and ``throughput_per_rank`` (img/s) from a run's records.
+def measured_figures(records: list[dict], figures: dict | None = None) -> dict[str, float]:
+    """Extract the figures a run's records hold (not the scaling efficiencies: they need the
+    1-node run).
 
     Args:
-        records (list[dict]): the training program's records (``throughput_total`` record:
-            ``img_per_sec`` and ``world_size``).
+        records (list[dict]): the program's JSON-lines records.
+        figures (dict[str, Figure] | None): the validation file's figures; None: the PyTorch
+            trainer's (``throughput_total`` and ``throughput_per_rank``, img/s).
 
     Returns:
-        dict[str, float]: the figures found (empty when the benchmark did not report).
+        dict[str, float]: the figures found (empty when the program did not report).
     """
-    total = next((r for r in records if r.get("record") == "throughput_total"), None)
-    if not total:
-        return {}
-    figures = {"throughput_total": float(total["img_per_sec"])}
-    if total.get("world_size"):
-        figures["throughput_per_rank"] = float(total["img_per_sec"]) / int(total["world_size"])
-    return figures
+    found = {}
+    for name, figure in (figures or _default_figures()).items():
+        if figure.record:
+            value = figure.value(records)
+            if value is not None:
+                found[name] = value
+    return found
 
 
 def scaling_efficiency(throughput_n: float, throughput_1: float, nodes: int) -> float:
@@ -204,7 +242,8 @@ def scaling_efficiency(throughput_n: float, throughput_1: float, nodes: int) -> 
     return throughput_n / (nodes * throughput_1)
 
 
-def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> list[str]:
+def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
+                   every_rank: str | None = "throughput", check_ranks: bool = True) -> list[str]:
     """Why a run fails its sanity checks (empty when it passes).
 
     Checks, in order: the backend finished (else the job's id, state and exit code are named),
@@ -218,6 +257,9 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
     Args:
         run (RunOutcome): the run.
         required_transport (str | None): substring the ``config`` record's transport must hold.
+        every_rank (str | None): a record kind every rank reports (``"rank": R``), from the
+            validation file's ``sanity.every_rank`` (default the trainer's ``throughput``).
+        check_ranks (bool): compare the ``config`` record's world size with ``run.ranks``.
     """
     if run.exit_status is None:
         return [f"did not finish: job {run.job_id} ended {run.job_state} "
@@ -244,11 +286,11 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None) -> li
                     if not (collectives.ok is False and reason.startswith("collectives check:"))
                     and not (classifier.ok is False and reason.startswith("test accuracy"))]
     config = next((r for r in run.records if r.get("record") == "config"), None)
-    if config is not None and config.get("world_size") != run.ranks:
+    if check_ranks and config is not None and config.get("world_size") != run.ranks:
         reasons.append(f"ran on {config.get('world_size')} ranks, expected {run.ranks}")
-    per_rank = {r.get("rank") for r in run.records if r.get("record") == "throughput"}
-    if result is not None and per_rank != set(range(run.ranks)):
-        reasons.append(f"throughput reported for ranks {sorted(per_rank)}, expected 0..{run.ranks - 1}")
+    per_rank = {r.get("rank") for r in run.records if r.get("record") == every_rank}
+    if every_rank and result is not None and per_rank != set(range(run.ranks)):
+        reasons.append(f"{every_rank} reported for ranks {sorted(per_rank)}, expected 0..{run.ranks - 1}")
     if required_transport and config is not None and required_transport not in str(config.get("transport")):
         reasons.append(f"transport {config.get('transport')!r} does not use {required_transport}")
     return reasons
@@ -367,11 +409,13 @@ class FigureOutcome:
     reference: Reference | None = None
     ok: bool | None = None
     message: str | None = None
+    label: str = ""
 
     def to_dict(self) -> dict:
-        """``{"value", "unit", "ok", "message", "reference", "bounds"}`` (lists for the JSON)."""
+        """``{"value", "unit", "label", "ok", "message", "reference", "bounds"}`` (lists for the JSON)."""
         ref = self.reference
-        return {"value": self.value, "unit": self.unit, "ok": self.ok, "message": self.message,
+        return {"value": self.value, "unit": self.unit, "label": self.label or self.name,
+                "ok": self.ok, "message": self.message,
                 "reference": None if ref is None else [ref.value, ref.lower, ref.upper, ref.unit],
                 "bounds": None if ref is None else list(ref.bounds())}
 
@@ -389,6 +433,7 @@ class RunVerdict:
         collectives (CollectivesOutcome): the program's collectives check.
         classifier (ClassifierOutcome): the digits classifier's test accuracy (``ran`` False
             for the synthetic workloads).
+        startup (dict | None): start-up time over the ranks (:func:`startup_summary`).
     """
 
     run: RunOutcome
@@ -398,6 +443,7 @@ class RunVerdict:
     throughput_total_ci95: float | None = None
     collectives: CollectivesOutcome = field(default_factory=lambda: CollectivesOutcome(ran=False))
     classifier: ClassifierOutcome = field(default_factory=lambda: ClassifierOutcome(ran=False))
+    startup: dict | None = None
 
     @property
     def ok(self) -> bool:
@@ -418,7 +464,8 @@ class RunVerdict:
                 "ok": self.ok, "sanity": list(self.sanity),
                 "figures": {name: f.to_dict() for name, f in self.figures.items()},
                 "throughput_total_ci95": self.throughput_total_ci95,
-                "collectives": self.collectives.to_dict(), "classifier": self.classifier.to_dict()}
+                "collectives": self.collectives.to_dict(), "classifier": self.classifier.to_dict(),
+                "startup": self.startup}
 
 
 @dataclass(frozen=True)
@@ -444,6 +491,7 @@ class Verdict:
     output_dir: str | None = None
     jobs: list[dict] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
+    figure_specs: dict = field(default_factory=_default_figures)
 
     @property
     def system(self) -> str:
@@ -456,15 +504,22 @@ class Verdict:
         return not self.failures and bool(self.runs) and all(r.ok for r in self.runs)
 
     def scaling(self) -> dict[str, dict[str, dict]]:
-        """``{backend: {"<nodes>": {"img_per_sec", "efficiency", "test_accuracy"}}}`` for runs
-        that measured (``test_accuracy`` None unless the digits classifier ran)."""
+        """``{backend: {"<nodes>": {"value", "unit", "figure", "efficiency", "test_accuracy"}}}``
+        for runs that measured the first figure that has a scaling efficiency
+        (``img_per_sec`` too where its unit is img/s; ``test_accuracy`` None unless the digits
+        classifier ran)."""
         out: dict[str, dict[str, dict]] = {}
         for r in self.runs:
-            total = r.figures["throughput_total"].value
-            if total is not None:
-                out.setdefault(r.run.backend, {})[str(r.run.nodes)] = {
-                    "img_per_sec": total, "efficiency": r.figures["scaling_efficiency"].value,
-                    "test_accuracy": r.classifier.test_accuracy}
+            scaled = next(((name, f.scaling_of) for name, f in self.figure_specs.items() if f.scaling_of), None)
+            if scaled is None or scaled[1] not in r.figures:
+                continue
+            base = r.figures[scaled[1]]
+            if base.value is not None:
+                point = {"value": base.value, "unit": base.unit, "figure": base.name,
+                         "efficiency": r.figures[scaled[0]].value, "test_accuracy": r.classifier.test_accuracy}
+                if base.unit == "img/s":
+                    point = {"img_per_sec": base.value, **point}
+                out.setdefault(r.run.backend, {})[str(r.run.nodes)] = point
         return out
 
     def to_dict(self) -> dict:
@@ -478,34 +533,37 @@ class Verdict:
 
 
 def judge_figures(reasons: list[str], values: dict[str, float],
-                  refs: dict[str, Reference]) -> dict[str, FigureOutcome]:
-    """Judge every figure of :data:`FIGURES` of one run against its reference, if any.
+                  refs: dict[str, Reference], specs: dict | None = None) -> dict[str, FigureOutcome]:
+    """Judge every figure of one run against its reference, if any.
 
     Args:
         reasons (list[str]): its sanity failures (figures are not measured when any).
         values (dict[str, float]): the measured figures.
         refs (dict[str, Reference]): the references that apply (:func:`lookup_references`).
+        specs (dict[str, Figure] | None): the validation file's figures; None: the trainer's.
     """
     figures = {}
-    for name, unit in FIGURES.items():
+    for name, spec in (specs or _default_figures()).items():
+        unit = spec.unit
         ref, value = refs.get(name), values.get(name)
         ok = message = None
         if ref is not None:
             if value is None:
                 message = ("not measured: sanity failed" if reasons else
                            "not measured: needs a 1-node run of the same backend"
-                           if name == "scaling_efficiency" else "not measured")
+                           if spec.scaling_of else "not measured")
             else:
                 message = ref.check(name, value)
                 ok = message is None
-        figures[name] = FigureOutcome(name, value, unit, ref, ok, message)
+        figures[name] = FigureOutcome(name, value, unit, ref, ok, message, spec.label or name)
     return figures
 
 
 def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
           references: dict, required_transport: str | None = None,
           output_dir: str | None = None, jobs: list[dict] | None = None,
-          settings: dict | None = None) -> Verdict:
+          settings: dict | None = None, figures: dict | None = None,
+          every_rank: str | None = "throughput") -> Verdict:
     """Judge every run: sanity, then each figure against the references.
 
     Args:
@@ -518,6 +576,9 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
         jobs (list[dict] | None): per job: ``job_id``, ``nodes``, ``state``, ``exit_code``,
             ``output``, ``output_tail``, ``elapsed``; recorded, and failed jobs are named.
         settings (dict | None): model, batch size etc., recorded as they were.
+        figures (dict[str, Figure] | None): the validation file's figures (None: the PyTorch
+            trainer's, :data:`FIGURES`).
+        every_rank (str | None): see :func:`sanity_reasons`.
 
     Returns:
         Verdict: its ``failures`` has one line per failed job or check, naming the backend,
@@ -530,26 +591,29 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
                             f"{job.get('state')} with exit code {job.get('exit_code')}; see "
                             f"{job.get('output')}")
     verdicts = []
-    throughput_1 = {r.backend: measured_figures(r.records).get("throughput_total")
-                    for r in runs if r.nodes == 1}
+    specs = figures or _default_figures()
+    one_node = {r.backend: measured_figures(r.records, specs) for r in runs if r.nodes == 1}
     for run in sorted(runs, key=lambda r: (r.backend, r.nodes)):
-        reasons = sanity_reasons(run, required_transport)
-        values = measured_figures(run.records) if not reasons else {}
-        base = throughput_1.get(run.backend)
-        if values and base:
-            values["scaling_efficiency"] = scaling_efficiency(values["throughput_total"], base, run.nodes)
-        figures = judge_figures(reasons, values, lookup_references(references, site, partition, run.nodes))
+        reasons = sanity_reasons(run, required_transport, every_rank=every_rank)
+        values = measured_figures(run.records, specs) if not reasons else {}
+        for name, spec in specs.items():
+            base = one_node.get(run.backend, {}).get(spec.scaling_of) if spec.scaling_of else None
+            if base and spec.scaling_of in values:
+                values[name] = scaling_efficiency(values[spec.scaling_of], base, run.nodes)
+        figures_out = judge_figures(reasons, values, lookup_references(references, site, partition, run.nodes),
+                                    specs)
         config = next((r for r in run.records if r.get("record") == "config"), {})
-        verdict = RunVerdict(run, reasons, figures, config.get("transport"),
+        verdict = RunVerdict(run, reasons, figures_out, config.get("transport"),
                              next((r.get("img_per_sec_ci95") for r in run.records
                                    if r.get("record") == "throughput_total"), None),
                              CollectivesOutcome.from_records(run.records),
-                             ClassifierOutcome.from_records(run.records))
+                             ClassifierOutcome.from_records(run.records), startup_summary(run.records))
         failures += verdict.failures()
         verdicts.append(verdict)
     return Verdict(site, partition, recipe, verdicts, failures,
                    generated=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   output_dir=output_dir, jobs=list(jobs or []), settings=dict(settings or {}))
+                   output_dir=output_dir, jobs=list(jobs or []), settings=dict(settings or {}),
+                   figure_specs=specs)
 
 
 def build_report(runs: list[RunOutcome], **kwargs) -> dict:

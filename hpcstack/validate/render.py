@@ -37,19 +37,31 @@ def to_markdown(report: dict) -> str:
     if s:
         lines += ["Settings: " + ", ".join(f"{k} {v}" for k, v in s.items()), ""]
     accuracy = any((r.get("classifier") or {}).get("ran") for r in report["runs"])
-    lines += ["| backend | nodes | ranks | job | img/s total | img/s per rank | "
-              + ("test accuracy | " if accuracy else "") + "scaling efficiency | sanity | result |",
-              "|---|---:|---:|---|---:|---:|" + ("---:|" if accuracy else "") + "---:|---|---|"]
+    # the figures, in the validation file's order: measured ones first, fractions (scaling
+    # efficiencies) after the test accuracy
+    names = list(dict.fromkeys(name for r in report["runs"] for name in r["figures"]))
+    first = report["runs"][0]["figures"] if report["runs"] else {}
+    measured = [n for n in names if first.get(n, {}).get("unit")]
+    fractions = [n for n in names if n not in measured]
+
+    def heading(name: str) -> str:
+        return first.get(name, {}).get("label") or name
+
+    lines += ["| backend | nodes | ranks | job | " + "".join(f"{heading(n)} | " for n in measured)
+              + ("test accuracy | " if accuracy else "") + "".join(f"{heading(n)} | " for n in fractions)
+              + "sanity | result |",
+              "|---|---:|---:|---|" + "---:|" * len(measured) + ("---:|" if accuracy else "")
+              + "---:|" * len(fractions) + "---|---|"]
     for r in report["runs"]:
         f = r["figures"]
-        eff = f["scaling_efficiency"]["value"]
         cells = [r["backend"], str(r["nodes"]), str(r["ranks"]), str(r["job_id"]),
-                 _cell(f["throughput_total"]), _cell(f["throughput_per_rank"]),
+                 *[_cell(f[n]) if n in f else "n/a" for n in measured],
                  *([accuracy_cell(r)] if accuracy else []),
-                 "n/a" if eff is None else f"{100 * eff:.1f} %" + _mark(f["scaling_efficiency"]),
+                 *[_fraction_cell(f.get(n)) for n in fractions],
                  "PASS" if not r["sanity"] else "FAIL", "PASS" if r["ok"] else "FAIL"]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    lines += startup_lines(report["runs"])
     lines += collectives_lines(report["runs"])
     refs = [(r, name, fig) for r in report["runs"] for name, fig in r["figures"].items() if fig["reference"]]
     if refs:
@@ -104,8 +116,9 @@ def collectives_line(run: dict) -> str:
 
 
 def collectives_lines(runs: list[dict]) -> list[str]:
-    """The report's "Collectives check" section: one line per run (backend and node count)."""
-    if not runs:
+    """The report's "Collectives check" section: one line per run (backend and node count);
+    none where the program has no such check (every run recorded that it did not run)."""
+    if not runs or all(r.get("collectives") and not r["collectives"].get("ran") for r in runs):
         return []
     return (["Collectives check (exact results of every collective the backend offers, before "
              "training):", ""] + [f"- {collectives_line(r)}" for r in runs] + [""])
@@ -159,6 +172,33 @@ def _cell(fig: dict) -> str:
     return "n/a" if fig["value"] is None else f"{fig['value']:.1f}" + _mark(fig)
 
 
+def _fraction_cell(fig: dict | None) -> str:
+    if not fig or fig["value"] is None:
+        return "n/a"
+    return f"{100 * fig['value']:.1f} %" + _mark(fig)
+
+
+def startup_lines(runs: list[dict]) -> list[str]:
+    """The report's "Start-up" section: per run, process start to imports done and to the end
+    of the first measured step, median and max over the ranks (none without startup records)."""
+    lines = []
+    for r in runs:
+        s = r.get("startup")
+        if not s:
+            continue
+        imports, first = s["imports_s"], s["first_step_s"]
+        lines.append(f"- {r['backend']} on {r['nodes']} node(s), {s['ranks']} rank(s): imports done "
+                     f"{_seconds(imports['median'])} median, {_seconds(imports['max'])} max; first "
+                     f"measured step {_seconds(first['median'])} median, {_seconds(first['max'])} max")
+    if not lines:
+        return []
+    return ["Start-up per rank (from process start):", ""] + lines + [""]
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
+
+
 def _mark(fig: dict) -> str:
     return {True: " ✓", False: " ✗"}.get(fig["ok"], "")
 
@@ -188,7 +228,7 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
     top = max(all_nodes)
     for backend, points in sorted(scaling.items()):
         nodes = sorted(int(n) for n in points)
-        values = [points[str(n)]["img_per_sec"] for n in nodes]
+        values = [_point(points[str(n)]) for n in nodes]
         colour = colours.get(backend)
         ax.plot(nodes, values, "o-", color=colour, label=f"{backend} (measured)")
         for n, v in zip(nodes, values):
@@ -201,10 +241,12 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
                 ax.annotate(f"acc {accuracy:.3f}", (n, v), textcoords="offset points",
                             xytext=(6, 4), fontsize=8, color=colour)
         if "1" in points:
-            ax.plot([1, top], [points["1"]["img_per_sec"], top * points["1"]["img_per_sec"]],
+            ax.plot([1, top], [_point(points["1"]), top * _point(points["1"])],
                     "--", color=colour, alpha=0.6, label=f"{backend} ideal (N x 1-node)")
     ax.set_xlabel("nodes")
-    ax.set_ylabel("img/s (all ranks)")
+    unit = next((p.get("unit", "img/s") for points in scaling.values() for p in points.values()), "img/s")
+    figure = next((p.get("figure") for points in scaling.values() for p in points.values()), None)
+    ax.set_ylabel(f"{unit} (all ranks)" if unit == "img/s" or not figure else f"{figure} ({unit})")
     ax.set_xticks(sorted(all_nodes))
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
@@ -220,6 +262,11 @@ def plot_scaling(report: dict, path: str | os.PathLike) -> bool:
     fig.savefig(path, format="png")
     plt.close(fig)
     return True
+
+
+def _point(point: dict) -> float:
+    """A scaling point's value (reports written before figures were declared: ``img_per_sec``)."""
+    return point["value"] if "value" in point else point["img_per_sec"]
 
 
 def write_report(report: dict, directory: str | os.PathLike) -> dict[str, str]:

@@ -1,22 +1,27 @@
-"""``hpcstack validate``: prove an installed stack by training on it, in Slurm jobs or locally.
+"""``hpcstack validate``: prove an installed stack by running the recipe's validation program on
+it, in Slurm jobs or locally.
+
+The recipe declares its validation (:mod:`hpcstack.validate.workload`): the program (a command
+with placeholders, e.g. the PyTorch stack's ``<prefix>/bin/hpcstack-train-benchmark``), the
+backends it offers (:mod:`hpcstack.validate.backends`), its workloads, the figures it reports as
+JSON lines and their units, how sanity is judged, and the references.
 
 **Slurm** (the default for a site with a ``slurm`` section): for each node count (``--nodes 1,2``)
 one job script is rendered by the ``slurm`` scheduler (:mod:`hpcstack.validate.scheduler`, from
 ``scripts/slurm-job.sh.j2``) and submitted with ``sbatch --parsable``; each job sources the module
-tool's init, loads the stack's module and runs the training program
-(``<prefix>/bin/hpcstack-train-benchmark``, from ``scripts/hpcstack-train-benchmark.py``) once per
-backend (``horovod`` then ``ddp``) with the launcher the site names in ``slurm.launcher``
+tool's init, loads the stack's module and runs the program once per backend (the recipe's order)
+with the launcher the backend needs, by default the one the site names in ``slurm.launcher``
 (:mod:`hpcstack.validate.launchers`). hpcstack polls until the jobs end, reads their JSON-lines
 records and judges them (:mod:`hpcstack.validate.judge`): sanity, then performance against the
 site's references, scaling efficiency; the report goes to the output directory as
 ``report.json``, ``report.md`` and ``scaling.png`` (:mod:`hpcstack.validate.render`).
 
 **Local** (``--local``, or a site without a ``slurm`` section): the ``local`` scheduler runs the
-training program on ``--ranks`` ranks of this host under the launcher the site names in
-``launcher.command``, Horovod backend, with what a Slurm job would take from the site: the MPI
+program on ``--ranks`` ranks of this host under the launcher the site names in
+``launcher.command``, the recipe's first backend that runs locally, with what a Slurm job would take from the site: the MPI
 plugin, cores and threads per rank, environment (``slurm.mpi``, ``slurm.cpus_per_task``,
 ``slurm.env`` under ``launcher.env``) and the recipe's workload for the site's partition (model,
-device, ...); the result is PASS/FAIL from the program's own checks (collectives, convergence).
+device, ...); the result is PASS/FAIL from the same sanity checks as a job's.
 
 Schedulers and launchers are picked by name from registries; every value this module takes from
 the site is read in one function, :func:`validation_settings`.
@@ -38,15 +43,12 @@ from pathlib import Path
 from hpcstack import __version__
 from hpcstack.fsutil import makedirs_no_follow, write_no_follow
 from hpcstack.modules import modsys
-from hpcstack.install.components.trainer import TRAINER
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.site import MAX_NODES
+from hpcstack.validate.backends import get_backend
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import get_scheduler
-from hpcstack.validate.workload import validation_of
-
-#: The training program's backends, in the order a job runs them.
-BACKENDS = ("horovod", "ddp")
+from hpcstack.validate.workload import ValidationSpec, validation_of
 
 
 # --------------------------------------------------------------------------------------------
@@ -144,6 +146,7 @@ class ValidationSettings:
         local (LocalSettings): the ``--local`` run.
         slurm (SlurmSettings | None): the Slurm jobs; None for a site without a ``slurm`` section.
         workload_name (str | None): the named workload (``--workload``); None: the site's own.
+        spec (ValidationSpec | None): the recipe's validation: program, backends, figures, sanity.
     """
 
     workload: dict
@@ -154,6 +157,7 @@ class ValidationSettings:
     local: LocalSettings
     slurm: SlurmSettings | None = None
     workload_name: str | None = None
+    spec: ValidationSpec | None = None
 
 
 def validation_settings(site, recipe, *, partition: str | None = None, qos: str | None = None,
@@ -213,14 +217,13 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
         # workload is judged on sanity alone (for digits: its test accuracy), its img/s reported
         references=dict(spec.references) if workload is None else {},
         required_transport=_required_transport(site, recipe),
-        local=local, slurm=slurm, workload_name=workload)
+        local=local, slurm=slurm, workload_name=workload, spec=spec)
 
 
 def _required_transport(site, recipe) -> str | None:
-    """``nccl`` where the recipe's Horovod is built with NCCL GPU operations on this site."""
-    from hpcstack.install.components.horovod import HorovodBuild
-
-    builds = [c for c in recipe.components if isinstance(c, HorovodBuild)]
+    """``nccl`` where a component of the recipe builds NCCL GPU operations on this site (its
+    ``gpu_operations`` is ``NCCL``, as Horovod's): every run must then use NCCL."""
+    builds = [c for c in recipe.components if getattr(c, "gpu_operations", None)]
     if builds and site.toolchain.has_cuda and builds[0].gpu_operations == "NCCL":
         return "nccl"
     return None
@@ -250,24 +253,43 @@ def installed_stack(site, recipe):
 # --------------------------------------------------------------------------------------------
 
 
-def local_program(settings: ValidationSettings, prefix: str, output: str) -> list[str]:
-    """Return the training program's command line for a local run (Horovod backend).
+def local_program(settings: ValidationSettings, prefix: str, output: str, backend: str | None = None,
+                  ranks: int | None = None) -> list[str]:
+    """Return the program's command line for a local run.
 
-    The same options as a Slurm job's (:func:`trainer_argv`): the workload the recipe gives for
-    this site and its Slurm partition (model, sizes, precision, device, iterations, convergence
-    check) and ``--threads`` from :attr:`LocalSettings.threads`.
+    The same command as a Slurm job's (:meth:`hpcstack.validate.workload.Program.argv`): the
+    workload the recipe gives for this site and its Slurm partition, ``{threads}`` from
+    :attr:`LocalSettings.threads`, after the program's ``interpreter`` where it names one.
 
     Args:
-        settings (ValidationSettings): its ``workload`` and ``local.threads``.
+        settings (ValidationSettings): its ``spec``, ``workload`` and ``local``.
         prefix (str): the stack's prefix.
         output (str): JSON-lines file the program writes.
+        backend (str | None): default the recipe's first backend that runs locally.
+        ranks (int | None): default the site's ``launcher.ranks``.
 
     Example:
         ``["python", "<prefix>/bin/hpcstack-train-benchmark", "--backend", "horovod", "--model",
         "tiny", …, "--threads", "1", "--output", "records.jsonl"]``
     """
-    return ["python", *trainer_argv(settings.workload, prefix, "horovod", output,
-                                    settings.local.threads)]
+    program = settings.spec.program
+    backend = backend or local_backends(settings)[0]
+    argv = program.argv(settings.workload, prefix=prefix, backend=backend, output=output,
+                        threads=settings.local.threads, ranks=ranks or settings.local.ranks, nodes=1)
+    return [program.interpreter, *argv] if program.interpreter else argv
+
+
+def local_backends(settings: ValidationSettings) -> list[str]:
+    """The recipe's backends that ``--local`` can run.
+
+    Raises:
+        ConfigError: none can.
+    """
+    found = settings.spec.local_backends
+    if not found:
+        raise ConfigError([f"--local: none of the recipe's backends ({', '.join(settings.backends)}) "
+                           "runs without a batch job"])
+    return found
 
 
 def read_records(path: Path) -> list[dict]:
@@ -282,8 +304,9 @@ def read_records(path: Path) -> list[dict]:
 
 
 def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = False,
-                     as_json: bool = False, workload: str | None = None) -> int:
-    """Load the stack's module, run the training program on ``ranks`` ranks, report.
+                     as_json: bool = False, workload: str | None = None,
+                     backend: str | None = None) -> int:
+    """Load the stack's module, run the validation program on ``ranks`` ranks, report.
 
     Args:
         site (hpcstack.site.Site): the site.
@@ -292,6 +315,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
         dry_run (bool): print the commands instead.
         as_json (bool): print the records as JSON instead of a summary.
         workload (str | None): a named workload of the recipe (``digits``); None: the site's.
+        backend (str | None): a backend that runs locally; default the recipe's first.
 
     Returns:
         int: 0 when the run passed its checks, 1 otherwise.
@@ -302,15 +326,16 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     all_settings = validation_settings(site, recipe, workload=workload)
     settings = all_settings.local
     ranks = ranks or settings.ranks
+    backend = backend or local_backends(all_settings)[0]
     layout = stack_layout(site, recipe)
     prefix = layout.prefix
     use = [*site.modules.use, site.module_root]
     scheduler = get_scheduler(settings.scheduler)()
-    launcher = get_launcher(settings.launcher)(mpi=settings.mpi)
+    launcher = get_launcher(get_backend(backend).launcher_for(settings.launcher))(mpi=settings.mpi)
     alloc = scheduler.allocation(1, ranks, settings.cpus_per_task)
     with tempfile.TemporaryDirectory(prefix="hpcstack-validate-") as tmp:
         output = os.path.join(tmp, "records.jsonl") if not dry_run else "records.jsonl"
-        argv = launcher.argv(local_program(all_settings, prefix, output), alloc)
+        argv = launcher.argv(local_program(all_settings, prefix, output, backend, ranks), alloc)
         if dry_run:
             lines = [f"module use {shlex.quote(d)}" for d in use]
             lines += [f"module load {recipe.full_name}"]
@@ -326,53 +351,79 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
         except HpcstackError as exc:
             raise HpcstackError(f"validate {recipe.full_name} (launcher {launcher.name}): {exc}")
         records = read_records(Path(output)) if os.path.exists(output) else []
-    return report_local(records, proc.returncode, proc.stdout + proc.stderr, as_json)
+    return report_local(records, proc.returncode, proc.stdout + proc.stderr, as_json,
+                        settings=all_settings, backend=backend, ranks=ranks)
 
 
-def report_local(records: list[dict], returncode: int, output: str, as_json: bool = False) -> int:
-    """Print the figures of a training run and return its exit status (0 passed, 1 failed).
+def report_local(records: list[dict], returncode: int, output: str, as_json: bool = False, *,
+                 settings: ValidationSettings | None = None, backend: str = "", ranks: int | None = None) -> int:
+    """Print the figures of a local run and return its exit status (0 passed, 1 failed).
+
+    The run is judged by the sanity checks of a job's run
+    (:func:`hpcstack.validate.judge.sanity_reasons`); its figures are printed, not compared with
+    references (those are figures of the site's nodes).
 
     Args:
-        records (list[dict]): JSON-lines records of the training program.
+        records (list[dict]): JSON-lines records of the program.
         returncode (int): the launcher's exit status.
         output (str): the launcher's output (its tail is shown on failure).
         as_json (bool): print the records as one JSON document.
+        settings (ValidationSettings | None): gives the recipe's figures and sanity; None: only
+            the program's result record counts.
+        backend (str): the backend it ran.
+        ranks (int | None): ranks it ran on (None: not checked).
     """
-    result = next((r for r in records if r.get("record") == "result"), None)
-    ok = returncode == 0 and bool(result and result.get("ok"))
+    from hpcstack.validate.judge import (ClassifierOutcome, CollectivesOutcome, RunOutcome, fmt,
+                                         sanity_reasons, startup_summary)
+
+    spec = settings.spec if settings else None
+    config = next((r for r in records if r.get("record") == "config"), {})
+    run = RunOutcome(backend, 1, ranks or config.get("world_size") or 0, None, "COMPLETED", "",
+                     returncode, records)
+    reasons = sanity_reasons(run, every_rank=spec.every_rank if spec else None, check_ranks=ranks is not None)
+    ok = not reasons
+    startup = startup_summary(records)
     if as_json:
-        print(json.dumps({"ok": ok, "returncode": returncode, "records": records}, indent=1))
+        print(json.dumps({"ok": ok, "returncode": returncode, "reasons": reasons, "startup": startup,
+                          "records": records}, indent=1))
     else:
-        for r in records:
-            if r.get("record") == "throughput":
-                print(f"rank {r['rank']}: {r['img_per_sec_mean']:.1f} ± {r['img_per_sec_ci95']:.1f} img/s")
-            elif r.get("record") == "throughput_total":
-                print(f"total: {r['img_per_sec']:.1f} img/s on {r['world_size']} ranks")
-            elif r.get("record") == "collectives":
-                print(f"collectives: {r['checks']} checks ({len(r['ops'])} ops x {len(r['dtypes'])} dtypes x "
-                      f"{len(r['sizes'])} sizes) in {r['seconds']:.1f} s: "
-                      + ("PASS" if r["ok"] else "FAIL: " + "; ".join(r["failures"])))
-            elif r.get("record") == "classifier":
-                print(f"digits: test accuracy {r['test_accuracy']:.4f} (threshold {r['threshold']}) "
-                      f"after {r['epochs']} epochs; parameters identical on all ranks: "
-                      f"{r['params_identical']}")
-            elif r.get("record") == "convergence":
-                print(f"loss {r['initial_loss']:.4f} -> {r['final_loss']:.4f} (threshold {r['threshold']}); "
-                      f"parameters identical on all ranks: {r['params_identical']}")
+        for figure in (spec.figures.values() if spec else []):
+            value = figure.value(records) if figure.record else None
+            if value is not None:
+                print(f"{figure.label or figure.name}: {fmt(value, figure.unit)}")
+        collectives = CollectivesOutcome.from_records(records)
+        if collectives.ran:
+            print(f"collectives: {collectives.checks} checks ({collectives.ops} ops x {collectives.dtypes} "
+                  f"dtypes x {collectives.sizes} sizes) in {collectives.seconds or 0:.1f} s: "
+                  + ("PASS" if collectives.ok else "FAIL: " + "; ".join(collectives.failures)))
+        classifier = ClassifierOutcome.from_records(records)
+        if classifier.ran:
+            print(f"digits: test accuracy {classifier.test_accuracy:.4f} (threshold {classifier.threshold}) "
+                  f"after {classifier.epochs} epochs")
+        if startup:
+            print(startup_line(startup))
     if not ok:
-        reasons = "; ".join(result.get("reasons", [])) if result else "no result record"
         tail = "\n  | ".join(output.strip().splitlines()[-15:])
-        print(f"FAIL: exit status {returncode}: {reasons}\n  | {tail}", file=sys.stderr)
+        print(f"FAIL: exit status {returncode}: {'; '.join(reasons)}\n  | {tail}", file=sys.stderr)
         return 1
     print("PASS")
     return 0
+
+
+def startup_line(startup: dict) -> str:
+    """One line on the start-up times of a run's ranks (:func:`hpcstack.validate.judge.startup_summary`)."""
+    imports, first = startup["imports_s"], startup["first_step_s"]
+    return (f"start-up over {startup['ranks']} rank(s): imports done after {imports['median']:.2f} s "
+            f"(median), {imports['max']:.2f} s (max); first measured step after "
+            f"{first['median']:.2f} s (median), {first['max']:.2f} s (max)")
 
 
 # --------------------------------------------------------------------------------------------
 # Slurm
 # --------------------------------------------------------------------------------------------
 
-#: Workload settings (``ValidationSettings.workload``) -> options of the training program.
+#: Workload settings -> options of the PyTorch trainer, as its recipe's validation file declares
+#: them (``program.options``); for :func:`trainer_argv`.
 _TRAINER_OPTIONS = {"model": "--model", "image_size": "--image-size", "batch_size": "--batch-size",
                     "precision": "--precision", "device": "--device",
                     "warmup_batches": "--num-warmup-batches", "batches_per_iter": "--num-batches-per-iter",
@@ -398,7 +449,9 @@ def parse_nodes(text: str) -> list[int]:
 
 
 def trainer_argv(workload: dict, prefix: str, backend: str, output: str, threads: int) -> list[str]:
-    """Return the training program's command line for one backend in a Slurm job.
+    """Return the PyTorch trainer's command line for one backend in a Slurm job, as the PyTorch
+    recipe's validation file declares it (the generic path is
+    :meth:`hpcstack.validate.workload.Program.argv`; this one is kept for the trainer's tests).
 
     Args:
         workload (dict): :attr:`ValidationSettings.workload`: model, sizes, precision, device,
@@ -409,7 +462,7 @@ def trainer_argv(workload: dict, prefix: str, backend: str, output: str, threads
         output (str): JSON-lines file rank 0 writes.
         threads (int): torch threads per rank (the job's cpus per task).
     """
-    argv = [os.path.join(prefix, "bin", TRAINER), "--backend", backend]
+    argv = [os.path.join(prefix, "bin", "hpcstack-train-benchmark"), "--backend", backend]
     for key, option in _TRAINER_OPTIONS.items():
         if isinstance(workload.get(key), bool):  # a flag: given when true
             argv += [option] if workload[key] else []
@@ -481,7 +534,7 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
     if not init:
         raise ConfigError([f"{site.path}: modules.init.bash: missing key (Slurm jobs source it to get `module`)"])
     scheduler = get_scheduler(s.scheduler)()
-    launcher = get_launcher(s.launcher)(mpi=s.mpi)
+    program = settings.spec.program
     prefix = stack_layout(site, recipe).prefix
     comments = [f"Written by hpcstack {__version__}: hpcstack validate {recipe.full_name} --site {site.name}.",
                 "Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and "
@@ -493,10 +546,17 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
     for n in nodes:
         directory = output_dir / f"n{n}"
         alloc = scheduler.allocation(n, s.tasks_per_node, s.cpus_per_task)
-        steps = [JobStep(backend, launcher.command(trainer_argv(
-                    settings.workload, prefix, backend, str(directory / f"{backend}.jsonl"), s.cpus_per_task),
-                    alloc), str(directory / f"{backend}.exit"))
-                 for backend in backends]
+        steps, backend_setup, launcher_setup = [], [], []
+        for backend in backends:
+            launcher = get_launcher(get_backend(backend).launcher_for(s.launcher))(mpi=s.mpi)
+            argv = program.argv(settings.workload, prefix=prefix, backend=backend,
+                                output=str(directory / f"{backend}.jsonl"), threads=s.cpus_per_task,
+                                ranks=alloc.ranks, nodes=n)
+            steps.append(JobStep(backend, launcher.command(argv, alloc), str(directory / f"{backend}.exit")))
+            backend_setup += get_backend(backend)().setup(scheduler.job_id_variable)
+            launcher_setup += launcher.setup(alloc)
+        # once each, the backends' lines (DDP's port) before the launchers' (host lists)
+        setup = list(dict.fromkeys(backend_setup + launcher_setup))
         job = BatchJob(
             name=f"hpcstack-validate-{recipe.name}-n{n}", nodes=n,
             tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task,
@@ -505,9 +565,7 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             qos=s.qos, account=s.account, gpus_per_node=s.gpus_per_node,
             gpu_request=s.gpu_request, constraint=s.constraint, exclusive=s.exclusive, module_use=[*site.modules.use, site.module_root],
             module_load=[recipe.full_name], env=dict(s.env),
-            # a port per job: DDP's rendezvous of one job must not meet another's
-            setup=[f"export MASTER_PORT=$((20000 + {scheduler.job_id_variable} % 20000))",
-                   *launcher.setup(alloc)],
+            setup=setup,
             steps=steps, comments=comments,
             unset_bash_env=modsys.get_tool(site.modules.tool).job_unsets_bash_env)
         header = (f"hpcstack validation of {recipe.full_name} on {site.name}:{s.partition}, "
@@ -518,11 +576,10 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
 
 
 def _settings_record(settings: ValidationSettings) -> dict:
-    w, s = settings.workload, settings.slurm
+    """The run's settings for the report: the workload's (as the recipe gives them), the shape."""
+    s = settings.slurm
     named = {"workload": settings.workload_name} if settings.workload_name else {}
-    return {**named, "model": w.get("model", "tiny"), "image_size": w.get("image_size"),
-            "batch_size": w.get("batch_size"), "precision": w.get("precision", "fp32"),
-            "device": w.get("device", "auto"), "launcher": s.launcher,
+    return {**named, **settings.workload, "launcher": s.launcher,
             "tasks_per_node": s.tasks_per_node, "cpus_per_task": s.cpus_per_task,
             "gpus_per_node": s.gpus_per_node}
 
@@ -588,8 +645,10 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         return 0
 
     stack = installed_stack(site, recipe)
-    if not os.path.isfile(stack.path("bin", TRAINER)):
-        raise HpcstackError(f"{recipe.full_name} at {stack.prefix} has no bin/{TRAINER}; re-install it: "
+    executable = settings.spec.program.executable(stack.prefix)
+    if executable and not os.path.isfile(executable):
+        raise HpcstackError(f"{recipe.full_name} at {stack.prefix} has no "
+                            f"{os.path.relpath(executable, stack.prefix)}; re-install it: "
                             f"hpcstack install {recipe.ref or recipe.full_name} --site {site.ref}")
     submit_as = s.submit_as if os.geteuid() == 0 else None
     if output_dir:
@@ -716,7 +775,8 @@ def _wait_and_report(site, recipe, settings: ValidationSettings, jobs: list[Vali
                                    exit_status, records, output, lines))
     verdict = judge(runs, site=site.name, partition=settings.slurm.partition, recipe=recipe.full_name,
                     references=settings.references, required_transport=settings.required_transport,
-                    output_dir=str(out), jobs=job_records,
+                    output_dir=str(out), jobs=job_records, figures=settings.spec.figures,
+                    every_rank=settings.spec.every_rank,
                     settings=recorded_settings or _settings_record(settings))
     result = verdict.to_dict()
     paths = write_report(result, out)

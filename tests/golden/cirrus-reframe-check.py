@@ -1,18 +1,19 @@
 # ReFrame check of the hpcstack stack pytorch/2.3.1-gpu on cirrus:gpu.
 # Written by hpcstack @VERSION@: hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
-# It runs what `hpcstack validate pytorch/2.3.1-gpu --site cirrus` runs (the stack's trainer, the
-# same options, one Slurm job per node count and backend) and judges it the same way: sanity
-# (result record ok, collectives exact, every rank ran, nccl transport), then the
+# It runs what `hpcstack validate pytorch/2.3.1-gpu --site cirrus` runs (the recipe's validation
+# program, the same options, one Slurm job per node count and backend) and judges it the same way:
+# sanity (result record ok, no wrong collective, every rank ran, nccl transport), then the
 # performance references (value, lower, upper, unit) of the recipe's validation file.
 #
 #   module use /work/y07/shared/cirrus-modulefiles        # ReFrame looks the stack's module up itself
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -r
-#   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -S trainer_extra_opts=--no-collectives-check -r
-#       (options added to the trainer's)
+#   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -S program_extra_opts=--an-option -r
+#       (options added to the program's)
 #   This site charges jobs to a budget: add -J account=BUDGET (or export SBATCH_ACCOUNT=BUDGET)
 #
 # Workload: {'model': 'resnet50', 'image_size': 224, 'batch_size': 32, 'precision': 'fp32', 'device': 'cuda'}
 
+import json
 import os
 
 import reframe as rfm
@@ -22,8 +23,8 @@ import reframe.utility.udeps as udeps
 from reframe.core.builtins import (parameter, performance_function, run_after, run_before,
                                    sanity_function, variable)
 
-#: The trainer's command line per backend (hpcstack.validate.validation.trainer_argv).
-TRAINER = {
+#: The program's command line per backend (hpcstack.validate.workload.Program.argv).
+PROGRAM = {
     'horovod': [
         '/work/y07/shared/cirrus-software/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark',
         '--backend', 'horovod',
@@ -65,13 +66,28 @@ REFERENCES = {
 #: Node counts (one test each); scaling efficiency is against the 1-node test.
 NODES = [1, 2]
 
-#: The trainer's JSON-lines records, in the stage directory.
+#: The program's JSON-lines records, in the stage directory.
 RECORDS = 'records.jsonl'
+
+
+@sn.deferrable
+def figure(path, record, field, per_rank=False):
+    """A figure of the program's JSON-lines records: ``field`` of the first ``record`` (divided
+    by its world_size where ``per_rank``), as hpcstack.validate.workload.Figure reads it."""
+    with open(path) as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get('record') == record and rec.get(field) is not None:
+                return float(rec[field]) / (int(rec['world_size']) if per_rank else 1)
+    raise sn.SanityError(f'no {record!r} record with {field!r} in {path}')
 
 
 @rfm.simple_test
 class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
-    descr = 'pytorch/2.3.1-gpu: train on cirrus:gpu with hpcstack-train-benchmark'
+    descr = "pytorch/2.3.1-gpu: the recipe's validation program on cirrus:gpu"
     valid_systems = ['cirrus:gpu']
     valid_prog_environs = ['hpcstack']
     modules = ['pytorch/2.3.1-gpu']
@@ -89,16 +105,16 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
         'NCCL_DEBUG': 'WARN',
     }
     prerun_cmds = ['export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))']
-    #: Options appended to the trainer's, e.g. --no-collectives-check or a testing aid.
-    trainer_extra_opts = variable(typ.List[str], value=[])
+    #: Options appended to the program's (a testing aid, or a workload setting).
+    program_extra_opts = variable(typ.List[str], value=[])
     #: A transport the run must use ('nccl' where Horovod is built with NCCL), else None.
     required_transport = variable(str, type(None), value='nccl')
-    tags = {'hpcstack', 'pytorch'}
+    tags = set(['hpcstack', 'pytorch'])
 
     @run_after('init')
     def set_shape(self):
         self.num_tasks = self.num_nodes * self.num_tasks_per_node
-        self.executable = TRAINER[self.backend][0]
+        self.executable = PROGRAM[self.backend][0]
         self.reference = {'cirrus:gpu': REFERENCES.get(self.num_nodes, {})}
         if self.num_gpus_per_node:
             self.extra_resources = {'gpu': {'num_gpus_per_node': self.num_gpus_per_node}}
@@ -108,7 +124,7 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
 
     @run_before('run')
     def set_launch(self):
-        self.executable_opts = TRAINER[self.backend][1:] + list(self.trainer_extra_opts)
+        self.executable_opts = PROGRAM[self.backend][1:] + list(self.program_extra_opts)
         self.job.launcher.options = []
         # a clean job environment, as hpcstack's own jobs: the module loads give the stack
         self.job.options += ['--export=NONE']
@@ -127,16 +143,16 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
         records = self.records()
         checks = [
             sn.assert_found(r'"record": "result", "ok": true', records,
-                            msg='the trainer reported failure (its result record is not ok)'),
+                            msg='the program reported failure (its result record is not ok)'),
             sn.assert_eq(sn.extractsingle(r'"record": "config", .*?"world_size": (\d+)', records, 1, int),
                          self.num_tasks, msg='ran on {0} ranks, expected {1}'),
-            sn.assert_eq(sn.count(sn.extractall(r'"record": "throughput", "rank": (\d+)', records, 1)),
-                         self.num_tasks, msg='throughput reported by {0} ranks, expected {1}'),
+            sn.assert_not_found(r'"record": "collectives", "backend": "[^"]*", "device": '
+                                r'"[^"]*", "ok": false', records,
+                                msg='the collectives check found a wrong result'),
         ]
-        if '--no-collectives-check' not in self.trainer_extra_opts:
-            checks.append(sn.assert_found(r'"record": "collectives", "backend": "[^"]*", "device": '
-                                          r'"[^"]*", "ok": true', records,
-                                          msg='the collectives check found a wrong result'))
+        checks.append(sn.assert_eq(sn.count(sn.extractall('"record": "throughput", "rank": (\\d+)',
+                                                          records, 1)),
+                                   self.num_tasks, msg='throughput reported by {0} ranks, expected {1}'))
         if self.required_transport:
             checks.append(sn.assert_found(r'"record": "config", .*?"transport": "[^"]*'
                                           + self.required_transport, records,
@@ -145,22 +161,20 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
 
     @run_before('performance')
     def single_node_has_no_scaling(self):
-        if self.num_nodes == 1 or 1 not in [1, 2]:
+        if self.num_nodes == 1 or 1 not in NODES:
             self.perf_variables.pop('scaling_efficiency', None)
 
     @performance_function('img/s')
     def throughput_total(self):
-        return sn.extractsingle(r'"record": "throughput_total", "img_per_sec": ([^,]+),',
-                                self.records(), 1, float)
+        return figure(self.records(), 'throughput_total', 'img_per_sec', False)
 
     @performance_function('img/s')
     def throughput_per_rank(self):
-        return sn.extractsingle(r'"record": "throughput_total", .*?"img_per_sec_per_rank": ([^,]+),',
-                                self.records(), 1, float)
+        return figure(self.records(), 'throughput_total', 'img_per_sec', True)
 
     @performance_function('')
     def scaling_efficiency(self):
-        one = self.getdep(self.single_node_test())
-        single = sn.extractsingle(r'"record": "throughput_total", "img_per_sec": ([^,]+),',
-                                  os.path.join(one.stagedir, RECORDS), 1, float)
-        return self.throughput_total() / (self.num_nodes * single)
+        single = self.getdep(self.single_node_test())
+        base = ('throughput_total', 'img_per_sec', False)
+        return (figure(self.records(), *base)
+                / (self.num_nodes * figure(os.path.join(single.stagedir, RECORDS), *base)))

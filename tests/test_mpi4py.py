@@ -1,0 +1,133 @@
+"""The mpi4py/4.1.2 recipe: a second stack through the same machinery, with no line of its own
+under hpcstack/.
+
+* dry runs for cirrus and perlmutter (install plan and validation job scripts) against golden
+  files (``HPCSTACK_UPDATE_GOLDEN=1`` regenerates them; review the diff of ``tests/golden/``);
+* a real install on localhost into a temporary prefix, under Environment Modules (site
+  ``localhost``) and Lmod (site ``localhost-lmod``, the same prefix: the second install takes the
+  first one's wheel from the build cache), its sanity check and ``module load``;
+* its validation: Slurm jobs on the local 2-node cluster (1 and 2 nodes) and ``--local``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import hpcstack as package
+from conftest import hpcstack, two_node_cluster, user_writable_dir
+from moduletools import TOOLS, require, tool_params
+
+pytestmark = pytest.mark.integration
+
+RECIPE = "mpi4py/4.1.2"
+GOLDEN = Path(__file__).parent / "golden"
+DATA_DIR = str(Path(package.__file__).resolve().parent / "data")
+
+
+def normalise(text: str) -> str:
+    text = text.replace(DATA_DIR, "@HPCSTACK_DATA@")
+    text = re.sub(r"[^\s=]*/hpcstack-validate-mpi4py-4\.1\.2-\d{8}-\d{6}", "@VALIDATION_DIR@", text)
+    text = re.sub(r"(?<=\s)[^\s=]*/uv(?= pip | build )", "@UV@", text)
+    return re.sub(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])", "@BUILD@", text)
+
+
+@pytest.mark.parametrize("site", ["cirrus", "perlmutter"])
+@pytest.mark.parametrize("command", ["install", "validate"])
+def test_dry_run_matches_the_golden_file(site, command):
+    proc = hpcstack(command, RECIPE, "--site", site, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    got = normalise(proc.stdout)
+    path = GOLDEN / f"mpi4py-{site}-{command}.sh"
+    if os.environ.get("HPCSTACK_UPDATE_GOLDEN"):
+        path.write_text(got)
+    assert got == path.read_text(), f"{path} differs: HPCSTACK_UPDATE_GOLDEN=1 regenerates it"
+    if command == "install":
+        # the sdist checked, built with the site's wrapper, the sanity program, the module
+        assert "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02" in got
+        wrapper = {"cirrus": "mpicc", "perlmutter": "cc"}[site]      # the site's toolchain.cc
+        assert f"MPICC={wrapper}" in got and f"mpi4py-sanity {wrapper}" in got
+        assert "mpi4py-validate" in got
+    else:
+        assert "module load mpi4py/4.1.2" in got
+        assert "/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000" in got
+        assert "hpcstack-train-benchmark" not in got and "MASTER_PORT" not in got
+
+
+@pytest.fixture(scope="module")
+def installed(localhost_ready):
+    """mpi4py installed for the localhost site (Environment Modules): (root, process, install
+    args). The root is readable by all: the Slurm jobs run as the site's submit user."""
+    root = Path(tempfile.mkdtemp(prefix="hpcstack-mpi4py-", dir="/var/tmp"))
+    root.chmod(0o755)
+    args = ["--site", "localhost", "--prefix", str(root / "sw"), "--module-root", str(root / "mf-tcl")]
+    proc = hpcstack("install", RECIPE, *args, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    yield root, proc, args
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def installed_lmod(installed):
+    """The same recipe for localhost-lmod into the same prefix (its own module root): the build
+    comes from the first install's build cache."""
+    require(next(t for t in TOOLS if t.name == "lmod"))
+    root = installed[0]
+    args = ["--site", "localhost-lmod", "--prefix", str(root / "sw"), "--module-root", str(root / "mf-lua")]
+    proc = hpcstack("install", RECIPE, *args, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return root, proc, args
+
+
+def test_the_install_ran_the_sanity_check(installed):
+    _, proc, _ = installed
+    assert "] sanitycheck:" in proc.stderr or "sanitycheck done" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("tool", tool_params())
+def test_module_load_gives_mpi4py_built_with_the_sites_mpicc(request, tool):
+    require(tool)
+    root, _, _ = request.getfixturevalue("installed_lmod" if tool.name == "lmod" else "installed")
+    roots = root / ("mf-lua" if tool.syntax == "lua" else "mf-tcl")
+    proc = tool.bash("module load mpi4py/4.1.2 || exit 1\n"
+                     "python -c 'import mpi4py; from mpi4py import MPI; "
+                     "print(mpi4py.__file__); print(mpi4py.get_config()); print(MPI.Get_library_version())'",
+                     modulepath=f"{roots}:/opt/hpcstack/base-modulefiles")
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.realpath(proc.stdout.splitlines()[0]).startswith(os.path.realpath(root / "sw" / "mpi4py"))
+    assert "'mpicc': '/usr/bin/mpicc'" in proc.stdout and "Open MPI" in proc.stdout
+    assert (roots / "mpi4py" / ("4.1.2.lua" if tool.syntax == "lua" else "4.1.2")).is_file()
+
+
+def test_local_validation_passes_with_startup_figures(installed):
+    _, _, args = installed
+    proc = hpcstack("validate", RECIPE, *args, "--local", "--ranks", "2", timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "latency 1 B:" in proc.stdout and "start-up over 2 rank(s)" in proc.stdout
+    assert "PASS" in proc.stdout
+
+
+def test_slurm_validation_on_one_and_two_nodes(installed):
+    _, _, args = installed
+    with two_node_cluster():
+        for out in user_writable_dir("hpcstack-test", "hpcstack-mpi4py-"):
+            proc = hpcstack("validate", RECIPE, *args, "--nodes", "1,2", "--output-dir", str(out / "v"),
+                            "--json", timeout=1800)
+            report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            runs_ = {r["nodes"]: r for r in report["runs"]}
+            assert set(runs_) == {1, 2} and all(r["backend"] == "mpi" for r in runs_.values())
+            for r in runs_.values():
+                assert r["ok"], r
+                assert r["figures"]["latency"]["unit"] == "us" and r["figures"]["latency"]["value"] > 0
+                assert r["startup"]["ranks"] == r["ranks"] and r["startup"]["first_step_s"]["max"] > 0
+            print(json.dumps({n: {name: f["value"] for name, f in r["figures"].items()}
+                              for n, r in runs_.items()}))
+            md = (out / "v" / "report.md").read_text()
+            assert "latency 1 B" in md and "Start-up per rank" in md
