@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from hpcstack import templates
 from hpcstack.export.reframe import class_name
+from hpcstack.validate.workload import Figure
 from hpcstack.modules import syntax  # noqa: F401 - registers tcl_quote, lua_quote
 from hpcstack.export import easyconfig  # noqa: F401 - registers pywrap
 
@@ -136,7 +137,11 @@ def reframe_check_context(v: str) -> dict:
                 argv={v: [v, v, v]}, references={1: {v: (1.0, -0.1, None, v)}}, tasks_per_node=4,
                 cpus_per_task=8, gpus_per_node=1, time_limit=v, exclusive=True,
                 launcher_options=[v], env={v: v}, setup=[v], required_transport=v, records=v,
-                account_hint=True, workload={v: v}, check_file=v, module_root=v)
+                account_hint=True, workload={v: v}, check_file=v, module_root=v, every_rank=v,
+                tags=[v, v], base=None,
+                # figure names are Python identifiers (the validation file's schema: _FIGURE_NAME)
+                figures={"throughput": Figure("throughput", v, record=v, field=v, per_rank=True),
+                         "efficiency": Figure("efficiency", v, scaling_of="throughput")})
 
 
 def reframe_settings_context(v: str) -> dict:

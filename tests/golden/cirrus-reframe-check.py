@@ -5,7 +5,6 @@
 # sanity (result record ok, no wrong collective, every rank ran, nccl transport), then the
 # performance references (value, lower, upper, unit) of the recipe's validation file.
 #
-#   module use /work/y07/shared/cirrus-modulefiles        # ReFrame looks the stack's module up itself
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -r
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -S program_extra_opts=--an-option -r
 #       (options added to the program's)
@@ -90,7 +89,9 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     descr = "pytorch/2.3.1-gpu: the recipe's validation program on cirrus:gpu"
     valid_systems = ['cirrus:gpu']
     valid_prog_environs = ['hpcstack']
-    modules = ['pytorch/2.3.1-gpu']
+    # the stack's module with its module root: ReFrame looks the module up in its own process
+    # (`module show`) before it submits, so the caller's MODULEPATH need not hold the root
+    modules = [{'name': 'pytorch/2.3.1-gpu', 'path': '/work/y07/shared/cirrus-modulefiles'}]
     num_nodes = parameter(NODES)
     backend = parameter(['horovod', 'ddp'])
     num_tasks_per_node = 4

@@ -1,7 +1,7 @@
 # ReFrame site configuration for the hpcstack site cirrus (its validation partition).
 # Written by hpcstack @VERSION@: hpcstack validate pytorch/2.3.1-gpu --site cirrus --emit reframe DIR
 # A site with a ReFrame configuration of its own adds this system to it instead (or, to its own
-# partition, these prepare_cmds, the 'gpu' resource and the 'hpcstack' environment).
+# partition, these prepare_cmds, the 'gpu' resource, the 'hpcstack' environment and the 'general' entry).
 # https://reframe-hpc.readthedocs.io/en/stable/config_reference.html
 
 site_configuration = {
@@ -35,6 +35,17 @@ site_configuration = {
                     ],
                 },
             ],
+        },
+    ],
+    'general': [
+        {
+            # ReFrame loads a test's modules in its own process first (`module show` and `module
+            # load`, to resolve conflicts), which needs the site's module roots on the caller's
+            # MODULEPATH (a cron job or a CI runner has none). Off, it only writes `module load`
+            # into the job script, after prepare_cmds put every root of the site on MODULEPATH;
+            # the jobs start clean (--export=NONE), so there is nothing to conflict with.
+            'resolve_module_conflicts': False,
+            'target_systems': ['cirrus'],
         },
     ],
     'environments': [
