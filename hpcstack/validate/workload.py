@@ -189,7 +189,8 @@ class Program:
             backend (str): the backend's name.
             output (str): the JSON-lines file the program writes.
             threads (int): cores (threads) per rank.
-            ranks, nodes (int): the run's shape.
+            ranks (int): the run's ranks in all.
+            nodes (int): the run's node count.
 
         Example:
             ``Program(["{bin}/bench", "{options}", "--out", "{output}"], options={"size": "-n"})

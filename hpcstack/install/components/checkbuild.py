@@ -92,12 +92,12 @@ def missing_flags(flags: dict[str, dict[str, bool]], required: tuple[str, ...] |
     return missing
 
 
-def check_build(horovodrun: str, required, env: dict[str, str] | None = None) -> str:
+def check_build(horovodrun: str, required: "tuple[str, ...] | list[str]", env: dict[str, str] | None = None) -> str:
     """Run ``horovodrun --check-build`` and require flags.
 
     Args:
         horovodrun (str): path or name of ``horovodrun``.
-        required: see :func:`missing_flags`.
+        required (tuple[str, ...] | list[str]): flags that must be ``[X]``; see :func:`missing_flags`.
         env (dict[str, str] | None): environment for the command.
 
     Returns:
