@@ -1,8 +1,9 @@
-"""The README's "An admin without root" block runs as written: the example repository's recipe
-``tiny/1.0`` (examples/site-repo, shipped as package data), a site ``mysite`` made from the built-in
-localhost one, an install into ``~/software`` and ``~/modulefiles`` and ``module load tiny/1.0``,
-with a temporary HOME. The block's first two lines (installing the wheel) are left out: the
-``hpcstack`` of this test environment stands for it (tests/test_packaging.py installs the wheel)."""
+"""The "An admin without root" block (docs/admin/own-repos.md, linked from the README) runs as
+written: the example repository's recipe ``tiny/1.0`` (examples/site-repo, shipped as package
+data), a site ``mysite`` made from the built-in localhost one, an install into ``~/software`` and
+``~/modulefiles`` and ``module load tiny/1.0``, with a temporary HOME. The block's first two lines
+(installing the wheel) are left out: the ``hpcstack`` of this test environment stands for it
+(tests/test_packaging.py installs the wheel)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ pytestmark = pytest.mark.integration
 
 
 def admin_block() -> list[str]:
-    """The commands of the README's admin block, continuation lines joined, the wheel install
-    (``uv tool install`` and its ``# or:`` line) left out."""
-    text = (REPO / "README.md").read_text()
+    """The commands of the admin block (docs/admin/own-repos.md), continuation lines joined, the
+    wheel install (``uv tool install`` and its ``# or:`` line) left out."""
+    text = (REPO / "docs" / "admin" / "own-repos.md").read_text()
     section = text.split("## An admin without root", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     joined = block.replace("\\\n", " ")

@@ -400,6 +400,12 @@ def report_local(records: list[dict], returncode: int, output: str, as_json: boo
         if classifier.ran:
             print(f"digits: test accuracy {classifier.test_accuracy:.4f} (threshold {classifier.threshold}) "
                   f"after {classifier.epochs} epochs")
+        for r in records:  # a training program's convergence check, where it ran one
+            if r.get("record") == "convergence" and {"initial_loss", "final_loss"} <= set(r):
+                print(f"loss {r['initial_loss']:.4f} -> {r['final_loss']:.4f} (threshold {r.get('threshold')}); "
+                      f"parameters identical on all ranks: {r.get('params_identical')}")
+            elif r.get("record") == "classifier" and "params_identical" in r:
+                print(f"digits: parameters identical on all ranks: {r['params_identical']}")
         if startup:
             print(startup_line(startup))
     if not ok:
