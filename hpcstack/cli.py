@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     # jsonschema imports rfc3987_syntax when it is installed (jupyter's jsonschema[format-nongpl]
     # brings it), which compiles 38 lark grammars at import: 1.1-2.4 s of every command, 3-5x a
-    # no-op re-install (issue 14). hpcstack's schemas check no IRI format; jsonschema runs
+    # no-op re-install. hpcstack's schemas check no IRI format; jsonschema runs
     # without it (an ImportError it expects), in this process only.
     sys.modules.setdefault("rfc3987_syntax", None)
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -56,7 +56,7 @@ def test_first_install_publishes_a_relative_link_to_a_new_build(stack):
     choice = stack.install()
     assert choice.kind == "new" and len(choice.plan.build_id) == 12
     link = os.readlink(stack.layout.prefix)
-    assert link == f".1-{choice.plan.build_id}"  # beside the prefix, at its depth (issue 14)
+    assert link == f".1-{choice.plan.build_id}"  # beside the prefix, at its depth
     assert stack.published_payload() == "v1" and Path(stack.modulefile).is_file()
     assert builds.choose(stack.layout, stack.resolve_at).kind == "up to date"
 
@@ -282,7 +282,7 @@ def test_step_records_are_json_with_the_hash(stack):
 @pytest.mark.integration
 def test_another_sites_install_does_not_replace_the_published_stack(localhost_ready, tmp_path):
     """Two sites sharing one install root: the second is refused (exit 2, nothing changed) rather
-    than replacing the first site's stack under its modulefile; --force does it (issue 16)."""
+    than replacing the first site's stack under its modulefile; --force does it."""
     import yaml
 
     from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe

@@ -486,7 +486,7 @@ def test_the_site_switched_to_lmod_installs_a_lua_module_with_its_default(tmp_pa
                     "python -c 'import tinypkg; assert tinypkg.PATCHED; print(\"IMPORT\", tinypkg.__file__)'",
                     modulepath=f"{tmp_path / 'mf'}:/opt/hpcstack/base-modulefiles")
     assert re.search(r"^LOADED=python/3\.\d+:tiny/1\.0$", run.stdout, re.M), run.stderr
-    # the stack's python imports from the published build by its real path (issue 14)
+    # the stack's python imports from the published build by its real path
     assert f"IMPORT {os.path.realpath(tmp_path / 'sw' / 'tiny' / '1.0')}/venv/" in run.stdout
 
 

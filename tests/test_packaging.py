@@ -1,4 +1,4 @@
-"""hpcstack as a Python distribution (issue 9): what its sdist and wheel ship, and the wheel
+"""hpcstack as a Python distribution: what its sdist and wheel ship, and the wheel
 installed by an unprivileged user into their own home with a venv and pip, ``uv tool install`` and
 ``pipx install``, each giving a working ``hpcstack``; then the flow of an admin without root
 (docs/admin/own-repos.md, "An admin without root"): their own site repository, a recipe installed into a prefix

@@ -40,7 +40,7 @@ def test_cirrus_is_faithful_to_the_instructions():
 
 def test_a_site_holds_machine_facts_only():
     """What to build (Horovod's operations and flags, which lock) is the recipe's: a site config
-    that still says it is refused with the key path (issue 16)."""
+    that still says it is refused with the key path."""
     data = _localhost()
     data["horovod"] = {"cpu_operations": "MPI", "required_flags": ["PyTorch"]}
     data["python"] = {"index": "cu121"}

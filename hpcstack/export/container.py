@@ -1,6 +1,6 @@
 """Container specs: the stack as a Docker image (``--format docker``) or an Apptainer image
 (``--format apptainer``), written with hpccm (NVIDIA's HPC Container Maker,
-https://github.com/NVIDIA/hpc-container-maker; issue 12).
+https://github.com/NVIDIA/hpc-container-maker).
 
 The file builds the same plan inside the image that ``hpcstack install`` runs on the site: the
 image is a machine of its own, described by the site config's ``container`` section (its base,

@@ -31,7 +31,7 @@ Two files are written into DIR, both rendered from jinja2 templates
 
 Sources: ReFrame's regression test API and configuration reference
 (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html,
-https://reframe-hpc.readthedocs.io/en/stable/config_reference.html); issue 13.
+https://reframe-hpc.readthedocs.io/en/stable/config_reference.html).
 
 Emitting needs no ReFrame; running the check does (``pip install reframe-hpc``).
 """

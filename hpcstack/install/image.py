@@ -7,7 +7,7 @@ squashfs image (CSC's Tykky, LUMI's container wrapper): the parallel file system
 one large file, and the lookups inside it are answered by the node's own kernel and FUSE
 daemon from the image's cached directory tables.
 
-With ``layout: squashfs`` in the site config (issue 14, item 5) a build runs as ever in its stage
+With ``layout: squashfs`` in the site config a build runs as ever in its stage
 prefix, a real directory, up to and including its sanity check and permissions; then the step
 ``image``, before the module step publishes it:
 

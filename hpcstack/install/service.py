@@ -1,4 +1,4 @@
-"""The install service: the lifecycle of one recipe's stack at one site (issue 16).
+"""The install service: the lifecycle of one recipe's stack at one site.
 
 ``hpcstack install`` and ``hpcstack uninstall`` parse their arguments and print; this service
 does the work in one place, in order:

@@ -79,7 +79,7 @@ class SlurmSettings:
         scheduler (str): a name in :data:`hpcstack.validate.scheduler.SCHEDULERS`.
         accounting (bool): the cluster keeps job accounting (``sacct`` works); False on a
             cluster without slurmdbd (localhost). hpcstack's own jobs need none; a ReFrame check
-            polls with ``sacct`` where there is accounting, else with ``squeue`` (issue 13).
+            polls with ``sacct`` where there is accounting, else with ``squeue``.
     """
 
     partition: str
@@ -166,7 +166,7 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
 
     From the site, the machine: ``site.launcher``, ``site.slurm`` (partition, tasks, GPUs, cores
     per task, MPI plugin, environment; the ``--local`` run takes the last four from it too, see
-    :class:`LocalSettings`); from the recipe (issue 16), what to train and how to judge it: its :class:`Validation`
+    :class:`LocalSettings`); from the recipe (a site describes only the machine), what to train and how to judge it: its :class:`Validation`
     component's workload for this site and partition, its references, and the transport the
     Horovod build must use (``nccl`` where it is built with NCCL GPU operations, i.e. on a site
     whose toolchain has CUDA).
