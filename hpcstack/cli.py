@@ -611,7 +611,7 @@ def _stack_of(target: str, site) -> tuple[str, str]:
 
 
 def cmd_show(args) -> int:
-    """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.provenance`)."""
+    """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.install.provenance`)."""
     from hpcstack.install import provenance
     from hpcstack.install.builds import StackLayout
 

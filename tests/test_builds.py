@@ -1,4 +1,4 @@
-"""Stage prefixes, publish, resume, clean-up and uninstall (hpcstack.builds), with plans of plain
+"""Stage prefixes, publish, resume, clean-up and uninstall (hpcstack.install.builds), with plans of plain
 file writes run by the real runner; and the runner's preflight and failure diagnosis."""
 
 from __future__ import annotations

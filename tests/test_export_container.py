@@ -1,7 +1,7 @@
 """``hpcstack export --format docker|apptainer``: container specs written with hpccm, checked
 against golden files (cirrus: NVIDIA's CUDA 12.1 base; localhost: FROM scratch + a Debian 12
 root filesystem), and the site config's ``container`` section's bad input. Seconds in all; the
-real build of the localhost image is tests/test_container_image.py.
+real build of the localhost image is tests/test_image_localhost.py.
 """
 
 from __future__ import annotations

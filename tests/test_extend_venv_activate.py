@@ -1,4 +1,4 @@
-"""Tests for the users' `extend-venv-activate` tool (hpcstack.activate + its Jinja template).
+"""Tests for the users' `extend-venv-activate` tool (hpcstack.modules.activate + its Jinja template).
 
 Integration tests: real shells (bash, zsh, dash, fish, tcsh), both real module tools (Environment
 Modules with a Tcl modulefile, Lmod with a Lua one: every test that activates a venv runs under

@@ -223,7 +223,7 @@ class Choice:
     Attributes:
         plan (Plan): the plan for that build.
         kind (str): ``"up to date"`` (the published build, nothing to do), ``"in place"`` (the
-            published build, only :data:`hpcstack.plan.IN_PLACE_STEPS` to redo), ``"resume"``
+            published build, only :data:`hpcstack.install.plan.IN_PLACE_STEPS` to redo), ``"resume"``
             (the build in progress), ``"new"`` (a new stage prefix).
         pending (list[str]): the steps a run would do.
         replaces (str | None): id of the published build a new build replaces

@@ -1,8 +1,8 @@
 """Execute a plan: steps in order, each logged, skipped when already done with the same inputs.
 
 State lives in the build's ``.hpcstack/`` (``<stage prefix>/.hpcstack``, see
-:mod:`hpcstack.builds`): ``steps/<name>.json`` records a completed step with the hash of its
-inputs (:meth:`hpcstack.plan.Plan.step_hashes`), ``logs/<name>.log`` its output. A re-run whose
+:mod:`hpcstack.install.builds`): ``steps/<name>.json`` records a completed step with the hash of its
+inputs (:meth:`hpcstack.install.plan.Plan.step_hashes`), ``logs/<name>.log`` its output. A re-run whose
 steps are all recorded with unchanged hashes does nothing and says so; a changed input redoes
 that step and the ones after it (hashes chain). A step is recorded only once it has finished,
 and the record is written atomically, so a ``kill -9`` at any moment leaves a build that the
