@@ -879,7 +879,7 @@ def cmd_module(args) -> int:
     """
     import re
 
-    from hpcstack.modules import writer as modules
+    from hpcstack.modules import writer
 
     if args.module_command in ("deprecate", "undeprecate"):
         return cmd_module_deprecation(args)
@@ -894,7 +894,7 @@ def cmd_module(args) -> int:
     module_dir = os.path.join(site.module_root, name)
     site_args = f" --site {args.site}" + (f" --module-root {args.module_root}" if args.module_root else "")
     if args.module_command == "set-default":
-        change = modules.set_default(site.module_root, name, version, site.modules.syntax,
+        change = writer.set_default(site.module_root, name, version, site.modules.syntax,
                                      site.modules.tool, site=args.site)
         was = change.previous or "none: the tool picked the highest version"
         print(f"default of {name} is now {version} (was {was}); wrote {', '.join(change.written)}")
@@ -906,17 +906,17 @@ def cmd_module(args) -> int:
             print(f"switch back: hpcstack module unset-default {name}{site_args}")
         return 0
     if args.module_command == "unset-default":
-        removed = modules.unset_default(site.module_root, name)
+        removed = writer.unset_default(site.module_root, name)
         print("\n".join(f"removed {p}" for p in removed) or f"{name} has no default written by hpcstack")
         return 0
-    versions = modules.available_versions(module_dir, site.modules.tool)
+    versions = writer.available_versions(module_dir, site.modules.tool)
     if not versions:
         raise HpcstackError(f"no modulefiles of {name} for {site.modules.tool} in {site.module_root}")
-    defaults = modules.read_defaults(module_dir)
-    chosen = defaults.get(modules.DEFAULT_FILES[site.modules.syntax], next(iter(defaults.values()), None))
+    defaults = writer.read_defaults(module_dir)
+    chosen = defaults.get(writer.DEFAULT_FILES[site.modules.syntax], next(iter(defaults.values()), None))
     for v in versions:
         print(f"{name}/{v}" + (" (default)" if v == chosen else ""))
-    for path in modules.foreign_defaults(module_dir):
+    for path in writer.foreign_defaults(module_dir):
         print(f"note: {path} was not written by hpcstack and may set the default too")
     if chosen is None:
         print(f"no default set by hpcstack: `module load {name}` picks the highest version")

@@ -150,12 +150,12 @@ def module_variables(recipe, site) -> dict[str, str]:
     from hpcstack.install.builds import StackLayout
     from hpcstack.install.components.base import PlanContext
     from hpcstack.install.components.modulefile import Modulefile
-    from hpcstack.modules import writer as modules
+    from hpcstack.modules import writer
 
     prefix = StackLayout.for_site(site, recipe.name, recipe.version).prefix
     ctx = PlanContext(site=site, recipe=recipe, prefix=prefix, stage_dir="", cache_dir="",
                       python_version=site.python_version, jobs=1,
-                      modulefile=modules.modulefile_path(site.module_root, recipe.name, recipe.version,
+                      modulefile=writer.modulefile_path(site.module_root, recipe.name, recipe.version,
                                                          site.modules.syntax))
     context = Modulefile().context(ctx)
     out: dict[str, str] = {context.root_variable: context.prefix}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.modules import writer as modules
+from hpcstack.modules import writer
 from hpcstack.modules.modsys import get_tool
 
 #: Kernel names jupyter_client accepts (``jupyter_client.kernelspec._is_valid_kernel_name``).
@@ -114,7 +114,7 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
     if not init:
         problems.append(f"{site.path}: modules.init.bash: missing key (the kernel's launcher sources it "
                         "to get `module`)")
-    modulefile = modules.modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
+    modulefile = writer.modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
     if not os.path.isfile(modulefile):
         problems.append(f"{recipe.full_name} is not installed for site {site.name} (no modulefile "
                         f"{modulefile}): hpcstack install {recipe.full_name} --site {site.ref} first")
