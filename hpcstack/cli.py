@@ -555,7 +555,7 @@ def _emit_validation(args, site, recipe) -> int:
 
 def cmd_lock(args) -> int:
     """``hpcstack lock``: write ``<stem>.<index>.lock`` from ``<stem>.in`` with uv."""
-    from hpcstack.install.lock import write_lock
+    from hpcstack.install.lockgen import write_lock
 
     site, recipe = _load(args)
     path = write_lock(recipe, site)
@@ -613,7 +613,7 @@ def _stack_of(target: str, site) -> tuple[str, str]:
 def cmd_show(args) -> int:
     """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.install.provenance`)."""
     from hpcstack.install import provenance
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
 
     target = Path(args.target)
     if target.is_dir():
@@ -694,7 +694,7 @@ def cmd_mount(args) -> int:
     and the previous build's; exit 0 when already mounted, 2 with one line when it cannot
     (:func:`hpcstack.install.image.mount_stack`). ``--print-unit`` prints what nodes need."""
     from hpcstack.install import image
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
 
     site = _load_site(args, install_root=args.prefix)
     name, version = _stack_of(args.target, site)
@@ -981,7 +981,7 @@ def cmd_audit(args) -> int:
         packages, lock = audit.recipe_packages(recipe, site)
         result = audit.run_audit(packages, source, f"{recipe.full_name} for site {site.name}"
                                  + (f" ({os.path.basename(lock)})" if lock else ""))
-        from hpcstack.install.builds import StackLayout
+        from hpcstack.install.layout import StackLayout
 
         layout = StackLayout.for_site(site, recipe.name, recipe.version)
         if layout.published():

@@ -1,4 +1,4 @@
-"""Site configs: load ``site-configs/<name>.yaml``, validate it, and expose it as dataclasses.
+"""Site configs: load ``site-configs/<name>.yaml``, check it (:func:`check_config`), and expose it as dataclasses.
 
 A site describes one machine, and only the machine: where stacks and modulefiles go,
 which module tool it runs, which modules make the build environment, its compilers, CUDA and
@@ -412,8 +412,9 @@ def site_path(name_or_path: str, search: SearchPath | None = None) -> Path:
                        "or give the path of a site config .yaml)"])
 
 
-def validate(data: object, where: str) -> list[str]:
-    """Validate a loaded site config against :data:`SCHEMA`.
+def check_config(data: object, where: str) -> list[str]:
+    """Check a loaded site config against :data:`SCHEMA` (not ``hpcstack validate``, which runs a stack's
+    validation program).
 
     Args:
         data (object): what :func:`hpcstack.schema.load_yaml` returned.
@@ -452,7 +453,7 @@ def load_site(name_or_path: str, install_root: str | None = None,
     # how a later command names this site: its name where that finds it again without --repo
     ref = name_or_path if entry and entry.repo.origin != "--repo" else str(path.resolve())
     data = load_yaml(path, "site config")
-    problems = validate(data, str(path))
+    problems = check_config(data, str(path))
     if problems:
         raise ConfigError(problems)
     if data["name"] != path.stem and by_name:

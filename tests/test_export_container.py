@@ -58,8 +58,8 @@ def test_cirrus_image_builds_for_the_v100_with_cuda_12_1_and_labels_what_it_hold
     words = [w.strip().rstrip("\\").strip() for w in block.splitlines()]
     lines = [w[1:-1] if w[:1] in "'\"" else w for w in words if w]
     inside = yaml.safe_load("\n".join(lines))
-    from hpcstack.site import validate
-    assert validate(inside, "inside") == []
+    from hpcstack.site import check_config
+    assert check_config(inside, "inside") == []
     assert inside["toolchain"]["cuda"] == {"home": "/usr/local/cuda", "version": "12.1", "cc_list": [70],
                                            "stubs": "/usr/local/cuda/lib64/stubs"}
     assert inside["cache_dir"] == "/var/cache/hpcstack" and "slurm" not in inside

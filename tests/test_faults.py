@@ -222,7 +222,7 @@ def test_a_new_build_leaves_the_published_stack_alone_until_it_is_complete(local
         assert f"] {step}: done before, skipped" in res.stderr
     assert "] patch: " in res.stderr and "] build: " in res.stderr
     assert os.path.realpath(tiny.prefix) == str(new) and tiny.patched() == "3"
-    assert os.path.isdir(first)  # the build it replaced is kept (running jobs, rollback); see test_builds
+    assert os.path.isdir(first)  # the build it replaced is kept (running jobs, rollback); see test_layout
     watch.stop()
     assert watch.violations == [] and watch.seen > 100, watch.violations[:3]
 

@@ -18,7 +18,7 @@ from hpcstack.install.components.source import CachedWheelBuild
 from hpcstack.install.plan import BUILD
 from hpcstack.recipe import load_recipe
 from hpcstack.install.resolve import resolve
-from hpcstack.site import InstallerConfig, load_site, validate
+from hpcstack.site import InstallerConfig, load_site, check_config
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +70,7 @@ def test_installer_defaults_are_uv_hardlinks_bytecode_and_build_cache(tmp_path):
 def test_bad_installer_section_is_one_line_with_its_key_path(installer, expected):
     data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
     data["installer"] = installer
-    problems = validate(data, "s.yaml")
+    problems = check_config(data, "s.yaml")
     assert len(problems) == 1 and expected in problems[0], problems
 
 

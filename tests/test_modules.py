@@ -102,13 +102,13 @@ def test_default_file_names_the_version_and_how_to_change_it(syntax, expected):
 def test_site_config_lua_needs_lmod():
     import yaml
 
-    from hpcstack.site import validate
+    from hpcstack.site import check_config
 
     data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
     data["modules"]["syntax"] = "lua"
-    assert validate(data, "x.yaml") == ["x.yaml: modules.syntax: 'tcl' was expected"]
+    assert check_config(data, "x.yaml") == ["x.yaml: modules.syntax: 'tcl' was expected"]
     data["modules"]["tool"] = "lmod"
-    assert validate(data, "x.yaml") == []
+    assert check_config(data, "x.yaml") == []
 
 
 def test_site_schema_takes_tools_and_syntaxes_from_the_registries():

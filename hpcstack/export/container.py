@@ -113,7 +113,7 @@ def inside_site(site):
         ConfigError: no usable ``container`` section, or the resulting config is not a valid site
             config (one line per problem, named ``container.site_changes``).
     """
-    from hpcstack.site import _build, validate
+    from hpcstack.site import _build, check_config
 
     section = container_section(site)
     # layout: squashfs is not carried in: the container is the image, its stack a directory (no FUSE in a build)
@@ -122,7 +122,7 @@ def inside_site(site):
     raw["python"] = {**(raw.get("python") or {}), "version": section["python"]}
     raw["cache_dir"] = CACHE_DIR
     raw["installer"] = {**(raw.get("installer") or {}), "wheel_cache": None, "link_mode": "copy"}
-    problems = validate(raw, f"{site.path}: container.site_changes")
+    problems = check_config(raw, f"{site.path}: container.site_changes")
     if problems:
         raise ConfigError(problems)
     path = Path(SITE_DIR) / f"{raw['name']}.yaml"
@@ -147,7 +147,7 @@ def module_variables(recipe, site) -> dict[str, str]:
     Raises:
         ValueError: a component's environment change of an unknown kind.
     """
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
     from hpcstack.install.components.base import PlanContext
     from hpcstack.install.components.modulefile import Modulefile
     from hpcstack.modules import writer

@@ -155,7 +155,7 @@ class EasyConfig:
         from hpcstack.install.components import Imports, Modulefile, PipWheels
         from hpcstack.install.components.base import PlanContext
         from hpcstack.install.components.horovod import HorovodBuild
-        from hpcstack.install.builds import StackLayout
+        from hpcstack.install.layout import StackLayout
         from hpcstack.install.resolve import build_environment, detect_python_version
         from hpcstack.templates import render
 

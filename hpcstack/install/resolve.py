@@ -188,7 +188,7 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         python_version (str | None): ``X.Y`` of the base module's Python; default the site's
             ``python.version``, else found by loading the base module (real module tool).
         jobs (int | None): parallel build jobs; default the site's ``build.jobs``, else the core count.
-        stage_prefix (str): the real directory to build in (see :mod:`hpcstack.install.builds`);
+        stage_prefix (str): the real directory to build in (see :mod:`hpcstack.install.layout`);
             ``""`` builds in the prefix itself (the layout before staging).
         build_id (str): the name of that build, recorded in the plan.
         depends_on (tuple[str, ...]): the exact base and runtime modules loaded
@@ -203,7 +203,7 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         ConfigError: from a component (e.g. a missing lock file), or a bad ``permissions`` section.
         HpcstackError: the Python version cannot be found.
     """
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
 
     layout = StackLayout.for_site(site, recipe.name, recipe.version)
     prefix = layout.prefix

@@ -1,7 +1,7 @@
 """Execute a plan: steps in order, each logged, skipped when already done with the same inputs.
 
 State lives in the build's ``.hpcstack/`` (``<stage prefix>/.hpcstack``, see
-:mod:`hpcstack.install.builds`): ``steps/<name>.json`` records a completed step with the hash of its
+:mod:`hpcstack.install.layout`): ``steps/<name>.json`` records a completed step with the hash of its
 inputs (:meth:`hpcstack.install.plan.Plan.step_hashes`), ``logs/<name>.log`` its output. A re-run whose
 steps are all recorded with unchanged hashes does nothing and says so; a changed input redoes
 that step and the ones after it (hashes chain). A step is recorded only once it has finished,
@@ -539,7 +539,7 @@ def install_lock(layout, wait: bool = True, mode: int = 0o600):
     who could open it could hold a shared lock on it and block every install).
 
     Args:
-        layout (hpcstack.install.builds.StackLayout): the stack; its ``lock_file`` is the lock.
+        layout (hpcstack.install.layout.StackLayout): the stack; its ``lock_file`` is the lock.
         wait (bool): wait for another install to finish (with a message) or fail at once.
         mode (int): the lock file's permission bits (0600; 0660 for a site whose group installs).
 

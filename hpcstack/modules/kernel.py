@@ -131,7 +131,7 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
     if problems:
         raise ConfigError(problems)
     tool = get_tool(site.modules.tool)
-    # the stack's stable prefix, as hpcstack.install.builds.StackLayout names it
+    # the stack's stable prefix, as hpcstack.install.layout.StackLayout names it
     stack_python = os.path.join(site.install_root, recipe.name, recipe.version, "venv", "bin", "python")
     python = os.path.join(venv_dir, "bin", "python") if venv_dir else stack_python
     display = recipe.whatis + (f" (venv {venv_dir})" if venv_dir else "")

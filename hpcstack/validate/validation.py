@@ -230,8 +230,8 @@ def _required_transport(site, recipe) -> str | None:
 
 
 def stack_layout(site, recipe):
-    """The stack's :class:`hpcstack.install.builds.StackLayout` at ``site``: every path of it."""
-    from hpcstack.install.builds import StackLayout
+    """The stack's :class:`hpcstack.install.layout.StackLayout` at ``site``: every path of it."""
+    from hpcstack.install.layout import StackLayout
 
     return StackLayout.for_site(site, recipe.name, recipe.version)
 
