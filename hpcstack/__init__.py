@@ -19,7 +19,7 @@ __version__ = "0.3.0"
 
 def data_root() -> Path:
     """Return the built-in data: the directory that holds ``recipes/``, ``site-configs/``,
-    ``modulefiles/`` and ``scripts/``.
+    ``modulefiles/``, ``templates/`` and ``scripts/``.
 
     They ship inside the package as ``hpcstack/data/`` (package data, read with
     :mod:`importlib.resources`); in a checkout ``hpcstack/data/*`` are links to the top-level

@@ -3,7 +3,7 @@
 A kernel is a kernelspec directory (https://jupyter-client.readthedocs.io/en/stable/kernels.html,
 "Kernel specs"): ``kernel.json`` and a launcher script. Jupyter (JupyterLab, JupyterHub, Open
 OnDemand) runs ``kernel.json``'s ``argv``; the launcher, rendered from
-``scripts/jupyter-kernel.sh.j2``, sources the site's module tool init, loads the stack's module
+``templates/jupyter-kernel.sh.j2``, sources the site's module tool init, loads the stack's module
 (``module use`` of the site's directories first), optionally activates a user's venv extended with
 ``extend-venv-activate``, and ``exec``\\ s ``<python> -m ipykernel_launcher -f {connection_file}``
 with the stack's interpreter (``<prefix>/venv/bin/python``), or the venv's, named by its path:
@@ -36,7 +36,7 @@ from hpcstack.modules.modsys import get_tool
 #: Kernel names jupyter_client accepts (``jupyter_client.kernelspec._is_valid_kernel_name``).
 KERNEL_NAME = re.compile(r"^[a-z0-9._-]+$", re.IGNORECASE)
 LAUNCHER = "launch"
-TEMPLATE = "scripts/jupyter-kernel.sh.j2"
+TEMPLATE = "templates/jupyter-kernel.sh.j2"
 
 
 def kernels_dir(user: bool = False, prefix: str | None = None) -> Path:

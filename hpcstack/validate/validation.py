@@ -8,7 +8,7 @@ JSON lines and their units, how sanity is judged, and the references.
 
 **Slurm** (the default for a site with a ``slurm`` section): for each node count (``--nodes 1,2``)
 one job script is rendered by the ``slurm`` scheduler (:mod:`hpcstack.validate.scheduler`, from
-``scripts/slurm-job.sh.j2``) and submitted with ``sbatch --parsable``; each job sources the module
+``templates/slurm-job.sh.j2``) and submitted with ``sbatch --parsable``; each job sources the module
 tool's init, loads the stack's module and runs the program once per backend (the recipe's order)
 with the launcher the backend needs, by default the one the site names in ``slurm.launcher``
 (:mod:`hpcstack.validate.launchers`). hpcstack polls until the jobs end, reads their JSON-lines
