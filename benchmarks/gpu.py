@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The recipe's GPU Horovod built and trained on a machine with a GPU (issue 10, item 4).
+"""The recipe's GPU Horovod built and trained on a machine with a GPU.
 
 On a GPU node whose Python already holds a CUDA build of PyTorch (an NGC-style image, a site's
 own PyTorch module) and which may have no network, this script:

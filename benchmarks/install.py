@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How fast does hpcstack install pytorch/2.3.1-gpu, against the Cirrus method and uv alone (issue 6).
+"""How fast does hpcstack install pytorch/2.3.1-gpu, against the Cirrus method and uv alone.
 
 One run on one machine measures, and prints as a table with ratios:
 
@@ -18,19 +18,19 @@ One run on one machine measures, and prints as a table with ratios:
       the same packages (installed by uv with its defaults: no bytecode): wall time, open and
       stat system calls (``strace -f``), ``.pyc`` files written.
 
-and says whether each target of issue 6 holds: (c) <= 1.25 x ((d) + reuse); (c) at least 5x
+and says whether each of its targets holds: (c) <= 1.25 x ((d) + reuse); (c) at least 5x
 faster than (a); (e) < 2 s; (f) <= 1.2 x trivial; (g) 0 ``.pyc`` written and no more open/stat
 calls than the plain venv.
 
-Phase ``w`` (issue 14, not in the default order) measures the warm install against its floor in
+Phase ``w`` (not in the default order) measures the warm install against its floor in
 one run, without a cold install first: with ``--warm-from <install_root>/.hpcstack/cache`` the
 warm uv cache of an installed stack is used in place and its Horovod build cache is copied;
 ``--repeat`` rounds of the uv floor (the lock into a ``--without-pip`` venv, plus the cached
 Horovod wheel) and ``hpcstack install`` into an empty install root, alternating which goes
 first; then the no-op re-install. It prints the medians, the ratio per round, the steps' times,
 and whether the warm install is within 1.25x the floor and the no-op under 0.5 s. Phase ``g``
-also counts ``readlink`` calls and the distinct paths an import names (issue 14 item 4).
-Phase ``o`` (issue 14 item 2, not in the default order) measures what overlapping Horovod's
+also counts ``readlink`` calls and the distinct paths an import names.
+Phase ``o`` (not in the default order) measures what overlapping Horovod's
 sources (fetch, unpack, patch) with the venv and wheels steps saves, on a cold source cache:
 ``--stop-after patch`` (nothing overlaps) against the install killed as the build step starts.
 
@@ -370,7 +370,7 @@ def _floor_once(b: Bench, tag: str) -> dict:
 
 
 def phase_w(b: Bench, repeat: int = 3) -> None:
-    """Warm install against its floor, side by side (issue 14): ``repeat`` rounds of the uv floor
+    """Warm install against its floor, side by side: ``repeat`` rounds of the uv floor
     (:func:`_floor_once`) and ``hpcstack install`` into a new, empty install root with the same
     warm caches, so that the load of a shared machine weighs on both alike; then the no-op
     re-install of the last one (median of 5). Reports medians and the ratio of medians.
@@ -421,7 +421,7 @@ def _records(prefix_root: Path) -> dict[str, float]:
 
 
 def phase_o(b: Bench, repeat: int = 2) -> None:
-    """(o) The cold-source overlap (issue 14 item 2): Horovod's sdist downloaded from PyPI into an
+    """(o) The cold-source overlap: Horovod's sdist downloaded from PyPI into an
     empty download cache, with an empty build cache (so the patch step unpacks and patches it),
     and the wheels from the warm uv cache (the 2.8 GB need not come again): ``sequential`` runs
     ``--stop-after patch`` (fetch, venv, wheels, patch one after the other: with --stop-after
@@ -462,7 +462,7 @@ def phase_o(b: Bench, repeat: int = 2) -> None:
 
 
 def report_o(o: dict | None) -> list[str]:
-    """Lines for phase o: what the overlap of the sources with the wheels saves (issue 14 item 2)."""
+    """Lines for phase o: what the overlap of the sources with the wheels saves."""
     if not o:
         return []
     med = statistics.median
@@ -817,7 +817,7 @@ def report(r: dict) -> str:
 
 
 def report_w(w: dict | None) -> list[str]:
-    """Lines for phase w: the warm install against the uv floor, medians of the rounds (issue 14)."""
+    """Lines for phase w: the warm install against the uv floor, medians of the rounds."""
     if not w:
         return []
     rounds = w["rounds"]
@@ -858,7 +858,7 @@ def targets(r: dict) -> list[str]:
         med = statistics.median
         floor = med(x["floor"]["floor"] for x in w["rounds"])
         inst = med(x["install"]["seconds"] for x in w["rounds"])
-        verdict(inst <= 1.25 * floor, f"(w) warm install <= 1.25 x the uv floor (issue 14): {inst:.1f} s vs "
+        verdict(inst <= 1.25 * floor, f"(w) warm install <= 1.25 x the uv floor: {inst:.1f} s vs "
                                       f"1.25 x {floor:.1f} = {1.25 * floor:.1f} s ({inst / floor:.2f}x)")
         verdict(med(w["noop"]) < 0.5, f"(w) no-op re-install < 0.5 s: {med(w['noop']):.3f} s")
     a, c, d = r.get("a", {}).get("seconds"), r.get("c", {}).get("seconds"), r.get("d")
@@ -889,7 +889,7 @@ def targets(r: dict) -> list[str]:
         key = "metadata" if "metadata" in g["module"] else "open_stat"
         verdict(g["module"][key] <= g["plain"][key],
                 f"(g) {'open+stat+readlink' if key == 'metadata' else 'open+stat'} under the module <= plain venv "
-                f"(issue 14): {g['module'][key]} vs {g['plain'][key]} ({g['module'][key] - g['plain'][key]:+d})")
+                f"(at most the plain venv's): {g['module'][key]} vs {g['plain'][key]} ({g['module'][key] - g['plain'][key]:+d})")
     else:
         verdict(None, "(g) 0 .pyc written, open/stat <= plain venv")
     return out

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How long does `module load pytorch/2.3.1-gpu` take, under each module tool (issue 3)?
+"""How long does `module load pytorch/2.3.1-gpu` take, under each module tool?
 
 For each tool and modulefile syntax it reads, one bash session loads, in turn and interleaved
 (so a noisy machine slows all alike), then purges:
@@ -8,7 +8,7 @@ For each tool and modulefile syntax it reads, one bash session loads, in turn an
     module, so this is what a user's ``module load`` costs);
   - a trivial modulefile (one ``setenv``);
   - the trivial modulefile with a ``depends-on python`` (the dependency's share of the stack's
-    figure): what the stack is held to, ``module load`` <= 1.1x this (issue 14);
+    figure): what the stack is held to, ``module load`` <= 1.1x this;
   - the same in a directory with a default-version file (``.version`` for Tcl,
     ``.modulerc.lua`` for Lua), as ``hpcstack`` writes beside the stack's modulefile: that
     file's share (Environment Modules evaluates it on every load from the directory);
@@ -50,7 +50,7 @@ TOOLS = {  # tool -> its bash init script
 CASES = [("environment-modules", "tcl"), ("lmod", "lua"), ("lmod", "tcl")]
 MODULES = {"stack": STACK, "trivial": "trivial/1.0", "trivial+depends-on": "trivialdep/1.0",
            "trivial+depends-on+default": "trivialdef/1.0"}
-#: the target of issue 14: the stack's load against a trivial modulefile with the same depends-on
+#: the target: the stack's load against a trivial modulefile with the same depends-on
 TARGET = 1.1
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Metadata calls of ``import torch, horovod.torch`` from a stack's venv on disk and from its
-squashfs image (``layout: squashfs``; issue 14, item 5).
+squashfs image (``layout: squashfs``).
 
 On a parallel file system every ``stat``/``openat``/``readlink`` that names a path on it is a round
 trip to the metadata server. This script takes an installed stack read-only (default: the

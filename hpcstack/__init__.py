@@ -4,9 +4,10 @@ An admin runs one recipe (``recipes/<name>/<version>.py``) for one site
 (``site-configs/<site>.yaml``); hpcstack resolves them into a plan of named steps, runs the plan
 (or prints it as a bash script with ``--dry-run``), writes the modulefile and validates the stack.
 
-The package by role: :mod:`hpcstack.install` (plan, runner, builds, resolve, lock, provenance,
-components), :mod:`hpcstack.modules` (modulefile writer, module tools, ``extend-venv-activate``),
-:mod:`hpcstack.validate` (validation, scheduler, report, check-build); :mod:`hpcstack.cli`,
+The package by role: :mod:`hpcstack.install` (plan, runner, layout, resolve, lockfile, lockgen,
+provenance, components), :mod:`hpcstack.modules` (modulefile writer, module tools,
+``extend-venv-activate``), :mod:`hpcstack.validate` (validation, scheduler, launchers, judge,
+render), :mod:`hpcstack.export`, :mod:`hpcstack.lifecycle`; :mod:`hpcstack.cli`,
 :mod:`hpcstack.site`, :mod:`hpcstack.recipe` and the search path :mod:`hpcstack.repos` on top.
 """
 
@@ -18,7 +19,7 @@ __version__ = "0.3.0"
 
 def data_root() -> Path:
     """Return the built-in data: the directory that holds ``recipes/``, ``site-configs/``,
-    ``modulefiles/`` and ``scripts/``.
+    ``modulefiles/``, ``templates/`` and ``scripts/``.
 
     They ship inside the package as ``hpcstack/data/`` (package data, read with
     :mod:`importlib.resources`); in a checkout ``hpcstack/data/*`` are links to the top-level

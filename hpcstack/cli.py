@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     # jsonschema imports rfc3987_syntax when it is installed (jupyter's jsonschema[format-nongpl]
     # brings it), which compiles 38 lark grammars at import: 1.1-2.4 s of every command, 3-5x a
-    # no-op re-install (issue 14). hpcstack's schemas check no IRI format; jsonschema runs
+    # no-op re-install. hpcstack's schemas check no IRI format; jsonschema runs
     # without it (an ImportError it expects), in this process only.
     sys.modules.setdefault("rfc3987_syntax", None)
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -555,7 +555,7 @@ def _emit_validation(args, site, recipe) -> int:
 
 def cmd_lock(args) -> int:
     """``hpcstack lock``: write ``<stem>.<index>.lock`` from ``<stem>.in`` with uv."""
-    from hpcstack.install.lock import write_lock
+    from hpcstack.install.lockgen import write_lock
 
     site, recipe = _load(args)
     path = write_lock(recipe, site)
@@ -611,9 +611,9 @@ def _stack_of(target: str, site) -> tuple[str, str]:
 
 
 def cmd_show(args) -> int:
-    """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.provenance`)."""
+    """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.install.provenance`)."""
     from hpcstack.install import provenance
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
 
     target = Path(args.target)
     if target.is_dir():
@@ -694,7 +694,7 @@ def cmd_mount(args) -> int:
     and the previous build's; exit 0 when already mounted, 2 with one line when it cannot
     (:func:`hpcstack.install.image.mount_stack`). ``--print-unit`` prints what nodes need."""
     from hpcstack.install import image
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
 
     site = _load_site(args, install_root=args.prefix)
     name, version = _stack_of(args.target, site)
@@ -879,7 +879,7 @@ def cmd_module(args) -> int:
     """
     import re
 
-    from hpcstack.modules import writer as modules
+    from hpcstack.modules import writer
 
     if args.module_command in ("deprecate", "undeprecate"):
         return cmd_module_deprecation(args)
@@ -894,7 +894,7 @@ def cmd_module(args) -> int:
     module_dir = os.path.join(site.module_root, name)
     site_args = f" --site {args.site}" + (f" --module-root {args.module_root}" if args.module_root else "")
     if args.module_command == "set-default":
-        change = modules.set_default(site.module_root, name, version, site.modules.syntax,
+        change = writer.set_default(site.module_root, name, version, site.modules.syntax,
                                      site.modules.tool, site=args.site)
         was = change.previous or "none: the tool picked the highest version"
         print(f"default of {name} is now {version} (was {was}); wrote {', '.join(change.written)}")
@@ -906,17 +906,17 @@ def cmd_module(args) -> int:
             print(f"switch back: hpcstack module unset-default {name}{site_args}")
         return 0
     if args.module_command == "unset-default":
-        removed = modules.unset_default(site.module_root, name)
+        removed = writer.unset_default(site.module_root, name)
         print("\n".join(f"removed {p}" for p in removed) or f"{name} has no default written by hpcstack")
         return 0
-    versions = modules.available_versions(module_dir, site.modules.tool)
+    versions = writer.available_versions(module_dir, site.modules.tool)
     if not versions:
         raise HpcstackError(f"no modulefiles of {name} for {site.modules.tool} in {site.module_root}")
-    defaults = modules.read_defaults(module_dir)
-    chosen = defaults.get(modules.DEFAULT_FILES[site.modules.syntax], next(iter(defaults.values()), None))
+    defaults = writer.read_defaults(module_dir)
+    chosen = defaults.get(writer.DEFAULT_FILES[site.modules.syntax], next(iter(defaults.values()), None))
     for v in versions:
         print(f"{name}/{v}" + (" (default)" if v == chosen else ""))
-    for path in modules.foreign_defaults(module_dir):
+    for path in writer.foreign_defaults(module_dir):
         print(f"note: {path} was not written by hpcstack and may set the default too")
     if chosen is None:
         print(f"no default set by hpcstack: `module load {name}` picks the highest version")
@@ -981,7 +981,7 @@ def cmd_audit(args) -> int:
         packages, lock = audit.recipe_packages(recipe, site)
         result = audit.run_audit(packages, source, f"{recipe.full_name} for site {site.name}"
                                  + (f" ({os.path.basename(lock)})" if lock else ""))
-        from hpcstack.install.builds import StackLayout
+        from hpcstack.install.layout import StackLayout
 
         layout = StackLayout.for_site(site, recipe.name, recipe.version)
         if layout.published():

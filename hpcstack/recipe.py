@@ -1,8 +1,8 @@
 """Recipes: ``recipes/<name>/<version>.py`` files that define ``recipe(site) -> Recipe``.
 
 A recipe reads like a shopping list (hpccm): a docstring, then one component per line. The
-components contribute actions to the standard steps (:data:`hpcstack.plan.STEP_ORDER`);
-:func:`hpcstack.resolve.resolve` turns recipe + site into one plan.
+components contribute actions to the standard steps (:data:`hpcstack.install.plan.STEP_ORDER`);
+:func:`hpcstack.install.resolve.resolve` turns recipe + site into one plan.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Recipe:
         name (str): the module name, e.g. ``"pytorch"``.
         version (str): the module version, e.g. ``"2.3.1-gpu"``.
         whatis (str): one line describing the stack (``module-whatis``).
-        components (list): component objects from :mod:`hpcstack.components`, in order.
+        components (list): component objects from :mod:`hpcstack.install.components`, in order.
         directory (Path | None): the recipe's directory (for lock files and patches); set by
             :func:`load_recipe`.
         ref (str): how a later command line names this recipe: ``name/version`` where the search

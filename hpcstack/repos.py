@@ -14,7 +14,7 @@ searched once, at its first place, so that no entry is listed as shadowing itsel
 So a site's ``recipes/pytorch/2.3.1-gpu.py`` *shadows* the built-in one of the same name, as a
 Spack repository listed in ``repos.yaml`` shadows ``builtin`` and EasyBuild's ``--robot-paths``
 come before its own easyconfigs. ``hpcstack list`` shows each entry with the repository it comes
-from and what it shadows (issue 9).
+from and what it shadows.
 """
 
 from __future__ import annotations

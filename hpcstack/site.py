@@ -1,6 +1,6 @@
-"""Site configs: load ``site-configs/<name>.yaml``, validate it, and expose it as dataclasses.
+"""Site configs: load ``site-configs/<name>.yaml``, check it (:func:`check_config`), and expose it as dataclasses.
 
-A site describes one machine, and only the machine (issue 16): where stacks and modulefiles go,
+A site describes one machine, and only the machine: where stacks and modulefiles go,
 which module tool it runs, which modules make the build environment, its compilers, CUDA and
 NCCL (the :class:`Toolchain`), how jobs are scheduled and launched, and who may write the
 stacks. What to build there and how to judge it (Horovod's operations and required flags, the
@@ -60,7 +60,7 @@ MAX_JOBS = 4096
 _PATH = {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": r"^[^\x00-\x20\x7f-\x9f\u2028\u2029]+$"}
 
 
-#: Keys a site config held before sites described only the machine (issue 16), and where they went.
+#: Keys a site config held before sites described only the machine, and where they went.
 _MOVED = {
     "horovod": " (Horovod's operations and flags are the recipe's HorovodBuild; compilers, CUDA and "
                "NCCL go in toolchain)",
@@ -133,7 +133,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         # values may be secrets: {secret: true, from_env: VAR} or {secret: true, from_file: PATH}
         "env": _SECRET_ENV,
     }),
-    # How packages get into the stack's venv (issue 6): uv (default) or pip, the wheel cache
+    # How packages get into the stack's venv: uv (default) or pip, the wheel cache
     # (keep it on the prefixes' filesystem so uv hard-links instead of copying), bytecode at
     # install time (a read-only stack then writes no .pyc), and the cache of built source wheels.
     "installer": _obj([], {
@@ -146,7 +146,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         # for the lock's wheels and the recipes' sdists; the lock's hashes are still enforced
         "index_url": {"type": ["string", "null"], "pattern": r"^(https?|file)://[^\s]+$"},
     }),
-    # Who owns an installed stack and who may write it (issue 5): a shared software group and a
+    # Who owns an installed stack and who may write it: a shared software group and a
     # symbolic chmod mode on top of hpcstack's own (world-readable, nothing world-writable).
     "permissions": _obj([], {
         "group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
@@ -155,7 +155,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "admin_group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
-    # How a published build lies on the file system (issue 14, item 5): ``directory`` (default),
+    # How a published build lies on the file system: ``directory`` (default),
     # or ``squashfs``: the venv packed into one image (mksquashfs) and mounted read-only at its
     # path (squashfuse), so an import makes its metadata calls inside the image, not on the
     # (parallel) file system. See hpcstack/install/image.py.
@@ -171,7 +171,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "ranks": {**_POS_INT, "maximum": MAX_RANKS},
         "env": _ENV,
     }),
-    # The stack as a container image (`hpcstack export --format docker|apptainer`; issue 12):
+    # The stack as a container image (`hpcstack export --format docker|apptainer`):
     # the image is a machine of its own. One of base_image and rootfs; see hpcstack/export/container.py.
     "container": _obj(["python"], {
         "base_image": {"type": "string", "maxLength": 512, "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$"},  # FROM / Bootstrap: docker
@@ -268,7 +268,7 @@ class Toolchain:
         cuda_static_runtime (bool): the toolkit has ``libcudart_static.a`` (NVIDIA's and NVHPC's
             do; default True). False for a toolkit with the shared runtime only (one put together
             from PyPI's CUDA wheels, ``scripts/localhost-cuda-toolkit``): builds then link
-            ``libcudart.so``, as torch's extensions do (issue 10).
+            ``libcudart.so``, as torch's extensions do.
     """
 
     cc: str = "mpicc"
@@ -298,7 +298,7 @@ class Toolchain:
 
 @dataclass(frozen=True)
 class InstallerConfig:
-    """How packages are installed into the stack's venv (section ``installer``; issue 6).
+    """How packages are installed into the stack's venv (section ``installer``).
 
     Attributes:
         backend (str): ``uv`` (default; https://docs.astral.sh/uv/pip/) or ``pip`` (the fallback).
@@ -412,8 +412,9 @@ def site_path(name_or_path: str, search: SearchPath | None = None) -> Path:
                        "or give the path of a site config .yaml)"])
 
 
-def validate(data: object, where: str) -> list[str]:
-    """Validate a loaded site config against :data:`SCHEMA`.
+def check_config(data: object, where: str) -> list[str]:
+    """Check a loaded site config against :data:`SCHEMA` (not ``hpcstack validate``, which runs a stack's
+    validation program).
 
     Args:
         data (object): what :func:`hpcstack.schema.load_yaml` returned.
@@ -452,7 +453,7 @@ def load_site(name_or_path: str, install_root: str | None = None,
     # how a later command names this site: its name where that finds it again without --repo
     ref = name_or_path if entry and entry.repo.origin != "--repo" else str(path.resolve())
     data = load_yaml(path, "site config")
-    problems = validate(data, str(path))
+    problems = check_config(data, str(path))
     if problems:
         raise ConfigError(problems)
     if data["name"] != path.stem and by_name:

@@ -40,7 +40,7 @@ class Key:
 _V = ("validate",)
 _X = ("export",)
 
-#: Key path (dot-separated, as in the error lines of :func:`hpcstack.site.validate`) -> its documentation.
+#: Key path (dot-separated, as in the error lines of :func:`hpcstack.site.check_config`) -> its documentation.
 KEYS: dict[str, Key] = {
     "name": Key("The site's name: the file's stem when the site is given by name (`--site cirrus` "
                 "reads `site-configs/cirrus.yaml`). A build records it, and an install for another "

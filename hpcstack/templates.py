@@ -1,8 +1,8 @@
 """The package's one jinja2 environment, for every template hpcstack ships.
 
 Templates live in the built-in data (:func:`hpcstack.data_root`) and are named by their path
-there: ``modulefiles/modulefile.tcl.j2``, ``scripts/extend-venv-activate.j2``,
-``scripts/slurm-job.sh.j2``. They render with ``trim_blocks`` and ``lstrip_blocks`` (as Spack's
+there: ``modulefiles/modulefile.tcl.j2``, ``templates/extend-venv-activate.j2``,
+``templates/slurm-job.sh.j2``. They render with ``trim_blocks`` and ``lstrip_blocks`` (as Spack's
 module templates do), ``StrictUndefined`` (a misspelt variable is an error, not an empty string),
 the trailing newline kept and no HTML escaping (https://jinja.palletsprojects.com/en/3.1.x/api/,
 "Environment").

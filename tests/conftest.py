@@ -57,7 +57,7 @@ CHECK_BUILD_CPU = CHECK_BUILD_NCCL.replace("[X] NCCL", "[ ] NCCL")
 
 #: The installed ``hpcstack`` console script of this interpreter's environment (scripts/run-tests
 #: installs hpcstack there from its wheel), run from a neutral directory so that nothing of the
-#: checkout can be imported by accident (issue 9).
+#: checkout can be imported by accident.
 HPCSTACK = [str(Path(sys.executable).with_name("hpcstack"))]
 NEUTRAL_DIR = tempfile.gettempdir()
 

@@ -31,7 +31,7 @@ class ModuleTool:
         name (str): ``environment-modules`` or ``lmod`` (the site config's ``modules.tool``).
         syntax (str): ``tcl`` or ``lua``: the syntax hpcstack writes for a site running it.
         init_dir (Path): directory of the per-shell init scripts (``bash``, ``zsh``, ``sh``, …).
-        command (Path): the tool's command for python mode (hpcstack.modsys).
+        command (Path): the tool's command for python mode (hpcstack.modules.modsys).
     """
 
     name: str

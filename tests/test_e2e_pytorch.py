@@ -36,7 +36,7 @@ def test_install_records_every_step(installed):
 
 
 def test_the_stack_carries_its_constraints_and_sbom(installed):
-    """Issue 15: the install writes constraints.txt and the CycloneDX SBOM next to the provenance,
+    """The stack says what is in it: the install writes constraints.txt and the CycloneDX SBOM next to the provenance,
     the modulefile names the constraints, and `hpcstack show` points to the SBOM."""
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
@@ -77,7 +77,7 @@ def test_module_load_gives_torch_and_horovod_and_unload_restores(installed):
     assert "RESTORED" in proc.stdout
     # the stack's modules by their real path in the published build (one realpath per import of
     # torch walks no symbolic link), and sys.path a plain venv's: site-packages once, after the
-    # standard library (venv/lib/.../00-hpcstack-paths.pth; issue 14)
+    # standard library (venv/lib/.../00-hpcstack-paths.pth)
     torch_file = re.search(r"^TORCH 2\.3\.1\S* (\S+)$", proc.stdout, re.M).group(1)  # version 2.3.1+cu121
     build = os.path.realpath(PREFIX)
     assert torch_file.startswith(build + "/venv/") and os.path.realpath(torch_file) == torch_file

@@ -1,4 +1,4 @@
-"""examples/: the digits classifier and its Slurm batch scripts (issue 11 item 4). The scripts
+"""examples/: the digits classifier and its Slurm batch scripts. The scripts
 are checked as bash (``bash -n``) and for what they must name; the program itself is the one the
 stack's trainer runs as ``--model digits`` (tests/test_train_benchmark.py), and it is run here
 under horovodrun where a stack with Horovod and scikit-learn is found."""

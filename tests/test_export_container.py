@@ -1,7 +1,7 @@
 """``hpcstack export --format docker|apptainer``: container specs written with hpccm, checked
 against golden files (cirrus: NVIDIA's CUDA 12.1 base; localhost: FROM scratch + a Debian 12
 root filesystem), and the site config's ``container`` section's bad input. Seconds in all; the
-real build of the localhost image is tests/test_container_image.py.
+real build of the localhost image is tests/test_image_localhost.py.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def test_cirrus_image_builds_for_the_v100_with_cuda_12_1_and_labels_what_it_hold
     words = [w.strip().rstrip("\\").strip() for w in block.splitlines()]
     lines = [w[1:-1] if w[:1] in "'\"" else w for w in words if w]
     inside = yaml.safe_load("\n".join(lines))
-    from hpcstack.site import validate
-    assert validate(inside, "inside") == []
+    from hpcstack.site import check_config
+    assert check_config(inside, "inside") == []
     assert inside["toolchain"]["cuda"] == {"home": "/usr/local/cuda", "version": "12.1", "cc_list": [70],
                                            "stubs": "/usr/local/cuda/lib64/stubs"}
     assert inside["cache_dir"] == "/var/cache/hpcstack" and "slurm" not in inside

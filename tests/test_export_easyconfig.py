@@ -1,4 +1,4 @@
-"""``hpcstack export … --format easyconfig`` (issue 13): the recipe as an EasyBuild easyconfig.
+"""``hpcstack export … --format easyconfig``: the recipe as an EasyBuild easyconfig.
 
 The localhost export is read back by the real EasyBuild (easybuild-framework and
 easybuild-easyblocks, test extras): it parses (``EasyConfig``), passes ``eb --check-contrib``
@@ -232,7 +232,7 @@ def test_sanity_check_and_module_environment_match_the_recipe_and_modulefile(exp
     assert parsed["modextravars"] == {"HPCSTACK_PYTORCH_ROOT": "%(installdir)s", "PYTHONNOUSERSITE": "1",
                                       "PIP_CONSTRAINT": constraints, "UV_CONSTRAINT": constraints,
                                       "SLURM_MPI_TYPE": "pmix"}   # the site's modules.env
-    # the file they name is written after the install, with every pin (issue 15)
+    # the file they name is written after the install, with every pin (constraints.txt)
     (command,) = parsed["postinstallcmds"]
     assert command.endswith(" werkzeug==3.0.3 wheel==0.43.0 horovod==0.28.1")   # shell words
     assert command.startswith("mkdir -p %(installdir)s/.hpcstack && printf '%%s\\n' > " + constraints)

@@ -1,4 +1,4 @@
-"""``hpcstack validate … --emit reframe DIR`` (issue 13): the validation as a ReFrame check.
+"""``hpcstack validate … --emit reframe DIR``: the validation as a ReFrame check.
 
 * Golden files: the cirrus check and ReFrame site configuration (``tests/golden/cirrus-reframe-
   check.py``, ``cirrus-reframe-settings.py``; the hpcstack version normalised to ``@VERSION@``;

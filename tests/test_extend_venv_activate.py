@@ -1,4 +1,4 @@
-"""Tests for the users' `extend-venv-activate` tool (hpcstack.activate + its Jinja template).
+"""Tests for the users' `extend-venv-activate` tool (hpcstack.modules.activate + its Jinja template).
 
 Integration tests: real shells (bash, zsh, dash, fish, tcsh), both real module tools (Environment
 Modules with a Tcl modulefile, Lmod with a Lua one: every test that activates a venv runs under
@@ -714,7 +714,7 @@ def test_installed_stack_with_a_users_venv(mtool, when, installed, tmp_path):
     assert re.search(r"^LOADED=python/3\.\d+:pytorch/2\.3\.1-gpu$", out, re.M), proc.stderr
     assert f"PY={venv}/bin/python\n" in out
     assert re.search(rf"^TORCH 2\.3\.1\S* {re.escape(str(installed.prefix))}/", out, re.M), out
-    # the stack's constraints (PIP_CONSTRAINT, issue 15) refuse another filelock; a user who
+    # the stack's constraints (PIP_CONSTRAINT) refuse another filelock; a user who
     # clears them on purpose gets theirs, and it wins over the stack's copy
     assert "CONSTRAINT=held" in out, out
     assert re.search(rf"^FILELOCK 99\.0 {re.escape(str(venv))}/lib/", out, re.M), out

@@ -222,7 +222,7 @@ def test_a_new_build_leaves_the_published_stack_alone_until_it_is_complete(local
         assert f"] {step}: done before, skipped" in res.stderr
     assert "] patch: " in res.stderr and "] build: " in res.stderr
     assert os.path.realpath(tiny.prefix) == str(new) and tiny.patched() == "3"
-    assert os.path.isdir(first)  # the build it replaced is kept (running jobs, rollback); see test_builds
+    assert os.path.isdir(first)  # the build it replaced is kept (running jobs, rollback); see test_layout
     watch.stop()
     assert watch.violations == [] and watch.seen > 100, watch.violations[:3]
 
@@ -277,7 +277,7 @@ def test_a_tampered_wheel_is_refused_with_both_hashes(localhost_ready, tmp_path)
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """An 8 MiB tmpfs (root only): less than the tiny stack needs (about 12 MiB with its uv cache,
-    which it hard-links from: a uv site's venv has no pip, issue 14)."""
+    which it hard-links from: a uv site's venv has no pip)."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0:
@@ -368,7 +368,7 @@ def test_a_missing_horovod_compiler_is_named_before_anything_is_fetched(localhos
 
 
 def test_a_missing_patch_inside_the_cached_build_is_named_before_anything_is_written(localhost_ready, tmp_path):
-    """``patch`` runs only nested: in the patch step's unpack ahead (no wheel cached, issue 14)
+    """``patch`` runs only nested: in the patch step's unpack ahead (no wheel cached)
     and inside the cached source build (on a cache miss); the preflight sees nested commands, so
     an install on a machine without it stops at once, exit 2, one line naming the first step."""
     shadow = tmp_path / "bin"  # the machine's commands, but no patch

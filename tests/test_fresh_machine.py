@@ -1,4 +1,4 @@
-"""The newcomer's path on a fresh machine (issue 9): the README's main command in a container made
+"""The newcomer's path on a fresh machine: the README's main command in a container made
 from a fresh Debian 12 root filesystem, by ``scripts/fresh-machine``.
 
 In a minbase Debian 12 (``mmdebstrap``; ``buildah`` with vfs storage and chroot isolation), as root,

@@ -1,4 +1,4 @@
-"""The GPU build of pytorch/2.3.1-gpu on a machine without a GPU (issue 10, item 2).
+"""The GPU build of pytorch/2.3.1-gpu on a machine without a GPU.
 
 The site ``localhost-gpu-build`` builds the real recipe as the cirrus site does on a Cirrus
 login node: NCCL GPU operations, MPI CPU operations, compute capability 7.0, CUDA 12.4 and NCCL

@@ -1,4 +1,4 @@
-"""The GPU path's checks that need no GPU (issue 10): the toolkit must compile for the site's
+"""The GPU path's checks that need no GPU: the toolkit must compile for the site's
 compute capabilities (checked before anything is written), and a failed build says its first
 compiler error."""
 
@@ -79,7 +79,7 @@ def test_the_printed_check_fails_in_bash_as_the_preflight_does(nvcc, tmp_path):
 
 
 @pytest.mark.parametrize("log, first", [
-    # GCC 13 on Horovod 0.28.1 (issue 10): <string> no longer comes in transitively
+    # GCC 13 on Horovod 0.28.1: <string> no longer comes in transitively
     ("[ 12%] Building CXX object horovod/common/CMakeFiles/x.dir/operations.cc.o\n"
      "In file included from /stage/src/horovod-0.28.1/horovod/common/operations.cc:16:\n"
      "/stage/src/horovod-0.28.1/horovod/common/group_table.h:35:8: error: 'string' in namespace 'std' "

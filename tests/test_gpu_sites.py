@@ -1,4 +1,4 @@
-"""Two real GPU sites beside cirrus (issue 10): NERSC Perlmutter and JSC JUWELS Booster, dry-run.
+"""Two real GPU sites beside cirrus: NERSC Perlmutter and JSC JUWELS Booster, dry-run.
 
 Golden files: ``tests/golden/<site>-install.sh`` and ``<site>-validate.sh`` are the output of
 ``hpcstack install pytorch/2.3.1-gpu --site <site> --dry-run`` and ``hpcstack validate ... --dry-run``,

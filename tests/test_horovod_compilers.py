@@ -1,4 +1,4 @@
-"""The recipe's Horovod builds with the compilers and CMake that sites have now (issue 10, item 1).
+"""The recipe's Horovod builds with the compilers and CMake that sites have now.
 
 GCC 12.2 with CMake 3.25 is this machine's (Debian 12): every e2e install builds with them. GCC
 13 and 14 and CMake 4 are not in Debian 12, so each build here runs in a Debian 13 root

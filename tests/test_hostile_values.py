@@ -166,10 +166,10 @@ def activate_context(v: str) -> dict:
     return dict(module_name=v, module_init={v: v}, python="/usr/bin/python3")
 
 
-PY_CONTEXTS = {"scripts/reframe-check.py.j2": reframe_check_context,
-               "scripts/reframe-settings.py.j2": reframe_settings_context,
-               "scripts/easyconfig.eb.j2": easyconfig_context,
-               "scripts/extend-venv-activate.j2": activate_context}
+PY_CONTEXTS = {"templates/reframe-check.py.j2": reframe_check_context,
+               "templates/reframe-settings.py.j2": reframe_settings_context,
+               "templates/easyconfig.eb.j2": easyconfig_context,
+               "templates/extend-venv-activate.j2": activate_context}
 TCL = {"modulefiles/modulefile.tcl.j2": module_context, "modulefiles/version.tcl.j2": default_context,
        "modulefiles/deprecation.tcl.j2": deprecation_context,
        "modulefiles/modulerc-deprecation.tcl.j2": deprecation_context,
@@ -177,9 +177,9 @@ TCL = {"modulefiles/modulefile.tcl.j2": module_context, "modulefiles/version.tcl
 LUA = {"modulefiles/modulefile.lua.j2": module_context, "modulefiles/modulerc.lua.j2": default_context,
        "modulefiles/deprecation.lua.j2": lua_deprecation_context,
        "modulefiles/retired.lua.j2": lambda v: {**retired_context(v), "marker": v}}
-SH = {"scripts/slurm-job.sh.j2": job_context, "scripts/jupyter-kernel.sh.j2": kernel_context}
+SH = {"templates/slurm-job.sh.j2": job_context, "templates/jupyter-kernel.sh.j2": kernel_context}
 #: Shell scripts run as they are (not sourced by a module tool): parsed and run with their values.
-PLAIN_SH = {"scripts/stack-pip.sh.j2": pip_context}
+PLAIN_SH = {"templates/stack-pip.sh.j2": pip_context}
 
 
 def test_every_template_is_covered_with_every_variable():
@@ -374,7 +374,7 @@ def test_job_script_exports_hostile_values_exactly(tmp_path):
     for v in hostile(marker):
         v = v.replace("\x00", "")
         out = tmp_path / "value"
-        text = templates.render("scripts/slurm-job.sh.j2", **{
+        text = templates.render("templates/slurm-job.sh.j2", **{
             **job_context(v, "/dev/null", str(tmp_path / "status")),
             "module_use": [], "module_load": [],
             "steps": [{"name": "x", "command": f'printf %s "$HOSTILE" > {out}', "status_file": str(tmp_path / "s")}]})
@@ -418,7 +418,7 @@ def test_python_templates_take_hostile_values_as_data(template, tmp_path):
 
 def test_extend_venv_activate_constants_are_the_values(tmp_path):
     for v in hostile(tmp_path / "pwned"):
-        text = templates.render("scripts/extend-venv-activate.j2", **activate_context(v))
+        text = templates.render("templates/extend-venv-activate.j2", **activate_context(v))
         tree = ast.parse(text)
         found = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body
                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") in ("MODULE_NAME", "MODULE_INIT")}

@@ -1,4 +1,4 @@
-"""The localhost image built for real (issue 12), by ``scripts/container-image``: the Dockerfile of
+"""The localhost image built for real, by ``scripts/container-image``: the Dockerfile of
 ``hpcstack export pytorch/2.3.1-gpu --site localhost --format docker`` built with buildah (vfs,
 chroot isolation) from a minbase Debian 12 root filesystem, then in the image the runscript (the
 validation trainer on 2 CPU ranks) and ``horovodrun --check-build``.

@@ -64,13 +64,13 @@ def test_module_load_gives_the_patched_package_and_unload_restores(tiny):
     """
     proc = bash_modules(script)
     assert proc.returncode == 0, proc.stderr
-    assert f"{os.path.realpath(tiny['prefix'])}/venv/" in proc.stdout  # the build's real path (issue 14)
+    assert f"{os.path.realpath(tiny['prefix'])}/venv/" in proc.stdout  # the build's real path
     assert str(tiny["prefix"] / "bin" / "extend-venv-activate") in proc.stdout
     assert "SAME" in proc.stdout, proc.stdout
 
 
 def test_the_stacks_python_has_its_site_packages_once_by_real_path_after_the_stdlib(tiny):
-    """Issue 14 item 4: the venv's ``00-hpcstack-paths.pth`` gives the stack's python a plain
+    """The venv's ``00-hpcstack-paths.pth`` gives the stack's python a plain
     venv's ``sys.path`` (site-packages after the standard library, once) with the build's real
     path in it, under the module (whose PYTHONPATH names the stable prefix, first) and without."""
     probe = "python -c 'import sys, json; print(\"SYSPATH\", json.dumps(sys.path))'"
@@ -108,7 +108,7 @@ def test_rerun_is_up_to_date_and_changes_nothing(tiny):
 def test_nothing_world_writable_everything_readable_and_the_group_may_write(tiny):
     gid = grp.getgrnam(GROUP).gr_gid
     build = Path(os.path.realpath(tiny["prefix"]))
-    assert build.parent == tiny["root"] / "sw" / "tiny"  # the build beside the prefix (issue 14)
+    assert build.parent == tiny["root"] / "sw" / "tiny"  # the build beside the prefix
     paths = [build, *build.rglob("*"), build.parent]
     for path in paths:
         if path.is_symlink():

@@ -1,4 +1,4 @@
-"""The installer backend and the build cache (issue 6): uv by default with hard links from a
+"""The installer backend and the build cache: uv by default with hard links from a
 per-site cache and bytecode compiled at install time, pip as the fallback, and a Horovod (here:
 tiny) wheel reused when its build key is unchanged. Real uv, real pip, the tiny recipe."""
 
@@ -18,7 +18,7 @@ from hpcstack.install.components.source import CachedWheelBuild
 from hpcstack.install.plan import BUILD
 from hpcstack.recipe import load_recipe
 from hpcstack.install.resolve import resolve
-from hpcstack.site import InstallerConfig, load_site, validate
+from hpcstack.site import InstallerConfig, load_site, check_config
 
 pytestmark = pytest.mark.unit
 
@@ -70,7 +70,7 @@ def test_installer_defaults_are_uv_hardlinks_bytecode_and_build_cache(tmp_path):
 def test_bad_installer_section_is_one_line_with_its_key_path(installer, expected):
     data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
     data["installer"] = installer
-    problems = validate(data, "s.yaml")
+    problems = check_config(data, "s.yaml")
     assert len(problems) == 1 and expected in problems[0], problems
 
 
@@ -91,7 +91,7 @@ def test_uv_installs_the_lock_with_hashes_hard_links_and_bytecode(tmp_path):
     install = step(script, "install")
     assert "--reinstall-package horovod" in install and "--compile-bytecode" in install
     assert "uv pip check --python" in step(script, "sanitycheck")
-    # issue 14: no ensurepip where uv installs; one interpreter imports and checks Horovod's flags
+    # no ensurepip where uv installs; one interpreter imports and checks Horovod's flags
     assert "python3 -m venv --clear --without-pip /" in step(script, "venv")
     sanity = step(script, "sanitycheck")
     assert sanity.count("/venv/bin/python -c ") == 1 and "horovodrun --check-build" not in sanity
@@ -125,7 +125,7 @@ def test_build_step_reuses_a_cached_wheel_or_builds_and_stores_it(tmp_path):
     reuse, rebuild = build.split("\nelse\n")
     assert "--no-build-isolation" not in reuse
     assert "sha256sum -- *.whl > SHA256SUMS" in rebuild
-    # a uv site's venv has no pip: uv builds the wheel with the venv's python (issue 14)
+    # a uv site's venv has no pip: uv builds the wheel with the venv's python
     assert " build --no-config --cache-dir " in rebuild and " --no-build-isolation --wheel --out-dir " in rebuild
     assert 'mv -T "$tmp"' in rebuild
     for probe in ("--- MPI", "--- CUDA", "--- NCCL", "--- python", "--- C++ compiler",
@@ -264,7 +264,7 @@ def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv)
     assert "no wheel with key" in first and "stored tinypkg-1.0-" in first
     assert "reusing the wheel built before" in second
     assert "pip" not in second.split("reusing the wheel built before")[1]  # nothing was built
-    # issue 14: with no wheel cached the patch step (in the background, while the wheels
+    # with no wheel cached the patch step (in the background, while the wheels
     # install) unpacked and patched, and the build used that tree; with one it left them alone
     assert "unpacked and patched by the patch step" in first and "hpcstack action unpack" not in first
     patch_b = "\n".join(p.read_text() for p in _prefix(tiny_uv, "b").rglob("logs/patch.log"))
@@ -279,7 +279,7 @@ def test_first_install_builds_and_stores_the_wheel_the_second_reuses_it(tiny_uv)
 
 @pytest.mark.integration
 def test_a_uv_stack_has_no_pip_builds_with_uv_and_checks_in_one_interpreter(tiny_uv):
-    """Issue 14: no ensurepip in a uv site's venv, the source build by `uv build`, the imports
+    """No ensurepip in a uv site's venv, the source build by `uv build`, the imports
     in one interpreter run, the package list for provenance from `uv pip freeze`."""
     prefix = _prefix(tiny_uv, "a")
     sp = _site_packages(tiny_uv, "a")

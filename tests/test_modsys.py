@@ -1,4 +1,4 @@
-"""hpcstack.modsys: both real module tools in their python mode, on small fake modulefile trees.
+"""hpcstack.modules.modsys: both real module tools in their python mode, on small fake modulefile trees.
 
 Environment Modules reads a Tcl tree, Lmod a Lua one whose module depends on a Tcl one (as on
 the localhost-lmod site, where the base python module stays Tcl). Each test skips, with the

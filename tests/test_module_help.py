@@ -17,7 +17,7 @@ from conftest import REPO, hpcstack
 from hpcstack.install.components.modulefile import render_for_prefix
 from hpcstack.install.resolve import loaded_modules, resolve
 from hpcstack.recipe import load_recipe
-from hpcstack.site import load_site, validate
+from hpcstack.site import load_site, check_config
 
 pytestmark = pytest.mark.unit
 
@@ -63,7 +63,7 @@ def test_the_sites_launcher_variables_are_set_by_the_module(syntax, needle):
 def test_a_bad_variable_name_in_modules_env_is_one_line(tmp_path):
     data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
     data["modules"]["env"] = {"BAD NAME": "x", "OK": "1"}
-    problems = validate(data, "s.yaml")
+    problems = check_config(data, "s.yaml")
     assert len(problems) == 1 and problems[0].startswith("s.yaml: modules.env"), problems
 
 

@@ -21,7 +21,7 @@ from hpcstack.install.components import Modulefile, StackTools, Venv
 from hpcstack.install.components.modulefile import WriteDefault, render_for_prefix
 from hpcstack.install.plan import MODULE, WriteFile
 from hpcstack.install.resolve import resolve
-from hpcstack.modules import writer as modules
+from hpcstack.modules import writer
 from hpcstack.modules.envchange import AppendPath, PrependPath, SetEnv, UnsetEnv
 from hpcstack.modules.writer import ModuleContext, modulefile_path, render_modulefile, root_variable
 from hpcstack.recipe import Recipe
@@ -92,8 +92,8 @@ def test_lua_help_survives_closing_brackets():
     ("lua", 'module_version("pytorch/2.3.1-gpu", "default")'),
 ])
 def test_default_file_names_the_version_and_how_to_change_it(syntax, expected):
-    text = modules.render_default("pytorch", "2.3.1-gpu", syntax, site="cirrus")
-    assert expected in text and modules.DEFAULT_MARKER in text
+    text = writer.render_default("pytorch", "2.3.1-gpu", syntax, site="cirrus")
+    assert expected in text and writer.DEFAULT_MARKER in text
     assert "hpcstack module set-default pytorch/VERSION --site cirrus" in text
     if syntax == "tcl":
         assert text.startswith("#%Module")
@@ -102,13 +102,13 @@ def test_default_file_names_the_version_and_how_to_change_it(syntax, expected):
 def test_site_config_lua_needs_lmod():
     import yaml
 
-    from hpcstack.site import validate
+    from hpcstack.site import check_config
 
     data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
     data["modules"]["syntax"] = "lua"
-    assert validate(data, "x.yaml") == ["x.yaml: modules.syntax: 'tcl' was expected"]
+    assert check_config(data, "x.yaml") == ["x.yaml: modules.syntax: 'tcl' was expected"]
     data["modules"]["tool"] = "lmod"
-    assert validate(data, "x.yaml") == []
+    assert check_config(data, "x.yaml") == []
 
 
 def test_site_schema_takes_tools_and_syntaxes_from_the_registries():
@@ -378,14 +378,14 @@ def test_set_default_switches_and_switching_back_is_the_same_call(tree):
     tree.add_stack("2.2.0-gpu")
     tree.add_stack("2.3.1-gpu")
     root, syntax, tool = str(tree.root), tree.combo.syntax, tree.combo.tool.name
-    first = modules.set_default(root, "pytorch", "2.2.0-gpu", syntax, tool)
+    first = writer.set_default(root, "pytorch", "2.2.0-gpu", syntax, tool)
     assert first.previous is None and loaded_version(tree) == "2.2.0-gpu"
-    change = modules.set_default(root, "pytorch", "2.3.1-gpu", syntax, tool)
+    change = writer.set_default(root, "pytorch", "2.3.1-gpu", syntax, tool)
     assert change.previous == "2.2.0-gpu" and loaded_version(tree) == "2.3.1-gpu"
     avail = tree.bash("module avail pytorch")
     marker = "(D)" if tree.combo.tool is LMOD else "(default)"
     assert re.search(rf"pytorch/2\.3\.1-gpu\s*{re.escape(marker)}", avail.stdout + avail.stderr), avail
-    back = modules.set_default(root, "pytorch", change.previous, syntax, tool)
+    back = writer.set_default(root, "pytorch", change.previous, syntax, tool)
     assert back.previous == "2.3.1-gpu" and loaded_version(tree) == "2.2.0-gpu"
 
 
@@ -399,7 +399,7 @@ def test_to_bash_writes_what_execute_writes(tmp_path):
         script = WriteDefault(str(b), "pytorch", "2.3.1-gpu", syntax, "localhost").to_bash()
         for _ in range(2):   # the second run finds the default and leaves it
             subprocess.run(["bash", "-euo", "pipefail", "-c", script], check=True)
-        name = modules.DEFAULT_FILES[syntax]
+        name = writer.DEFAULT_FILES[syntax]
         assert (b / name).read_text() == (a / name).read_text()
         assert sorted(p.name for p in b.iterdir()) == [name]
 
@@ -415,9 +415,9 @@ def _tcl_tree(tmp_path: Path, versions=("2.2.0-gpu", "2.3.1-gpu")) -> Path:
 def test_set_default_refuses_a_missing_version(tmp_path):
     root = _tcl_tree(tmp_path)
     with pytest.raises(HpcstackError, match=r"no modulefile pytorch/9.9 .*available: 2.2.0-gpu, 2.3.1-gpu"):
-        modules.set_default(str(root), "pytorch", "9.9", "tcl", "environment-modules")
+        writer.set_default(str(root), "pytorch", "9.9", "tcl", "environment-modules")
     with pytest.raises(HpcstackError, match="bad version"):
-        modules.set_default(str(root), "pytorch", "../x", "tcl", "environment-modules")
+        writer.set_default(str(root), "pytorch", "../x", "tcl", "environment-modules")
 
 
 @pytest.mark.parametrize("foreign", [".modulerc", ".version", ".modulerc.lua", "default"])
@@ -430,20 +430,20 @@ def test_set_default_refuses_a_default_file_it_did_not_write(tmp_path, foreign):
         path.write_text("#%Module\nmodule-version pytorch/2.2.0-gpu default\n")
     before = sorted(p.name for p in (root / "pytorch").iterdir())
     with pytest.raises(HpcstackError, match=f"{re.escape(str(path))}: not written by hpcstack"):
-        modules.set_default(str(root), "pytorch", "2.3.1-gpu", "tcl", "environment-modules")
+        writer.set_default(str(root), "pytorch", "2.3.1-gpu", "tcl", "environment-modules")
     assert sorted(p.name for p in (root / "pytorch").iterdir()) == before
 
 
 def test_a_shared_tree_keeps_both_default_files_in_step(tmp_path):
     root = _tcl_tree(tmp_path)
     (root / "pytorch" / "2.4.0-gpu.lua").write_text("-- lua only\n")
-    modules.set_default(str(root), "pytorch", "2.2.0-gpu", "tcl", "environment-modules")
-    modules.set_default(str(root), "pytorch", "2.3.1-gpu", "lua", "lmod")
-    assert modules.read_defaults(root / "pytorch") == {".version": "2.3.1-gpu", ".modulerc.lua": "2.3.1-gpu"}
-    change = modules.set_default(str(root), "pytorch", "2.4.0-gpu", "lua", "lmod")
-    assert modules.read_defaults(root / "pytorch") == {".version": "2.3.1-gpu", ".modulerc.lua": "2.4.0-gpu"}
+    writer.set_default(str(root), "pytorch", "2.2.0-gpu", "tcl", "environment-modules")
+    writer.set_default(str(root), "pytorch", "2.3.1-gpu", "lua", "lmod")
+    assert writer.read_defaults(root / "pytorch") == {".version": "2.3.1-gpu", ".modulerc.lua": "2.3.1-gpu"}
+    change = writer.set_default(str(root), "pytorch", "2.4.0-gpu", "lua", "lmod")
+    assert writer.read_defaults(root / "pytorch") == {".version": "2.3.1-gpu", ".modulerc.lua": "2.4.0-gpu"}
     assert "no Tcl modulefile" in change.notes[0]
-    assert modules.unset_default(str(root), "pytorch") and modules.read_defaults(root / "pytorch") == {}
+    assert writer.unset_default(str(root), "pytorch") and writer.read_defaults(root / "pytorch") == {}
 
 
 def test_cli_set_default_prints_the_command_that_switches_back(tmp_path):
@@ -479,14 +479,14 @@ def test_the_site_switched_to_lmod_installs_a_lua_module_with_its_default(tmp_pa
     assert proc.returncode == 0, proc.stderr
     mdir = tmp_path / "mf" / "tiny"
     assert sorted(p.name for p in mdir.iterdir()) == [".modulerc.lua", "1.0.lua"]
-    assert modules.read_defaults(mdir) == {".modulerc.lua": "1.0"}
+    assert writer.read_defaults(mdir) == {".modulerc.lua": "1.0"}
     tool = tmp_path / "sw" / "tiny" / "1.0" / "bin" / "extend-venv-activate"
     assert "/usr/share/lmod/lmod/init/bash" in tool.read_text()
     run = LMOD.bash("module load tiny && echo \"LOADED=$LOADEDMODULES\" && "
                     "python -c 'import tinypkg; assert tinypkg.PATCHED; print(\"IMPORT\", tinypkg.__file__)'",
                     modulepath=f"{tmp_path / 'mf'}:/opt/hpcstack/base-modulefiles")
     assert re.search(r"^LOADED=python/3\.\d+:tiny/1\.0$", run.stdout, re.M), run.stderr
-    # the stack's python imports from the published build by its real path (issue 14)
+    # the stack's python imports from the published build by its real path
     assert f"IMPORT {os.path.realpath(tmp_path / 'sw' / 'tiny' / '1.0')}/venv/" in run.stdout
 
 

@@ -1,4 +1,4 @@
-"""A new site from a YAML of machine facts alone (issue 16): no code, no recipe edit.
+"""A new site from a YAML of machine facts alone: no code, no recipe edit.
 
 The recipe decides what to build from the site's facts: the lock that fits its CUDA and Python,
 Horovod's GPU operations and the check-build flags where it has CUDA, the compute capabilities

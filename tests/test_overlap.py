@@ -1,4 +1,4 @@
-"""What runs concurrently in an install (issue 14): the sanity check's interpreter beside the step's
+"""What runs concurrently in an install: the sanity check's interpreter beside the step's
 other checks, and the sources (fetch, unpack, patch) beside the venv and the wheels.
 
 The runner's two renderings agree (the dry-run's ``&`` and ``wait`` against :func:`run_actions`),

@@ -1,4 +1,4 @@
-"""hpcstack as a Python distribution (issue 9): what its sdist and wheel ship, and the wheel
+"""hpcstack as a Python distribution: what its sdist and wheel ship, and the wheel
 installed by an unprivileged user into their own home with a venv and pip, ``uv tool install`` and
 ``pipx install``, each giving a working ``hpcstack``; then the flow of an admin without root
 (docs/admin/own-repos.md, "An admin without root"): their own site repository, a recipe installed into a prefix
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 DIST = Path(os.environ.get("HPCSTACK_DIST", "/opt/hpcstack/dist"))
 VERSION = package.__version__
-DATA_DIRS = ("recipes", "site-configs", "modulefiles", "scripts", "examples", "requirements")
+DATA_DIRS = ("recipes", "site-configs", "modulefiles", "templates", "scripts", "examples", "requirements")
 #: Files the tool cannot work without, whatever else the data directories hold.
 ESSENTIAL = (
     "recipes/pytorch/2.3.1-gpu.py", "recipes/pytorch/2.3.1-gpu.in",
@@ -41,7 +41,7 @@ ESSENTIAL = (
     "site-configs/localhost.yaml", "site-configs/cirrus.yaml", "site-configs/localhost-lmod.yaml",
     "modulefiles/modulefile.tcl.j2", "modulefiles/modulefile.lua.j2",
     "modulefiles/version.tcl.j2", "modulefiles/modulerc.lua.j2",
-    "scripts/extend-venv-activate.j2", "scripts/hpcstack-train-benchmark.py", "scripts/slurm-job.sh.j2",
+    "templates/extend-venv-activate.j2", "scripts/hpcstack-train-benchmark.py", "templates/slurm-job.sh.j2",
     "scripts/localhost-setup", "scripts/localhost-slurm",
 )
 UV = Path("/opt/hpcstack/tool/bin/uv")       # installed by scripts/localhost-setup
@@ -100,7 +100,7 @@ def test_the_wheel_ships_the_data_as_package_data(wheel):
         assert not [n for n in z.namelist() if "__pycache__" in n or n.endswith(".pyc")]
         entry_points = z.read(f"hpcstack-{VERSION}.dist-info/entry_points.txt").decode()
     assert "hpcstack = hpcstack.cli:main" in entry_points
-    # every file of the checkout's recipes/, site-configs/, modulefiles/ and scripts/, no more
+    # every file of the checkout's recipes/, site-configs/, modulefiles/, templates/ and scripts/, no more
     checkout = _checkout_data()
     assert sorted(data) == sorted(checkout), "the wheel is stale or incomplete: re-run scripts/localhost-setup"
     # the scripts keep their executable bit (localhost-setup, localhost-slurm, …)

@@ -68,7 +68,7 @@ def test_cirrus_sanity_requires_nccl(cirrus_script):
 
 def test_steps_are_in_order(cirrus_script):
     steps = re.findall(r"^# --- step (\w+):", cirrus_script, flags=re.M)
-    # fetch and patch run in the background while venv and wheels run (issue 14: test_overlap.py)
+    # fetch and patch run in the background while venv and wheels run (test_overlap.py)
     assert steps == ["fetch", "patch", "venv", "wheels", "build", "install", "sanitycheck",
                      "permissions", "module"]
 

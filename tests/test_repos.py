@@ -1,4 +1,4 @@
-"""The search path of recipes and site configs (issue 9), through the real installed ``hpcstack``:
+"""The search path of recipes and site configs, through the real installed ``hpcstack``:
 every ``--repo DIR``, then ``HPCSTACK_PATH``, then the built-in data shipped in the wheel; first
 match wins. ``hpcstack list`` says where each entry comes from and what it shadows; bad
 repositories and unknown names give one line and exit 2."""

@@ -14,7 +14,7 @@ from conftest import REPO, make_sdist, write_tiny_recipe
 from hpcstack.cli import main
 from hpcstack.errors import HpcstackError
 from hpcstack import secrets
-from hpcstack.site import validate
+from hpcstack.site import check_config
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +47,7 @@ def site_with_secrets(root: Path, token_file: Path) -> Path:
 def test_schema_takes_secret_specifications_only(value, ok):
     data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
     data["build"]["env"] = {"TOKEN": value}
-    assert (validate(data, "s.yaml") == []) is ok
+    assert (check_config(data, "s.yaml") == []) is ok
 
 
 def test_dry_run_names_the_source_never_the_value(tmp_path, capsys, monkeypatch):

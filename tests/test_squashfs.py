@@ -1,4 +1,4 @@
-"""``layout: squashfs`` (issue 14, item 5): the tiny recipe installed with its venv packed into a
+"""``layout: squashfs``: the tiny recipe installed with its venv packed into a
 squashfs image and mounted at its path with squashfuse, through the real ``hpcstack``, the real
 FUSE mount, Environment Modules (and Lmod for the Lua modulefile) and ``strace``.
 

@@ -485,7 +485,7 @@ DIGITS_RECORDS = ["config", "throughput", "throughput", "throughput_total", "cla
 
 @pytest.fixture(scope="module")
 def sklearn(python: str) -> None:
-    """The digits data set comes with scikit-learn (in the pytorch/2.3.1-gpu lock since issue 11)."""
+    """The digits data set comes with scikit-learn (in the pytorch/2.3.1-gpu lock)."""
     probe = _probe(python, "import sklearn.datasets")
     if probe.returncode != 0:
         last = (probe.stderr.strip().splitlines() or ["?"])[-1]
@@ -549,7 +549,7 @@ def test_digits_refuses_another_image_size(python):
 
 @pytest.mark.e2e
 def test_channels_last_with_amp_trains_on_two_ranks(mpirun, python, backend):
-    """--channels-last (the gpu-amp workload's, issue 10): with Horovod only the batches go
+    """--channels-last (the gpu-amp workload's): with Horovod only the batches go
     channels-last (it refuses non-contiguous parameters and gradients), with DDP the model too;
     both must train, converge and keep the ranks' parameters identical (bfloat16 AMP on CPUs)."""
     done = run_two_ranks(mpirun, python, backend, "--channels-last", "--precision", "amp",

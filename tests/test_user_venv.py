@@ -1,9 +1,9 @@
-"""Users' own venvs on top of the stack (issue 15): the constraints file, PYTHONNOUSERSITE, the
+"""Users' own venvs on top of the stack: the constraints file, PYTHONNOUSERSITE, the
 CycloneDX SBOM and ``hpcstack doctor``.
 
 The integration tests use real pip and uv in real venvs extended with ``extend-venv-activate``,
 under Environment Modules and under Lmod, on the installed stack (read only; see
-:func:`moduletools.find_installed_stack`). That stack's own modulefile may predate issue 15, so
+:func:`moduletools.find_installed_stack`). That stack's own modulefile may predate its constraints file, so
 each test renders the modulefile an install writes now into a module root of its own, with the
 constraints file an install writes now in a temporary directory. pip reaches PyPI (``rich``).
 The whole file: about 2 minutes on 2 cores (the pip and uv tests about 30 s per module tool,

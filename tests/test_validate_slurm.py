@@ -182,7 +182,7 @@ def test_settings_are_read_from_the_site_in_one_place():
 
 @pytest.mark.integration
 def test_local_srun_follows_the_sites_mpi_plugin_not_a_hard_coded_one():
-    # issue 11: Cirrus says slurm.mpi: null, so its --local srun must not ask for pmix
+    # Cirrus says slurm.mpi: null, so its --local srun must not ask for pmix
     proc = hpcstack("validate", RECIPE, "--site", "cirrus", "--local", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     (launch,) = [line for line in proc.stdout.splitlines() if line.startswith("srun ")]

@@ -1,5 +1,5 @@
 """``hpcstack validate``'s settings (hpcstack.validate.validation): what a ``--local`` run takes from
-the site, as the Slurm jobs do (issue 11 item 3), seen in the settings and in the real command's
+the site, as the Slurm jobs do, seen in the settings and in the real command's
 ``--dry-run`` (no Slurm, no installed stack needed)."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def test_a_site_without_slurm_lets_the_program_pick_threads(tmp_path):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("site, expected", [
-    # issue 11: cirrus said slurm.mpi: null, device cuda and 10 cores per rank, yet --local ran
+    # cirrus said slurm.mpi: null, device cuda and 10 cores per rank, yet --local ran
     # `srun --mpi=pmix … --cpus-per-task=1` without them
     ("cirrus", ["export NCCL_DEBUG=WARN",
                 "srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 python ",
@@ -90,7 +90,7 @@ def test_help_says_what_local_does():
 
 
 # --------------------------------------------------------------------------------------------
-# --workload digits (issue 11 item 4): the real image classifier as a validation workload
+# --workload digits: the real image classifier as a validation workload
 # --------------------------------------------------------------------------------------------
 
 DIGITS_OPTIONS = "--model digits --batch-size 32 --device {device} --epochs 20 --lr 0.01 --accuracy-threshold 0.95"

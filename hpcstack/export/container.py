@@ -1,6 +1,6 @@
 """Container specs: the stack as a Docker image (``--format docker``) or an Apptainer image
 (``--format apptainer``), written with hpccm (NVIDIA's HPC Container Maker,
-https://github.com/NVIDIA/hpc-container-maker; issue 12).
+https://github.com/NVIDIA/hpc-container-maker).
 
 The file builds the same plan inside the image that ``hpcstack install`` runs on the site: the
 image is a machine of its own, described by the site config's ``container`` section (its base,
@@ -113,7 +113,7 @@ def inside_site(site):
         ConfigError: no usable ``container`` section, or the resulting config is not a valid site
             config (one line per problem, named ``container.site_changes``).
     """
-    from hpcstack.site import _build, validate
+    from hpcstack.site import _build, check_config
 
     section = container_section(site)
     # layout: squashfs is not carried in: the container is the image, its stack a directory (no FUSE in a build)
@@ -122,7 +122,7 @@ def inside_site(site):
     raw["python"] = {**(raw.get("python") or {}), "version": section["python"]}
     raw["cache_dir"] = CACHE_DIR
     raw["installer"] = {**(raw.get("installer") or {}), "wheel_cache": None, "link_mode": "copy"}
-    problems = validate(raw, f"{site.path}: container.site_changes")
+    problems = check_config(raw, f"{site.path}: container.site_changes")
     if problems:
         raise ConfigError(problems)
     path = Path(SITE_DIR) / f"{raw['name']}.yaml"
@@ -147,15 +147,15 @@ def module_variables(recipe, site) -> dict[str, str]:
     Raises:
         ValueError: a component's environment change of an unknown kind.
     """
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
     from hpcstack.install.components.base import PlanContext
     from hpcstack.install.components.modulefile import Modulefile
-    from hpcstack.modules import writer as modules
+    from hpcstack.modules import writer
 
     prefix = StackLayout.for_site(site, recipe.name, recipe.version).prefix
     ctx = PlanContext(site=site, recipe=recipe, prefix=prefix, stage_dir="", cache_dir="",
                       python_version=site.python_version, jobs=1,
-                      modulefile=modules.modulefile_path(site.module_root, recipe.name, recipe.version,
+                      modulefile=writer.modulefile_path(site.module_root, recipe.name, recipe.version,
                                                          site.modules.syntax))
     context = Modulefile().context(ctx)
     out: dict[str, str] = {context.root_variable: context.prefix}

@@ -155,7 +155,7 @@ class EasyConfig:
         from hpcstack.install.components import Imports, Modulefile, PipWheels
         from hpcstack.install.components.base import PlanContext
         from hpcstack.install.components.horovod import HorovodBuild
-        from hpcstack.install.builds import StackLayout
+        from hpcstack.install.layout import StackLayout
         from hpcstack.install.resolve import build_environment, detect_python_version
         from hpcstack.templates import render
 
@@ -244,7 +244,7 @@ class EasyConfig:
         base_modules = [site.modules.base, *site.modules.runtime]
         top = imports[0].split(".")[0] if imports else recipe.name
         return render(
-            "scripts/easyconfig.eb.j2", hpcstack_version=__version__, recipe=recipe.full_name,
+            "templates/easyconfig.eb.j2", hpcstack_version=__version__, recipe=recipe.full_name,
             site=site.name, lock=os.path.basename(lock_path), name=recipe.name, version=version,
             versionsuffix=dash + suffix, homepage=f"https://pypi.org/project/{top}/",
             description=recipe.whatis or recipe.full_name,

@@ -2,7 +2,7 @@
 test their stacks with ReFrame (nightly, after maintenance) rather than with hpcstack.
 
 Two files are written into DIR, both rendered from jinja2 templates
-(``scripts/reframe-check.py.j2``, ``scripts/reframe-settings.py.j2``):
+(``templates/reframe-check.py.j2``, ``templates/reframe-settings.py.j2``):
 
 * ``<name>_<version>_check.py`` — a ``rfm.RunOnlyRegressionTest`` that runs the recipe's
   validation program (e.g. ``<prefix>/bin/hpcstack-train-benchmark``) with exactly the command
@@ -31,7 +31,7 @@ Two files are written into DIR, both rendered from jinja2 templates
 
 Sources: ReFrame's regression test API and configuration reference
 (https://reframe-hpc.readthedocs.io/en/stable/regression_test_api.html,
-https://reframe-hpc.readthedocs.io/en/stable/config_reference.html); issue 13.
+https://reframe-hpc.readthedocs.io/en/stable/config_reference.html).
 
 Emitting needs no ReFrame; running the check does (``pip install reframe-hpc``).
 """
@@ -154,7 +154,7 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     stem = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_")
     check_file = f"{stem}_check.py"
     check = render(
-        "scripts/reframe-check.py.j2", check_file=check_file, module_root=site.module_root, hpcstack_version=__version__, command=command,
+        "templates/reframe-check.py.j2", check_file=check_file, module_root=site.module_root, hpcstack_version=__version__, command=command,
         class_name=class_name(recipe), recipe=recipe.full_name, site=site.name, system=system,
         module=recipe.full_name, nodes=nodes, backends=backends, argv=argv, references=references,
         tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task, gpus_per_node=s.gpus_per_node,
@@ -166,7 +166,7 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
         required_transport=_required_transport(site, recipe), records=RECORDS,
         account_hint=bool(s.account_required and not s.account), workload=settings.workload)
     config = render(
-        "scripts/reframe-settings.py.j2", hpcstack_version=__version__, command=command,
+        "templates/reframe-settings.py.j2", hpcstack_version=__version__, command=command,
         site=site.name, description=site.description or site.name, partition=s.partition,
         scheduler="slurm" if s.accounting else "squeue",
         modules_system=REFRAME_MODULE_SYSTEMS[site.modules.tool], launcher=REFRAME_LAUNCHERS[s.launcher],

@@ -519,7 +519,7 @@ class Publish(ActionBase):
 
     def _aside(self) -> str:
         """Where a prefix that is a real directory goes: the build ``pre-staging`` of
-        :class:`hpcstack.install.builds.StackLayout`."""
+        :class:`hpcstack.install.layout.StackLayout`."""
         return os.path.join(os.path.dirname(self.link), f".{os.path.basename(self.link)}-{PRE_STAGING}")
 
     def _in_place(self) -> bool:

@@ -7,7 +7,7 @@ squashfs image (CSC's Tykky, LUMI's container wrapper): the parallel file system
 one large file, and the lookups inside it are answered by the node's own kernel and FUSE
 daemon from the image's cached directory tables.
 
-With ``layout: squashfs`` in the site config (issue 14, item 5) a build runs as ever in its stage
+With ``layout: squashfs`` in the site config a build runs as ever in its stage
 prefix, a real directory, up to and including its sanity check and permissions; then the step
 ``image``, before the module step publishes it:
 
@@ -346,7 +346,7 @@ def mount_stack(layout) -> list[tuple[str, bool]]:
     replaced (kept for jobs that started before the switch); idempotent.
 
     Args:
-        layout (hpcstack.install.builds.StackLayout): the stack.
+        layout (hpcstack.install.layout.StackLayout): the stack.
 
     Returns:
         list[tuple[str, bool]]: ``(build directory, mounted now)``; False where it was mounted.
@@ -372,8 +372,8 @@ def restart_packed(layout, choice) -> bool:
     starts it afresh in the same stage prefix.
 
     Args:
-        layout (hpcstack.install.builds.StackLayout): the stack.
-        choice (hpcstack.install.builds.Choice): what :func:`~hpcstack.install.builds.choose` chose.
+        layout (hpcstack.install.layout.StackLayout): the stack.
+        choice (hpcstack.install.layout.Choice): what :func:`~hpcstack.install.layout.choose` chose.
 
     Returns:
         bool: True if the build was removed (choose again).
@@ -396,8 +396,8 @@ def unpacked_again(layout, choice, site) -> bool:
     ``image`` step is not one of the in-place steps).
 
     Args:
-        layout (hpcstack.install.builds.StackLayout): the stack.
-        choice (hpcstack.install.builds.Choice): what :func:`~hpcstack.install.builds.choose` chose.
+        layout (hpcstack.install.layout.StackLayout): the stack.
+        choice (hpcstack.install.layout.Choice): what :func:`~hpcstack.install.layout.choose` chose.
         site (hpcstack.site.Site): the site installing it.
     """
     return (choice.kind == "in place" and settings(site) is None

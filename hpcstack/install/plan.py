@@ -56,7 +56,7 @@ IN_PLACE_STEPS = (SANITYCHECK, PERMISSIONS, MODULE)
 #: Steps that need nothing the venv and wheels steps make (the sources: download, unpack,
 #: patch): a run does them in the background, one after the other, while the steps between them
 #: (venv, wheels: the downloads of the wheels) run, and the first step after them (build) waits
-#: for them (issue 14: "the wheels download while Horovod's sdist is unpacked and patched").
+#: for them (the wheels download while Horovod's sdist is unpacked and patched).
 #: See :meth:`Plan.overlap`.
 BACKGROUND_STEPS = (FETCH, PATCH)
 #: A step that has to run again takes these earlier steps with it, so that it starts from a
@@ -153,7 +153,7 @@ class Plan:
     def step_hashes(self) -> dict[str, str]:
         """Return ``{step name: hash}``; a step's hash covers its own text and every step before it.
 
-        So a changed input redoes that step and the ones after it, and nothing else (issue 5).
+        So a changed input redoes that step and the ones after it, and nothing else.
         """
         hashes, running = {}, hashlib.sha256(self.preamble().encode())
         for step in self.steps:

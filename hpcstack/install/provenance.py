@@ -3,7 +3,7 @@
 ==========================  ==========================================================
 ``provenance.json``         hpcstack version, when, who, where, the command line, the
                             recipe and site (file and sha256), the build id and paths
-``plan.json``               the resolved plan (:meth:`hpcstack.plan.Plan.to_json`)
+``plan.json``               the resolved plan (:meth:`hpcstack.install.plan.Plan.to_json`)
 ``install.sh``              the same plan as a bash script (what ``--dry-run`` prints)
 ``recipe/``                 the recipe file as used, with its lock file and patches
 ``site.yaml``               the site config file as used

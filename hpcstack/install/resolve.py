@@ -1,4 +1,4 @@
-"""Resolve recipe + site into one :class:`hpcstack.plan.Plan` (paths, environment, commands)."""
+"""Resolve recipe + site into one :class:`hpcstack.install.plan.Plan` (paths, environment, commands)."""
 
 from __future__ import annotations
 
@@ -188,22 +188,22 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         python_version (str | None): ``X.Y`` of the base module's Python; default the site's
             ``python.version``, else found by loading the base module (real module tool).
         jobs (int | None): parallel build jobs; default the site's ``build.jobs``, else the core count.
-        stage_prefix (str): the real directory to build in (see :mod:`hpcstack.builds`);
+        stage_prefix (str): the real directory to build in (see :mod:`hpcstack.install.layout`);
             ``""`` builds in the prefix itself (the layout before staging).
         build_id (str): the name of that build, recorded in the plan.
         depends_on (tuple[str, ...]): the exact base and runtime modules loaded
             (:func:`loaded_modules`), for the modulefile's ``depends-on``; empty: the site's names.
 
     Returns:
-        Plan: steps in :data:`hpcstack.plan.STEP_ORDER`, empty steps left out. The module step
-        starts by publishing the stage prefix (:class:`hpcstack.plan.Publish`) and its own
+        Plan: steps in :data:`hpcstack.install.plan.STEP_ORDER`, empty steps left out. The module step
+        starts by publishing the stage prefix (:class:`hpcstack.install.plan.Publish`) and its own
         actions see the stack at its stable prefix (:meth:`PlanContext.published`).
 
     Raises:
         ConfigError: from a component (e.g. a missing lock file), or a bad ``permissions`` section.
         HpcstackError: the Python version cannot be found.
     """
-    from hpcstack.install.builds import StackLayout
+    from hpcstack.install.layout import StackLayout
 
     layout = StackLayout.for_site(site, recipe.name, recipe.version)
     prefix = layout.prefix

@@ -1,14 +1,14 @@
 """Execute a plan: steps in order, each logged, skipped when already done with the same inputs.
 
 State lives in the build's ``.hpcstack/`` (``<stage prefix>/.hpcstack``, see
-:mod:`hpcstack.builds`): ``steps/<name>.json`` records a completed step with the hash of its
-inputs (:meth:`hpcstack.plan.Plan.step_hashes`), ``logs/<name>.log`` its output. A re-run whose
+:mod:`hpcstack.install.layout`): ``steps/<name>.json`` records a completed step with the hash of its
+inputs (:meth:`hpcstack.install.plan.Plan.step_hashes`), ``logs/<name>.log`` its output. A re-run whose
 steps are all recorded with unchanged hashes does nothing and says so; a changed input redoes
 that step and the ones after it (hashes chain). A step is recorded only once it has finished,
 and the record is written atomically, so a ``kill -9`` at any moment leaves a build that the
 next run resumes from the step that was cut short.
 
-What runs at once (issue 14): the steps of :data:`~hpcstack.install.plan.BACKGROUND_STEPS`
+What runs at once: the steps of :data:`~hpcstack.install.plan.BACKGROUND_STEPS`
 (fetch, patch: the sources) run in a background thread while venv and wheels run, and build
 waits for them (:meth:`Runner.run`); inside a step, an action marked ``background`` (the sanity
 check's interpreter) runs while the step's other actions do (:func:`run_actions`). Each step keeps
@@ -121,7 +121,7 @@ class Runner:
 
         The pending steps of :data:`~hpcstack.install.plan.BACKGROUND_STEPS` (fetch, patch) run in
         a background thread while the steps between them (venv, wheels) run, and the step after
-        them (build) waits for them (:meth:`Plan.overlap`; issue 14); with ``stop_after`` every
+        them (build) waits for them (:meth:`Plan.overlap`); with ``stop_after`` every
         step runs in order. A failure on either side stops the run once the other side has
         finished the step it is in; the error raised is that of the earlier step in plan order.
         Each step is recorded when it finishes, so the next run resumes from the first step not
@@ -414,7 +414,7 @@ _NETWORK = re.compile(r"(Failed to establish a new connection|ProxyError|Cannot 
 
 
 #: A compiler's error line (GCC, Clang, nvcc): ``file.cc:35:10: error: …`` or ``fatal error``;
-#: the first one is what a build log's hundreds of lines come down to (issue 10).
+#: the first one is what a build log's hundreds of lines come down to.
 _COMPILER_ERROR = re.compile(
     r"^(?:.*?\s)?(\S+\.(?:c|cc|cpp|cxx|h|hh|hpp|hxx|cu|cuh)(?:\(\d+\)|:\d+(?::\d+)?):\s+(?:fatal\s+)?error:?\s.*)$",
     re.M)
@@ -431,7 +431,7 @@ def diagnose(log: str) -> str | None:
     Recognised: a wheel whose sha256 is not the one in the lock (pip's and uv's messages; both
     hashes and the file), a full disk, no network (pip's and uv's messages), a missing compiler,
     and a compile error (the first compiler error line, else the linker's, else CMake's first
-    error; issue 10).
+    error).
 
     Args:
         log (str): the text of the step's log.
@@ -539,7 +539,7 @@ def install_lock(layout, wait: bool = True, mode: int = 0o600):
     who could open it could hold a shared lock on it and block every install).
 
     Args:
-        layout (hpcstack.install.builds.StackLayout): the stack; its ``lock_file`` is the lock.
+        layout (hpcstack.install.layout.StackLayout): the stack; its ``lock_file`` is the lock.
         wait (bool): wait for another install to finish (with a message) or fail at once.
         mode (int): the lock file's permission bits (0600; 0660 for a site whose group installs).
 

@@ -1,9 +1,9 @@
-"""The install service: the lifecycle of one recipe's stack at one site (issue 16).
+"""The install service: the lifecycle of one recipe's stack at one site.
 
 ``hpcstack install`` and ``hpcstack uninstall`` parse their arguments and print; this service
 does the work in one place, in order:
 
-1. **choose** the build (:func:`hpcstack.install.builds.choose`): up to date, in place, resume or
+1. **choose** the build (:func:`hpcstack.install.layout.choose`): up to date, in place, resume or
    new, reading the disk only;
 2. **resolve** the recipe for that build, once per stage prefix (memoised: choosing a build asks
    for the same plan more than once);
@@ -15,7 +15,7 @@ does the work in one place, in order:
 
 and **uninstall**: modulefile first, then the prefix and its builds, under the same lock.
 
-Every path comes from the :class:`hpcstack.install.builds.StackLayout` of the stack.
+Every path comes from the :class:`hpcstack.install.layout.StackLayout` of the stack.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.install import builds, image, provenance
+from hpcstack.install import image, layout, provenance
 from hpcstack.install.plan import PERMISSIONS, Plan, describe_os_error
 from hpcstack import secrets
 from hpcstack.install.resolve import (build_environment, detect_python_version, loaded_modules, permission_settings,
@@ -41,7 +41,7 @@ class InstallOutcome:
 
     Attributes:
         plan (Plan): the plan of the build it worked on.
-        kind (str): ``up to date``, ``in place``, ``resume`` or ``new`` (:class:`builds.Choice`).
+        kind (str): ``up to date``, ``in place``, ``resume`` or ``new`` (:class:`layout.Choice`).
         ran (list[str]): the steps that ran, in order (empty when up to date).
         complete (bool): every step of the build is done (published).
         removed (list[str]): ids of earlier builds removed after the publish.
@@ -110,7 +110,7 @@ class InstallService:
             raise ConfigError(["--jobs: must be at least 1"])
         self.site, self.recipe, self.recipe_file, self.jobs = site, recipe, recipe_file, jobs
         self.name, self.version = recipe.name, recipe.version
-        self.layout = builds.StackLayout.for_site(site, self.name, self.version)
+        self.layout = layout.StackLayout.for_site(site, self.name, self.version)
         self.modulefile, self.stage_dir = self.layout.modulefile, self.layout.stage_dir
         self._plans: dict[tuple[str, str], Plan] = {}
         self._env: dict[str, str] | None = None
@@ -144,9 +144,9 @@ class InstallService:
             return self._plans[key]
         return resolve_at
 
-    def choose(self, force: bool = False) -> builds.Choice:
+    def choose(self, force: bool = False) -> layout.Choice:
         """The build an install would work on now, and its plan; writes nothing."""
-        return builds.choose(self.layout, self._resolver(), force=force)
+        return layout.choose(self.layout, self._resolver(), force=force)
 
     # ------------------------------------------------------------------ install
     def dry_run(self, force: bool = False) -> Plan:
@@ -204,7 +204,7 @@ class InstallService:
                          "resume": f"resuming build {plan.build_id} in {plan.build_prefix}",
                          "in place": f"the published build {plan.build_prefix}, in place"}[choice.kind]
                 announce(f"{self.recipe.full_name}: {where}")
-                builds.start(self.layout, choice)
+                layout.start(self.layout, choice)
                 try:
                     provenance.record_inputs(plan, self.recipe_file, self.site)
                 except OSError as exc:
@@ -222,7 +222,7 @@ class InstallService:
                 if runner.timings and os.path.exists(os.path.join(plan.state_dir, "steps", f"{PERMISSIONS}.json")):
                     reapply_permissions(self.site, plan.state_dir)  # what was written after the step
             complete = not pending_steps(plan)
-            removed = builds.finish(self.layout, plan) if complete else []  # also ends one cut short before
+            removed = layout.finish(self.layout, plan) if complete else []  # also ends one cut short before
         return InstallOutcome(plan, choice.kind, list(ran or []), complete, removed, dict(runner.timings))
 
     def _lock_mode(self) -> int:
@@ -347,14 +347,14 @@ class InstallService:
                                 f"{self.layout.prefix}, no modulefile {self.modulefile}{foreign}); check --site, "
                                 "--prefix and --module-root")
         # the default marker goes only with a modulefile that this stack published
-        marker = builds.default_marker(os.path.dirname(self.modulefile), name, version) if mine else None
+        marker = layout.default_marker(os.path.dirname(self.modulefile), name, version) if mine else None
         if marker and not force:
             raise HpcstackError(f"refusing to uninstall {name}/{version}: it is the default version of "
                                 f"{name} ({marker}); make another version the default first, or use --force")
         if dry_run:
             return present + ([marker] if marker else []) + ([self.stage_dir] if os.path.isdir(self.stage_dir) else [])
         with _umask(stack_umask(self.site)), install_lock(self.layout, wait=wait, mode=self._lock_mode()):
-            removed = builds.uninstall(self.layout, self.modulefile if mine else "", self.stage_dir)
+            removed = layout.uninstall(self.layout, self.modulefile if mine else "", self.stage_dir)
             if marker and os.path.lexists(marker):
                 os.unlink(marker)
                 removed.append(f"{marker} (the default marker)")

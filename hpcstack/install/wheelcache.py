@@ -1,7 +1,7 @@
 """The build cache's entries carry the sha256 of their wheels, checked before every reuse.
 
 An entry of the source-build cache (``<cache_dir>/builds/<package>-<version>/<key>/``, see
-:class:`hpcstack.install.components.horovod.CachedWheelBuild`) holds the built wheels, the key's
+:class:`hpcstack.install.components.source.CachedWheelBuild`) holds the built wheels, the key's
 text (``key.txt``) and :data:`SUMS`, the wheels' sha256 in ``sha256sum``'s format, written when
 the entry is stored. Before a wheel is reused, :func:`reuse` checks that the entry and its files
 are real directories and files of root or of the installing user that neither group nor others

@@ -2,7 +2,7 @@
 
 The tool is a standalone Python script (standard library only) installed into the stack's
 bin/; it patches a user's venv so that activating it loads the stack module. Its source is the
-Jinja template ``scripts/extend-venv-activate.j2``; this module fills in the stack's values.
+Jinja template ``templates/extend-venv-activate.j2``; this module fills in the stack's values.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 from hpcstack import templates
 
-TEMPLATE_NAME = "scripts/extend-venv-activate.j2"
+TEMPLATE_NAME = "templates/extend-venv-activate.j2"
 
 # Characters module names use in practice; none is special to any shell, even unquoted.
 _MODULE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+/@%,=~-]*$")

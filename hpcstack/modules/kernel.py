@@ -3,7 +3,7 @@
 A kernel is a kernelspec directory (https://jupyter-client.readthedocs.io/en/stable/kernels.html,
 "Kernel specs"): ``kernel.json`` and a launcher script. Jupyter (JupyterLab, JupyterHub, Open
 OnDemand) runs ``kernel.json``'s ``argv``; the launcher, rendered from
-``scripts/jupyter-kernel.sh.j2``, sources the site's module tool init, loads the stack's module
+``templates/jupyter-kernel.sh.j2``, sources the site's module tool init, loads the stack's module
 (``module use`` of the site's directories first), optionally activates a user's venv extended with
 ``extend-venv-activate``, and ``exec``\\ s ``<python> -m ipykernel_launcher -f {connection_file}``
 with the stack's interpreter (``<prefix>/venv/bin/python``), or the venv's, named by its path:
@@ -30,13 +30,13 @@ from pathlib import Path
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.modules import writer as modules
+from hpcstack.modules import writer
 from hpcstack.modules.modsys import get_tool
 
 #: Kernel names jupyter_client accepts (``jupyter_client.kernelspec._is_valid_kernel_name``).
 KERNEL_NAME = re.compile(r"^[a-z0-9._-]+$", re.IGNORECASE)
 LAUNCHER = "launch"
-TEMPLATE = "scripts/jupyter-kernel.sh.j2"
+TEMPLATE = "templates/jupyter-kernel.sh.j2"
 
 
 def kernels_dir(user: bool = False, prefix: str | None = None) -> Path:
@@ -114,7 +114,7 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
     if not init:
         problems.append(f"{site.path}: modules.init.bash: missing key (the kernel's launcher sources it "
                         "to get `module`)")
-    modulefile = modules.modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
+    modulefile = writer.modulefile_path(site.module_root, recipe.name, recipe.version, site.modules.syntax)
     if not os.path.isfile(modulefile):
         problems.append(f"{recipe.full_name} is not installed for site {site.name} (no modulefile "
                         f"{modulefile}): hpcstack install {recipe.full_name} --site {site.ref} first")
@@ -131,7 +131,7 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
     if problems:
         raise ConfigError(problems)
     tool = get_tool(site.modules.tool)
-    # the stack's stable prefix, as hpcstack.install.builds.StackLayout names it
+    # the stack's stable prefix, as hpcstack.install.layout.StackLayout names it
     stack_python = os.path.join(site.install_root, recipe.name, recipe.version, "venv", "bin", "python")
     python = os.path.join(venv_dir, "bin", "python") if venv_dir else stack_python
     display = recipe.whatis + (f" (venv {venv_dir})" if venv_dir else "")

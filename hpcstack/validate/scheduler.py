@@ -8,7 +8,7 @@ many ranks where, how to list the hosts), and either runs a command here (``loca
 submits and follows batch jobs (``slurm``).
 
 **Slurm** (ReFrame's Slurm backend, ``reframe/core/schedulers/slurm.py``): the job script is
-rendered from ``scripts/slurm-job.sh.j2`` (jinja2, ``trim_blocks``/``lstrip_blocks``) from a
+rendered from ``templates/slurm-job.sh.j2`` (jinja2, ``trim_blocks``/``lstrip_blocks``) from a
 :class:`BatchJob`, submitted with ``sbatch --parsable``, and followed by polling
 ``squeue -h -j ID`` with a back-off (:class:`Backoff`: 0.2 s, then x1.1 a poll up to 10 s, back to
 0.2 s whenever a job ends, as ReFrame's ``_PollController`` in
@@ -48,7 +48,7 @@ from hpcstack.validate.launchers import Allocation
 SCHEDULERS = Registry("scheduler")
 
 #: The job script template, under the data root.
-TEMPLATE = "scripts/slurm-job.sh.j2"
+TEMPLATE = "templates/slurm-job.sh.j2"
 
 #: States in which a job is still in the queue (``squeue`` lists it).
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",

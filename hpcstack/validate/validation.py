@@ -8,7 +8,7 @@ JSON lines and their units, how sanity is judged, and the references.
 
 **Slurm** (the default for a site with a ``slurm`` section): for each node count (``--nodes 1,2``)
 one job script is rendered by the ``slurm`` scheduler (:mod:`hpcstack.validate.scheduler`, from
-``scripts/slurm-job.sh.j2``) and submitted with ``sbatch --parsable``; each job sources the module
+``templates/slurm-job.sh.j2``) and submitted with ``sbatch --parsable``; each job sources the module
 tool's init, loads the stack's module and runs the program once per backend (the recipe's order)
 with the launcher the backend needs, by default the one the site names in ``slurm.launcher``
 (:mod:`hpcstack.validate.launchers`). hpcstack polls until the jobs end, reads their JSON-lines
@@ -79,7 +79,7 @@ class SlurmSettings:
         scheduler (str): a name in :data:`hpcstack.validate.scheduler.SCHEDULERS`.
         accounting (bool): the cluster keeps job accounting (``sacct`` works); False on a
             cluster without slurmdbd (localhost). hpcstack's own jobs need none; a ReFrame check
-            polls with ``sacct`` where there is accounting, else with ``squeue`` (issue 13).
+            polls with ``sacct`` where there is accounting, else with ``squeue``.
     """
 
     partition: str
@@ -166,7 +166,7 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
 
     From the site, the machine: ``site.launcher``, ``site.slurm`` (partition, tasks, GPUs, cores
     per task, MPI plugin, environment; the ``--local`` run takes the last four from it too, see
-    :class:`LocalSettings`); from the recipe (issue 16), what to train and how to judge it: its :class:`Validation`
+    :class:`LocalSettings`); from the recipe (a site describes only the machine), what to train and how to judge it: its :class:`Validation`
     component's workload for this site and partition, its references, and the transport the
     Horovod build must use (``nccl`` where it is built with NCCL GPU operations, i.e. on a site
     whose toolchain has CUDA).
@@ -230,8 +230,8 @@ def _required_transport(site, recipe) -> str | None:
 
 
 def stack_layout(site, recipe):
-    """The stack's :class:`hpcstack.install.builds.StackLayout` at ``site``: every path of it."""
-    from hpcstack.install.builds import StackLayout
+    """The stack's :class:`hpcstack.install.layout.StackLayout` at ``site``: every path of it."""
+    from hpcstack.install.layout import StackLayout
 
     return StackLayout.for_site(site, recipe.name, recipe.version)
 

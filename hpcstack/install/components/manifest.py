@@ -1,4 +1,4 @@
-"""The ``StackManifest`` component: what the stack holds, for pip, uv and for people (issue 15).
+"""The ``StackManifest`` component: what the stack holds, for pip, uv and for people.
 
 It writes two files into the stack's ``.hpcstack/`` (next to the provenance), installs
 ``<prefix>/bin/hpcstack-doctor`` (``hpcstack doctor`` for users, :mod:`hpcstack.doctor`) and sets
@@ -80,6 +80,8 @@ def constraints_text(title: str, pins, builds) -> str:
     Returns:
         str: a pip/uv constraints file: comment header, then one ``name==version[ ; marker]`` a line.
     """
+    # This header is part of a step's text and so of every installed build's step hashes: it
+    # stays word for word (its old "issue 15" too), or every installed stack would redo that step.
     lines = [f"# Constraints of the stack {title}: every package it holds, at its version.",
              "# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so",
              "# that a pip or uv install next to the stack cannot bring another version of them."]

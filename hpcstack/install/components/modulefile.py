@@ -35,7 +35,7 @@ this module loaded: it finds the site itself):
 
 
 #: The fence ``extend-venv-activate`` writes around its block in a venv's ``bin/activate``
-#: (``FENCE_OPEN`` of ``scripts/extend-venv-activate.j2``).
+#: (``FENCE_OPEN`` of ``templates/extend-venv-activate.j2``).
 VENV_FENCE = "# >>> hpcstack {full_name} >>>"
 VENV_WARNING = ("{full_name}: the active venv @VENV@ is not extended for this module, so `python` is now "
                 "the stack's while `pip` installs into the venv, where that python does not look; "

@@ -12,7 +12,7 @@ from hpcstack.install.components.base import PlanContext
 
 
 #: The template of ``<prefix>/bin/pip`` (and ``pip3``, ``pip3.X``).
-PIP_TEMPLATE = "scripts/stack-pip.sh.j2"
+PIP_TEMPLATE = "templates/stack-pip.sh.j2"
 
 
 def pip_names(python_version: str) -> tuple[str, ...]:
@@ -28,7 +28,7 @@ class StackTools:
       :func:`hpcstack.modules.activate.render_extend_venv_activate`); the sanity check runs its
       ``--help``;
     - ``pip`` (and ``pip3``, ``pip3.X`` links to it): one line on stderr saying where packages go, exit status 1
-      (``scripts/stack-pip.sh.j2``). The stack is read-only and the module hides the user site
+      (``templates/stack-pip.sh.j2``). The stack is read-only and the module hides the user site
       (``PYTHONNOUSERSITE=1``), so neither ``pip install`` nor ``pip install --user`` on top of
       the module could give an importable package; a venv extended with ``extend-venv-activate``
       can. Without this, ``pip`` is the operating system's (``/usr/bin/pip``). A venv whose own

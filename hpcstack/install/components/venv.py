@@ -24,7 +24,7 @@ def paths_pth(ctx: PlanContext) -> str:
     torch resolves the real path of each of its ~700 module files (``os.path.realpath``: one
     ``lstat`` per component and one ``readlink`` per link), and every import of a standard
     module first looks in site-packages: 2,838 metadata calls more than a plain venv for
-    ``import torch, horovod.torch`` (issue 14, docs/benchmarks.md). With this line the modules'
+    ``import torch, horovod.torch`` (docs/benchmarks.md). With this line the modules'
     ``__file__`` are real paths, resolved once here, and ``sys.path`` is a plain venv's; a
     process keeps importing from the build it started with, even when a new build is published
     while it runs. Only the stack's own ``python`` reads it; a user's venv sees the stack
@@ -38,6 +38,8 @@ def paths_pth(ctx: PlanContext) -> str:
     """
     real = ctx.site_packages
     stable = ctx.published().site_packages
+    # The comment line is part of the venv step's text and so of every installed build's step
+    # hashes: it stays word for word (its old "(issue 14)" too), or every stack would redo its venv.
     return ("# hpcstack: this stack's site-packages by its real path, after the standard library (issue 14)\n"
             f"import sys; sys.path[:] = [p for p in sys.path if p not in ({stable!r}, {real!r})] + [{real!r}]\n")
 
@@ -54,7 +56,7 @@ class Venv:
 
     Where the site's installer is uv (``installer.backend: uv``, the default) the venv is made
     ``--without-pip``: uv installs into it from outside, and seeding pip with ``ensurepip``
-    took 2.6 of a warm install's 20 s (issue 14). Such a venv has no ``pip``; a user who wants
+    took 2.6 of a warm install's 20 s. Such a venv has no ``pip``; a user who wants
     one runs ``python -m ensurepip`` in a venv of their own (``extend-venv-activate``). With
     ``backend: pip`` the venv gets its pip, which then installs the lock.
 

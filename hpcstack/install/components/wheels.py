@@ -1,6 +1,6 @@
 """The ``PipWheels`` component: pinned wheels from a lock file with hashes, in one resolution.
 
-Also the installer backend every component installs with (issue 6): uv by default
+Also the installer backend every component installs with: uv by default
 (https://docs.astral.sh/uv/pip/), pip as the fallback, chosen by the site's ``installer``
 section. uv installs from a per-site cache by hard-linking the files into the venv (the cache
 sits on the prefixes' filesystem) and compiles bytecode at install time, so a stack that is
@@ -140,7 +140,7 @@ class Lock:
     """One lock file of a :class:`PipWheels` component, and which sites it fits.
 
     Which lock a site gets follows from the site's machine facts (its toolchain's CUDA version
-    and its Python), not from a name the site must know (issue 16): the component takes the
+    and its Python), not from a name the site must know (a site describes the machine, not packages): the component takes the
     first of its locks that fits.
 
     Args:

@@ -4,6 +4,10 @@
 every transitive package with the sha256 of every file, for every Python version the recipe
 supports; ``--emit-index-annotation`` records the index each pin comes from; ``--exclude-newer``
 resolves as of the recipe's date, so a re-lock gives the same set.
+
+Not to be confused with the install lock (:func:`hpcstack.install.runner.install_lock`, a
+``flock`` that keeps two installs of one stack apart) nor with reading a lock file
+(:mod:`hpcstack.install.lockfile`).
 """
 
 from __future__ import annotations

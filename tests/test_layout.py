@@ -1,4 +1,4 @@
-"""Stage prefixes, publish, resume, clean-up and uninstall (hpcstack.builds), with plans of plain
+"""Stage prefixes, publish, resume, clean-up and uninstall (hpcstack.install.layout), with plans of plain
 file writes run by the real runner; and the runner's preflight and failure diagnosis."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcstack.install import builds
+from hpcstack.install import layout
 from hpcstack.errors import ConfigError
 from hpcstack.install.plan import Plan, Publish, Run, Step, WriteFile
 from hpcstack.install.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
@@ -21,7 +21,7 @@ class Stack:
     """A stack ``t/1`` whose plan writes ``payload`` (build step) and a modulefile (module step)."""
 
     def __init__(self, root: Path):
-        self.layout = builds.StackLayout(str(root / "sw"), "t", "1")
+        self.layout = layout.StackLayout(str(root / "sw"), "t", "1")
         self.modulefile = str(root / "mf" / "t" / "1")
         self.payload = "v1"
         self.module_text = "root PREFIX\n"
@@ -35,12 +35,12 @@ class Stack:
         return Plan("t/1 for site x", self.layout.prefix, [], [], steps, self.modulefile,
                     stage_prefix=stage, build_id=build_id)
 
-    def install(self, force: bool = False, stop_after: str | None = None) -> builds.Choice:
-        choice = builds.choose(self.layout, self.resolve_at, force)
-        builds.start(self.layout, choice)
+    def install(self, force: bool = False, stop_after: str | None = None) -> layout.Choice:
+        choice = layout.choose(self.layout, self.resolve_at, force)
+        layout.start(self.layout, choice)
         Runner(choice.plan, dict(os.environ), stop_after=stop_after, force=force).run()
         if not pending_steps(choice.plan):
-            builds.finish(self.layout, choice.plan)
+            layout.finish(self.layout, choice.plan)
         return choice
 
     def published_payload(self) -> str:
@@ -56,9 +56,9 @@ def test_first_install_publishes_a_relative_link_to_a_new_build(stack):
     choice = stack.install()
     assert choice.kind == "new" and len(choice.plan.build_id) == 12
     link = os.readlink(stack.layout.prefix)
-    assert link == f".1-{choice.plan.build_id}"  # beside the prefix, at its depth (issue 14)
+    assert link == f".1-{choice.plan.build_id}"  # beside the prefix, at its depth
     assert stack.published_payload() == "v1" and Path(stack.modulefile).is_file()
-    assert builds.choose(stack.layout, stack.resolve_at).kind == "up to date"
+    assert layout.choose(stack.layout, stack.resolve_at).kind == "up to date"
 
 
 def test_a_changed_build_goes_beside_and_the_one_before_it_is_kept(stack):
@@ -96,7 +96,7 @@ def test_an_unfinished_build_is_resumed_and_publishes_nothing_until_done(stack):
     assert not os.path.lexists(stack.layout.prefix) and not os.path.exists(stack.modulefile)
     assert stack.layout.read_state()["building"] == choice.plan.build_id
     stack.payload = "v1b"  # the plan changes while the build is unfinished: still that build
-    again = builds.choose(stack.layout, stack.resolve_at)
+    again = layout.choose(stack.layout, stack.resolve_at)
     assert again.kind == "resume" and again.plan.build_id == choice.plan.build_id
     assert again.pending == ["build", "module"]
     stack.install()
@@ -108,10 +108,10 @@ def test_a_prefix_from_before_staging_is_adopted_then_moved_aside(stack):
     Path(stack.layout.prefix, "payload").write_text("old")
     assert stack.layout.published() == stack.layout.prefix
     choice = stack.install()
-    assert choice.kind == "new" and choice.replaces == builds.PRE_STAGING
+    assert choice.kind == "new" and choice.replaces == layout.PRE_STAGING
     assert os.path.islink(stack.layout.prefix) and stack.published_payload() == "v1"
-    assert Path(stack.layout.build_path(builds.PRE_STAGING), "payload").read_text() == "old"
-    assert stack.layout.read_state()["previous"] == builds.PRE_STAGING
+    assert Path(stack.layout.build_path(layout.PRE_STAGING), "payload").read_text() == "old"
+    assert stack.layout.read_state()["previous"] == layout.PRE_STAGING
 
 
 def test_publish_renders_the_same_switch_it_performs(tmp_path):
@@ -128,7 +128,7 @@ def test_publish_renders_the_same_switch_it_performs(tmp_path):
     assert subprocess.run(["bash", "-c", script]).returncode == 0
     assert os.readlink(tmp_path / "t" / "1") == ".1-abc"
     assert (tmp_path / "t" / ".1-pre-staging" / "old").is_file()
-    assert builds.StackLayout(str(tmp_path), "t", "1").build_path(builds.PRE_STAGING) == str(tmp_path / "t" / ".1-pre-staging")
+    assert layout.StackLayout(str(tmp_path), "t", "1").build_path(layout.PRE_STAGING) == str(tmp_path / "t" / ".1-pre-staging")
     assert subprocess.run(["bash", "-c", script]).returncode == 0  # again: only the link switches
 
 
@@ -144,23 +144,23 @@ def test_publish_renders_the_same_switch_it_performs(tmp_path):
 ])
 def test_default_marker_files(tmp_path, name, text, is_default):
     (tmp_path / name).write_text(text)
-    found = builds.default_marker(str(tmp_path), "t", "1")
+    found = layout.default_marker(str(tmp_path), "t", "1")
     assert (found == str(tmp_path / name)) is is_default
 
 
 def test_default_marker_link(tmp_path):
     os.symlink("1", tmp_path / "default")
-    assert builds.default_marker(str(tmp_path), "t", "1") == str(tmp_path / "default")
-    assert builds.default_marker(str(tmp_path), "t", "2") is None
+    assert layout.default_marker(str(tmp_path), "t", "1") == str(tmp_path / "default")
+    assert layout.default_marker(str(tmp_path), "t", "2") is None
 
 
 def test_uninstall_removes_modulefile_link_builds_and_state_but_not_other_versions(stack, tmp_path):
     stack.install()
     other = Stack(tmp_path)
-    other.layout = builds.StackLayout(str(tmp_path / "sw"), "t", "2")
+    other.layout = layout.StackLayout(str(tmp_path / "sw"), "t", "2")
     other.modulefile = str(tmp_path / "mf" / "t" / "2")
     other.install()
-    removed = builds.uninstall(stack.layout, stack.modulefile)
+    removed = layout.uninstall(stack.layout, stack.modulefile)
     assert removed[0] == stack.modulefile  # the modulefile goes first
     assert not os.path.lexists(stack.layout.prefix) and stack.layout.builds() == []
     assert not os.path.exists(stack.layout.state_file)
@@ -195,7 +195,7 @@ def test_a_build_of_the_earlier_layout_is_found_replaced_kept_then_removed(stack
 def test_uninstall_removes_builds_of_both_layouts(stack):
     _legacy_build(stack, "0123456789ab")
     stack.install()
-    removed = builds.uninstall(stack.layout, stack.modulefile)
+    removed = layout.uninstall(stack.layout, stack.modulefile)
     assert str(Path(stack.layout.legacy_builds_dir, "0123456789ab")) in removed
     assert not os.path.exists(stack.layout.top)  # nothing left of the stack, no empty directories
 
@@ -282,7 +282,7 @@ def test_step_records_are_json_with_the_hash(stack):
 @pytest.mark.integration
 def test_another_sites_install_does_not_replace_the_published_stack(localhost_ready, tmp_path):
     """Two sites sharing one install root: the second is refused (exit 2, nothing changed) rather
-    than replacing the first site's stack under its modulefile; --force does it (issue 16)."""
+    than replacing the first site's stack under its modulefile; --force does it."""
     import yaml
 
     from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe

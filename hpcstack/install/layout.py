@@ -12,7 +12,7 @@ prefix*, beside the stack's prefix, and the prefix is a symbolic link to the pub
 A build sits at the depth of the prefix, so the real path of a file of the stack has as many
 components as its path through the prefix: torch resolves the real path of every module it
 loads (``os.path.realpath``, one ``lstat`` per component), and a build deeper than the prefix
-made 688 x 3 extra metadata calls per ``import torch`` (issue 14, docs/benchmarks.md). Builds
+made 688 x 3 extra metadata calls per ``import torch`` (docs/benchmarks.md). Builds
 made by earlier versions of hpcstack, under ``<install_root>/<name>/.builds/<version>/<id>``,
 are still found, resumed, kept as the previous build and removed.
 
@@ -58,7 +58,7 @@ STATE_DIR = ".hpcstack"
 
 
 class StackLayout:
-    """Every path of one stack: the one place that knows them (issue 16).
+    """Every path of one stack: the one place that knows them.
 
     The prefix ``<install_root>/<name>/<version>`` (projection ``{name}/{version}``), its builds
     ``<install_root>/<name>/.<version>-<id>`` beside it (those of earlier hpcstack versions in
@@ -223,7 +223,7 @@ class Choice:
     Attributes:
         plan (Plan): the plan for that build.
         kind (str): ``"up to date"`` (the published build, nothing to do), ``"in place"`` (the
-            published build, only :data:`hpcstack.plan.IN_PLACE_STEPS` to redo), ``"resume"``
+            published build, only :data:`hpcstack.install.plan.IN_PLACE_STEPS` to redo), ``"resume"``
             (the build in progress), ``"new"`` (a new stage prefix).
         pending (list[str]): the steps a run would do.
         replaces (str | None): id of the published build a new build replaces
