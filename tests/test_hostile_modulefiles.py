@@ -37,7 +37,11 @@ def test_module_tools_run_nothing_from_hostile_values(tool, tmp_path):
         root = tmp_path / f"mf{i}"
         (root / "hostile").mkdir(parents=True)
         (root / "hostile" / "1.0").write_text(templates.render("modulefiles/modulefile.tcl.j2", **module_context(v)))
-        (root / "hostile" / ".version").write_text(templates.render("modulefiles/version.tcl.j2", **default_context(v)))
+        # Lmod reads .version with a parser of its own that aborts on quotes inside braces (nothing
+        # runs, but the module is then not read): its version keeps the recipe's pattern, which
+        # recipe.check_recipe enforces anyway; the other values (comments) stay hostile
+        version = {**default_context(v), **({"version": "1.0"} if tool == "lmod" else {})}
+        (root / "hostile" / ".version").write_text(templates.render("modulefiles/version.tcl.j2", **version))
         if tool == "lmod":
             (root / "luastack").mkdir()
             (root / "luastack" / "1.0.lua").write_text(templates.render("modulefiles/modulefile.lua.j2", **module_context(v)))
