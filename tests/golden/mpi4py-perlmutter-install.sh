@@ -18,7 +18,7 @@ hpcstack action fetch --sha256 56860286dc45f20e8821e93cb06669e30462348bf866f6855
 if ! ls /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/*/*.whl >/dev/null 2>&1; then
   rm -f /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/.mpi4py-4.1.2.prepared
   hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/mpi4py-4.1.2.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src
-  echo aede61f62fc5344efa98b44deb56f63e3e83a6b3f09dd49beb1f63f1bf5309e5 > /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/.mpi4py-4.1.2.prepared
+  echo dcaf81ad7808d87bd6c9841ab19f49b306f5905a7e238e28d17e947e48c311f6 > /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/.mpi4py-4.1.2.prepared
 fi
 # --- end of the background
 ) &
@@ -46,32 +46,39 @@ wait "$hpcstack_background"
 hpcstack_build_key_mpi4py() {
   (
     set +eu -o pipefail
-    export MAKEFLAGS=-j8
+    export CC=cc
+    export CXX=CC
     export MPICC=cc
-    echo 'hpcstack build key v1'
+    export MPICXX=CC
+    export FC=ftn
+    export MPIFC=ftn
+    export MAKEFLAGS=-j8
+    echo 'hpcstack build key v2'
     echo 'package mpi4py 4.1.2'
     echo 'sdist mpi4py-4.1.2.tar.gz sha256 56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02'
-    echo '--- python'; { /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in []]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
-    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- python'; { /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print("abi", sysconfig.get_config_var("SOABI"), sysconfig.get_config_var("EXT_SUFFIX"), getattr(sys, "abiflags", "")); [print(p, m.version(p)) for p in []]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C compiler'; { "${CC:-cc}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C++ compiler'; { "${CXX:-c++}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- Fortran compiler'; { "${FC:-gfortran}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- MPI'; { mpi="${MPICC:-${CC:-mpicc}}"; if "$mpi" -showme:version >/dev/null 2>&1; then "$mpi" -showme; "$mpi" -showme:version; else "$mpi" -show; "$mpi" -v 2>&1 | sed -n 1p; fi; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- cmake'; { cmake --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- MPI'; { cc -show 2>&1; cc --showme:version 2>&1 || cc -v 2>&1; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
   )
 }
 hpcstack_build_key_mpi4py_key=$(hpcstack_build_key_mpi4py | sha256sum | cut -c1-24)
-if ls /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/"${hpcstack_build_key_mpi4py_key}"/*.whl >/dev/null 2>&1; then
-  echo "mpi4py: reusing the wheel built before with key ${hpcstack_build_key_mpi4py_key}"
-  rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist && mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist && cp /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/"${hpcstack_build_key_mpi4py_key}"/*.whl /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist/
+if hpcstack action reuse-wheel mpi4py /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/"${hpcstack_build_key_mpi4py_key}" /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist; then
+  echo "mpi4py: build key ${hpcstack_build_key_mpi4py_key}"
 else
-  if [ "$(cat /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/.mpi4py-4.1.2.prepared 2>/dev/null)" = aede61f62fc5344efa98b44deb56f63e3e83a6b3f09dd49beb1f63f1bf5309e5 ]; then
+  if [ "$(cat /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/.mpi4py-4.1.2.prepared 2>/dev/null)" = dcaf81ad7808d87bd6c9841ab19f49b306f5905a7e238e28d17e947e48c311f6 ]; then
     rm -f /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/.mpi4py-4.1.2.prepared  # unpacked and patched by the patch step
   else
     hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/mpi4py-4.1.2.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src
   fi
   rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist
-  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE MAKEFLAGS=-j8 MPICC=cc TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2 @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/mpi4py-4.1.2
+  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC MPICC=cc MPICXX=CC FC=ftn MPIFC=ftn MAKEFLAGS=-j8 TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2 @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/mpi4py-4.1.2
   mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2 && tmp=$(mktemp -d /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/.new-XXXXXX) && chmod 755 "$tmp" && cp /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist/*.whl "$tmp"/ \
+    && (cd "$tmp" && sha256sum -- *.whl > SHA256SUMS && chmod 644 -- *.whl SHA256SUMS) \
     && hpcstack_build_key_mpi4py > "$tmp/key.txt" && { mv -T "$tmp" /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/"${hpcstack_build_key_mpi4py_key}" 2>/dev/null || rm -rf "$tmp"; }
 fi
 
@@ -98,7 +105,7 @@ mpi4py==4.1.2
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/constraints.txt
-hpcstack action sbom --spec '{"builds": [{"env": {"MPICC": "cc"}, "package": "mpi4py", "patches": [], "probes": [["python", "/global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); [print(p, m.version(p)) for p in []]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|CFLAGS|CXXFLAGS|CPPFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["cmake", "cmake --version"], ["MPI", "cc -show 2>&1; cc --showme:version 2>&1 || cc -v 2>&1"]], "sha256": "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02", "url": "https://files.pythonhosted.org/packages/75/83/231445bbcf7ef10864746c244ff2d82000011449b79275642c5d4ed8c8f4/mpi4py-4.1.2.tar.gz", "version": "4.1.2"}], "description": "mpi4py 4.1.2 (MPI for Python) built against the site'"'"'s MPI", "lock": "@HPCSTACK_DATA@/recipes/mpi4py/4.1.2.pypi.lock", "name": "mpi4py", "prefix": "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2", "site": "perlmutter", "version": "4.1.2"}' /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/sbom.cdx.json
+hpcstack action sbom --spec '{"builds": [{"env": {"CC": "cc", "CXX": "CC", "FC": "ftn", "MPICC": "cc", "MPICXX": "CC", "MPIFC": "ftn"}, "package": "mpi4py", "patches": [], "probes": [["python", "/global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print(\"abi\", sysconfig.get_config_var(\"SOABI\"), sysconfig.get_config_var(\"EXT_SUFFIX\"), getattr(sys, \"abiflags\", \"\")); [print(p, m.version(p)) for p in []]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["Fortran compiler", "\"${FC:-gfortran}\" --version"], ["MPI", "mpi=\"${MPICC:-${CC:-mpicc}}\"; if \"$mpi\" -showme:version >/dev/null 2>&1; then \"$mpi\" -showme; \"$mpi\" -showme:version; else \"$mpi\" -show; \"$mpi\" -v 2>&1 | sed -n 1p; fi"], ["cmake", "cmake --version"], ["MPI", "cc -show 2>&1; cc --showme:version 2>&1 || cc -v 2>&1"]], "sha256": "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02", "url": "https://files.pythonhosted.org/packages/75/83/231445bbcf7ef10864746c244ff2d82000011449b79275642c5d4ed8c8f4/mpi4py-4.1.2.tar.gz", "version": "4.1.2"}], "description": "mpi4py 4.1.2 (MPI for Python) built against the site'"'"'s MPI", "lock": "@HPCSTACK_DATA@/recipes/mpi4py/4.1.2.pypi.lock", "name": "mpi4py", "prefix": "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2", "site": "perlmutter", "version": "4.1.2"}' /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/sbom.cdx.json
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/hpcstack-doctor
 install -m 0755 @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-validate /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/mpi4py-validate
 
@@ -108,7 +115,7 @@ install -m 0755 @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-validate /global/common/so
 import mpi4py
 import mpi4py.MPI
 import mpi4py.bench
-print('"'"'imports ok: mpi4py, mpi4py.MPI, mpi4py.bench'"'"')
+print("imports ok: mpi4py, mpi4py.MPI, mpi4py.bench")
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-config
@@ -148,19 +155,74 @@ puts the venv first, and `deactivate` unloads it again (only if activate loaded 
 restores the venv's original activate scripts.
 
 As a Jupyter kernel (JupyterLab, JupyterHub, Open OnDemand), in the stack's own
-Python and ipykernel; the kernel loads this module when it starts:
-    hpcstack kernel install mpi4py/4.1.2 --site perlmutter --user
+Python and ipykernel; the kernel loads this module when it starts (run it with
+this module loaded: it finds the site itself):
+    hpcstack kernel install mpi4py/4.1.2 --user
 (add --venv ~/myvenv for a venv extended as above); undo it with
-    hpcstack kernel remove mpi4py/4.1.2 --site perlmutter --user
+    hpcstack kernel remove mpi4py/4.1.2 --user
+
+What is in it (every package and its version: /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2/.hpcstack/pip-freeze.txt):
+    build 1.6.1, cython 3.3.1, mpi4py 4.1.2
+
+What loading it changes (unloading restores each):
+    HPCSTACK_MPI4PY_ROOT:
+    /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2, the stack
+    PATH: $HPCSTACK_MPI4PY_ROOT/venv/bin and $HPCSTACK_MPI4PY_ROOT/bin
+    first: the stack's python, extend-venv-activate, hpcstack-doctor, and a
+    `pip` that says where your packages go (the stack itself is read-only)
+    PYTHONPATH: $HPCSTACK_MPI4PY_ROOT/venv/lib/python3.11/site-packages (an
+    extended venv puts its own first)
+    PYTHONNOUSERSITE=1: packages in your user site (~/.local, `pip install
+    --user`) are not imported; a value of your own is replaced
+    PIP_CONSTRAINT,
+    UV_CONSTRAINT=$HPCSTACK_MPI4PY_ROOT/.hpcstack/constraints.txt: replace
+    your own settings; pip and uv keep the stack's versions of its packages
+    in your venv (and refuse what breaks them)
+    SLURM_EXPORT_ENV: NONE (a job of `sbatch --export=NONE`) becomes ALL, so
+    the tasks srun starts get this module's environment
+
+Your own packages: not with `pip install --user` (this module hides ~/.local,
+PYTHONNOUSERSITE=1) but in a venv extended for this module:
+    python -m venv ~/myvenv && extend-venv-activate ~/myvenv
+    source ~/myvenv/bin/activate && pip install PACKAGE
+`hpcstack-doctor` checks that venv (or, with none active, ~/.local).
+
+How to launch on perlmutter (a batch script; `sbatch script`):
+    #SBATCH --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4
+    module load mpi4py/4.1.2
+    export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
+    srun python train.py                   # one rank per task (MPI, Horovod)
 ]])
 
 whatis("Description: mpi4py 4.1.2 (MPI for Python) built against the site's MPI")
 
 family("mpi4py")
+whatis("Version: 4.1.2")
+whatis("Packages: build 1.6.1, cython 3.3.1, mpi4py 4.1.2")
+whatis("Keywords: mpi4py, build, cython")
+whatis("Hardware: GPUs, CUDA 12.2 (site perlmutter)")
 
 depends_on("python")
 depends_on("cudatoolkit")
 depends_on("cray-mpich")
+
+if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
+    local venv = os.getenv("VIRTUAL_ENV")
+    local fh = io.open(pathJoin(venv, "bin", "activate"), "r")
+    local text = fh and fh:read("*a") or ""
+    if fh then fh:close() end
+    if not text:find("# >>> hpcstack mpi4py/4.1.2 >>>", 1, true) then
+        LmodMessage((("mpi4py/4.1.2: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload mpi4py/4.1.2; deactivate; module load mpi4py/4.1.2; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return venv end)))
+    end
+end
+
+if mode() == "load" and os.getenv("SLURM_EXPORT_ENV") == "NONE" then
+    setenv("SLURM_EXPORT_ENV", "ALL")
+end
+
+if mode() == "load" and not isFile("/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2/venv/pyvenv.cfg") then
+    LmodError("mpi4py/4.1.2: its stack /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2 is missing or unreadable on this machine; tell the site's admins (`module avail mpi4py` lists the other versions)")
+end
 
 local root = "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2"
 setenv("HPCSTACK_MPI4PY_ROOT", root)

@@ -19,14 +19,15 @@
 
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
-source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source /usr/share/lmod/lmod/init/bash" >&2; exit 97; }
+source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
 module use /global/common/software/PROJECT/hpcstack/modulefiles
-module load mpi4py/4.1.2 || { echo "hpcstack: module load mpi4py/4.1.2 failed" >&2; exit 98; }
+module load mpi4py/4.1.2 || { echo "hpcstack: module load "mpi4py/4.1.2" failed" >&2; exit 98; }
 
 # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
-export OMP_NUM_THREADS=32
+# one torch/OpenMP thread per core of the task (torch would start one per core of the node)
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-32}
 export SRUN_CPUS_PER_TASK=32   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 
@@ -34,11 +35,11 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
 status=0
 
-echo "==> hpcstack: step mpi: starting $(date -u +%H:%M:%S)"
+echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
 srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=32 /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n1/mpi.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/mpi.exit
-echo "==> hpcstack: step mpi: exit status $rc"
+echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
 
@@ -63,14 +64,15 @@ exit "$status"
 
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
-source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source /usr/share/lmod/lmod/init/bash" >&2; exit 97; }
+source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
 module use /global/common/software/PROJECT/hpcstack/modulefiles
-module load mpi4py/4.1.2 || { echo "hpcstack: module load mpi4py/4.1.2 failed" >&2; exit 98; }
+module load mpi4py/4.1.2 || { echo "hpcstack: module load "mpi4py/4.1.2" failed" >&2; exit 98; }
 
 # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
-export OMP_NUM_THREADS=32
+# one torch/OpenMP thread per core of the task (torch would start one per core of the node)
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-32}
 export SRUN_CPUS_PER_TASK=32   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 
@@ -78,11 +80,11 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
 status=0
 
-echo "==> hpcstack: step mpi: starting $(date -u +%H:%M:%S)"
+echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n2/mpi.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/mpi.exit
-echo "==> hpcstack: step mpi: exit status $rc"
+echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
 
