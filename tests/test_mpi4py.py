@@ -75,11 +75,18 @@ def installed(localhost_ready):
 
 @pytest.fixture(scope="module")
 def installed_lmod(installed):
-    """The same recipe for localhost-lmod into the same prefix (its own module root): the build
-    comes from the first install's build cache."""
+    """The same recipe for localhost-lmod, with an install root and module root of its own (one
+    stack per name and module tool: an install of another site over a published stack is
+    refused); the site's cache is the first install's, so the build comes from its build cache."""
+    import yaml
+
     require(next(t for t in TOOLS if t.name == "lmod"))
     root = installed[0]
-    args = ["--site", "localhost-lmod", "--prefix", str(root / "sw"), "--module-root", str(root / "mf-lua")]
+    site = yaml.safe_load((Path(package.data_root()) / "site-configs" / "localhost-lmod.yaml").read_text())
+    site.update(cache_dir=str(root / "sw" / ".hpcstack" / "cache"))
+    site_file = root / "localhost-lmod.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    args = ["--site", str(site_file), "--prefix", str(root / "sw-lmod"), "--module-root", str(root / "mf-lua")]
     proc = hpcstack("install", RECIPE, *args, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return root, proc, args
@@ -100,7 +107,8 @@ def test_module_load_gives_mpi4py_built_with_the_sites_mpicc(request, tool):
                      "print(mpi4py.__file__); print(mpi4py.get_config()); print(MPI.Get_library_version())'",
                      modulepath=f"{roots}:/opt/hpcstack/base-modulefiles")
     assert proc.returncode == 0, proc.stderr
-    assert os.path.realpath(proc.stdout.splitlines()[0]).startswith(os.path.realpath(root / "sw" / "mpi4py"))
+    prefix = root / ("sw-lmod" if tool.name == "lmod" else "sw")
+    assert os.path.realpath(proc.stdout.splitlines()[0]).startswith(os.path.realpath(prefix / "mpi4py"))
     assert "'mpicc': '/usr/bin/mpicc'" in proc.stdout and "Open MPI" in proc.stdout
     assert (roots / "mpi4py" / ("4.1.2.lua" if tool.syntax == "lua" else "4.1.2")).is_file()
 
