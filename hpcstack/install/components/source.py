@@ -419,9 +419,12 @@ class SourceBuild:
 
     def key_variables(self, ctx: PlanContext) -> str:
         """The ``grep -E`` pattern of the variables whose values enter the key: those of
-        :data:`KEY_VARIABLES` and every variable of :meth:`build_env` but ``MAKEFLAGS``/``TMPDIR``."""
+        :data:`KEY_VARIABLES` and every variable of :meth:`build_env` but ``MAKEFLAGS``/``TMPDIR``
+        and the site's secrets (``build.env`` values marked ``secret``: the key's text is logged
+        and kept in the build cache, and a secret is written nowhere)."""
+        secret = set(getattr(ctx.site, "secrets", None) or ())
         names = sorted(n for n in self.build_env(ctx)
-                       if n not in _NOT_IN_KEY and not re.fullmatch(KEY_VARIABLES, n))
+                       if n not in _NOT_IN_KEY and n not in secret and not re.fullmatch(KEY_VARIABLES, n))
         return "|".join([KEY_VARIABLES, *(re.escape(n) for n in names)])
 
     def key_probes(self, ctx: PlanContext) -> tuple[tuple[str, str], ...]:
