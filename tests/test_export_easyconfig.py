@@ -98,6 +98,7 @@ def test_an_unreachable_index_fails_with_one_line_and_writes_nothing(tmp_path):
     assert not out.parent.exists()
 
 
+@pytest.mark.integration  # the export reads the index (PyPI) before it looks at -o
 def test_easyconfig_needs_an_output_file_for_its_patches():
     proc = hpcstack("export", RECIPE, "--site", "localhost", "--format", "easyconfig")
     assert proc.returncode == 2

@@ -86,6 +86,7 @@ def test_read_gives_one_line_per_missing_secret_without_values(tmp_path):
     assert secrets.read(specs, {"MY_TOKEN": ENV_VALUE}, "s.yaml") == {"HPCSTACK_SECRET_FILE_TOKEN": FILE_VALUE}
 
 
+@pytest.mark.integration  # the easyconfig export reads the index (PyPI)
 def test_an_easyconfig_reads_the_secrets_when_easybuild_runs(tmp_path, capsys, monkeypatch):
     token_file = tmp_path / "token"
     token_file.write_text(FILE_VALUE + "\n")
