@@ -23,7 +23,7 @@ faster than (a); (e) < 2 s; (f) <= 1.2 x trivial; (g) 0 ``.pyc`` written and no 
 calls than the plain venv.
 
 Phase ``w`` (not in the default order) measures the warm install against its floor in
-one run, without a cold install first: with ``--warm-from <install_root>/.hpcstack/cache`` the
+one run, without a cold install first: with ``--warm-from CACHE_DIR`` (a site's cache_dir, e.g. /var/cache/hpcstack) the
 warm uv cache of an installed stack is used in place and its Horovod build cache is copied;
 ``--repeat`` rounds of the uv floor (the lock into a ``--without-pip`` venv, plus the cached
 Horovod wheel) and ``hpcstack install`` into an empty install root, alternating which goes
@@ -46,7 +46,7 @@ quiet 2-core machine, 25 or more under load, most of it the two Horovod builds o
 Usage:
     python3 benchmarks/install.py [--root DIR] [--keep] [--phases b,c,e,d,g,f,a] [--json FILE]
     python3 benchmarks/install.py --root DIR --keep --phases w,o,plain,g --repeat 5 \
-        --warm-from /opt/hpcstack/software/.hpcstack/cache
+        --warm-from /var/cache/hpcstack
 """
 
 from __future__ import annotations
@@ -914,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON here")
     p.add_argument("--report-only", action="store_true", help="print the table of ROOT/results.json and exit")
     p.add_argument("--warm-from", metavar="CACHE_DIR",
-                   help="take warm caches from another install root's cache dir (<install_root>/.hpcstack/cache): "
+                   help="take warm caches from a site's cache dir (e.g. the machine cache /var/cache/hpcstack): "
                         "its uv cache is used in place (installer.wheel_cache; only read and linked from), its "
                         "Horovod build cache and sources are copied; then `--phases w` measures the warm install "
                         "against the uv floor without a cold install first")

@@ -35,7 +35,8 @@ def _add_site_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="recipe as NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a path to a recipe file")
     p.add_argument("--site", default="localhost", help=SITE_HELP)
     _add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
+    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root (caches too, under "
+                   "DIR/.hpcstack/cache, unless the site sets cache_dir)")
     p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     p.add_argument("--dry-run", action="store_true", help="print what would run, as a bash script; change nothing")
 
@@ -161,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="a stack prefix or build directory, or NAME/VERSION (with --site)")
     p.add_argument("--site", default="localhost", help=SITE_HELP)
     _add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
+    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root (caches too, under "
+                   "DIR/.hpcstack/cache, unless the site sets cache_dir)")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     p.add_argument("--file", metavar="NAME",
                    help="print one recorded file, e.g. plan.json, site.yaml, recipe/<file>, logs/build.log")
@@ -171,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
     p.add_argument("--site", default="localhost", help=SITE_HELP)
     _add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
+    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root (caches too, under "
+                   "DIR/.hpcstack/cache, unless the site sets cache_dir)")
     p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     p.add_argument("--force", action="store_true",
                    help="remove it even if it is the default version (its default marker goes too)")
@@ -182,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
     p.add_argument("--site", default="localhost", help=SITE_HELP)
     _add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root")
+    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root (caches too, under "
+                   "DIR/.hpcstack/cache, unless the site sets cache_dir)")
     p.add_argument("--print-unit", action="store_true",
                    help="mount nothing; print what a site deploys on its nodes (Slurm prolog, fstab, systemd)")
     p.add_argument("--quiet", action="store_true", help="print nothing when it succeeds")

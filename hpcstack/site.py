@@ -351,7 +351,10 @@ class Site:
         path (Path): the YAML file it came from.
         raw (dict): the config as loaded (recorded as provenance).
         description, install_root, module_root (str): see ``site-configs/localhost.yaml``.
-        cache_dir (str): download cache; default ``<install_root>/.hpcstack/cache``.
+        cache_dir (str): downloads, the wheel cache and source builds; default the machine's
+            cache, shared by every site on it (:func:`default_cache_dir`), except for an
+            install root given on the command line (``--prefix``: a private or test install
+            keeps everything it writes under it, ``<prefix>/.hpcstack/cache``).
         stage_root (str): stage dirs; default ``<install_root>/.hpcstack/stage``.
         modules, launcher: sections as dataclasses.
         toolchain (Toolchain): compilers, CUDA and NCCL: what components build against.
@@ -385,6 +388,35 @@ class Site:
     installer: InstallerConfig = field(default_factory=InstallerConfig)
     ref: str = ""
     secrets: dict = field(default_factory=dict)
+
+
+#: The variable that moves the machine cache (:func:`default_cache_dir`) for every site that
+#: does not set ``cache_dir``.
+CACHE_ENV = "HPCSTACK_CACHE_DIR"
+
+
+def default_cache_dir() -> str:
+    """The machine's hpcstack cache, shared by every site that does not set ``cache_dir``.
+
+    Downloads (wheels, sdists), the uv/pip wheel cache and the cache of source builds are keyed
+    by content (sha256, build keys that hash the toolchain), so sites on one machine can share
+    them safely: a second site (``localhost-lmod`` after ``localhost``) then links the wheels it
+    already has and reuses a source build whose key matches, instead of downloading gigabytes
+    and compiling again. As uv and pip do, the cache belongs to the machine and the user, not to
+    one install root: ``$HPCSTACK_CACHE_DIR`` if set, else ``/var/cache/hpcstack`` for root (the
+    Filesystem Hierarchy Standard's place for application caches, section 5.5), else
+    ``${XDG_CACHE_HOME:-~/.cache}/hpcstack`` (the XDG Base Directory specification).
+
+    Returns:
+        str: an absolute path; it need not exist yet.
+    """
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return os.path.abspath(os.path.expanduser(env))
+    if os.geteuid() == 0:
+        return "/var/cache/hpcstack"
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(os.path.abspath(xdg), "hpcstack")
 
 
 def site_path(name_or_path: str, search: SearchPath | None = None) -> Path:
@@ -470,7 +502,8 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         name=data["name"], path=path, raw=data, description=data["description"],
         install_root=root,
         module_root=os.path.abspath(module_root or data["module_root"]),
-        cache_dir=data.get("cache_dir") or os.path.join(root, ".hpcstack", "cache"),
+        cache_dir=data.get("cache_dir") or (os.path.join(root, ".hpcstack", "cache") if install_root
+                                             else default_cache_dir()),
         stage_root=data.get("stage_root") or os.path.join(root, ".hpcstack", "stage"),
         modules=ModulesConfig(**data["modules"]),
         toolchain=Toolchain.from_config(data.get("toolchain") or {}),

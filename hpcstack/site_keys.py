@@ -48,12 +48,18 @@ KEYS: dict[str, Key] = {
     "description": Key("One line about the machine: shown by `hpcstack list` and in the ReFrame "
                        "configuration.", REQUIRED),
     "install_root": Key("Where stacks go: `<install_root>/<name>/<version>` (a link to the published "
-                        "build), the builds beside it, and hpcstack's caches and stage dirs in "
+                        "build), the builds beside it, and hpcstack's state, locks and stage dirs in "
                         "`<install_root>/.hpcstack/`. `--prefix` overrides it.", REQUIRED),
     "module_root": Key("Where modulefiles go: `<module_root>/<name>/<version>` (and `.lua` on Lua "
                        "sites). `--module-root` overrides it.", REQUIRED),
-    "cache_dir": Key("Downloads, the wheel cache and the cache of source builds (Horovod wheels).",
-                     "<install_root>/.hpcstack/cache"),
+    "cache_dir": Key("Downloads, the wheel cache and the cache of source builds (Horovod wheels). "
+                     "Unset, every site on the machine shares one cache: `$HPCSTACK_CACHE_DIR`, "
+                     "else `/var/cache/hpcstack` for root, else `~/.cache/hpcstack` (entries are "
+                     "keyed by content and build key, so sharing is safe); with `--prefix`, "
+                     "`<prefix>/.hpcstack/cache`. Set it on the prefixes' "
+                     "filesystem where the machine cache is not (uv hard-links wheels from it; "
+                     "across filesystems it copies).",
+                     "the machine cache (/var/cache/hpcstack for root)"),
     "stage_root": Key("Scratch directories of builds.", "<install_root>/.hpcstack/stage"),
     "modules": Key("The site's module tool, and the modules that make the build and run "
                    "environment.", REQUIRED),

@@ -20,14 +20,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import STACK_TOP, REPO, bash_modules, hpcstack
+from conftest import REPO, bash_modules, hpcstack
+from hpcstack.site import load_site
 
 pytestmark = pytest.mark.e2e
 
-#: This test's own install and module roots; the caches are those of the localhost stack under
-#: /opt/hpcstack (used on purpose: its downloads and wheel cache serve this install too).
+#: This test's own install and module roots; the caches are the machine's, those of the localhost
+#: stack (used on purpose: its downloads and wheel cache serve this install too).
 ROOT = Path("/var/tmp/hpcstack-tests/gpu-build")
-CACHE = STACK_TOP / "software" / ".hpcstack" / "cache"
+CACHE = Path(load_site("localhost").cache_dir)
 TOOLKIT = Path("/opt/hpcstack/cuda-12.4")
 NCCL = Path("/opt/hpcstack/nccl-2.20.5")
 PREFIX = ROOT / "software" / "pytorch" / "2.3.1-gpu"

@@ -62,8 +62,9 @@ def uv_binary() -> str:
 def wheel_cache(ctx: PlanContext) -> str:
     """The site's wheel cache: ``installer.wheel_cache``, else ``<cache_dir>/<backend>``.
 
-    uv hard-links from it, so it should be on the filesystem of the prefixes (the default is,
-    under ``<install_root>/.hpcstack/cache``). Absolute path.
+    uv hard-links from it, so it should be on the filesystem of the prefixes (uv copies where it
+    is not); ``cache_dir`` defaults to the machine's cache (:func:`hpcstack.site.default_cache_dir`).
+    Absolute path.
     """
     inst = ctx.site.installer
     return os.path.abspath(inst.wheel_cache or os.path.join(ctx.cache_dir, inst.backend))
