@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="from_bundle", metavar="DIR",
                    help="install with no network from a bundle made by `hpcstack bundle` (every file "
                         "checked against its manifest first)")
+    p.add_argument("--default", action="store_true",
+                   help="once published, make it what `module load NAME` loads (as `hpcstack module "
+                        "set-default`); without it an install never moves an existing default")
 
     p = sub.add_parser(
         "validate", help="run the recipe's validation on the installed stack in Slurm jobs across "
@@ -490,6 +493,8 @@ def cmd_install(args) -> int:
     if args.stop_after and args.dry_run:
         raise ConfigError([f"--stop-after {args.stop_after}: not with --dry-run (the dry run prints the "
                            "whole plan; --stop-after stops a real install)"])
+    if args.default and args.stop_after:
+        raise ConfigError(["--default: not with --stop-after (only a published stack can be the default)"])
     site, recipe = _load(args)
     if args.from_bundle:
         site = _site_from_bundle(site, recipe, args.from_bundle)
@@ -499,6 +504,8 @@ def cmd_install(args) -> int:
     if args.dry_run:
         plan = service.dry_run(force=args.force)
         sys.stdout.write(plan.to_json(__version__) if args.json else plan.to_bash(__version__))
+        if args.default and not args.json:
+            print(f"# then, once published: hpcstack module set-default {recipe.full_name} --site {args.site}")
         return 0
     done = service.install(stop_after=args.stop_after, force=args.force, wait=not args.no_wait,
                            announce=console.print)
@@ -509,6 +516,8 @@ def cmd_install(args) -> int:
         print("  " + ", ".join(f"{k} {v:.1f} s" for k, v in done.timings.items()))
     if done.removed:
         print(f"  removed earlier builds: {', '.join(done.removed)}")
+    if done.complete:
+        _report_default(args, site, recipe)
     if done.ran and not done.complete:
         print(f"build {plan.build_id or plan.build_prefix} of {recipe.full_name} stopped after "
               f"step {done.ran[-1]}; not published; re-run the install to continue")
@@ -867,11 +876,36 @@ def cmd_doctor(args) -> int:
     problems, header = doctor.run(args.venv, args.stack)
     for line in problems:
         print(line)
+    for line in header[2:]:  # which stack, and whether `module load NAME` now loads another
+        print(f"note: {line}")
     if not problems:
         print(f"ok: {header[0]}: {header[1]}")
         return 0
     print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
     return 1
+
+
+def _report_default(args, site, recipe) -> None:
+    """After a published install: with ``--default`` make it the module's default; else say which
+    version ``module load NAME`` loads when it is another one, and how to switch."""
+    from hpcstack.modules import writer
+
+    site_args = f" --site {site.ref}" + (f" --module-root {args.module_root}" if args.module_root else "")
+    if args.default:
+        change = writer.set_default(site.module_root, recipe.name, recipe.version, site.modules.syntax,
+                                     site.modules.tool, site=args.site)
+        print(f"default of {recipe.name} is now {recipe.version} (was {change.previous or 'none'})")
+        for note in change.notes:
+            print(f"note: {note}")
+        if change.previous and change.previous != recipe.version:
+            print(f"switch back: hpcstack module set-default {recipe.name}/{change.previous}{site_args}")
+        return
+    module_dir = os.path.join(site.module_root, recipe.name)
+    current = writer.read_defaults(module_dir)
+    default = current.get(writer.DEFAULT_FILES[site.modules.syntax], next(iter(current.values()), None))
+    if default and default != recipe.version:
+        print(f"the default of {recipe.name} stays {default} (`module load {recipe.name}`); make this one "
+              f"the default: hpcstack module set-default {recipe.full_name}{site_args}")
 
 
 def cmd_module(args) -> int:

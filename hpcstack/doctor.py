@@ -301,6 +301,84 @@ def deprecated_stack_lines(stacks) -> list[str]:
     return out
 
 
+#: The default-version files ``hpcstack module set-default`` writes in ``<module root>/<name>/``
+#: and the pattern that finds the version in each: the same as
+#: :attr:`hpcstack.modules.syntax.ModuleSyntax.default_pattern` of the Tcl and Lua syntaxes (a
+#: test keeps them equal; this file also runs standalone, without hpcstack).
+DEFAULT_FILES = {
+    ".modulerc.lua": re.compile(r"^\s*module_version\(\s*\"[^\"/]+/([^\"]+)\"\s*,\s*\"default\"", re.M),
+    ".version": re.compile(r"^\s*set\s+ModulesVersion\s+[{\"]?([^}\"\s]+)", re.M),
+}
+
+
+def _module_of(prefix) -> tuple[Path, str] | None:
+    """``(<module root>/<name>, version)`` of a stack, from its provenance's modulefile."""
+    try:
+        with open(Path(prefix) / ".hpcstack" / "provenance.json") as f:
+            modulefile = json.load(f).get("modulefile") or ""
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not modulefile:
+        return None
+    path = Path(modulefile)
+    return path.parent, path.name[:-len(".lua")] if path.name.endswith(".lua") else path.name
+
+
+def _version_key(version: str):
+    """Sort key of a module version: PEP 440 where it parses (``2.14.1-gpu`` as ``2.14.1``), else
+    digit runs as numbers, as the module tools compare versions."""
+    head = re.match(r"[0-9]+(?:\.[0-9]+)*", version)
+    return [int(x) for x in head.group(0).split(".")] if head else [], version
+
+
+def default_version(module_dir: Path) -> tuple[str | None, str]:
+    """The version ``module load <name>`` picks in ``module_dir`` and why.
+
+    Returns:
+        tuple[str | None, str]: (version or None when the directory has no modulefile, "the
+        default" where hpcstack's default file names it, else "the highest version", the
+        module tools' choice without a default: Environment Modules' and Lmod's documented rule).
+    """
+    for name, pattern in DEFAULT_FILES.items():
+        try:
+            m = pattern.search((module_dir / name).read_text(errors="replace"))
+        except OSError:
+            continue
+        if m:
+            return m.group(1), "the default"
+    versions = [p.name[:-len(".lua")] if p.name.endswith(".lua") else p.name
+                for p in module_dir.iterdir() if not p.name.startswith(".") and p.is_file()] \
+        if module_dir.is_dir() else []
+    if not versions:
+        return None, ""
+    return max(versions, key=_version_key), "the highest version"
+
+
+def stack_version_lines(stacks) -> list[str]:
+    """One line per stack saying which module it is and, when ``module load <name>`` now loads
+    another version, which one: a venv extended against a stack keeps loading that stack (its
+    activate script names the full version), so its owner should know when the site's default
+    has moved on (to rebuild the venv on the new one when they choose)."""
+    out = []
+    for prefix in stacks:
+        found = _module_of(prefix)
+        if not found:
+            continue
+        module_dir, version = found
+        name = module_dir.name
+        default, why = default_version(module_dir)
+        if default is None or default == version:
+            out.append(f"on {name}/{version}, which `module load {name}` loads ({why})" if default
+                       else f"on {name}/{version}")
+            continue
+        newer = _version_key(default) > _version_key(version)
+        out.append(f"on {name}/{version}; `module load {name}` now loads {name}/{default} ({why}"
+                   f"{', newer' if newer else ', older'}): this venv stays on {name}/{version}; to move, "
+                   f"rebuild it: module load {name}/{default}; python -m venv NEWVENV; "
+                   f"extend-venv-activate NEWVENV")
+    return out
+
+
 def retired_stack_lines(venv: Path, environ) -> list[str]:
     """For a venv extended (``extend-venv-activate``) against a stack that is gone: one line
     naming the replacement and how to rebuild the venv on it; empty when its stack is not known
@@ -340,7 +418,8 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
 
     Returns:
         tuple[list[str], list[str]]: (problems, [a header line naming what was checked, the
-        line that says what "ok" means]).
+        line that says what "ok" means, then notes: which stack the venv is on and whether
+        ``module load NAME`` now loads another version (:func:`stack_version_lines`)]).
 
     Raises:
         ConfigError: no stack given or found, a venv or stack that is not a directory (exit 2).
@@ -367,7 +446,8 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
     venv_path = Path(os.path.abspath(venv))
     problems = deprecated_stack_lines(stacks) + check(venv_path, stacks)
     header = f"checked {venv_path} on top of {', '.join(map(str, stacks))}"
-    return problems, [header, "nothing shadows or conflicts with the stack, no user-site packages"]
+    return problems, [header, "nothing shadows or conflicts with the stack, no user-site packages",
+                      *stack_version_lines(stacks)]
 
 
 def check_user_site(stacks: list[Path]) -> tuple[list[str], list[str]]:
@@ -422,6 +502,8 @@ def main(argv=None) -> int:
         return 2
     for line in problems:
         print(line)
+    for line in header[2:]:  # which stack, and whether `module load NAME` now loads another
+        print(f"note: {line}")
     if not problems:
         print(f"ok: {header[0]}: {header[1]}")
         return 0
