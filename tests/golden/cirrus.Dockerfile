@@ -60,6 +60,7 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
         "description: Cirrus V100 nodes' stack as an image (Ubuntu 22.04, CUDA 12.1, Open MPI, Environment Modules)" \
         'install_root: /opt/hpcstack/software' \
         'module_root: /opt/hpcstack/modulefiles' \
+        'cache_dir: /var/cache/hpcstack' \
         'modules:' \
         '  tool: environment-modules' \
         '  syntax: tcl' \
@@ -97,7 +98,6 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
         '  env:' \
         "    OMPI_ALLOW_RUN_AS_ROOT: '1'" \
         "    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1'" \
-        'cache_dir: /var/cache/hpcstack' \
         > /opt/hpcstack/site-configs/cirrus-image.yaml && \
     hpcstack install pytorch/2.3.1-gpu --site /opt/hpcstack/site-configs/cirrus-image.yaml && \
     if ! mountpoint -q /var/cache/hpcstack; then rm -rf /var/cache/hpcstack; fi
