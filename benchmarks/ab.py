@@ -6,7 +6,8 @@ With two commands A and B every round runs both, alternating which goes first (r
 round 2 B then A, ...), so that a load that rises or falls during the run, a warmer page cache or
 the other's dirty pages weigh on both alike. It prints every round (wall seconds of each, the
 ratio B/A and the load averages), then for each command the median wall and CPU seconds with
-their spread (min-max and IQR), the ratio B/A of the rounds with its spread, and with
+their spread (min-max and IQR), the ratio B/A of the rounds with its spread (of wall time and of
+CPU time: the CPU seconds of a command and its children move less with the load), and with
 ``--target`` a verdict on ``B/A <= target`` that says whether the rounds straddle the target.
 
 It measures; its exit status is 0 whenever every run of both commands exited 0 (1 otherwise,
@@ -127,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             r = ratios(wall[a], wall[b])
             out(f"{b}/{a} per round: {fmt(r, 'x')}")
             out(f"{b}/{a} of the medians: {summary(wall[b])['median'] / summary(wall[a])['median']:.2f}x")
+            if all(cpu[a]):
+                out(f"{b}/{a} CPU seconds per round: {fmt(ratios(cpu[a], cpu[b]), 'x')} "
+                    "(steadier than wall time on a loaded machine)")
             if args.target is not None:
                 out(verdict(r, args.target, f"{b}/{a}"))
         out(f"load averages after each round: {'; '.join(loads)}")
