@@ -3,7 +3,7 @@
 
 The rule (written at the top of docs/benchmarks.md, "How the figures are made"): every **figure
 block** -- a Markdown table, or a fenced block of a script's output (any fence whose language is
-not ``bash``, ``sh``, ``console`` or ``python``) -- has above it, after the previous figure block
+not ``bash``, ``sh``, ``shell``, ``console``, ``python`` or ``markdown``) -- has above it, after the previous figure block
 and after the section's heading, a paragraph that starts with ``Command:`` and holds
 
 - the command line in backticks, naming a script of ``benchmarks/`` that exists (more than one
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
 RAW = "benchmarks/raw"
 #: fences that hold commands or code, not output
-CODE_FENCES = {"bash", "sh", "console", "python", "shell"}
+CODE_FENCES = {"bash", "sh", "console", "python", "shell", "markdown"}
 #: scripts of benchmarks/ that print no figure, so cannot be a figure's command
 NOT_COMMANDS = {"benchmarks/stats.py", "benchmarks/check_doc.py"}
 MIN_ROUNDS = 5
