@@ -6,6 +6,7 @@ order of the rounds, the lines printed, the raw file and the exit statuses.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -15,8 +16,9 @@ from conftest import REPO
 
 pytestmark = pytest.mark.unit
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-import stats  # noqa: E402
+_spec = importlib.util.spec_from_file_location("benchmark_stats", REPO / "benchmarks" / "stats.py")
+stats = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(stats)
 
 AB = [sys.executable, str(REPO / "benchmarks" / "ab.py")]
 
