@@ -23,6 +23,7 @@ there are any, 0 otherwise.
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -143,8 +144,13 @@ def _check_raw(doc: Path, text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the problems of the page given (default docs/benchmarks.md); 2 when there are any."""
-    args = sys.argv[1:] if argv is None else argv
-    doc = Path(args[0]) if args else DOC
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("doc", nargs="?", default=str(DOC), help="the page (default: %(default)s)")
+    args = parser.parse_args(argv)
+    doc = Path(args.doc)
+    if not doc.is_file():
+        print(f"check_doc: {doc}: no such file")
+        return 2
     problems = check(doc)
     for p in problems:
         print(p)
