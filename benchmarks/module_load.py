@@ -14,13 +14,15 @@ For each tool and modulefile syntax it reads, one bash session loads, in turn an
     file's share (Environment Modules evaluates it on every load from the directory);
 
 and prints the median wall time of each over ``--runs`` rounds (bash's ``$EPOCHREALTIME`` around
-the ``module load`` command). Tools and syntaxes: Environment Modules with the install's Tcl
+the ``module load`` command), the ratios of the medians, and for the target (the stack against
+the trivial modulefile with the same ``depends-on``) the ratio of every round with its spread
+(min-max, IQR: :mod:`stats`), so a verdict says whether the rounds straddle the target. Tools and syntaxes: Environment Modules with the install's Tcl
 modulefile; Lmod with the Lua modulefile a localhost-lmod install writes (rendered into a
 temporary root for the same prefix; the stack is only read); Lmod with the Tcl modulefile.
 It measures; it passes or fails nothing. A tool that is missing is left out, with the reason.
 
 Usage:
-    python3 benchmarks/module_load.py [--runs 20] [--root /opt/hpcstack] [--json FILE]
+    python3 benchmarks/module_load.py [--runs 20] [--root /opt/hpcstack] [--json FILE] [--raw FILE]
 
 ``--root`` holds ``software/pytorch/2.3.1-gpu`` and ``modulefiles/`` (default: the e2e tests'
 ``$HPCSTACK_E2E_ROOT`` or /var/tmp/hpcstack-e2e if a stack is there, else /opt/hpcstack); the
@@ -40,6 +42,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stats import fmt, verdict  # noqa: E402
 
 STACK = "pytorch/2.3.1-gpu"
 BASE_MODULES = Path("/opt/hpcstack/base-modulefiles")
@@ -97,8 +102,9 @@ def write_tree(tmp: Path, syntax: str, top: Path) -> Path:
     return root
 
 
-def measure(tool: str, modulepath: list[Path], runs: int) -> dict[str, float]:
-    """Median ``module load`` wall time (ms) of each of :data:`MODULES` in one bash session."""
+def measure(tool: str, modulepath: list[Path], runs: int) -> dict[str, list[float]]:
+    """``module load`` wall times (ms) of each of :data:`MODULES` in one bash session, one per
+    round, in round order (each round loads every module once, in turn)."""
     body = [f"source {shlex.quote(str(TOOLS[tool]))}",
             f"export MODULEPATH={shlex.quote(':'.join(map(str, modulepath)))}",
             f"module load {STACK} && [ -n \"$HPCSTACK_PYTORCH_ROOT\" ] || exit 3",
@@ -117,18 +123,21 @@ def measure(tool: str, modulepath: list[Path], runs: int) -> dict[str, float]:
     for key in MODULES:
         times = [float(b) - float(a) for a, b in re.findall(rf"^{re.escape(key)} ([0-9.]+) ([0-9.]+)$",
                                                             proc.stdout, re.M)]
-        out[key] = round(1000 * statistics.median(times), 1)
+        out[key] = [round(1000 * t, 2) for t in times]
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure every tool and syntax found, print the table and verdicts (also to ``--raw``)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="rounds; the median is reported (default 20)")
     parser.add_argument("--root", help="directory with software/ and modulefiles/ of the installed stack")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--raw", metavar="FILE", help="also write the printed report to FILE")
     args = parser.parse_args(argv)
     top = find_root(args.root)
     results, skipped = [], []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         for tool, syntax in CASES:
             if not TOOLS[tool].is_file():
@@ -137,24 +146,37 @@ def main(argv: list[str] | None = None) -> int:
             trees = write_tree(Path(tmp) / tool, syntax, top)
             stack_root = trees if syntax == "lua" else top / "modulefiles"
             path = [trees, stack_root, BASE_MODULES] if syntax == "tcl" else [trees, BASE_MODULES]
-            results.append({"tool": tool, "syntax": syntax, **measure(tool, path, args.runs)})
-    load = os.getloadavg()[0]
-    print(f"module load, median of {args.runs} interleaved runs (ms); stack {top}/software/{STACK}; "
-          f"{platform.node()}, {os.cpu_count()} cores, load average {load:.1f}")
-    print(f"{'tool':<22}{'syntax':<8}{'stack':>8}{'trivial':>9}{'+dep':>8}{'+dep+default':>14}"
-          f"{'stack/trivial':>15}{'stack/+dep':>12}")
+            rounds = measure(tool, path, args.runs)
+            medians = {k: round(statistics.median(v), 1) for k, v in rounds.items()}
+            results.append({"tool": tool, "syntax": syntax, **medians, "rounds": rounds})
+    load_after = os.getloadavg()
+    lines = [f"module load, median of {args.runs} interleaved runs (ms); stack {top}/software/{STACK}; "
+             f"{platform.node()}, {os.cpu_count()} cores, load average {load_before[0]:.1f} before, "
+             f"{load_after[0]:.1f} after (1 min)",
+             f"{'tool':<22}{'syntax':<8}{'stack':>8}{'trivial':>9}{'+dep':>8}{'+dep+default':>14}"
+             f"{'stack/trivial':>15}{'stack/+dep':>12}"]
     for r in results:
-        print(f"{r['tool']:<22}{r['syntax']:<8}{r['stack']:>8.1f}{r['trivial']:>9.1f}"
-              f"{r['trivial+depends-on']:>8.1f}{r['trivial+depends-on+default']:>14.1f}"
-              f"{r['stack'] / r['trivial']:>15.2f}{r['stack'] / r['trivial+depends-on']:>12.2f}")
+        lines.append(f"{r['tool']:<22}{r['syntax']:<8}{r['stack']:>8.1f}{r['trivial']:>9.1f}"
+                     f"{r['trivial+depends-on']:>8.1f}{r['trivial+depends-on+default']:>14.1f}"
+                     f"{r['stack'] / r['trivial']:>15.2f}{r['stack'] / r['trivial+depends-on']:>12.2f}")
+    lines.append("spread of each (ms), and of the ratio stack / +dep of each round:")
     for r in results:
-        ratio = r["stack"] / r["trivial+depends-on"]
-        print(f"[{'HOLDS' if ratio <= TARGET else 'MISSED'}] {r['tool']} {r['syntax']}: module load {STACK} "
-              f"<= {TARGET}x a trivial modulefile with the same depends-on: {ratio:.2f}x")
+        rounds = r["rounds"]
+        lines.append(f"  {r['tool']} {r['syntax']}: stack {fmt(rounds['stack'], 'ms', 1)}")
+        lines.append(f"  {r['tool']} {r['syntax']}: +dep  {fmt(rounds['trivial+depends-on'], 'ms', 1)}")
+        per = [s / d for s, d in zip(rounds["stack"], rounds["trivial+depends-on"])]
+        r["ratio_rounds"] = [round(x, 3) for x in per]
+        lines.append(f"  {r['tool']} {r['syntax']}: stack/+dep per round {fmt(per, 'x')}")
+    for r in results:
+        lines.append(verdict(r["ratio_rounds"], TARGET, f"{r['tool']} {r['syntax']}: module load {STACK} "
+                             f"/ a trivial modulefile with the same depends-on (per round)"))
     for line in skipped:
-        print(f"left out: {line}")
+        lines.append(f"left out: {line}")
+    print("\n".join(lines))
+    if args.raw:
+        Path(args.raw).write_text("\n".join(lines) + "\n")
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": args.runs, "load_average": load,
+        Path(args.json).write_text(json.dumps({"runs": args.runs, "load_average": load_before[0],
                                                "results": results, "skipped": skipped}, indent=1) + "\n")
     return 0
 

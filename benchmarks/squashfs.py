@@ -20,7 +20,11 @@ loaded 2-core machine, most of it ``mksquashfs -processors 1``.
 
 Usage:
     python3 benchmarks/squashfs.py [--stack /var/tmp/hpcstack-e2e/software/pytorch/2.3.1-gpu]
-                                   [--root DIR] [--comp lz4] [--processors 1] [--runs 3] [--keep]
+                                   [--root DIR] [--comp lz4] [--processors 1] [--runs 5] [--keep]
+                                   [--raw FILE]
+
+The import's wall time runs ``--runs`` rounds once the image is mounted, alternating the venv on
+disk and the image, and prints the median and spread of each and of their ratio per round.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from install import IMPORT, OPEN_CALLS, READLINK_CALLS, STAT_CALLS, clean_env  # noqa: E402
+from stats import fmt, load_average, ratios  # noqa: E402
 
 DEFAULT_STACK = "/var/tmp/hpcstack-e2e/software/pytorch/2.3.1-gpu"
 
@@ -91,14 +96,24 @@ def traced_import(python: str, out: Path, inside: list[str], fs_top: str) -> dic
     return count_calls(out, inside, fs_top)
 
 
-def wall(python: str, runs: int) -> list[float]:
-    """Wall seconds of ``runs`` imports, one after another."""
-    times = []
-    for _ in range(runs):
-        t0 = time.monotonic()
-        subprocess.run([python, "-c", IMPORT], check=True, env=clean_env(PYTHONNOUSERSITE="1"), cwd="/")
-        times.append(time.monotonic() - t0)
-    return times
+def wall_once(python: str) -> float:
+    """Wall seconds of one import with ``python``."""
+    t0 = time.monotonic()
+    subprocess.run([python, "-c", IMPORT], check=True, env=clean_env(PYTHONNOUSERSITE="1"), cwd="/")
+    return time.monotonic() - t0
+
+
+def wall_alternating(disk: str, image: str, runs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds of ``runs`` rounds of the import from disk and from the image, alternating
+    which goes first (round 1 disk then image, round 2 image then disk, ...)."""
+    on_disk, on_image = [], []
+    for i in range(runs):
+        for which in (("disk", "image") if i % 2 == 0 else ("image", "disk")):
+            if which == "disk":
+                on_disk.append(wall_once(disk))
+            else:
+                on_image.append(wall_once(image))
+    return on_disk, on_image
 
 
 def count_tree(path: str) -> tuple[int, int]:
@@ -116,7 +131,10 @@ def main() -> int:
     ap.add_argument("--root", default="/var/tmp/squashfs-bench", help="where the image and traces go")
     ap.add_argument("--comp", default="lz4", help="mksquashfs -comp (as the site's squashfs.compression)")
     ap.add_argument("--processors", type=int, default=1, help="mksquashfs -processors")
-    ap.add_argument("--runs", type=int, default=3, help="timed imports each way")
+    ap.add_argument("--runs", type=int, default=5, help="alternating rounds of the timed import, each way")
+    ap.add_argument("--raw", metavar="FILE", help="also write the printed report to FILE")
+    ap.add_argument("--fs-top", help="the directory that stands for the parallel file system (default: the "
+                    "fifth directory above the build, /var for /var/tmp/hpcstack-e2e/software/pytorch/<build>)")
     ap.add_argument("--keep", action="store_true", help="leave the image mounted and in place")
     ap.add_argument("--json", metavar="FILE", help="write the figures as JSON")
     args = ap.parse_args()
@@ -133,13 +151,12 @@ def main() -> int:
     image = root / "venv.sqsh"
     root.mkdir(parents=True, exist_ok=True)
     # the directory above the install root stands for the parallel file system (as /work on Cirrus)
-    fs_top = str(Path(build).parents[4])
+    fs_top = args.fs_top or str(Path(build).parents[4])
     figures: dict = {"fs_top": fs_top, "stack": args.stack, "build": build, "comp": args.comp, "processors": args.processors}
     figures["venv_files"], figures["venv_dirs"] = count_tree(venv)
     log(f"before: import from {venv} on disk (strace) …")
     figures["before"] = traced_import(os.path.join(args.stack, "venv", "bin", "python"), root / "strace-before.txt",
                                       [venv, os.path.join(args.stack, "venv")], fs_top)
-    figures["before_wall"] = wall(os.path.join(args.stack, "venv", "bin", "python"), args.runs)
     try:
         if subprocess.run(["mountpoint", "-q", str(mount)]).returncode != 0:
             log(f"mksquashfs {venv} -comp {args.comp} -processors {args.processors} …")
@@ -154,29 +171,40 @@ def main() -> int:
         log(f"after: import from the image mounted at {mount} (strace) …")
         python = str(mount / "bin" / "python")
         figures["after"] = traced_import(python, root / "strace-after.txt", [str(mount)], str(root))
-        figures["after_wall"] = wall(python, args.runs)
+        log(f"wall time: {args.runs} rounds, disk and image alternating …")
+        figures["before_wall"], figures["after_wall"] = wall_alternating(
+            os.path.join(args.stack, "venv", "bin", "python"), python, args.runs)
     finally:
         if not args.keep:
             subprocess.run(["fusermount3", "-u", str(mount)], check=False)
             image.unlink(missing_ok=True)
     before, after = figures["before"], figures["after"]
-    print(f"stack {args.stack} -> {build}")
-    print(f"venv: {figures['venv_files']:,} files, {figures['venv_dirs']:,} directories")
+    lines: list[str] = []
+    out = lines.append
+    out(f"stack {args.stack} -> {build}")
+    out(f"venv: {figures['venv_files']:,} files, {figures['venv_dirs']:,} directories")
     if "mksquashfs_s" in figures:
-        print(f"mksquashfs -comp {args.comp} -processors {args.processors}: {figures['mksquashfs_s']} s, "
+        out(f"mksquashfs -comp {args.comp} -processors {args.processors}: {figures['mksquashfs_s']} s, "
               f"image {figures['image_bytes'] / 1e9:.2f} GB")
-    print(f"{'import torch, horovod.torch':34} {'on disk':>10} {'image':>10}")
+    out(f"{'import torch, horovod.torch':34} {'on disk':>10} {'image':>10}")
     for key in ("metadata", "open", "stat", "readlink", "fd_only", "inside", "inside_paths", "fs_outside",
                 "fs_outside_paths", "node", "node_paths"):
-        print(f"  {key:32} {before[key]:>10,} {after[key]:>10,}")
-    print(f"  {'wall s (median)':32} {statistics.median(figures['before_wall']):>10.2f} "
+        out(f"  {key:32} {before[key]:>10,} {after[key]:>10,}")
+    out(f"  {'wall s (median)':32} {statistics.median(figures['before_wall']):>10.2f} "
           f"{statistics.median(figures['after_wall']):>10.2f}")
+    out(f"  wall on disk:  {fmt(figures['before_wall'])}")
+    out(f"  wall in image: {fmt(figures['after_wall'])}")
+    out(f"  image / disk per round: {fmt(ratios(figures['before_wall'], figures['after_wall']), 'x')}; "
+        f"load after: {load_average()}")
     on_fs = (before["inside"] + before["fs_outside"], after["fs_outside"])
     on_fs_paths = (before["inside_paths"] + before["fs_outside_paths"], after["fs_outside_paths"])
-    print(f"on the stack's file system ({fs_top} and the like): {on_fs[0]:,} calls on {on_fs_paths[0]:,} "
+    out(f"on the stack's file system ({fs_top} and the like): {on_fs[0]:,} calls on {on_fs_paths[0]:,} "
           f"paths before, {on_fs[1]:,} calls on {on_fs_paths[1]:,} paths with the image "
           f"({on_fs[1] / max(on_fs[0], 1):.0%} of the calls, {on_fs_paths[1] / max(on_fs_paths[0], 1):.1%} "
           f"of the paths); {after['inside']:,} calls are answered inside the image, on the node")
+    print("\n".join(lines))
+    if args.raw:
+        Path(args.raw).write_text("\n".join(lines) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     return 0
