@@ -848,7 +848,10 @@ rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/
 rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples/digits
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples
 cp -r @HPCSTACK_DATA@/examples/digits /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples/digits
-install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
+rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train
+install -d -m 0755 /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train
+install -m 0644 @HPCSTACK_DATA@/trainer/hpcstack_train/__init__.py @HPCSTACK_DATA@/trainer/hpcstack_train/__main__.py @HPCSTACK_DATA@/trainer/hpcstack_train/backends.py @HPCSTACK_DATA@/trainer/hpcstack_train/cli.py @HPCSTACK_DATA@/trainer/hpcstack_train/collective_cases.py @HPCSTACK_DATA@/trainer/hpcstack_train/collectives.py @HPCSTACK_DATA@/trainer/hpcstack_train/data.py @HPCSTACK_DATA@/trainer/hpcstack_train/errors.py @HPCSTACK_DATA@/trainer/hpcstack_train/launch.py @HPCSTACK_DATA@/trainer/hpcstack_train/models.py @HPCSTACK_DATA@/trainer/hpcstack_train/phases.py @HPCSTACK_DATA@/trainer/hpcstack_train/report.py @HPCSTACK_DATA@/trainer/hpcstack_train/timing.py /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train
+install -D -m 0755 @HPCSTACK_DATA@/trainer/hpcstack-train-benchmark /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack
 hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
@@ -1000,10 +1003,19 @@ def _hpcstack_check_0():
         sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
 print("--- hpcstack check: horovod build flags"); _hpcstack_check_0()
 def _hpcstack_check_1():
-    path = "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark"
-    with open(path) as f:
-        compile(f.read(), path, "exec")
-    print("compiles:", path)
+    import glob
+    paths = ["/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark", *sorted(glob.glob("/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train/*.py"))]
+    for path in paths:
+        with open(path) as f:
+            compile(f.read(), path, "exec")
+    sys.dont_write_bytecode, written = True, sys.dont_write_bytecode
+    sys.path.insert(0, "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train")
+    try:
+        import hpcstack_train.cli
+    finally:
+        sys.path.pop(0)
+        sys.dont_write_bytecode = written
+    print("compiles:", len(paths), "files; imports:", hpcstack_train.cli.__name__)
 print("--- hpcstack check: trainer"); _hpcstack_check_1()
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!
