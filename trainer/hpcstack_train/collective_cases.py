@@ -6,8 +6,8 @@ dtype checked) and compares element by element. Reductions use
     x(r, i) = a(i) + c(i) * (2r - N + 1),   a(i) != 0, c(i) in {0, spread}
 on rank r of N, so that sum = N a, average = a, min = a - c (N - 1), max = a + c (N - 1) exactly,
 and every partial sum stays within the dtype's exact integers (see reduction_amplitudes).
-Motivation: issue 11, a Horovod build whose float32 CUDA Average returned 0 in the last element
-of 4,913 while training still converged.
+Motivation: a Horovod build whose float32 CUDA Average returned 0 in the last element of 4,913
+while training still converged: training alone does not see a collective that is wrong now and then.
 
 This module holds the ops, dtypes and sizes checked, the amplitudes and partitions, and the
 message of a mismatch; :mod:`.collectives` runs the check with torch.
@@ -29,8 +29,8 @@ CHECK_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "int64")
 #: Largest |n| such that every integer up to it is exact: 2^(significand bits) for floats.
 EXACT_LIMIT = {"float32": 2 ** 24, "float16": 2 ** 11, "bfloat16": 2 ** 8, "float64": 2 ** 53,
                "int32": 2 ** 31 - 1, "int64": 2 ** 63 - 1}
-#: Element counts: 1, odd, primes, just below/above 2^10 and 2^16, 17^3 (the size of issue 11's
-#: wrong Average), and 2^20 + 1 (4 MiB in float32).
+#: Element counts: 1, odd, primes, just below/above 2^10 and 2^16, 17^3 (the size of that wrong
+#: Average), and 2^20 + 1 (4 MiB in float32).
 CHECK_SIZES = (1, 17, 1023, 1025, 4913, 65521, 65537, 1048577)
 #: Largest |a(i)| of a reduction and |value| of the other collectives.
 BASE_MAX = 16

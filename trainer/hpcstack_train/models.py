@@ -96,7 +96,7 @@ def logits_of(output) -> torch.Tensor:
 def in_memory_format(value, channels_last: bool):
     """A model or a 4-D batch in channels-last (NHWC) memory format when ``channels_last``, else
     unchanged. Tensor cores take NHWC for convolutions: PyTorch's channels-last tutorial and
-    NVIDIA's deep learning performance guide advise it with AMP (issue 10)."""
+    NVIDIA's deep learning performance guide advise it with AMP."""
     if not channels_last:
         return value
     if isinstance(value, torch.Tensor):
