@@ -53,7 +53,7 @@ from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 RECIPE = "pytorch/2.3.1-gpu"
-TRAINER = CHECKOUT / "scripts" / "hpcstack-train-benchmark.py"
+TRAINER = CHECKOUT / "trainer" / "hpcstack-train-benchmark"
 #: (backend, workload) pairs; "gpu-amp32" is the gpu workload with --precision amp.
 DEFAULT_RUNS = ("horovod:gpu", "ddp:gpu", "horovod:gpu-amp", "ddp:gpu-amp", "horovod:gpu-amp32",
                 "ddp:gpu-amp32")

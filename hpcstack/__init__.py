@@ -19,7 +19,8 @@ __version__ = "0.3.0"
 
 def data_root() -> Path:
     """Return the built-in data: the directory that holds ``recipes/``, ``site-configs/``,
-    ``modulefiles/``, ``templates/`` and ``scripts/``.
+    ``modulefiles/``, ``templates/``, ``scripts/``, ``trainer/`` (the training program shipped
+    into PyTorch stacks), ``examples/`` and ``requirements/``.
 
     They ship inside the package as ``hpcstack/data/`` (package data, read with
     :mod:`importlib.resources`); in a checkout ``hpcstack/data/*`` are links to the top-level

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``hpcstack doctor``: check a user's venv on top of a stack (issue 15).
+"""``hpcstack doctor``: check a user's venv on top of a stack, so that it cannot break the stack.
 
 Three kinds of problem, one line each (exit 1 when there is any, 0 when the venv is clean):
 

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 DIST = Path(os.environ.get("HPCSTACK_DIST", "/opt/hpcstack/dist"))
 VERSION = package.__version__
-DATA_DIRS = ("recipes", "site-configs", "modulefiles", "templates", "scripts", "examples", "requirements")
+DATA_DIRS = ("recipes", "site-configs", "modulefiles", "templates", "scripts", "trainer", "examples", "requirements")
 #: Files the tool cannot work without, whatever else the data directories hold.
 ESSENTIAL = (
     "recipes/pytorch/2.3.1-gpu.py", "recipes/pytorch/2.3.1-gpu.in",
@@ -41,7 +41,8 @@ ESSENTIAL = (
     "site-configs/localhost.yaml", "site-configs/cirrus.yaml", "site-configs/localhost-lmod.yaml",
     "modulefiles/modulefile.tcl.j2", "modulefiles/modulefile.lua.j2",
     "modulefiles/version.tcl.j2", "modulefiles/modulerc.lua.j2",
-    "templates/extend-venv-activate.j2", "scripts/hpcstack-train-benchmark.py", "templates/slurm-job.sh.j2",
+    "templates/extend-venv-activate.j2", "trainer/hpcstack-train-benchmark", "trainer/hpcstack_train/cli.py",
+    "templates/slurm-job.sh.j2",
     "scripts/localhost-setup", "scripts/localhost-slurm",
 )
 UV = Path("/opt/hpcstack/tool/bin/uv")       # installed by scripts/localhost-setup

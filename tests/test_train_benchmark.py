@@ -1,4 +1,5 @@
-"""Tests of scripts/hpcstack-train-benchmark.py, the training check shipped inside the stack.
+"""Tests of the trainer (the package ``trainer/hpcstack_train`` run by its entry script
+``trainer/hpcstack-train-benchmark``), the training check shipped inside the stack.
 
 The script runs for real: 2 ranks under Open MPI's ``mpirun`` for each backend (DDP over Gloo,
 Horovod), on the CPU, with the defaults for a 2-core node and a shortened benchmark phase. The
@@ -6,7 +7,9 @@ interpreter is ``$HPCSTACK_TEST_PYTHON`` if set, else the python of an installed
 stack (the end-to-end test's under ``$HPCSTACK_E2E_ROOT``, then /opt/hpcstack's), else
 ``/opt/hpcdev/bin/python``; it needs torch
 (and horovod.torch for the Horovod tests). Tests skip, with the reason, where these are missing.
-The pure helpers (launcher environment, threads) run in one subprocess of that interpreter.
+The helpers (launcher environment, threads, the collectives check's exact values) run in one
+subprocess of that interpreter, importing the package from the checkout; those that need no torch
+are tested without it in tests/test_trainer_package.py.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from conftest import STACK_TOP
 
 pytestmark = pytest.mark.unit
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "hpcstack-train-benchmark.py"
+TRAINER_DIR = Path(__file__).resolve().parent.parent / "trainer"
+#: The entry script as the stack installs it; in the checkout it finds the package beside itself.
+SCRIPT = TRAINER_DIR / "hpcstack-train-benchmark"
 DEV_PYTHON = Path("/opt/hpcdev/bin/python")
 STACK_PYTHONS = [Path(top) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin" / "python"
                  for top in (STACK_TOP, "/opt/hpcstack")]
@@ -258,11 +263,10 @@ def test_ddp_without_launcher_is_a_usage_error(python):
 
 
 HELPER_CASES = textwrap.dedent("""
-    import importlib.util, json, subprocess, sys
-    spec = importlib.util.spec_from_file_location("train_benchmark", sys.argv[1])
-    tb = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tb  # dataclasses look their module up there
-    spec.loader.exec_module(tb)
+    import json, subprocess, sys
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, sys.argv[1])
+    from hpcstack_train import launch as tb
 
     def no_scontrol(*args, **kwargs):
         raise FileNotFoundError("scontrol")
@@ -307,7 +311,7 @@ HELPER_CASES = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def helpers(python) -> dict:
-    done = subprocess.run([python, "-c", HELPER_CASES, str(SCRIPT)], capture_output=True,
+    done = subprocess.run([python, "-c", HELPER_CASES, str(TRAINER_DIR)], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -350,11 +354,15 @@ def test_threads_per_rank(helpers):
 # The collectives check's expected values: closed forms against brute force over explicit
 # per-rank inputs, exactness in every dtype, and the partitions of reducescatter and alltoall.
 COLLECTIVE_CASES = textwrap.dedent("""
-    import importlib.util, json, sys, torch
-    spec = importlib.util.spec_from_file_location("train_benchmark", sys.argv[1])
-    tb = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = tb
-    spec.loader.exec_module(tb)
+    import json, sys, types
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, sys.argv[1])
+    import torch
+    from hpcstack_train import collective_cases, collectives, report
+    names = {}
+    for module in (collective_cases, collectives, report):
+        names.update(vars(module))
+    tb = types.SimpleNamespace(**names)
 
     out = {"closed_form_wrong": [], "inexact": [], "max_abs_partial": {}}
     for n in (1, 2, 3, 5, 16, 17):
@@ -408,7 +416,7 @@ COLLECTIVE_CASES = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def collective_cases(python) -> dict:
-    done = subprocess.run([python, "-c", COLLECTIVE_CASES, str(SCRIPT)], capture_output=True,
+    done = subprocess.run([python, "-c", COLLECTIVE_CASES, str(TRAINER_DIR)], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)

@@ -41,8 +41,8 @@ def recipe(site):
             url="https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz",
             sha256="92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0",
             patches=(Patch("horovod-0.28.1-cxx17.patch", sha256="35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"),
-                     Patch("horovod-0.28.1-gcc13-cmake4.patch", sha256="98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193"),
-                     Patch("horovod-0.28.1-cuda-runtime.patch", sha256="9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"),
+                     Patch("horovod-0.28.1-gcc13-cmake4.patch", sha256="782ef1c2a0e548168a21554d3aee56f470a61959ebb32b6016f6074d2ead5867"),
+                     Patch("horovod-0.28.1-cuda-runtime.patch", sha256="a926ab2bc624972c8b652283a726ae49b95ed14031e93d52fb28f1c84c0290c1"),
                      Patch("horovod-0.28.1-onerank-avg.patch", sha256="8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc")),
             cpu_operations="MPI", gpu_operations="NCCL", required=("PyTorch", "MPI", "Gloo")),
         # extend-venv-activate and a pip that says where packages go in <prefix>/bin;

@@ -14,8 +14,8 @@ module load cray-mpich
 hpcstack action fetch --sha256 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0 https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz
 # --- step patch: unpack sources into the stage dir and apply patches
 echo '35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch' | sha256sum -c -
-echo '98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch' | sha256sum -c -
-echo '9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch' | sha256sum -c -
+echo '782ef1c2a0e548168a21554d3aee56f470a61959ebb32b6016f6074d2ead5867  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch' | sha256sum -c -
+echo 'a926ab2bc624972c8b652283a726ae49b95ed14031e93d52fb28f1c84c0290c1  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch' | sha256sum -c -
 echo '8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc  @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch' | sha256sum -c -
 # no wheel of this version in the build cache: the build step will compile; unpack and
 # patch now, while the wheels install, and leave the stamp the build step looks for
@@ -26,7 +26,7 @@ if ! ls /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-
   cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
   cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
   cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch
-  echo b4be19aa6d65897b937cd6b32bbb68a6f094eac742a81ee57bf9d032ee19470b > /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
+  echo 890b7353d14352618e93891878314dbad7754a5c4e9c4c0b1243f51cebf936dd > /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
 fi
 # --- end of the background
 ) &
@@ -37,7 +37,7 @@ python3 -m venv --clear --without-pip /global/common/software/PROJECT/hpcstack/p
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages
 hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages/.00-hpcstack-paths.pth.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
-# hpcstack: this stack's site-packages by its real path, after the standard library (issue 14)
+# hpcstack: this stack's site-packages by its real path, after the standard library (fewer file-system calls per import, and the build a process started with)
 import sys; sys.path[:] = [p for p in sys.path if p not in ('/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu/venv/lib/python3.11/site-packages', '/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages')] + ['/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/lib/python3.11/site-packages']
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
@@ -80,8 +80,8 @@ hpcstack_build_key_horovod() {
     echo 'package horovod 0.28.1'
     echo 'sdist horovod-0.28.1.tar.gz sha256 92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0'
     echo 'patch horovod-0.28.1-cxx17.patch sha256 35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a'
-    echo 'patch horovod-0.28.1-gcc13-cmake4.patch sha256 98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193'
-    echo 'patch horovod-0.28.1-cuda-runtime.patch sha256 9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f'
+    echo 'patch horovod-0.28.1-gcc13-cmake4.patch sha256 782ef1c2a0e548168a21554d3aee56f470a61959ebb32b6016f6074d2ead5867'
+    echo 'patch horovod-0.28.1-cuda-runtime.patch sha256 a926ab2bc624972c8b652283a726ae49b95ed14031e93d52fb28f1c84c0290c1'
     echo 'patch horovod-0.28.1-onerank-avg.patch sha256 8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc'
     echo '--- python'; { /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print("abi", sysconfig.get_config_var("SOABI"), sysconfig.get_config_var("EXT_SUFFIX"), getattr(sys, "abiflags", "")); [print(p, m.version(p)) for p in ["torch"]]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
@@ -98,7 +98,7 @@ hpcstack_build_key_horovod_key=$(hpcstack_build_key_horovod | sha256sum | cut -c
 if hpcstack action reuse-wheel horovod /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}" /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist; then
   echo "horovod: build key ${hpcstack_build_key_horovod_key}"
 else
-  if [ "$(cat /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared 2>/dev/null)" = b4be19aa6d65897b937cd6b32bbb68a6f094eac742a81ee57bf9d032ee19470b ]; then
+  if [ "$(cat /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared 2>/dev/null)" = 890b7353d14352618e93891878314dbad7754a5c4e9c4c0b1243f51cebf936dd ]; then
     rm -f /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared  # unpacked and patched by the patch step
   else
     hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
@@ -848,13 +848,16 @@ rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/
 rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples/digits
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples
 cp -r @HPCSTACK_DATA@/examples/digits /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/examples/digits
-install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
+rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train
+install -d -m 0755 /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train
+install -m 0644 @HPCSTACK_DATA@/trainer/hpcstack_train/__init__.py @HPCSTACK_DATA@/trainer/hpcstack_train/__main__.py @HPCSTACK_DATA@/trainer/hpcstack_train/backends.py @HPCSTACK_DATA@/trainer/hpcstack_train/cli.py @HPCSTACK_DATA@/trainer/hpcstack_train/collective_cases.py @HPCSTACK_DATA@/trainer/hpcstack_train/collectives.py @HPCSTACK_DATA@/trainer/hpcstack_train/data.py @HPCSTACK_DATA@/trainer/hpcstack_train/errors.py @HPCSTACK_DATA@/trainer/hpcstack_train/launch.py @HPCSTACK_DATA@/trainer/hpcstack_train/models.py @HPCSTACK_DATA@/trainer/hpcstack_train/phases.py @HPCSTACK_DATA@/trainer/hpcstack_train/report.py @HPCSTACK_DATA@/trainer/hpcstack_train/timing.py /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train
+install -D -m 0755 @HPCSTACK_DATA@/trainer/hpcstack-train-benchmark /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack
 hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
 # Constraints of the stack pytorch/2.3.1-gpu: every package it holds, at its version.
-# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so
-# that a pip or uv install next to the stack cannot bring another version of them.
+# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack), so that a pip
+# or uv install next to the stack cannot bring another version of them.
 absl-py==2.1.0
 appnope==0.1.4 ; sys_platform == 'darwin'
 asttokens==2.4.1
@@ -953,7 +956,7 @@ horovod==0.28.1
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/constraints.txt
-hpcstack action sbom --spec '{"builds": [{"env": {"CC": "cc", "CXX": "CC", "FC": "ftn", "HOROVOD_BUILD_CUDA_CC_LIST": "80", "HOROVOD_CPU_OPERATIONS": "MPI", "HOROVOD_CUDA_HOME": "${CUDA_HOME}", "HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": "${CUDA_HOME}/../../comm_libs/nccl", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_PYTORCH": "1", "MPICC": "cc", "MPICXX": "CC", "MPIFC": "ftn"}, "package": "horovod", "patches": [{"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch", "sha256": "35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch", "sha256": "98a3a1d082db27ae8b2781d0670f6d9a658460f43c49b1725798c81510b75193"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch", "sha256": "9cfb3478d52516149d5f392be09d862923e5b37ff77f41a8cba4d81ae175d24f"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch", "sha256": "8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc"}], "probes": [["python", "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print(\"abi\", sysconfig.get_config_var(\"SOABI\"), sysconfig.get_config_var(\"EXT_SUFFIX\"), getattr(sys, \"abiflags\", \"\")); [print(p, m.version(p)) for p in [\"torch\"]]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["Fortran compiler", "\"${FC:-gfortran}\" --version"], ["MPI", "mpi=\"${MPICC:-${CC:-mpicc}}\"; if \"$mpi\" -showme:version >/dev/null 2>&1; then \"$mpi\" -showme; \"$mpi\" -showme:version; else \"$mpi\" -show; \"$mpi\" -v 2>&1 | sed -n 1p; fi"], ["cmake", "cmake --version"], ["CUDA", "\"${CUDA_HOME}/bin/nvcc\" --version"], ["NCCL", "grep -E \"^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)\" \"${CUDA_HOME}/../../comm_libs/nccl/include/nccl.h\""]], "sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "url": "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz", "version": "0.28.1"}], "description": "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu", "site": "perlmutter", "version": "2.3.1-gpu"}' /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/sbom.cdx.json
+hpcstack action sbom --spec '{"builds": [{"env": {"CC": "cc", "CXX": "CC", "FC": "ftn", "HOROVOD_BUILD_CUDA_CC_LIST": "80", "HOROVOD_CPU_OPERATIONS": "MPI", "HOROVOD_CUDA_HOME": "${CUDA_HOME}", "HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": "${CUDA_HOME}/../../comm_libs/nccl", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_PYTORCH": "1", "MPICC": "cc", "MPICXX": "CC", "MPIFC": "ftn"}, "package": "horovod", "patches": [{"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch", "sha256": "35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch", "sha256": "782ef1c2a0e548168a21554d3aee56f470a61959ebb32b6016f6074d2ead5867"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch", "sha256": "a926ab2bc624972c8b652283a726ae49b95ed14031e93d52fb28f1c84c0290c1"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch", "sha256": "8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc"}], "probes": [["python", "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print(\"abi\", sysconfig.get_config_var(\"SOABI\"), sysconfig.get_config_var(\"EXT_SUFFIX\"), getattr(sys, \"abiflags\", \"\")); [print(p, m.version(p)) for p in [\"torch\"]]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["Fortran compiler", "\"${FC:-gfortran}\" --version"], ["MPI", "mpi=\"${MPICC:-${CC:-mpicc}}\"; if \"$mpi\" -showme:version >/dev/null 2>&1; then \"$mpi\" -showme; \"$mpi\" -showme:version; else \"$mpi\" -show; \"$mpi\" -v 2>&1 | sed -n 1p; fi"], ["cmake", "cmake --version"], ["CUDA", "\"${CUDA_HOME}/bin/nvcc\" --version"], ["NCCL", "grep -E \"^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)\" \"${CUDA_HOME}/../../comm_libs/nccl/include/nccl.h\""]], "sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "url": "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz", "version": "0.28.1"}], "description": "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu", "site": "perlmutter", "version": "2.3.1-gpu"}' /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/sbom.cdx.json
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-doctor
 
 # --- step sanitycheck: check imports, build flags and dependencies
@@ -1000,10 +1003,19 @@ def _hpcstack_check_0():
         sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
 print("--- hpcstack check: horovod build flags"); _hpcstack_check_0()
 def _hpcstack_check_1():
-    path = "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark"
-    with open(path) as f:
-        compile(f.read(), path, "exec")
-    print("compiles:", path)
+    import glob
+    paths = ["/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark", *sorted(glob.glob("/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train/*.py"))]
+    for path in paths:
+        with open(path) as f:
+            compile(f.read(), path, "exec")
+    sys.dont_write_bytecode, written = True, sys.dont_write_bytecode
+    sys.path.insert(0, "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train")
+    try:
+        import hpcstack_train.cli
+    finally:
+        sys.path.pop(0)
+        sys.dont_write_bytecode = written
+    print("compiles:", len(paths), "files; imports:", hpcstack_train.cli.__name__)
 print("--- hpcstack check: trainer"); _hpcstack_check_1()
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!

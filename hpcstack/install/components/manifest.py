@@ -80,11 +80,11 @@ def constraints_text(title: str, pins, builds) -> str:
     Returns:
         str: a pip/uv constraints file: comment header, then one ``name==version[ ; marker]`` a line.
     """
-    # This header is part of a step's text and so of every installed build's step hashes: it
-    # stays word for word (its old "issue 15" too), or every installed stack would redo that step.
+    # This header is part of a step's text and so of every installed build's step hashes: a
+    # change to it makes every installed stack redo that step on its next install.
     lines = [f"# Constraints of the stack {title}: every package it holds, at its version.",
-             "# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so",
-             "# that a pip or uv install next to the stack cannot bring another version of them."]
+             "# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack), so that a pip",
+             "# or uv install next to the stack cannot bring another version of them."]
     lines += [p.constraint() for p in pins]
     lines += [f"{name}=={version}" for name, version in builds]
     return "\n".join(lines) + "\n"

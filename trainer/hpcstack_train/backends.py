@@ -1,0 +1,372 @@
+"""The distributed backends behind one interface (:class:`Comm`): Horovod (``horovod.torch``,
+imported only when ``--backend horovod`` asks for it, so that a stack without Horovod runs
+``--backend ddp``) and ``torch.distributed`` with DistributedDataParallel (NCCL on CUDA, Gloo on
+the CPU).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Mapping, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from .errors import UsageError
+from .launch import LaunchEnv, resolve_launch_env
+
+
+class Comm:
+    """What the benchmark needs from a distributed backend.
+
+    Attributes:
+        name: ``horovod`` or ``ddp``.
+        rank, size, local_rank, local_size: this process's place in the job.
+        device: the torch.device models and data live on.
+        transport: what carries the collectives (``gloo``, ``nccl``, ``mpi``, ...).
+        launcher: what started the ranks, as far as the backend can tell.
+    """
+
+    name = "base"
+    #: whether c_reducescatter needs a first dimension divisible by the world size
+    equal_reducescatter = False
+
+    def __init__(self) -> None:
+        self.rank = 0
+        self.size = 1
+        self.local_rank = 0
+        self.local_size = 1
+        self.device = torch.device("cpu")
+        self.transport = "none"
+        self.launcher = "none"
+
+    def prepare(self, model: nn.Module,
+                make_optimizer: Callable[[Sequence[nn.Parameter]], torch.optim.Optimizer]
+                ) -> tuple[nn.Module, torch.optim.Optimizer]:
+        """Move ``model`` to the device, make its rank-0 copy everyone's, wrap it for training.
+
+        Returns the model to call and the optimizer to step.
+        """
+        raise NotImplementedError
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """The plain module behind a prepared model (for evaluation and hashing)."""
+        return model
+
+    def scaled_step(self, optimizer: torch.optim.Optimizer, scaler) -> None:
+        """``optimizer.step()`` through a GradScaler after ``scaler.scale(loss).backward()``."""
+        scaler.step(optimizer)
+
+    def allgather(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        """Stack every rank's ``tensor`` (same shape on all ranks) along a new first axis."""
+        raise NotImplementedError
+
+    def allreduce_mean(self, tensor: torch.Tensor, name: str) -> torch.Tensor:
+        """Mean of ``tensor`` over the ranks, returned on every rank."""
+        raise NotImplementedError
+
+    # The collectives check (CollectivesCheck) calls these with tensors on ``self.device``;
+    # ``op`` is one of REDUCE_OPS. Each returns the result on ``self.device``.
+
+    def lacks(self, collective: str, dtype: torch.dtype) -> Optional[str]:
+        """Why this backend cannot run ``collective`` on ``dtype`` tensors; None when it can.
+
+        ``collective`` is a name in COLLECTIVES (``allreduce_sum``, ``allgather_unequal``, ...).
+        """
+        raise NotImplementedError
+
+    def c_allreduce(self, tensors: Sequence[torch.Tensor], op: str, name: str
+                    ) -> list[torch.Tensor]:
+        """Allreduce every tensor with ``op``, all in flight at once (Horovod fuses them)."""
+        raise NotImplementedError
+
+    def c_allgather(self, tensor: torch.Tensor, counts: Sequence[int], name: str) -> torch.Tensor:
+        """Concatenate every rank's 1-D ``tensor`` (``counts[r]`` elements on rank r)."""
+        raise NotImplementedError
+
+    def c_broadcast(self, tensor: torch.Tensor, root: int, name: str) -> torch.Tensor:
+        """Rank ``root``'s ``tensor`` on every rank."""
+        raise NotImplementedError
+
+    def c_alltoall(self, tensor: torch.Tensor, send: Sequence[int], receive: Sequence[int],
+                   name: str) -> torch.Tensor:
+        """Send ``send[j]`` consecutive elements of ``tensor`` to rank j; receive ``receive[j]``
+        from rank j, concatenated in rank order."""
+        raise NotImplementedError
+
+    def c_reducescatter(self, tensor: torch.Tensor, op: str, name: str) -> torch.Tensor:
+        """Reduce ``tensor`` over the ranks with ``op``; this rank's rows of the result
+        (see reducescatter_rows)."""
+        raise NotImplementedError
+
+    def c_settle(self) -> None:
+        """Wait until every rank is here and the backend holds no more check tensors."""
+
+    def shutdown(self) -> None:
+        """Release the backend."""
+
+
+class HorovodComm(Comm):
+    """Horovod: ``hvd.init()``, ``hvd.DistributedOptimizer``, parameter/optimizer broadcast.
+
+    Under ``horovodrun``, ``mpirun`` or ``srun``. With CUDA each rank pins the GPU of its local
+    rank, as Horovod's examples do; ``--device auto`` stays on the CPU when Horovod was built
+    without GPU support.
+    """
+
+    name = "horovod"
+
+    def __init__(self, device_request: str) -> None:
+        super().__init__()
+        try:
+            import horovod
+            import horovod.torch as hvd
+        except ImportError as err:
+            raise UsageError(f"--backend horovod needs horovod.torch: {err}") from None
+        self.hvd = hvd
+        self.version = horovod.__version__
+        hvd.init()
+        self.rank, self.size = hvd.rank(), hvd.size()
+        self.local_rank, self.local_size = hvd.local_rank(), hvd.local_size()
+        gpu_build = _call(hvd, "cuda_built") or _call(hvd, "rocm_built")
+        if device_request == "cuda" and not gpu_build:
+            raise UsageError("--device cuda: this Horovod was built without GPU support "
+                             "(horovodrun --check-build lists its tensor operations)")
+        # auto: a CPU-only Horovod cannot reduce CUDA tensors, so it trains on the CPU
+        self.device = pick_device(device_request if gpu_build else "cpu", self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        controller = ("gloo" if _call(hvd, "gloo_enabled") else
+                      "mpi" if _call(hvd, "mpi_enabled") else "unknown")
+        self.transport = f"horovod-{controller}" + ("+nccl" if self.device.type == "cuda"
+                                                    and _call(hvd, "nccl_built") else "")
+        self.launcher = ("horovodrun-gloo" if controller == "gloo" else
+                         "openmpi" if "OMPI_COMM_WORLD_RANK" in os.environ else
+                         "slurm" if "SLURM_PROCID" in os.environ else controller)
+
+    def prepare(self, model, make_optimizer):
+        hvd = self.hvd
+        model.to(self.device)
+        optimizer = hvd.DistributedOptimizer(make_optimizer(list(model.parameters())),
+                                             named_parameters=model.named_parameters(),
+                                             op=hvd.Average)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, optimizer
+
+    def scaled_step(self, optimizer, scaler):
+        # Horovod's AMP recipe: finish the allreduces, unscale, then step without a second sync.
+        optimizer.synchronize()
+        scaler.unscale_(optimizer)
+        with optimizer.skip_synchronize():
+            scaler.step(optimizer)
+
+    def allgather(self, tensor, name):
+        return self.hvd.allgather(tensor.detach().cpu().unsqueeze(0), name=name)
+
+    def allreduce_mean(self, tensor, name):
+        return self.hvd.allreduce(tensor.detach().cpu(), op=self.hvd.Average, name=name)
+
+    def lacks(self, collective, dtype):
+        if collective.startswith("reducescatter") and collective not in (
+                "reducescatter_sum", "reducescatter_average"):
+            return "horovod reducescatter supports only Sum and Average"
+        # horovod.torch has one C++ function per op and tensor type; 0.28.1 has none for bfloat16
+        kind = torch.empty(0, dtype=dtype, device=self.device).type().replace(".", "_")
+        base = collective.split("_")[0]
+        function = f"horovod_torch_{base}_async_{kind}"
+        from horovod.torch.mpi_ops import mpi_lib
+        if not hasattr(mpi_lib, function):
+            return f"horovod {self.version} has no {function}"
+        return None
+
+    def _op(self, op):
+        return {"sum": self.hvd.Sum, "average": self.hvd.Average, "min": self.hvd.Min,
+                "max": self.hvd.Max}[op]
+
+    def c_allreduce(self, tensors, op, name):
+        handles = [self.hvd.allreduce_async(t, op=self._op(op), name=f"{name}.{i}")
+                   for i, t in enumerate(tensors)]
+        return [self.hvd.synchronize(h) for h in handles]
+
+    def c_allgather(self, tensor, counts, name):
+        return self.hvd.allgather(tensor, name=name)
+
+    def c_broadcast(self, tensor, root, name):
+        return self.hvd.broadcast(tensor, root_rank=root, name=name)
+
+    def c_alltoall(self, tensor, send, receive, name):
+        output, _ = self.hvd.alltoall(tensor, splits=torch.tensor(send, dtype=torch.int32),
+                                      name=name)
+        return output
+
+    def c_reducescatter(self, tensor, op, name):
+        return self.hvd.reducescatter(tensor, op=self._op(op), name=name)
+
+    def c_settle(self):
+        self.hvd.barrier()
+
+    def shutdown(self):
+        self.hvd.shutdown()
+
+
+class DdpComm(Comm):
+    """``torch.distributed`` with DistributedDataParallel: NCCL on CUDA, Gloo on CPU.
+
+    Rank and rendezvous come from torchrun, Open MPI or Slurm variables (resolve_launch_env).
+    """
+
+    name = "ddp"
+    #: reduce_scatter_tensor splits the first dimension into equal parts
+    equal_reducescatter = True
+
+    def __init__(self, device_request: str, launch: LaunchEnv) -> None:
+        super().__init__()
+        import torch.distributed as dist
+        self.dist = dist
+        self.version = torch.__version__
+        self.rank, self.size = launch.rank, launch.world_size
+        self.local_rank, self.local_size = launch.local_rank, launch.local_size
+        self.launcher = launch.launcher
+        self.device = pick_device(device_request, self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.transport = "nccl" if self.device.type == "cuda" else "gloo"
+        # Tensors handed to collectives, held until shutdown: with torch 2.3 a Gloo worker thread
+        # that drops the last reference to a Python-owned tensor needs the GIL, which
+        # destroy_process_group() holds while it joins that thread (a deadlock at exit).
+        self._keep_alive: list[torch.Tensor] = []
+        os.environ["MASTER_ADDR"] = launch.master_addr
+        os.environ["MASTER_PORT"] = str(launch.master_port)
+        dist.init_process_group(self.transport, init_method="env://",
+                                rank=self.rank, world_size=self.size)
+
+    def prepare(self, model, make_optimizer):
+        from torch.nn.parallel import DistributedDataParallel
+        model.to(self.device)
+        # DDP broadcasts rank 0's parameters and buffers when it wraps the model.
+        wrapped = DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return wrapped, make_optimizer(list(wrapped.parameters()))
+
+    def unwrap(self, model):
+        return model.module
+
+    def allgather(self, tensor, name):
+        tensor = tensor.detach().to(self.device).contiguous()
+        parts = [torch.empty_like(tensor) for _ in range(self.size)]
+        self.dist.all_gather(parts, tensor)
+        self._keep_alive += [tensor, *parts]
+        return torch.stack(parts).cpu()
+
+    def allreduce_mean(self, tensor, name):
+        tensor = tensor.detach().to(self.device).clone()
+        self.dist.all_reduce(tensor)
+        self._keep_alive.append(tensor)
+        return (tensor / self.size).cpu()
+
+    def lacks(self, collective, dtype):
+        gloo = self.transport == "gloo"
+        if gloo and collective.endswith("_average"):
+            return "torch.distributed gloo has no ReduceOp.AVG"
+        if gloo and collective == "allgather_unequal":
+            return "torch.distributed gloo all_gather needs equal shapes"
+        return None
+
+    def _op(self, op):
+        return {"sum": self.dist.ReduceOp.SUM, "average": self.dist.ReduceOp.AVG,
+                "min": self.dist.ReduceOp.MIN, "max": self.dist.ReduceOp.MAX}[op]
+
+    def c_allreduce(self, tensors, op, name):
+        outputs = [t.clone() for t in tensors]
+        works = [self.dist.all_reduce(t, op=self._op(op), async_op=True) for t in outputs]
+        for work in works:
+            work.wait()
+        self._keep_alive += outputs
+        return outputs
+
+    def c_allgather(self, tensor, counts, name):
+        parts = [torch.empty(count, dtype=tensor.dtype, device=tensor.device) for count in counts]
+        self.dist.all_gather(parts, tensor)
+        self._keep_alive += [tensor, *parts]
+        return torch.cat(parts)
+
+    def c_broadcast(self, tensor, root, name):
+        tensor = tensor.clone()
+        self.dist.broadcast(tensor, src=root)
+        self._keep_alive.append(tensor)
+        return tensor
+
+    def c_alltoall(self, tensor, send, receive, name):
+        output = torch.empty(sum(receive), dtype=tensor.dtype, device=tensor.device)
+        self.dist.all_to_all_single(output, tensor, output_split_sizes=list(receive),
+                                    input_split_sizes=list(send))
+        self._keep_alive += [tensor, output]
+        return output
+
+    def c_reducescatter(self, tensor, op, name):
+        output = torch.empty(tensor.numel() // self.size, dtype=tensor.dtype,
+                             device=tensor.device)
+        self.dist.reduce_scatter_tensor(output, tensor, op=self._op(op))
+        self._keep_alive += [tensor, output]
+        return output
+
+    def c_settle(self):
+        # see shutdown: the barrier lets Gloo's workers drop their references without the GIL
+        if self.device.type == "cuda":
+            self.dist.barrier(device_ids=[self.device.index])
+        else:
+            self.dist.barrier()
+        self._keep_alive.clear()
+
+    def shutdown(self):
+        # The barrier waits without the GIL, so Gloo's workers can finish their last work items.
+        if self.device.type == "cuda":
+            self.dist.barrier(device_ids=[self.device.index])
+        else:
+            self.dist.barrier()
+        self.dist.destroy_process_group()
+        self._keep_alive.clear()
+
+
+def _call(module, function: str) -> bool:
+    """``module.function()`` if Horovod has it (builds differ), else False."""
+    found = getattr(module, function, None)
+    return bool(found()) if callable(found) else False
+
+
+def pick_device(request: str, local_rank: int) -> torch.device:
+    """The device for this rank: ``auto`` means CUDA when available, else CPU.
+
+    Args:
+        request: ``auto``, ``cpu`` or ``cuda``.
+        local_rank: rank on this node; CUDA ranks use GPU ``local_rank % device_count``.
+
+    Raises:
+        UsageError: ``cuda`` requested but torch sees no GPU.
+    """
+    if request == "cpu" or (request == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda requested but torch.cuda.is_available() is False")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def open_comm(backend: str, device_request: str,
+              environ: Mapping[str, str] = os.environ) -> Comm:
+    """Initialise the requested backend (``horovod`` or ``ddp``) and return its Comm."""
+    if backend == "horovod":
+        return HorovodComm(device_request)
+    return DdpComm(device_request, resolve_launch_env(environ))
+
+
+# --------------------------------------------------------------------------------------------
+# Collectives check: exact results of every collective the backend offers
+# --------------------------------------------------------------------------------------------
+#
+# Every rank fills its tensors with small integers, computes the exact result of the collective
+# in closed form (int64 on the host, then cast: every value is exactly representable in every
+# dtype checked) and compares element by element. Reductions use
+#     x(r, i) = a(i) + c(i) * (2r - N + 1),   a(i) != 0, c(i) in {0, spread}
+# on rank r of N, so that sum = N a, average = a, min = a - c (N - 1), max = a + c (N - 1) exactly,
+# and every partial sum stays within the dtype's exact integers (see reduction_amplitudes).
