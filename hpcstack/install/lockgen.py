@@ -85,3 +85,99 @@ def write_lock(recipe, site) -> Path:
         output.write_text(header + tmp_out.read_text())
     return output
 
+
+
+#: Linux x86_64 platform tags ``pip download`` may take a wheel for (old and new manylinux).
+LINUX_X86_64 = ("manylinux1_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64",
+                "manylinux_2_27_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")
+
+
+def _cuda_component(recipe):
+    from hpcstack.install.components.cudawheels import CudaWheelArchs
+
+    return next((c for c in recipe.components if isinstance(c, CudaWheelArchs)), None)
+
+
+def download_wheel(pin, python_version: str, dest: str) -> str:
+    """Download the Linux x86_64 CPython ``python_version`` wheel of ``pin`` into ``dest`` with
+    ``pip download --require-hashes`` (every sha256 the lock pins), from the pin's index.
+
+    Returns:
+        str: the wheel file.
+
+    Raises:
+        HpcstackError: pip fails (no network, no such wheel).
+    """
+    import sys
+
+    req = os.path.join(dest, "requirement.txt")
+    with open(req, "w") as f:
+        f.write(f"{pin.name}=={pin.version} " + " ".join(f"--hash=sha256:{h}" for h in pin.hashes) + "\n")
+    abi = "cp" + python_version.replace(".", "")
+    cmd = [sys.executable, "-m", "pip", "--isolated", "download", "--quiet", "--disable-pip-version-check",
+           "--no-deps", "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+           "--abi", abi, *[a for p in LINUX_X86_64 for a in ("--platform", p)], "--index-url", pin.index,
+           "--require-hashes", "-r", req, "-d", os.path.join(dest, "wheels")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["pip download failed"])[-1]
+        raise HpcstackError(f"cannot download {pin.name}=={pin.version} for Python {python_version} "
+                            f"from {pin.index}: {last}")
+    files = [os.path.join(dest, "wheels", n) for n in os.listdir(os.path.join(dest, "wheels"))]
+    return files[0]
+
+
+def record_gpu_archs(recipe, site, wheels=()) -> tuple[Path, list]:
+    """Read the GPU architectures of the lock's CUDA wheels and keep them beside the lock.
+
+    For a recipe with a :class:`~hpcstack.install.components.cudawheels.CudaWheelArchs`
+    component: the wheel of its package that the site's Python installs from the lock that fits
+    the site is downloaded (by the lock's sha256) into a temporary directory, read
+    (:func:`hpcstack.install.gpuarch.read_wheel`) and deleted; ``wheels`` given (files obtained
+    elsewhere, e.g. where the lock's index is reachable) are read instead, each only if the lock
+    pins its sha256. The record file (:func:`hpcstack.install.gpuarch.record_path`) keeps the
+    records of other wheels.
+
+    Args:
+        recipe (hpcstack.recipe.Recipe): the recipe.
+        site (hpcstack.site.Site): the site (its lock, its Python).
+        wheels (Iterable[str]): wheel files to read instead of downloading.
+
+    Returns:
+        tuple[Path, list[WheelArchs]]: the record file and the records written.
+
+    Raises:
+        ConfigError: the recipe has no CudaWheelArchs component, or a given wheel is not pinned.
+        HpcstackError: the download or the reading fails.
+    """
+    from hpcstack.install import gpuarch
+    from hpcstack.install.lockfile import read_lock
+
+    comp = _cuda_component(recipe)
+    if comp is None:
+        raise ConfigError([f"recipe {recipe.full_name} has no CudaWheelArchs component: no GPU architectures to record"])
+    pw = [c for c in recipe.components if isinstance(c, PipWheels)][0]
+    lock = pw.lock_path(recipe.directory, pw.lock_for(site.toolchain, site.python_version, f"site {site.name}"))
+    pins = [p for p in read_lock(lock) if p.name.lower() == comp.package.lower()]
+    if not pins:
+        raise ConfigError([f"{lock}: no pin of {comp.package}"])
+    path = gpuarch.record_path(lock)
+    records = gpuarch.load_records(path)
+    written = []
+    if wheels:
+        for wheel in wheels:
+            rec = gpuarch.read_wheel(str(wheel), comp.libraries)
+            if not any(rec.sha256 in p.hashes for p in pins):
+                raise ConfigError([f"{wheel}: sha256 {rec.sha256} is not pinned for {comp.package} in {lock}"])
+            records[rec.sha256] = rec
+            written.append(rec)
+    else:
+        if not site.python_version:
+            raise ConfigError([f"site {site.name}: python.version is needed to choose the wheel to read"])
+        for pin in pins:
+            with tempfile.TemporaryDirectory(prefix="hpcstack-gpu-archs-") as tmp:
+                rec = gpuarch.read_wheel(download_wheel(pin, site.python_version, tmp), comp.libraries)
+            records[rec.sha256] = rec
+            written.append(rec)
+    gpuarch.save_records(path, records, comp.package)
+    return Path(path), written

@@ -1,0 +1,156 @@
+"""The ``CudaWheelArchs`` component: the GPU architectures of a prebuilt CUDA wheel, checked
+against the site's GPUs before anything is written, and again once installed."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import partial
+
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.install import gpuarch
+from hpcstack.install.actions import ActionBase, ExecContext
+from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.sanity import PythonCheck, PythonSnippet
+from hpcstack.install.plan import SANITYCHECK, WHEELS
+
+
+def _verify_installed(cc_list: tuple[int, ...], package: str, cuda: str | None, report: str) -> list[str]:
+    """The sanity check's half: the architectures the installed package printed (``sm_XY`` and
+    ``compute_XY`` words), checked with :func:`gpuarch.runs_on`; fails closed on no words."""
+    sass = tuple(int(a) for a in re.findall(r"\bsm_(\d+)\b", report))
+    ptx = tuple(int(a) for a in re.findall(r"\bcompute_(\d+)\b", report))
+    if not sass and not ptx:
+        return [f"the installed {package} reported no GPU architectures: {report.strip()[:200]!r}"]
+    rec = gpuarch.WheelArchs(f"the installed {package}", "", cuda, sass, ptx)
+    return rec.problems(cc_list)
+
+
+@dataclass(frozen=True)
+class WheelArchCheck(ActionBase):
+    """The preflight of :class:`CudaWheelArchs`: the lock's wheels of ``package`` against the
+    site's compute capabilities, from the record beside the lock (:mod:`hpcstack.install.gpuarch`).
+
+    Args:
+        lock (str): the lock file the site installs.
+        package (str): the package whose wheels carry the CUDA code (``torch``).
+        cc_list (tuple[int, ...]): the site's compute capabilities.
+        python_version (str | None): the site's Python ``X.Y`` (which wheel of the pin it gets).
+
+    Raises:
+        ConfigError: (preflight, dry-run, execute) a capability the wheels do not run on, or a
+            lock without the package.
+    """
+
+    lock: str
+    package: str
+    cc_list: tuple[int, ...]
+    python_version: str | None = None
+
+    def commands(self) -> tuple:
+        return ()
+
+    def answer(self) -> gpuarch.ArchAnswer:
+        """What the records say (:func:`gpuarch.check_pin`)."""
+        from hpcstack.install.lockfile import read_lock
+
+        pins = [p for p in read_lock(self.lock) if p.name.lower() == self.package.lower()]
+        if not pins:
+            raise ConfigError([f"{self.lock}: no pin of {self.package} (CudaWheelArchs)"])
+        where = gpuarch.record_path(self.lock)
+        records = gpuarch.load_records(where)
+        answer = gpuarch.ArchAnswer()
+        for pin in pins:
+            one = gpuarch.check_pin(pin, records, self.cc_list, self.python_version, where)
+            answer.problems += one.problems
+            answer.checked += one.checked
+            answer.note = answer.note or one.note
+        return answer
+
+    def preflight(self, env: dict[str, str]) -> list[str]:
+        """Problems for the install's preflight (:func:`hpcstack.install.runner.preflight`);
+        prints the note when no record matched (the sanity check then decides)."""
+        answer = self.answer()
+        if answer.note:
+            from hpcstack.install.runner import console
+
+            console.print(f"note: {answer.note}", markup=False)
+        return answer.problems
+
+    def dry_run_check(self) -> list[str]:
+        """The same check for ``--dry-run`` (:func:`hpcstack.install.runner.plan_checks`)."""
+        return self.preflight({})
+
+    def to_bash(self) -> str:
+        ccs = " ".join(str(c) for c in self.cc_list)
+        return (f"# checked before this script: the GPU architectures of {self.package} in "
+                f"{gpuarch.record_path(self.lock)} run on compute capabilities {ccs}")
+
+    def execute(self, ctx: ExecContext) -> None:
+        answer = self.answer()
+        ctx.log.write(f"GPU architectures of {self.package}: "
+                      + ("; ".join(answer.problems) or answer.note
+                         or "; ".join(r.describe() for r in answer.checked)) + "\n")
+        if answer.problems:
+            raise HpcstackError(answer.problems[0])
+
+
+@dataclass(frozen=True)
+class CudaWheelArchs:
+    """Check that a prebuilt CUDA wheel runs on the site's GPUs (``toolchain.cuda.cc_list``).
+
+    Before anything is written (the install's preflight and ``--dry-run``), the architectures
+    recorded for the locked wheel (``hpcstack lock`` reads them with cuobjdump into
+    ``<lock stem>.gpu-archs.json``, :mod:`hpcstack.install.gpuarch`) are checked: SASS ``sm_AB``
+    runs on capability ``X.Y`` when ``A == X`` and ``B <= Y``; PTX ``compute_AB`` on any
+    ``X.Y >= A.B``. A capability none of them serves is one line naming the wheel, its CUDA
+    version and the architectures it has, exit status 2. Where no record exists (a lock whose
+    index is not reachable where it was written) the install says so in one line and goes on.
+    The sanity check runs ``probe`` in the installed stack and checks what it prints the same
+    way, so every CUDA stack is checked once installed, record or not, before it is published.
+    A site without CUDA (or without ``cc_list``) gets neither.
+
+    Args:
+        package (str): the locked package that carries the CUDA code, e.g. ``"torch"``.
+        libraries (tuple[str, ...]): the wheel members with its CUDA code (:mod:`fnmatch`
+            patterns), e.g. ``("torch/lib/libtorch_cuda*.so",)``.
+        probe (str): Python statements run in the stack after the imports that print the
+            installed package's architectures as ``sm_XY``/``compute_XY`` words, e.g.
+            ``"import torch; print(*torch._C._cuda_getArchFlags())"``.
+        imports (tuple[str, ...]): modules the probe imports (merged into the one sanity
+            interpreter); default none.
+
+    Example:
+        ``CudaWheelArchs("torch", ("torch/lib/libtorch_cuda*.so",),
+        probe="import torch; print(*torch._C._cuda_getArchFlags())")``
+    """
+
+    package: str
+    libraries: tuple[str, ...]
+    probe: str
+    imports: tuple[str, ...] = ()
+
+    def lock_file(self, ctx: PlanContext) -> str:
+        """The lock the site installs: that of the recipe's :class:`PipWheels` component."""
+        from hpcstack.install.components.wheels import PipWheels
+
+        wheels = [c for c in ctx.recipe.components if isinstance(c, PipWheels)]
+        if not wheels:
+            raise ConfigError([f"recipe {ctx.recipe.full_name}: CudaWheelArchs needs a PipWheels component"])
+        return wheels[0].lock_file(ctx)
+
+    def contribute(self, ctx: PlanContext) -> dict[str, list]:
+        """Return ``{step name: actions}``: the preflight's check in ``wheels``, the installed
+        package's check in ``sanitycheck``; nothing on a site without CUDA capabilities."""
+        tc = ctx.toolchain
+        if not (tc.has_cuda and tc.cuda_cc_list):
+            return {}
+        ccs = tuple(tc.cuda_cc_list)
+        check = WheelArchCheck(self.lock_file(ctx), self.package, ccs, ctx.python_version or None)
+        snippet = PythonSnippet(f"{self.package} GPU architectures", self.probe,
+                                verify=partial(_verify_installed, ccs, self.package, tc.cuda_version),
+                                record="gpu-archs.txt")
+        stubs = tc.cuda_stubs
+        return {WHEELS: [check],
+                SANITYCHECK: [PythonCheck(ctx.python, tuple(self.imports), checks=(snippet,),
+                                          prepend={"LD_LIBRARY_PATH": stubs} if stubs else {})]}
