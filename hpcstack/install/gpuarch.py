@@ -122,10 +122,10 @@ class WheelArchs:
             cc_list (Iterable[int]): the site's compute capabilities (``toolchain.cuda.cc_list``).
             what (str): the pin, e.g. ``"torch==2.14.1"``, named before the file.
         """
-        who = f"{what} ({self.describe()})" if what else self.describe()
-        return [f"toolchain.cuda.cc_list: compute capability {cc_text(cc)} is not supported by {who}: "
-                f"a {cc_text(cc)} GPU needs SASS sm_{cc // 10}x with x <= {cc % 10} or PTX compute_XY <= "
-                f"{cc}; use wheels built for it or drop {cc} from cc_list" for cc in self.unsupported(cc_list)]
+        return [f"toolchain.cuda.cc_list: compute capability {cc_text(cc)} is not supported by "
+                f"{what or self.file}: {self.describe()}; a {cc_text(cc)} GPU needs SASS sm_{cc // 10}x "
+                f"(x <= {cc % 10}) or PTX compute_XY (XY <= {cc}); use wheels built for it or drop {cc} "
+                "from cc_list" for cc in self.unsupported(cc_list)]
 
     def to_json(self) -> dict:
         """The record as JSON data (lists for tuples; libraries as ``{name: {sass, ptx}}``)."""
@@ -438,8 +438,9 @@ def check_pin(pin, records: dict[str, WheelArchs], cc_list, python_version: str 
     if not matching:
         return ArchAnswer(note=f"GPU architectures of {what} not checked before the install: {where} "
                                f"records none of its wheels for Python {python_version or 'any'} on Linux x86_64 "
-                               "(run hpcstack lock where its index is reachable); the sanity check "
-                               "reads them from the installed package")
+                               f"(record them with hpcstack lock where {pin.index} is reachable, or with "
+                               "hpcstack lock --gpu-archs-from WHEEL); the sanity check reads them from "
+                               "the installed package")
     problems = []
     for rec in matching:
         problems += [p for p in rec.problems(cc_list, what) if p not in problems]

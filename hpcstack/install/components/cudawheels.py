@@ -83,8 +83,9 @@ class WheelArchCheck(ActionBase):
 
     def to_bash(self) -> str:
         ccs = " ".join(str(c) for c in self.cc_list)
-        return (f"# checked before this script: the GPU architectures of {self.package} in "
-                f"{gpuarch.record_path(self.lock)} run on compute capabilities {ccs}")
+        return (f"# before this script runs, hpcstack checks the GPU architectures of {self.package} "
+                f"recorded in {gpuarch.record_path(self.lock)} against compute capabilities {ccs} "
+                "(and says so where none is recorded)")
 
     def execute(self, ctx: ExecContext) -> None:
         answer = self.answer()
