@@ -34,7 +34,7 @@ def recipe(site):
         # site's cuda.cc_list, before anything is written (recorded by `hpcstack lock` in
         # 2.3.1-gpu.<lock>.gpu-archs.json) and in the sanity check from the installed torch
         CudaWheelArchs("torch", libraries=("torch/lib/libtorch_cuda*.so",),
-                       probe="import torch; print(*torch._C._cuda_getArchFlags())"),
+                       archs="torch._C._cuda_getArchFlags()", imports=("torch",)),
         # Horovod 0.28.1 from the PyPI sdist, with our patches (each file's header says why):
         # C++17 for torch >= 2.1 (upstream horovod PR #3998, merged after the last release);
         # GCC 13/14 and CMake 4; a choice of CUDA runtime for toolkits without the static one;

@@ -3,6 +3,7 @@ against the site's GPUs before anything is written, and again once installed."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import partial
@@ -24,6 +25,23 @@ def _verify_installed(cc_list: tuple[int, ...], package: str, cuda: str | None, 
         return [f"the installed {package} reported no GPU architectures: {report.strip()[:200]!r}"]
     rec = gpuarch.WheelArchs(f"the installed {package}", "", cuda, sass, ptx)
     return rec.problems(cc_list)
+
+
+def _snippet(expression: str, cc_list: tuple[int, ...], package: str) -> str:
+    """The sanity check's code: print the architectures ``expression`` names, and exit with one
+    line naming the capabilities they do not serve (the rule of :func:`gpuarch.runs_on`)."""
+    return f"""import re
+archs = ({expression})
+archs = archs if isinstance(archs, str) else " ".join(str(a) for a in archs)
+print(archs)
+sass = [int(a) for a in re.findall(r"\\bsm_(\\d+)\\b", archs)]
+ptx = [int(a) for a in re.findall(r"\\bcompute_(\\d+)\\b", archs)]
+bad = [cc for cc in {list(cc_list)!r} if not (any(a // 10 == cc // 10 and a % 10 <= cc % 10 for a in sass)
+                                             or any(p <= cc for p in ptx))]
+if bad:
+    sys.exit({json.dumps(package + " GPU architectures: ")} + archs + " do not run on compute capability "
+             + ", ".join("%d.%d" % divmod(cc, 10) for cc in bad))
+"""
 
 
 @dataclass(frozen=True)
@@ -115,20 +133,21 @@ class CudaWheelArchs:
         package (str): the locked package that carries the CUDA code, e.g. ``"torch"``.
         libraries (tuple[str, ...]): the wheel members with its CUDA code (:mod:`fnmatch`
             patterns), e.g. ``("torch/lib/libtorch_cuda*.so",)``.
-        probe (str): Python statements run in the stack after the imports that print the
-            installed package's architectures as ``sm_XY``/``compute_XY`` words, e.g.
-            ``"import torch; print(*torch._C._cuda_getArchFlags())"``.
-        imports (tuple[str, ...]): modules the probe imports (merged into the one sanity
-            interpreter); default none.
+        archs (str): a Python expression, evaluated in the stack after ``imports``, whose value
+            names the installed package's architectures as ``sm_XY``/``compute_XY`` words (a
+            string or a list of them), e.g. ``"torch._C._cuda_getArchFlags()"`` (it answers
+            without a GPU; ``torch.cuda.get_arch_list()`` returns ``[]`` there).
+        imports (tuple[str, ...]): modules the expression needs (merged into the one sanity
+            interpreter), e.g. ``("torch",)``.
 
     Example:
         ``CudaWheelArchs("torch", ("torch/lib/libtorch_cuda*.so",),
-        probe="import torch; print(*torch._C._cuda_getArchFlags())")``
+        archs="torch._C._cuda_getArchFlags()", imports=("torch",))``
     """
 
     package: str
     libraries: tuple[str, ...]
-    probe: str
+    archs: str
     imports: tuple[str, ...] = ()
 
     def lock_file(self, ctx: PlanContext) -> str:
@@ -148,7 +167,7 @@ class CudaWheelArchs:
             return {}
         ccs = tuple(tc.cuda_cc_list)
         check = WheelArchCheck(self.lock_file(ctx), self.package, ccs, ctx.python_version or None)
-        snippet = PythonSnippet(f"{self.package} GPU architectures", self.probe,
+        snippet = PythonSnippet(f"{self.package} GPU architectures", _snippet(self.archs, ccs, self.package),
                                 verify=partial(_verify_installed, ccs, self.package, tc.cuda_version),
                                 record="gpu-archs.txt")
         stubs = tc.cuda_stubs
