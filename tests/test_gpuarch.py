@@ -189,3 +189,9 @@ def test_the_sanity_check_verifies_what_the_installed_package_reports():
             "(CUDA 13.0) has SASS sm_75") in line
     (line,) = _verify_installed((70,), "torch", None, "\n")
     assert "reported no GPU architectures" in line
+
+
+def test_recording_gpu_architectures_needs_the_component():
+    proc = hpcstack("lock", "mpi4py/4.1.2", "--site", "perlmutter", "--gpu-archs-from", "/nonexistent.whl")
+    assert proc.returncode == 2, proc.stderr
+    assert "has no CudaWheelArchs component" in proc.stderr

@@ -78,3 +78,19 @@ def test_a_wheel_file_is_read_without_installing_it(torch231, tmp_path):
     assert (rec.file, rec.cuda, rec.sass) == (wheel.name, "12.1", (50, 60, 70, 80, 86, 90))
     assert len(rec.sha256) == 64
     assert rec.libraries == (("torch/lib/libtorch_cuda_linalg.so", (50, 60, 70, 80, 86, 90), ()),)
+
+
+def test_hpcstack_lock_records_only_wheels_the_lock_pins(torch231, tmp_path):
+    from conftest import hpcstack
+
+    wheel = tmp_path / "torch-2.3.1-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        z.write(torch231 / "torch" / "lib" / "libtorch_cuda_linalg.so", "torch/lib/libtorch_cuda_linalg.so")
+    record = REPO / "recipes" / "pytorch" / "2.3.1-gpu.pypi.gpu-archs.json"
+    before = record.read_text()
+    proc = hpcstack("lock", "pytorch/2.3.1-gpu", "--site", "perlmutter", "--gpu-archs-from", str(wheel),
+                    env={"PATH": f"{os.path.dirname(_tool(CUOBJDUMP_13))}:{os.environ['PATH']}"})
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"{wheel}: sha256 " in line and "is not pinned for torch in " in line and line.endswith("2.3.1-gpu.pypi.lock")
+    assert record.read_text() == before
