@@ -27,6 +27,10 @@ def _verify_installed(cc_list: tuple[int, ...], package: str, cuda: str | None, 
     return rec.problems(cc_list)
 
 
+#: The notes printed by this process (each once).
+_NOTED: set = set()
+
+
 def _snippet(expression: str, cc_list: tuple[int, ...], package: str) -> str:
     """The sanity check's code: print the architectures ``expression`` names, and exit with one
     line naming the capabilities they do not serve (the rule of :func:`gpuarch.runs_on`)."""
@@ -89,9 +93,10 @@ class WheelArchCheck(ActionBase):
         """Problems for the install's preflight (:func:`hpcstack.install.runner.preflight`);
         prints the note when no record matched (the sanity check then decides)."""
         answer = self.answer()
-        if answer.note:
+        if answer.note and answer.note not in _NOTED:  # the install's preflight runs twice
             from hpcstack.install.runner import console
 
+            _NOTED.add(answer.note)
             console.print(f"note: {answer.note}", markup=False)
         return answer.problems
 
