@@ -195,3 +195,28 @@ def test_recording_gpu_architectures_needs_the_component():
     proc = hpcstack("lock", "mpi4py/4.1.2", "--site", "perlmutter", "--gpu-archs-from", "/nonexistent.whl")
     assert proc.returncode == 2, proc.stderr
     assert "has no CudaWheelArchs component" in proc.stderr
+
+
+@pytest.mark.parametrize("metadata, cuda", [
+    ("Name: torch\nVersion: 2.3.1+cu121\n", "12.1"),
+    ("Name: torch\nVersion: 2.3.1\nRequires-Dist: nvidia-cuda-runtime-cu12 (==12.1.105) ; "
+     'platform_system == "Linux" and platform_machine == "x86_64"\n', "12.1"),
+    ("Name: torch\nVersion: 2.14.1\nRequires-Dist: cuda-toolkit[cublas,cudart]==13.0.3; "
+     'platform_system == "Linux"\n', "13.0"),
+    ("Name: torch\nVersion: 2.14.1\nRequires-Dist: numpy\n", None),
+])
+def test_the_cuda_version_a_wheel_states(metadata, cuda):
+    names = ["torch/__init__.py", "torch-2.3.1.dist-info/METADATA"]
+    assert gpuarch.cuda_of_wheel(names, lambda name: metadata.encode()) == cuda
+
+
+@pytest.mark.parametrize("file, python, fits", [
+    ("torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl", "3.11", True),
+    ("torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl", "3.12", False),
+    ("torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl", None, True),
+    ("torch-2.3.1-cp311-none-macosx_11_0_arm64.whl", "3.11", False),
+    ("torch-2.14.1-cp312-cp312-manylinux_2_28_aarch64.whl", "3.12", False),
+    ("torch-2.3.1+cu121-cp312-cp312-linux_x86_64.whl", "3.12", True),
+])
+def test_which_wheel_of_a_pin_a_site_installs(file, python, fits):
+    assert gpuarch.wheel_fits(file, python) is fits
