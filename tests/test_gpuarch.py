@@ -95,17 +95,27 @@ def test_the_recorded_torch_2_3_1_wheels_run_on_every_shipped_gpu_site():
         assert rec.unsupported((70, 80)) == []
 
 
+#: What ``hpcstack install pytorch/2.14.1-gpu --site cirrus --dry-run`` prints (stderr, exit 2),
+#: the data directory of hpcstack as ``@HPCSTACK_DATA@``: written from the recipe with its
+#: ``CudaWheelArchs`` component and this record.
+CIRRUS_2141 = REPO / "tests" / "golden" / "cirrus-pytorch-2.14.1-gpu-preflight.txt"
+
+
 def test_the_cirrus_answer_for_torch_2_14_1():
     """The golden answer for cirrus (V100, 7.0) and the torch 2.14.1 wheels of PyPI (CUDA 13.0):
-    refused, one line; perlmutter and juwels-booster (A100, 8.0) fit."""
+    refused, one line; perlmutter and juwels-booster (A100, 8.0) fit. Read from the record, as
+    the preflight reads it."""
     records = _records("2.14.1-gpu.pypi")
     assert {r.file for r in records.values()} == {f"torch-2.14.1-cp{v}-cp{v}-manylinux_2_28_x86_64.whl"
                                                   for v in (310, 311, 312)}
     for rec in records.values():
         assert (rec.cuda, rec.sass, rec.ptx) == ("13.0", ARCHS_2141, ())
         assert rec.unsupported((80,)) == []
-    cp312 = next(r for r in records.values() if "cp312" in r.file)
-    assert cp312.problems((70,), "torch==2.14.1") == [
+    pin = Pin("torch", "2.14.1", hashes=tuple(records))
+    answer = gpuarch.check_pin(pin, records, (70,), "3.12", "the record")
+    assert [f"error: step wheels: {line} (@HPCSTACK_DATA@/site-configs/cirrus.yaml)" for line in answer.problems] \
+        == CIRRUS_2141.read_text().splitlines()
+    assert answer.problems == [
         "toolchain.cuda.cc_list: compute capability 7.0 is not supported by torch==2.14.1: "
         "torch-2.14.1-cp312-cp312-manylinux_2_28_x86_64.whl (CUDA 13.0) has SASS sm_75 sm_80 sm_86 sm_90 "
         "sm_100 sm_120 and PTX none; a 7.0 GPU needs SASS sm_7x (x <= 0) or PTX compute_XY (XY <= 70); "
