@@ -46,6 +46,10 @@ def test_a_wheel_runs_only_where_every_library_runs():
     rec = WheelArchs("w.whl", "0" * 64, "13.0", (75, 80, 86, 90, 100, 120), (),
                      libraries=(("a.so", (75, 80, 86, 90, 100, 120), ()), ("b.so", (80, 86, 90, 100, 120), ())))
     assert rec.unsupported((70, 75, 80, 90)) == [70, 75]
+    seven, seven_five = rec.problems((70, 75))
+    assert "b.so" not in seven
+    assert "has SASS sm_75 sm_80 sm_86 sm_90 sm_100 sm_120 and PTX none (b.so has only SASS sm_80 sm_86 " \
+           "sm_90 sm_100 sm_120 and PTX none); a 7.5 GPU" in seven_five
 
 
 def test_one_line_per_unsupported_capability_names_the_wheel_its_cuda_and_its_architectures():

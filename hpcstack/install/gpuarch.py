@@ -8,19 +8,23 @@ and ``B <= Y`` (within one major, never across), and PTX for ``compute_AB`` can 
 for any ``X.Y >= A.B``. Architecture-specific SASS (``sm_90a``, ``sm_100a``: suffix ``a``/``f``)
 runs only on its own GPUs and is not counted.
 
-Reading: ``cuobjdump --list-elf`` and ``--list-ptx`` (NVIDIA's ``nvidia-cuda-cuobjdump`` wheel,
-``scripts/localhost-cuda-tools``; a CUDA toolkit's own serves as well) on the libraries a recipe names, extracted from the wheel into
-a temporary directory; the wheel is never installed. cuobjdump 13.x stops with ``Invalid ELF``
-on the ``sm_90`` cubins that CUDA 12.1 wrote (torch 2.3.1's libraries), so where cuobjdump fails
-the fat binary's own entry headers (the ``.nv_fatbin`` section, one header per entry with its
-kind and architecture) are read instead, and the record says which reader answered. A library's
-architectures are those its every kernel was built for: an architecture with far fewer entries
-than the library's most common one (torch 2.14.1 carries one ``sm_89`` cubin beside 475 of
-``sm_86``) is listed as partial and not counted. A wheel runs on a GPU where every one of its named libraries does.
+Reading: ``cuobjdump --list-elf --list-ptx`` (NVIDIA's ``nvidia-cuda-cuobjdump`` wheel, which
+``scripts/localhost-cuda-tools`` installs; a CUDA toolkit's own serves as well) on the libraries a
+recipe names, extracted from the wheel into a temporary directory: the wheel is never installed.
+cuobjdump 13.x stops with ``Invalid ELF`` at the ``sm_90`` cubins that CUDA 12.1 wrote (torch
+2.3.1's libraries; cuobjdump 12.4 reads them), so where cuobjdump fails the fat binaries' own
+entry headers (the ``.nv_fatbin`` section: one header per entry with its kind and architecture)
+are read instead, and the record says which reader answered. A library's architectures are those
+its kernels were all built for: an architecture with far fewer entries than the library's most
+common one (torch 2.14.1 carries one ``sm_89`` cubin beside 475 of ``sm_86``) is listed as partial
+and not counted. A wheel runs on a GPU where every one of its named libraries does.
 
-Records: reading a 0.5-1 GB wheel takes a download and ~10-40 s, so ``hpcstack lock`` keeps the
-result beside the lock (``<lock stem>.gpu-archs.json``, keyed by the wheel file's sha256, which
-the lock pins), and the install's preflight and ``--dry-run`` read that record.
+Records: reading a 0.5-1 GB wheel takes its download and 15-25 s (on 2 shared cores), so
+``hpcstack lock`` keeps the result beside the lock (``<lock stem>.gpu-archs.json``, keyed by the
+wheel file's sha256, which the lock pins), and the install's preflight and ``--dry-run`` read that
+record. Without one (a lock whose index was not reachable where it was written) they say so in
+one line and go on; the sanity check then asks the installed package, before anything is
+published (:class:`hpcstack.install.components.cudawheels.CudaWheelArchs`).
 """
 
 from __future__ import annotations
@@ -103,7 +107,7 @@ class WheelArchs:
     reader: str = ""
 
     def describe(self) -> str:
-        """``torch-….whl (CUDA 13.0): SASS sm_75 … sm_120, no PTX``."""
+        """``torch-….whl (CUDA 13.0) has SASS sm_75 … sm_120 and PTX none``."""
         sass = " ".join(f"sm_{a}" for a in self.sass) or "none"
         ptx = " ".join(f"compute_{a}" for a in self.ptx) or "none"
         cuda = f"CUDA {self.cuda}" if self.cuda else "CUDA version not stated"
@@ -122,10 +126,18 @@ class WheelArchs:
             cc_list (Iterable[int]): the site's compute capabilities (``toolchain.cuda.cc_list``).
             what (str): the pin, e.g. ``"torch==2.14.1"``, named before the file.
         """
-        return [f"toolchain.cuda.cc_list: compute capability {cc_text(cc)} is not supported by "
-                f"{what or self.file}: {self.describe()}; a {cc_text(cc)} GPU needs SASS sm_{cc // 10}x "
-                f"(x <= {cc % 10}) or PTX compute_XY (XY <= {cc}); use wheels built for it or drop {cc} "
-                "from cc_list" for cc in self.unsupported(cc_list)]
+        lines = []
+        for cc in self.unsupported(cc_list):
+            # a library that alone lacks the capability (torch 2.14.1's linear algebra on a 7.5 GPU)
+            short = [f"{os.path.basename(n)} has only SASS {' '.join(f'sm_{a}' for a in s) or 'none'} "
+                     f"and PTX {' '.join(f'compute_{a}' for a in p) or 'none'}"
+                     for n, s, p in self.libraries if not runs_on(cc, s, p)]
+            which = f" ({'; '.join(short)})" if runs_on(cc, self.sass, self.ptx) else ""
+            lines.append(f"toolchain.cuda.cc_list: compute capability {cc_text(cc)} is not supported by "
+                         f"{what or self.file}: {self.describe()}{which}; a {cc_text(cc)} GPU needs SASS "
+                         f"sm_{cc // 10}x (x <= {cc % 10}) or PTX compute_XY (XY <= {cc}); use wheels built "
+                         f"for it or drop {cc} from cc_list")
+        return lines
 
     def to_json(self) -> dict:
         """The record as JSON data (lists for tuples; libraries as ``{name: {sass, ptx}}``)."""
