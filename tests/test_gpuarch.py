@@ -77,7 +77,7 @@ def test_without_a_record_the_answer_is_a_note_not_a_pass():
     pin = Pin("torch", "2.3.1+cu121", hashes=("ff" * 32,), index="https://download.pytorch.org/whl/cu121")
     answer = gpuarch.check_pin(pin, {}, (70,), "3.12", "x.gpu-archs.json")
     assert answer.problems == [] and answer.checked == []
-    assert answer.note.startswith("GPU architectures of torch==2.3.1+cu121 not checked before the install: "
+    assert answer.note.startswith("GPU architectures of torch==2.3.1+cu121 not recorded: "
                                   "x.gpu-archs.json records none of its wheels for Python 3.12")
 
 
@@ -183,8 +183,30 @@ def test_a_lock_without_a_record_says_so_in_one_line_and_goes_on():
     proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", "cirrus", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     (line,) = [x for x in proc.stderr.splitlines() if "GPU architectures" in x]
-    assert line.startswith("note: GPU architectures of torch==2.3.1+cu121 not checked before the install")
+    assert line.startswith("note: GPU architectures of torch==2.3.1+cu121 not recorded: ")
+    assert "an install reads them from the wheel before it writes anything" in line
     assert "torch._C._cuda_getArchFlags()" in proc.stdout
+
+
+CU121 = "b3c586f4ab25e83efffccfb97079e91325329bc228166555c4bb93957753d4ea"  # torch 2.3.1+cu121, cp312
+
+
+@pytest.mark.parametrize("sass, refused", [((50, 60, 70, 75, 80, 86, 90), False), ((75, 80), True)])
+def test_what_an_install_read_from_a_wheel_is_kept_in_the_sites_cache(tmp_path, sass, refused):
+    data = yaml.safe_load((REPO / "site-configs" / "cirrus.yaml").read_text())
+    data["cache_dir"] = str(tmp_path / "cache")
+    site = tmp_path / "cirrus-cached.yaml"
+    site.write_text(yaml.safe_dump(data))
+    rec = WheelArchs("torch-2.3.1+cu121-cp312-cp312-linux_x86_64.whl", CU121, "12.1", sass, ())
+    gpuarch.save_records(str(tmp_path / "cache" / "gpu-archs.json"), {CU121: rec}, "torch")
+    proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", str(site), "--dry-run")
+    assert "not recorded" not in proc.stderr
+    if refused:
+        assert proc.returncode == 2
+        assert "compute capability 7.0 is not supported by torch==2.3.1+cu121: " \
+               "torch-2.3.1+cu121-cp312-cp312-linux_x86_64.whl (CUDA 12.1) has SASS sm_75 sm_80" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
 
 
 def test_a_site_without_cuda_gets_no_check():

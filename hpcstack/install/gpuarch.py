@@ -364,6 +364,40 @@ def read_wheel(wheel: str, libraries: tuple[str, ...], cuobjdump: str | None = N
                       tuple(read_libs), "; ".join(sorted(readers)))
 
 
+#: Linux x86_64 platform tags ``pip download`` may take a wheel for (old and new manylinux).
+LINUX_X86_64 = ("manylinux1_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64",
+                "manylinux_2_27_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")
+
+
+def download_wheel(pin, python_version: str, dest: str) -> str:
+    """Download the Linux x86_64 CPython ``python_version`` wheel of ``pin`` into ``dest`` with
+    ``pip download --require-hashes`` (every sha256 the lock pins), from the pin's index.
+
+    Returns:
+        str: the wheel file.
+
+    Raises:
+        HpcstackError: pip fails (no network, no such wheel).
+    """
+    import sys
+
+    req = os.path.join(dest, "requirement.txt")
+    with open(req, "w") as f:
+        f.write(f"{pin.name}=={pin.version} " + " ".join(f"--hash=sha256:{h}" for h in pin.hashes) + "\n")
+    abi = "cp" + python_version.replace(".", "")
+    cmd = [sys.executable, "-m", "pip", "--isolated", "download", "--quiet", "--disable-pip-version-check",
+           "--no-deps", "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+           "--abi", abi, *[a for p in LINUX_X86_64 for a in ("--platform", p)], "--index-url", pin.index,
+           "--require-hashes", "-r", req, "-d", os.path.join(dest, "wheels")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["pip download failed"])[-1]
+        raise HpcstackError(f"cannot download {pin.name}=={pin.version} for Python {python_version} "
+                            f"from {pin.index}: {last}")
+    files = [os.path.join(dest, "wheels", n) for n in os.listdir(os.path.join(dest, "wheels"))]
+    return files[0]
+
+
 # ----------------------------------------------------------------------------- records
 
 def record_path(lock: str) -> str:
@@ -448,11 +482,11 @@ def check_pin(pin, records: dict[str, WheelArchs], cc_list, python_version: str 
     what = f"{pin.name}=={pin.version}"
     matching = [records[h] for h in pin.hashes if h in records and wheel_fits(records[h].file, python_version)]
     if not matching:
-        return ArchAnswer(note=f"GPU architectures of {what} not checked before the install: {where} "
-                               f"records none of its wheels for Python {python_version or 'any'} on Linux x86_64 "
-                               f"(record them with hpcstack lock where {pin.index} is reachable, or with "
-                               "hpcstack lock --gpu-archs-from WHEEL); the sanity check reads them from "
-                               "the installed package")
+        return ArchAnswer(note=f"GPU architectures of {what} not recorded: {where} records none of its "
+                               f"wheels for Python {python_version or 'any'} on Linux x86_64; an install "
+                               "reads them from the wheel before it writes anything, else from the installed "
+                               f"package in its sanity check (record them with hpcstack lock where {pin.index} "
+                               "is reachable, or hpcstack lock --gpu-archs-from WHEEL)")
     problems = []
     for rec in matching:
         problems += [p for p in rec.problems(cc_list, what) if p not in problems]

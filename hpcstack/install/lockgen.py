@@ -87,44 +87,10 @@ def write_lock(recipe, site) -> Path:
 
 
 
-#: Linux x86_64 platform tags ``pip download`` may take a wheel for (old and new manylinux).
-LINUX_X86_64 = ("manylinux1_x86_64", "manylinux2014_x86_64", "manylinux_2_17_x86_64",
-                "manylinux_2_27_x86_64", "manylinux_2_28_x86_64", "linux_x86_64")
-
-
 def _cuda_component(recipe):
     from hpcstack.install.components.cudawheels import CudaWheelArchs
 
     return next((c for c in recipe.components if isinstance(c, CudaWheelArchs)), None)
-
-
-def download_wheel(pin, python_version: str, dest: str) -> str:
-    """Download the Linux x86_64 CPython ``python_version`` wheel of ``pin`` into ``dest`` with
-    ``pip download --require-hashes`` (every sha256 the lock pins), from the pin's index.
-
-    Returns:
-        str: the wheel file.
-
-    Raises:
-        HpcstackError: pip fails (no network, no such wheel).
-    """
-    import sys
-
-    req = os.path.join(dest, "requirement.txt")
-    with open(req, "w") as f:
-        f.write(f"{pin.name}=={pin.version} " + " ".join(f"--hash=sha256:{h}" for h in pin.hashes) + "\n")
-    abi = "cp" + python_version.replace(".", "")
-    cmd = [sys.executable, "-m", "pip", "--isolated", "download", "--quiet", "--disable-pip-version-check",
-           "--no-deps", "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
-           "--abi", abi, *[a for p in LINUX_X86_64 for a in ("--platform", p)], "--index-url", pin.index,
-           "--require-hashes", "-r", req, "-d", os.path.join(dest, "wheels")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["pip download failed"])[-1]
-        raise HpcstackError(f"cannot download {pin.name}=={pin.version} for Python {python_version} "
-                            f"from {pin.index}: {last}")
-    files = [os.path.join(dest, "wheels", n) for n in os.listdir(os.path.join(dest, "wheels"))]
-    return files[0]
 
 
 def record_gpu_archs(recipe, site, wheels=()) -> tuple[Path, list]:
@@ -176,7 +142,7 @@ def record_gpu_archs(recipe, site, wheels=()) -> tuple[Path, list]:
             raise ConfigError([f"site {site.name}: python.version is needed to choose the wheel to read"])
         for pin in pins:
             with tempfile.TemporaryDirectory(prefix="hpcstack-gpu-archs-") as tmp:
-                rec = gpuarch.read_wheel(download_wheel(pin, site.python_version, tmp), comp.libraries)
+                rec = gpuarch.read_wheel(gpuarch.download_wheel(pin, site.python_version, tmp), comp.libraries)
             records[rec.sha256] = rec
             written.append(rec)
     gpuarch.save_records(path, records, comp.package)

@@ -4,6 +4,7 @@ against the site's GPUs before anything is written, and again once installed."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import partial
@@ -58,6 +59,15 @@ class WheelArchCheck(ActionBase):
         package (str): the package whose wheels carry the CUDA code (``torch``).
         cc_list (tuple[int, ...]): the site's compute capabilities.
         python_version (str | None): the site's Python ``X.Y`` (which wheel of the pin it gets).
+        libraries (tuple[str, ...]): the wheel members with the CUDA code (for reading a wheel).
+        site_record (str): the site's own record file, ``<cache_dir>/gpu-archs.json``: what the
+            install read from a wheel that the recipe's record lacks; read after the recipe's.
+
+    Where neither record holds the site's wheel, the install's preflight (not ``--dry-run``,
+    which never downloads) downloads it by the lock's hashes from the pin's index into a
+    temporary directory, reads it (:func:`gpuarch.read_wheel`), deletes it, and keeps the answer
+    in ``site_record`` when it passed (a refused site gets nothing written); where that fails (no
+    network, no cuobjdump) it prints one note and the sanity check decides.
 
     Raises:
         ConfigError: (preflight, dry-run, execute) a capability the wheels do not run on, or a
@@ -68,31 +78,73 @@ class WheelArchCheck(ActionBase):
     package: str
     cc_list: tuple[int, ...]
     python_version: str | None = None
+    libraries: tuple = ()
+    site_record: str = ""
 
     def commands(self) -> tuple:
         return ()
 
-    def answer(self) -> gpuarch.ArchAnswer:
-        """What the records say (:func:`gpuarch.check_pin`)."""
+    def _pins(self) -> list:
         from hpcstack.install.lockfile import read_lock
 
         pins = [p for p in read_lock(self.lock) if p.name.lower() == self.package.lower()]
         if not pins:
             raise ConfigError([f"{self.lock}: no pin of {self.package} (CudaWheelArchs)"])
+        return pins
+
+    def answer(self, read_wheels: bool = False) -> gpuarch.ArchAnswer:
+        """What the records say (:func:`gpuarch.check_pin`); with ``read_wheels``, a pin that no
+        record covers has its wheel downloaded and read (see the class docstring)."""
         where = gpuarch.record_path(self.lock)
-        records = gpuarch.load_records(where)
+        try:
+            records = gpuarch.load_records(self.site_record) if self.site_record else {}
+        except HpcstackError:
+            records = {}  # a damaged cache is read again from the wheel
+        records.update(gpuarch.load_records(where))
         answer = gpuarch.ArchAnswer()
-        for pin in pins:
+        for pin in self._pins():
             one = gpuarch.check_pin(pin, records, self.cc_list, self.python_version, where)
+            if one.note and read_wheels and self.python_version and self.libraries:
+                one = self._read(pin, records, where) or one
             answer.problems += one.problems
             answer.checked += one.checked
             answer.note = answer.note or one.note
         return answer
 
+    def _read(self, pin, records: dict, where: str) -> gpuarch.ArchAnswer | None:
+        """Download and read the site's wheel of ``pin``; None where that fails."""
+        import tempfile
+
+        from hpcstack.install.runner import console
+
+        console.print(f"reading the GPU architectures of {pin.name}=={pin.version} from its wheel "
+                      f"({where} records none for Python {self.python_version}) …", markup=False)
+        try:
+            with tempfile.TemporaryDirectory(prefix="hpcstack-gpu-archs-") as tmp:
+                rec = gpuarch.read_wheel(gpuarch.download_wheel(pin, self.python_version, tmp), self.libraries)
+        except (HpcstackError, OSError) as exc:
+            console.print(f"note: could not read the wheel: {exc}", markup=False)
+            return None
+        if rec.sha256 not in pin.hashes:
+            return None
+        records = {**records, rec.sha256: rec}
+        one = gpuarch.check_pin(pin, records, self.cc_list, self.python_version, where)
+        if not one.problems and self.site_record:
+            try:
+                os.makedirs(os.path.dirname(self.site_record), exist_ok=True)
+                mine = gpuarch.load_records(self.site_record) if os.path.exists(self.site_record) else {}
+                gpuarch.save_records(self.site_record, {**mine, rec.sha256: rec}, self.package)
+            except (OSError, HpcstackError):
+                pass  # a cache: the next install reads the wheel again
+        return one
+
     def preflight(self, env: dict[str, str]) -> list[str]:
-        """Problems for the install's preflight (:func:`hpcstack.install.runner.preflight`);
-        prints the note when no record matched (the sanity check then decides)."""
-        answer = self.answer()
+        """Problems for the install's preflight (:func:`hpcstack.install.runner.preflight`),
+        reading the wheel where no record covers it; prints the note when that fails too (the
+        sanity check then decides)."""
+        return self._report(self.answer(read_wheels=True))
+
+    def _report(self, answer: gpuarch.ArchAnswer) -> list[str]:
         if answer.note and answer.note not in _NOTED:  # the install's preflight runs twice
             from hpcstack.install.runner import console
 
@@ -101,8 +153,9 @@ class WheelArchCheck(ActionBase):
         return answer.problems
 
     def dry_run_check(self) -> list[str]:
-        """The same check for ``--dry-run`` (:func:`hpcstack.install.runner.plan_checks`)."""
-        return self.preflight({})
+        """The same check for ``--dry-run`` (:func:`hpcstack.install.runner.plan_checks`), from
+        the records only (a dry-run downloads nothing)."""
+        return self._report(self.answer())
 
     def to_bash(self) -> str:
         ccs = " ".join(str(c) for c in self.cc_list)
@@ -128,10 +181,12 @@ class CudaWheelArchs:
     ``<lock stem>.gpu-archs.json``, :mod:`hpcstack.install.gpuarch`) are checked: SASS ``sm_AB``
     runs on capability ``X.Y`` when ``A == X`` and ``B <= Y``; PTX ``compute_AB`` on any
     ``X.Y >= A.B``. A capability none of them serves is one line naming the wheel, its CUDA
-    version and the architectures it has, exit status 2. Where no record exists (a lock whose
-    index is not reachable where it was written) the install says so in one line and goes on.
-    The sanity check runs ``probe`` in the installed stack and checks what it prints the same
-    way, so every CUDA stack is checked once installed, record or not, before it is published.
+    version and the architectures it has, exit status 2.
+    Where no record exists (a lock whose index was not reachable where it was written) the
+    install reads the wheel itself (:class:`WheelArchCheck`); ``--dry-run`` says so in one line.
+    The sanity check evaluates ``archs`` in the installed stack and checks the answer the same
+    way, in the stack's interpreter, so every CUDA stack is checked once installed, record or
+    not, before it is published.
     A site without CUDA (or without ``cc_list``) gets neither.
 
     Args:
@@ -171,7 +226,8 @@ class CudaWheelArchs:
         if not (tc.has_cuda and tc.cuda_cc_list):
             return {}
         ccs = tuple(tc.cuda_cc_list)
-        check = WheelArchCheck(self.lock_file(ctx), self.package, ccs, ctx.python_version or None)
+        check = WheelArchCheck(self.lock_file(ctx), self.package, ccs, ctx.python_version or None,
+                               tuple(self.libraries), os.path.join(ctx.cache_dir, "gpu-archs.json"))
         snippet = PythonSnippet(f"{self.package} GPU architectures", _snippet(self.archs, ccs, self.package),
                                 verify=partial(_verify_installed, ccs, self.package, tc.cuda_version),
                                 record="gpu-archs.txt")
