@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lock", help="regenerate a recipe's lock file with uv (hashes for every package)")
     p.add_argument("recipe")
     p.add_argument("--site", default="localhost", help=SITE_HELP)
+    p.add_argument("--gpu-archs-from", metavar="WHEEL", nargs="+", default=None,
+                   help="do not re-lock: record the GPU architectures of these wheel files (pinned by "
+                        "the lock) beside the lock, for a recipe with a CudaWheelArchs component")
     _add_repo_arg(p)
 
     p = sub.add_parser("list", help="list recipes and sites, each with the repository it comes from",
@@ -570,9 +573,18 @@ def cmd_lock(args) -> int:
     """``hpcstack lock``: write ``<stem>.<index>.lock`` from ``<stem>.in`` with uv."""
     from hpcstack.install.lockgen import write_lock
 
+    from hpcstack.install.components.cudawheels import CudaWheelArchs
+    from hpcstack.install.lockgen import record_gpu_archs
+
     site, recipe = _load(args)
-    path = write_lock(recipe, site)
-    print(f"wrote {path}")
+    if not args.gpu_archs_from:
+        path = write_lock(recipe, site)
+        print(f"wrote {path}")
+    cuda = any(isinstance(c, CudaWheelArchs) for c in recipe.components)
+    if args.gpu_archs_from or (cuda and site.toolchain.has_cuda):
+        path, records = record_gpu_archs(recipe, site, args.gpu_archs_from or ())
+        for rec in records:
+            print(f"{path}: {rec.describe()}")
     return 0
 
 
@@ -737,7 +749,7 @@ def cmd_export(args) -> int:
 
     site, recipe = _load(args)
     exporter = get_exporter(args.format)()
-    plan = InstallService(site, recipe).dry_run() if getattr(exporter, "needs_plan", True) else None
+    plan = InstallService(site, recipe).dry_run(checks=False) if getattr(exporter, "needs_plan", True) else None
     text = exporter.render(recipe, site, plan)
     # files the format wants next to the output (an easyconfig's patches), name -> source
     extra = exporter.extra_files(recipe, site, plan) if hasattr(exporter, "extra_files") else {}

@@ -102,7 +102,10 @@ KEYS: dict[str, Key] = {
     "toolchain.cuda.version": Key("`X.Y` of that toolkit: lock files and builds are chosen by it.",
                                   REQUIRED, ("HorovodBuild", "PipWheels")),
     "toolchain.cuda.cc_list": Key("The GPUs' compute capabilities, e.g. `[70]` for V100; the preflight "
-                                  "checks that `nvcc` compiles for each.", "[]", ("HorovodBuild",)),
+                                  "checks that `nvcc` compiles for each, and that the locked prebuilt "
+                                  "CUDA wheels (torch) carry SASS or PTX that runs on each "
+                                  "(docs/admin/install.md, \"GPU architectures of prebuilt wheels\").",
+                                  "[]", ("HorovodBuild", "CudaWheelArchs")),
     "toolchain.cuda.stubs": Key("Directory with `libcuda.so` stubs, for builds on a login node without "
                                 "a GPU driver; used at build and sanity check only.", "null",
                                 ("HorovodBuild",)),

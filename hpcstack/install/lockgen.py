@@ -85,3 +85,65 @@ def write_lock(recipe, site) -> Path:
         output.write_text(header + tmp_out.read_text())
     return output
 
+
+
+def _cuda_component(recipe):
+    from hpcstack.install.components.cudawheels import CudaWheelArchs
+
+    return next((c for c in recipe.components if isinstance(c, CudaWheelArchs)), None)
+
+
+def record_gpu_archs(recipe, site, wheels=()) -> tuple[Path, list]:
+    """Read the GPU architectures of the lock's CUDA wheels and keep them beside the lock.
+
+    For a recipe with a :class:`~hpcstack.install.components.cudawheels.CudaWheelArchs`
+    component: the wheel of its package that the site's Python installs from the lock that fits
+    the site is downloaded (by the lock's sha256) into a temporary directory, read
+    (:func:`hpcstack.install.gpuarch.read_wheel`) and deleted; ``wheels`` given (files obtained
+    elsewhere, e.g. where the lock's index is reachable) are read instead, each only if the lock
+    pins its sha256. The record file (:func:`hpcstack.install.gpuarch.record_path`) keeps the
+    records of other wheels.
+
+    Args:
+        recipe (hpcstack.recipe.Recipe): the recipe.
+        site (hpcstack.site.Site): the site (its lock, its Python).
+        wheels (Iterable[str]): wheel files to read instead of downloading.
+
+    Returns:
+        tuple[Path, list[WheelArchs]]: the record file and the records written.
+
+    Raises:
+        ConfigError: the recipe has no CudaWheelArchs component, or a given wheel is not pinned.
+        HpcstackError: the download or the reading fails.
+    """
+    from hpcstack.install import gpuarch
+    from hpcstack.install.lockfile import read_lock
+
+    comp = _cuda_component(recipe)
+    if comp is None:
+        raise ConfigError([f"recipe {recipe.full_name} has no CudaWheelArchs component: no GPU architectures to record"])
+    pw = [c for c in recipe.components if isinstance(c, PipWheels)][0]
+    lock = pw.lock_path(recipe.directory, pw.lock_for(site.toolchain, site.python_version, f"site {site.name}"))
+    pins = [p for p in read_lock(lock) if p.name.lower() == comp.package.lower()]
+    if not pins:
+        raise ConfigError([f"{lock}: no pin of {comp.package}"])
+    path = gpuarch.record_path(lock)
+    records = gpuarch.load_records(path)
+    written = []
+    if wheels:
+        for wheel in wheels:
+            rec = gpuarch.read_wheel(str(wheel), comp.libraries)
+            if not any(rec.sha256 in p.hashes for p in pins):
+                raise ConfigError([f"{wheel}: sha256 {rec.sha256} is not pinned for {comp.package} in {lock}"])
+            records[rec.sha256] = rec
+            written.append(rec)
+    else:
+        if not site.python_version:
+            raise ConfigError([f"site {site.name}: python.version is needed to choose the wheel to read"])
+        for pin in pins:
+            with tempfile.TemporaryDirectory(prefix="hpcstack-gpu-archs-") as tmp:
+                rec = gpuarch.read_wheel(gpuarch.download_wheel(pin, site.python_version, tmp), comp.libraries)
+            records[rec.sha256] = rec
+            written.append(rec)
+    gpuarch.save_records(path, records, comp.package)
+    return Path(path), written

@@ -529,6 +529,24 @@ def preflight(plan: Plan, env: dict[str, str], steps: list[str], site_path: str 
         raise ConfigError(problems)
 
 
+def plan_checks(plan: Plan, site_path: str = "the site config") -> None:
+    """The checks of the preflight that need no build environment, for ``--dry-run``: every
+    action's ``dry_run_check()`` (the GPU architectures of a locked wheel,
+    :class:`hpcstack.install.components.cudawheels.WheelArchCheck`).
+
+    Raises:
+        ConfigError: one line per problem, as :func:`preflight` words them.
+    """
+    problems: list[str] = []
+    for step in plan.steps:
+        for action in step.actions:
+            check = getattr(action, "dry_run_check", None)
+            if callable(check):
+                problems += [f"step {step.name}: {line} ({site_path})" for line in check()]
+    if problems:
+        raise ConfigError(problems)
+
+
 # ----------------------------------------------------------------------------------- lock
 
 @contextmanager

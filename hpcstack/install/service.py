@@ -32,7 +32,7 @@ from hpcstack.install.plan import PERMISSIONS, Plan, describe_os_error
 from hpcstack import secrets
 from hpcstack.install.resolve import (build_environment, detect_python_version, loaded_modules, permission_settings,
                                       reapply_permissions, resolve, stack_umask)
-from hpcstack.install.runner import Runner, install_lock, pending_steps, preflight
+from hpcstack.install.runner import Runner, install_lock, pending_steps, plan_checks, preflight
 
 
 @dataclass
@@ -149,10 +149,19 @@ class InstallService:
         return layout.choose(self.layout, self._resolver(), force=force)
 
     # ------------------------------------------------------------------ install
-    def dry_run(self, force: bool = False) -> Plan:
+    def dry_run(self, force: bool = False, checks: bool = True) -> Plan:
         """The plan an install would run now (for ``--dry-run``); loads no modules when the
-        site states its Python version, writes nothing."""
-        return self.choose(force).plan
+        site states its Python version, writes nothing. ``checks=False`` leaves out
+        :func:`plan_checks` (an export describes the stack whatever GPUs the site has).
+
+        Raises:
+            ConfigError: a check of the preflight that needs no build environment fails (the
+                GPU architectures of a locked wheel, :func:`plan_checks`).
+        """
+        plan = self.choose(force).plan
+        if checks:
+            plan_checks(plan, str(self.site.path))
+        return plan
 
     def install(self, stop_after: str | None = None, force: bool = False, wait: bool = True,
                 announce: Callable[[str], None] = print) -> InstallOutcome:

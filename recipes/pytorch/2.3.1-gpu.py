@@ -5,7 +5,7 @@ torchaudio, torchmetrics, torchtext and the tensorboard packages (but tensorboar
 Horovod built from source against the site's MPI (and NCCL and CUDA on GPU sites).
 """
 
-from hpcstack.install.components import (HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
+from hpcstack.install.components import (CudaWheelArchs, HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
                                          StackManifest, StackTools, Trainer, Venv)
 from hpcstack.install.components.wheels import PYPI
 from hpcstack.recipe import Recipe
@@ -30,6 +30,11 @@ def recipe(site):
             # PyPI's torch 2.3.1 is the same CUDA 12.1 build, and runs on CPUs too (localhost)
             Lock("pypi"),
         )),
+        # on CUDA sites: torch's GPU architectures (SASS sm_50 ... sm_90, no PTX) against the
+        # site's cuda.cc_list, before anything is written (recorded by `hpcstack lock` in
+        # 2.3.1-gpu.<lock>.gpu-archs.json) and in the sanity check from the installed torch
+        CudaWheelArchs("torch", libraries=("torch/lib/libtorch_cuda*.so",),
+                       archs="torch._C._cuda_getArchFlags()", imports=("torch",)),
         # Horovod 0.28.1 from the PyPI sdist, with our patches (each file's header says why):
         # C++17 for torch >= 2.1 (upstream horovod PR #3998, merged after the last release);
         # GCC 13/14 and CMake 4; a choice of CUDA runtime for toolkits without the static one;

@@ -45,6 +45,7 @@ mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-g
 
 # --- step wheels: install the pinned wheels from the lock file in one resolution
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock
+# before this script runs, hpcstack checks the GPU architectures of torch recorded in @HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.gpu-archs.json against compute capabilities 80 (and says so where none is recorded)
 
 # --- wait for the background: fetch and patch (a failure there stops the script here)
 wait "$hpcstack_background"
@@ -976,6 +977,19 @@ import sklearn
 import ipykernel
 print("imports ok: torch, torchvision, torchaudio, torchmetrics, torchtext, tensorboard, tensorboard_plugin_profile, tensorboard_plugin_wit, torch_tb_profiler, horovod.torch, sklearn, ipykernel")
 def _hpcstack_check_0():
+    import re
+    archs = (torch._C._cuda_getArchFlags())
+    archs = archs if isinstance(archs, str) else " ".join(str(a) for a in archs)
+    print(archs)
+    sass = [int(a) for a in re.findall(r"\bsm_(\d+)\b", archs)]
+    ptx = [int(a) for a in re.findall(r"\bcompute_(\d+)\b", archs)]
+    bad = [cc for cc in [80] if not (any(a // 10 == cc // 10 and a % 10 <= cc % 10 for a in sass)
+                                                 or any(p <= cc for p in ptx))]
+    if bad:
+        sys.exit("torch GPU architectures: " + archs + " do not run on compute capability "
+                 + ", ".join("%d.%d" % divmod(cc, 10) for cc in bad))
+print("--- hpcstack check: torch GPU architectures"); _hpcstack_check_0()
+def _hpcstack_check_1():
     REQUIRED = ["PyTorch", "MPI", "Gloo", "NCCL"]
     import glob, os, horovod, horovod.torch as hvd, horovod.runner.launch
     def _ext(fw):
@@ -1001,8 +1015,8 @@ def _hpcstack_check_0():
         missing += ["%s:%s" % (s, name) for s in sections if not flags.get(s, {}).get(name, False)]
     if missing:
         sys.exit("horovod build flags: missing " + ", ".join("[X] " + m for m in missing))
-print("--- hpcstack check: horovod build flags"); _hpcstack_check_0()
-def _hpcstack_check_1():
+print("--- hpcstack check: horovod build flags"); _hpcstack_check_1()
+def _hpcstack_check_2():
     import glob
     paths = ["/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-train-benchmark", *sorted(glob.glob("/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train/*.py"))]
     for path in paths:
@@ -1016,7 +1030,7 @@ def _hpcstack_check_1():
         sys.path.pop(0)
         sys.dont_write_bytecode = written
     print("compiles:", len(paths), "files; imports:", hpcstack_train.cli.__name__)
-print("--- hpcstack check: trainer"); _hpcstack_check_1()
+print("--- hpcstack check: trainer"); _hpcstack_check_2()
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config

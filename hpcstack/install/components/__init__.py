@@ -4,6 +4,7 @@ Every component has ``contribute(ctx: PlanContext) -> dict[str, list[Action]]``.
 """
 
 from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.cudawheels import CudaWheelArchs
 from hpcstack.install.components.horovod import HorovodBuild
 from hpcstack.install.components.manifest import StackManifest
 from hpcstack.install.components.modulefile import Modulefile
@@ -15,4 +16,5 @@ from hpcstack.install.components.venv import Venv
 from hpcstack.install.components.wheels import Lock, PipWheels
 
 __all__ = ["PlanContext", "Venv", "PipWheels", "Lock", "SourceBuild", "HorovodBuild", "Patch", "Imports",
+           "CudaWheelArchs",
            "PythonSnippet", "StackTools", "Trainer", "StackManifest", "Modulefile"]
