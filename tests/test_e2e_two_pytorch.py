@@ -105,5 +105,6 @@ def test_the_new_stack_validates_on_the_local_slurm(both):
     proc = hpcstack("validate", NEW, "--site", "localhost", "--json", timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(proc.stdout)
-    print(json.dumps(report, indent=1)[:3000])
-    assert report
+    assert report["ok"] is True and report["failures"] == [], json.dumps(report, indent=1)[:3000]
+    runs = {(r["backend"], r["nodes"]) for r in report["runs"]}
+    assert runs == {("ddp", 1), ("ddp", 2)}, runs  # torch.distributed only: no Horovod run
