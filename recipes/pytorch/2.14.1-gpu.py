@@ -29,9 +29,9 @@ def recipe(site):
         # 2026-11-01 (after torchvision 0.29.2, the last 0.29 release, of 2026-10-28); universal
         # for Python >= 3.10 (localhost 3.11, cirrus 3.12, the Ubuntu 22.04 container image 3.10)
         PipWheels("2.14.1-gpu", exclude_newer="2026-11-01", locks=(Lock("pypi"),)),
-        # extend-venv-activate and a pip that says where packages go in <prefix>/bin;
-        # examples/digits in <prefix>/examples
-        StackTools(examples=("digits",)),
+        # extend-venv-activate and a pip that says where packages go in <prefix>/bin; not
+        # examples/digits, a Horovod program (the digits workload is the trainer's --model digits)
+        StackTools(),
         # the validation's training program, <prefix>/bin/hpcstack-train-benchmark (ddp backend)
         Trainer(),
         # <prefix>/.hpcstack/constraints.txt (every pin, for PIP_CONSTRAINT/UV_CONSTRAINT) and the

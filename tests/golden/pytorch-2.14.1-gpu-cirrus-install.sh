@@ -751,9 +751,6 @@ mv -fT "$hpcstack_tmp" /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUI
 ln -sfn pip /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/bin/pip3
 ln -sfn pip /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/bin/pip3.12
 rm -rf /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/venv/share/jupyter/kernels
-rm -rf /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/examples/digits
-mkdir -p /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/examples
-cp -r @HPCSTACK_DATA@/examples/digits /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/examples/digits
 install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
 mkdir -p /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack
 hpcstack_tmp=$(mktemp /work/y07/shared/cirrus-software/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
@@ -966,9 +963,6 @@ proc ModulesHelp { } {
     puts stderr {    srun --ntasks-per-node=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=$(hostname):29500 train.py}
     puts stderr {  PyTorch DDP on one node, without Slurm:}
     puts stderr {    torchrun --standalone --nproc-per-node=4 train.py}
-    puts stderr ""
-    puts stderr {Examples: /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/examples (digits); copy one to run it, e.g.}
-    puts stderr {    cp -r /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/examples/digits ~/ && cd ~/digits}
 }
 
 module-whatis {Description: PyTorch 2.14.1 (CUDA 13.0) with torch.distributed (NCCL, Gloo) and TensorBoard}

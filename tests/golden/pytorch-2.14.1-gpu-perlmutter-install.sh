@@ -752,9 +752,6 @@ mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-
 ln -sfn pip /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/pip3
 ln -sfn pip /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/pip3.11
 rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/share/jupyter/kernels
-rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/examples/digits
-mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/examples
-cp -r @HPCSTACK_DATA@/examples/digits /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/examples/digits
 install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack
 hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
@@ -965,9 +962,6 @@ How to launch on perlmutter (a batch script; `sbatch script`):
     srun --ntasks-per-node=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=$(hostname):29500 train.py
   PyTorch DDP on one node, without Slurm:
     torchrun --standalone --nproc-per-node=4 train.py
-
-Examples: /global/common/software/PROJECT/hpcstack/pytorch/2.14.1-gpu/examples (digits); copy one to run it, e.g.
-    cp -r /global/common/software/PROJECT/hpcstack/pytorch/2.14.1-gpu/examples/digits ~/ && cd ~/digits
 ]])
 
 whatis("Description: PyTorch 2.14.1 (CUDA 13.0) with torch.distributed (NCCL, Gloo) and TensorBoard")
