@@ -159,3 +159,37 @@ def test_kernel_matches_the_golden_file(site, tmp_path):
     text = text.replace(str(tmp_path), "@TMP@")
     assert "pytorch/2.14.1-gpu" in text
     assert_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-kernel.txt", normalise(text))
+
+
+def test_whatis_names_the_pins_of_the_sites_python(dry_runs):
+    # the universal lock pins scikit-learn 1.7.2 for Python < 3.11 and 1.9.1 above: cirrus has 3.12
+    assert ("module-whatis {Packages: torch 2.14.1, torchvision 0.29.2, torchmetrics 1.9.0, "
+            "tensorboard 2.21.0, scikit-learn 1.9.1, ipykernel 7.4.0}") in dry_runs["cirrus", "install"]
+
+
+@pytest.mark.parametrize("site, transport", [("cirrus", "nccl"), ("perlmutter", "nccl"), ("localhost", None)])
+def test_the_validation_file_requires_nccl_where_the_site_has_cuda(site, transport):
+    from hpcstack.recipe import load_recipe
+    from hpcstack.site import load_site
+    from hpcstack.validate.validation import validation_settings
+
+    s = load_site(site)
+    assert validation_settings(s, load_recipe(RECIPE, s)).required_transport == transport
+
+
+def test_cuda_transport_must_name_something(tmp_path):
+    from hpcstack.errors import ConfigError
+    from hpcstack.validate.workload import Validation
+
+    text = (LOCK.parent / "2.14.1-gpu.validation.yaml").read_text()
+    (tmp_path / "v.yaml").write_text(text.replace("cuda_transport: nccl", 'cuda_transport: ""'))
+    with pytest.raises(ConfigError) as err:
+        Validation("v.yaml").load(tmp_path)
+    assert "sanity.cuda_transport" in str(err.value)
+
+
+def test_local_runs_ddp_under_mpirun_where_the_site_names_horovodrun():
+    # localhost's launcher.command is horovodrun, which a stack without Horovod does not have
+    out = ok("validate", RECIPE, "--site", "localhost", "--local", "--dry-run")
+    run = out.strip().splitlines()[-1]
+    assert run.startswith("mpirun -np 2 ") and "--backend ddp --model tiny" in run
