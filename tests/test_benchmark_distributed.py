@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, STACK_TOP, two_node_cluster
+from conftest import HPCSTACK, REPO, STACK_TOP, two_node_cluster
 
 SCRIPT = REPO / "benchmarks" / "distributed.py"
 
@@ -29,7 +29,7 @@ def cluster():
 
 def test_one_round_of_ddp_on_1_and_2_nodes(installed_stack, cluster, tmp_path):
     out = tmp_path / "runs.json"
-    proc = run("--rounds", "1", "--configs", "2.3.1-gpu:ddp", "--old-prefix", str(STACK_TOP / "software"),
+    proc = run("--rounds", "1", "--configs", "2.3.1-gpu:ddp", "--hpcstack", HPCSTACK[0], "--old-prefix", str(STACK_TOP / "software"),
                "--old-module-root", str(STACK_TOP / "modulefiles"), "--output-root", "/tmp",
                "--json", str(out), timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
