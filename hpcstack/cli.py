@@ -107,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="run the recipe's validation on the installed stack in Slurm jobs across "
                          "nodes (or locally) and judge sanity, performance, start-up and scaling",
         description="Submit one Slurm job per node count; each loads the stack's module and runs the "
-                    "recipe's validation program with every backend it offers (PyTorch: Horovod, "
-                    "then torch.distributed DDP; mpi4py: MPI); then check sanity, compare the "
+                    "recipe's validation program with every backend it offers (pytorch/2.3.1-gpu: "
+                    "Horovod, then torch.distributed DDP; pytorch/2.14.1-gpu: DDP; mpi4py: MPI); then check sanity, compare the "
                     "figures with the recipe's references and report start-up per rank and scaling "
                     "(JSON, markdown, PNG in the output directory). With --local, or for a site "
                     "without a slurm section: run on --ranks ranks of this host with the site's launcher.")
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", metavar="N[,N...]",
                    help="node counts, one job each, e.g. 1,2,4 (default: the site's validation.nodes, else 1,2)")
     p.add_argument("--backend", metavar="NAME",
-                   help="a backend of the recipe's validation (pytorch: horovod, ddp), or all (also: "
+                   help="a backend of the recipe's validation (pytorch/2.3.1-gpu: horovod, ddp), or all (also: "
                         "both); default all, one after the other")
     p.add_argument("--partition", help="Slurm partition (default: the site's slurm.partition)")
     p.add_argument("--qos", help="Slurm QoS (default: the site's slurm.qos)")
@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collect", metavar="DIR",
                    help="report on the jobs of an earlier --no-wait run in DIR (waits for them)")
     p.add_argument("--local", action="store_true",
-                   help="no Slurm: run the Horovod backend on --ranks ranks of this host (e.g. a "
+                   help="no Slurm: run the recipe's first backend that runs here (Horovod; DDP under "
+                        "mpirun where the site names horovodrun) on --ranks ranks of this host (e.g. a "
                         "compute node you are logged in to) with the site's launcher.command and, "
                         "as the Slurm jobs would, its slurm.mpi plugin, slurm.cpus_per_task (cores "
                         "and torch threads per rank), slurm.env (under launcher.env) and the "

@@ -143,7 +143,7 @@ def test_localhost_dry_run_uses_srun_pmix_and_the_base_modules():
     (["--nodes", "0"], "--nodes: '0' is not"),
     (["--ranks", "2"], "--ranks: only with --local"),
     (["--local", "--nodes", "2"], "--nodes: not used with --local"),
-    (["--local", "--backend", "ddp"], "--backend ddp: the local launcher runs the horovod backend only"),
+    (["--local", "--backend", "mpi"], "--backend mpi: the local launcher runs the horovod, ddp backend only"),
     (["--collect", "/nonexistent", "--dry-run"], "--dry-run: not used with --collect"),
     (["--collect", "/nonexistent"], "--collect: /nonexistent/jobs.json: cannot read it"),
 ])

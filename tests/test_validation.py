@@ -83,7 +83,8 @@ def test_dry_run_of_local_shows_the_sites_settings(site, expected):
 def test_help_says_what_local_does():
     done = hpcstack("validate", "--help")
     text = " ".join(done.stdout.split())
-    assert "--local no Slurm: run the Horovod backend on --ranks ranks of this host" in text
+    assert ("--local no Slurm: run the recipe's first backend that runs here (Horovod; DDP under mpirun "
+            "where the site names horovodrun) on --ranks ranks of this host") in text
     for words in ("slurm.mpi plugin", "slurm.cpus_per_task (cores and torch threads per rank)",
                   "slurm.env (under launcher.env)", "workload for the site (model, device, sizes)"):
         assert words in text

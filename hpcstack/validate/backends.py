@@ -83,9 +83,13 @@ class Horovod(Backend):
 class Ddp(Backend):
     """torch.distributed DistributedDataParallel, one process per rank started by the site's
     launcher; its rendezvous takes ``MASTER_PORT`` from the job id, so that two jobs on one node
-    do not meet. Not run by ``--local`` (the local launchers start no rendezvous)."""
+    do not meet. ``--local`` runs it under ``mpirun`` where the site names ``horovodrun`` (a
+    stack without Horovod has none): the program takes its ranks from Open MPI's variables and
+    meets on this host (the trainer's ``resolve_launch_env``)."""
 
-    local = False
+    @classmethod
+    def launcher_for(cls, site_launcher):
+        return "mpirun" if site_launcher == "horovodrun" else site_launcher
 
     def setup(self, job_id_variable):
         if not job_id_variable:

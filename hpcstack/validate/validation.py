@@ -221,12 +221,17 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
 
 
 def _required_transport(site, recipe) -> str | None:
-    """``nccl`` where a component of the recipe builds NCCL GPU operations on this site (its
-    ``gpu_operations`` is ``NCCL``, as Horovod's): every run must then use NCCL."""
+    """The transport every run must use on this site, or None: where the site's toolchain has
+    CUDA, ``nccl`` when a component of the recipe builds NCCL GPU operations (its
+    ``gpu_operations`` is ``NCCL``, as Horovod's), else the validation file's
+    ``sanity.cuda_transport`` (a stack that trains with a framework's own collectives, e.g.
+    torch.distributed over NCCL)."""
+    if not site.toolchain.has_cuda:
+        return None
     builds = [c for c in recipe.components if getattr(c, "gpu_operations", None)]
-    if builds and site.toolchain.has_cuda and builds[0].gpu_operations == "NCCL":
-        return "nccl"
-    return None
+    if builds:
+        return "nccl" if builds[0].gpu_operations == "NCCL" else None
+    return validation_of(recipe).cuda_transport
 
 
 def stack_layout(site, recipe):

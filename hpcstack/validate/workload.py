@@ -25,6 +25,7 @@ A recipe lists a :class:`Validation` component naming a YAML file next to it
       bandwidth_scaling: {scaling_of: bandwidth}   # value(N) / (N * value(1))
     sanity:
       every_rank: startup              # a record kind every rank reports
+      cuda_transport: nccl             # on a site with CUDA, the transport every run must use
     references:                        # [value, lower, upper, unit], relative tolerances
       "localhost:debug": {"*": {latency: [40, null, 9.0, us]}, "2": {...}}
 
@@ -92,6 +93,7 @@ _FIGURE = {"type": "object", "additionalProperties": False, "properties": {
 }, "oneOf": [{"required": ["record", "field", "unit"]}, {"required": ["scaling_of"]}]}
 _SANITY = {"type": "object", "additionalProperties": False, "properties": {
     "every_rank": {"type": "string", "minLength": 1},
+    "cuda_transport": {"type": "string", "minLength": 1},
 }}
 
 
@@ -240,6 +242,9 @@ class ValidationSpec:
         figures (dict[str, Figure]): the figures it reports, in report order.
         every_rank (str | None): a record every rank must report (``"rank": R``), e.g.
             ``throughput``; None: no such check.
+        cuda_transport (str | None): on a site whose toolchain has CUDA, what the ``config``
+            record's ``transport`` of every run must contain (``nccl``: GPU tensors between
+            ranks over NCCL, not Gloo); None: no such check.
     """
 
     nodes: list
@@ -249,6 +254,7 @@ class ValidationSpec:
     program: Program = None
     figures: dict = field(default_factory=dict)
     every_rank: str | None = None
+    cuda_transport: str | None = None
 
     @property
     def local_backends(self) -> list[str]:
@@ -345,7 +351,8 @@ class Validation:
                               workloads=dict(data["workloads"]), references=dict(data.get("references", {})),
                               program=Program(list(p["command"]), p.get("interpreter"),
                                               dict(p.get("options", {})), list(p.get("files", []))),
-                              figures=figures, every_rank=(data.get("sanity") or {}).get("every_rank"))
+                              figures=figures, every_rank=(data.get("sanity") or {}).get("every_rank"),
+                              cuda_transport=(data.get("sanity") or {}).get("cuda_transport"))
 
 
 def _meaning_problems(data: dict, where: str) -> list[str]:

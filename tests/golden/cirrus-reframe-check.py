@@ -108,7 +108,7 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     prerun_cmds = ['export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))']
     #: Options appended to the program's (a testing aid, or a workload setting).
     program_extra_opts = variable(typ.List[str], value=[])
-    #: A transport the run must use ('nccl' where Horovod is built with NCCL), else None.
+    #: A transport the run must use ('nccl' on a CUDA site whose stack's GPU collectives must use NCCL), else None.
     required_transport = variable(str, type(None), value='nccl')
     tags = set(['hpcstack', 'pytorch'])
 

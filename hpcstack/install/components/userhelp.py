@@ -55,7 +55,10 @@ def key_packages(ctx: PlanContext) -> list[tuple[str, str]]:
         pins = read_lock(lock) if lock and os.path.isfile(lock) else []
         pinned: dict[str, str] = {}
         for pin in pins:
-            pinned.setdefault(canonicalize_name(pin.name), pin.version)
+            # a universal lock pins some packages once per Python range (``numpy==2.2.6 ;
+            # python_full_version < '3.11'``): the pin whose marker holds for the stack's Python
+            if _marker_holds(pin.marker, ctx.python_version):
+                pinned.setdefault(canonicalize_name(pin.name), pin.version)
         wanted = _top_level(os.path.join(str(ctx.recipe.directory), f"{wheels[0].stem}.in"))
         names = wanted if wanted is not None else [pin.name for pin in pins]
         for name in dict.fromkeys(names):
@@ -65,6 +68,23 @@ def key_packages(ctx: PlanContext) -> list[tuple[str, str]]:
     seen = {canonicalize_name(n) for n, _ in out}
     out += [(b.package, b.version) for b in source_builds(ctx.recipe) if canonicalize_name(b.package) not in seen]
     return out
+
+
+def _marker_holds(marker: str | None, python_version: str | None) -> bool:
+    """Whether a lock pin's PEP 508 ``marker`` holds for CPython ``python_version`` (``X.Y``) on
+    x86_64 Linux; True without a marker, without a known Python, or for a marker that cannot be read."""
+    if not marker or not python_version:
+        return True
+    from packaging.markers import InvalidMarker, Marker
+
+    env = {"python_version": python_version, "python_full_version": f"{python_version}.0",
+           "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+           "os_name": "posix", "implementation_name": "cpython",
+           "platform_python_implementation": "CPython"}
+    try:
+        return Marker(marker).evaluate(env)
+    except InvalidMarker:
+        return True
 
 
 def _top_level(path: str) -> list[str] | None:
