@@ -750,7 +750,11 @@ def cmd_export(args) -> int:
 
     site, recipe = _load(args)
     exporter = get_exporter(args.format)()
-    plan = InstallService(site, recipe).dry_run(checks=False) if getattr(exporter, "needs_plan", True) else None
+    # an export is the install elsewhere (an image build, EasyBuild): a site whose GPUs the locked
+    # wheels cannot run on is refused as its install would be, before anything is written
+    plan = InstallService(site, recipe).dry_run() if getattr(exporter, "needs_plan", True) else None
+    if plan is None and site.toolchain.cuda_cc_list:  # an image of the site's GPU nodes: the same GPUs
+        InstallService(site, recipe).dry_run()
     text = exporter.render(recipe, site, plan)
     # files the format wants next to the output (an easyconfig's patches), name -> source
     extra = exporter.extra_files(recipe, site, plan) if hasattr(exporter, "extra_files") else {}

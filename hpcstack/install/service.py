@@ -152,7 +152,7 @@ class InstallService:
     def dry_run(self, force: bool = False, checks: bool = True) -> Plan:
         """The plan an install would run now (for ``--dry-run``); loads no modules when the
         site states its Python version, writes nothing. ``checks=False`` leaves out
-        :func:`plan_checks` (an export describes the stack whatever GPUs the site has).
+        :func:`plan_checks` (for callers that only read the plan's shape).
 
         Raises:
             ConfigError: a check of the preflight that needs no build environment fails (the

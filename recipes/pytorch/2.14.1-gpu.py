@@ -11,8 +11,8 @@ cuda-toolkit[cublas,cudart,...]==13.0.3, nvidia-nccl-cu13==2.30.7 and nvidia-cud
 CUDA 13 compiles for compute capability 7.5 (Turing) and newer: no V100 (7.0). It runs on CPUs too.
 """
 
-from hpcstack.install.components import (Imports, Lock, Modulefile, PipWheels, StackManifest, StackTools,
-                                         Trainer, Venv)
+from hpcstack.install.components import (CudaWheelArchs, Imports, Lock, Modulefile, PipWheels, StackManifest,
+                                         StackTools, Trainer, Venv)
 from hpcstack.recipe import Recipe
 from hpcstack.validate.workload import Validation
 
@@ -29,6 +29,12 @@ def recipe(site):
         # 2026-11-01 (after torchvision 0.29.2, the last 0.29 release, of 2026-10-28); universal
         # for Python >= 3.10 (localhost 3.11, cirrus 3.12, the Ubuntu 22.04 container image 3.10)
         PipWheels("2.14.1-gpu", exclude_newer="2026-11-01", locks=(Lock("pypi"),)),
+        # the GPU architectures of the torch wheel (SASS sm_75 to sm_120, no PTX: read with
+        # cuobjdump, recorded in 2.14.1-gpu.pypi.gpu-archs.json) against the site's cc_list,
+        # before anything is written, and from the installed torch in the sanity check: a V100
+        # site (cirrus, 7.0) is refused with the reason
+        CudaWheelArchs("torch", libraries=("torch/lib/libtorch_cuda*.so",),
+                       archs="torch._C._cuda_getArchFlags()", imports=("torch",)),
         # extend-venv-activate and a pip that says where packages go in <prefix>/bin; not
         # examples/digits, a Horovod program (the digits workload is the trainer's --model digits)
         StackTools(),

@@ -13,7 +13,7 @@ python3 -m venv --clear --without-pip /global/common/software/PROJECT/hpcstack/p
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/lib/python3.11/site-packages
 hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/lib/python3.11/site-packages/.00-hpcstack-paths.pth.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
-# hpcstack: this stack's site-packages by its real path, after the standard library (issue 14)
+# hpcstack: this stack's site-packages by its real path, after the standard library (fewer file-system calls per import, and the build a process started with)
 import sys; sys.path[:] = [p for p in sys.path if p not in ('/global/common/software/PROJECT/hpcstack/pytorch/2.14.1-gpu/venv/lib/python3.11/site-packages', '/global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/lib/python3.11/site-packages')] + ['/global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/lib/python3.11/site-packages']
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
@@ -21,6 +21,7 @@ mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-
 
 # --- step wheels: install the pinned wheels from the lock file in one resolution
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/bin/python --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.14.1-gpu.pypi.lock
+# before this script runs, hpcstack checks the GPU architectures of torch recorded in @HPCSTACK_DATA@/recipes/pytorch/2.14.1-gpu.pypi.gpu-archs.json against compute capabilities 80 (and says so where none is recorded)
 
 # --- step install: install built packages and the stack's tools
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin
@@ -752,13 +753,16 @@ mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-
 ln -sfn pip /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/pip3
 ln -sfn pip /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/pip3.11
 rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/share/jupyter/kernels
-install -m 0755 @HPCSTACK_DATA@/scripts/hpcstack-train-benchmark.py /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
+rm -rf /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/lib/hpcstack-train
+install -d -m 0755 /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train
+install -m 0644 @HPCSTACK_DATA@/trainer/hpcstack_train/__init__.py @HPCSTACK_DATA@/trainer/hpcstack_train/__main__.py @HPCSTACK_DATA@/trainer/hpcstack_train/backends.py @HPCSTACK_DATA@/trainer/hpcstack_train/cli.py @HPCSTACK_DATA@/trainer/hpcstack_train/collective_cases.py @HPCSTACK_DATA@/trainer/hpcstack_train/collectives.py @HPCSTACK_DATA@/trainer/hpcstack_train/data.py @HPCSTACK_DATA@/trainer/hpcstack_train/errors.py @HPCSTACK_DATA@/trainer/hpcstack_train/launch.py @HPCSTACK_DATA@/trainer/hpcstack_train/models.py @HPCSTACK_DATA@/trainer/hpcstack_train/phases.py @HPCSTACK_DATA@/trainer/hpcstack_train/report.py @HPCSTACK_DATA@/trainer/hpcstack_train/timing.py /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train
+install -D -m 0755 @HPCSTACK_DATA@/trainer/hpcstack-train-benchmark /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-train-benchmark
 mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack
 hpcstack_tmp=$(mktemp /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/.constraints.txt.XXXXXX)
 cat > "$hpcstack_tmp" <<'HPCSTACK_EOF'
 # Constraints of the stack pytorch/2.14.1-gpu: every package it holds, at its version.
-# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack, issue 15), so
-# that a pip or uv install next to the stack cannot bring another version of them.
+# Set as PIP_CONSTRAINT and UV_CONSTRAINT by its module (hpcstack), so that a pip
+# or uv install next to the stack cannot bring another version of them.
 absl-py==2.5.1
 appnope==1.0.0 ; sys_platform == 'darwin'
 asttokens==3.0.2
@@ -876,11 +880,33 @@ import sklearn
 import ipykernel
 print("imports ok: torch, torch.distributed, torchvision, torchmetrics, tensorboard, sklearn, ipykernel")
 def _hpcstack_check_0():
-    path = "/global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-train-benchmark"
-    with open(path) as f:
-        compile(f.read(), path, "exec")
-    print("compiles:", path)
-print("--- hpcstack check: trainer"); _hpcstack_check_0()
+    import re
+    archs = (torch._C._cuda_getArchFlags())
+    archs = archs if isinstance(archs, str) else " ".join(str(a) for a in archs)
+    print(archs)
+    sass = [int(a) for a in re.findall(r"\bsm_(\d+)\b", archs)]
+    ptx = [int(a) for a in re.findall(r"\bcompute_(\d+)\b", archs)]
+    bad = [cc for cc in [80] if not (any(a // 10 == cc // 10 and a % 10 <= cc % 10 for a in sass)
+                                                 or any(p <= cc for p in ptx))]
+    if bad:
+        sys.exit("torch GPU architectures: " + archs + " do not run on compute capability "
+                 + ", ".join("%d.%d" % divmod(cc, 10) for cc in bad))
+print("--- hpcstack check: torch GPU architectures"); _hpcstack_check_0()
+def _hpcstack_check_1():
+    import glob
+    paths = ["/global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-train-benchmark", *sorted(glob.glob("/global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/lib/hpcstack-train/hpcstack_train/*.py"))]
+    for path in paths:
+        with open(path) as f:
+            compile(f.read(), path, "exec")
+    sys.dont_write_bytecode, written = True, sys.dont_write_bytecode
+    sys.path.insert(0, "/global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/lib/hpcstack-train")
+    try:
+        import hpcstack_train.cli
+    finally:
+        sys.path.pop(0)
+        sys.dont_write_bytecode = written
+    print("compiles:", len(paths), "files; imports:", hpcstack_train.cli.__name__)
+print("--- hpcstack check: trainer"); _hpcstack_check_1()
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)' &
 hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/bin/python --no-config

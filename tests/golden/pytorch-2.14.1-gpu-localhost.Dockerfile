@@ -1,11 +1,12 @@
-# pytorch/2.14.1-gpu for site cirrus as a container image: PyTorch 2.14.1 (CUDA 13.0) with torch.distributed (NCCL, Gloo) and TensorBoard.
-# Written by hpcstack @VERSION@: hpcstack export pytorch/2.14.1-gpu --site cirrus --format docker.
-# Build context: this file, hpcstack-@VERSION@-py3-none-any.whl (`uv build` of hpcstack).
+# pytorch/2.14.1-gpu for site localhost as a container image: PyTorch 2.14.1 (CUDA 13.0) with torch.distributed (NCCL, Gloo) and TensorBoard.
+# Written by hpcstack @VERSION@: hpcstack export pytorch/2.14.1-gpu --site localhost --format docker.
+# Build context: this file, hpcstack-@VERSION@-py3-none-any.whl (`uv build` of hpcstack) and rootfs.tar (mmdebstrap --variant=minbase bookworm rootfs.tar).
 # Share a cache of wheels and builds: mount a directory at /var/cache/hpcstack while building, e.g.
 #   buildah --storage-driver vfs bud --isolation chroot --volume $PWD/cache:/var/cache/hpcstack -t hpcstack-pytorch:2.14.1-gpu .
 # Run: podman run --rm hpcstack-pytorch:2.14.1-gpu --ranks 2   (the validation; or any command after --entrypoint)
 
-FROM nvcr.io/nvidia/cuda:12.1.1-cudnn8-devel-ubuntu22.04@sha256:21196d81f56b48dbee70494d5f10322e1a77cc47ffe202a3bf68eab81533c20f
+FROM scratch
+ADD rootfs.tar /
 
 # the image's tools trust the image's CA bundle (a site's CAs added at
 # build time too)
@@ -47,17 +48,15 @@ RUN PIP_CACHE_DIR=/var/cache/hpcstack/pip python3 -m venv /opt/hpcstack/tool && 
 # recipes, site configs and scripts)
 
 RUN export HPCSTACK_DATA=$(/opt/hpcstack/tool/bin/python -c 'import hpcstack; print(hpcstack.data_root())') && \
-    bash "$HPCSTACK_DATA/scripts/localhost-setup" && \
-    mkdir -p /opt/nccl/lib && ln -sfn /usr/include /opt/nccl/include && ln -sfn /usr/lib/x86_64-linux-gnu/libnccl.so* /opt/nccl/lib/
+    bash "$HPCSTACK_DATA/scripts/localhost-setup"
 
-# the site config used inside (site cirrus: its
-# container.site_changes, Python 3.10, the cache in
-# /var/cache/hpcstack), then the install
+# the site config used inside (site localhost: Python 3.11, the cache
+# in /var/cache/hpcstack), then the install
 
 RUN mkdir -p /opt/hpcstack/site-configs && \
     printf '%s\n' \
-        'name: cirrus-image' \
-        "description: Cirrus V100 nodes' stack as an image (Ubuntu 22.04, CUDA 12.1, Open MPI, Environment Modules)" \
+        'name: localhost' \
+        'description: Debian/Ubuntu machine without GPU; Environment Modules, OpenMPI, CPU-only Horovod' \
         'install_root: /opt/hpcstack/software' \
         'module_root: /opt/hpcstack/modulefiles' \
         'modules:' \
@@ -66,40 +65,44 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
         '  init:' \
         '    bash: /usr/share/modules/init/bash' \
         '    sh: /usr/share/modules/init/sh' \
+        '    zsh: /usr/share/modules/init/zsh' \
+        '    csh: /usr/share/modules/init/csh' \
+        '    fish: /usr/share/modules/init/fish' \
         '  use:' \
         '  - /opt/hpcstack/base-modulefiles' \
         '  base: python' \
-        'python:' \
-        "  version: '3.10'" \
+        '  build: []' \
+        '  runtime: []' \
+        '  env:' \
+        '    SLURM_MPI_TYPE: pmix' \
         'build:' \
         '  jobs: null' \
-        '  env: {}' \
+        'permissions:' \
+        '  group: null' \
+        '  mode: null' \
         'installer:' \
         '  backend: uv' \
         '  wheel_cache: null' \
         '  link_mode: copy' \
         '  compile_bytecode: true' \
         '  build_cache: true' \
+        '  index_url: null' \
         'toolchain:' \
         '  cc: mpicc' \
         '  cxx: mpicxx' \
-        '  cuda:' \
-        '    home: /usr/local/cuda' \
-        "    version: '12.1'" \
-        '    cc_list:' \
-        '    - 70' \
-        '    stubs: /usr/local/cuda/lib64/stubs' \
-        '  nccl:' \
-        '    home: /opt/nccl' \
+        '  cuda: null' \
+        '  nccl: null' \
         'launcher:' \
         '  command: horovodrun' \
-        '  ranks: 4' \
+        '  ranks: 2' \
         '  env:' \
         "    OMPI_ALLOW_RUN_AS_ROOT: '1'" \
         "    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1'" \
+        'python:' \
+        "  version: '3.11'" \
         'cache_dir: /var/cache/hpcstack' \
-        > /opt/hpcstack/site-configs/cirrus-image.yaml && \
-    hpcstack install pytorch/2.14.1-gpu --site /opt/hpcstack/site-configs/cirrus-image.yaml && \
+        > /opt/hpcstack/site-configs/localhost.yaml && \
+    hpcstack install pytorch/2.14.1-gpu --site /opt/hpcstack/site-configs/localhost.yaml && \
     if ! mountpoint -q /var/cache/hpcstack; then rm -rf /var/cache/hpcstack; fi
 
 # the module's environment, set directly (login shells can also
@@ -109,18 +112,19 @@ ENV HPCSTACK_PYTORCH_ROOT=/opt/hpcstack/software/pytorch/2.14.1-gpu \
     PATH=/opt/hpcstack/software/pytorch/2.14.1-gpu/venv/bin:/opt/hpcstack/software/pytorch/2.14.1-gpu/bin:$PATH \
     PIP_CONSTRAINT=/opt/hpcstack/software/pytorch/2.14.1-gpu/.hpcstack/constraints.txt \
     PYTHONNOUSERSITE=1 \
-    PYTHONPATH=/opt/hpcstack/software/pytorch/2.14.1-gpu/venv/lib/python3.10/site-packages \
+    PYTHONPATH=/opt/hpcstack/software/pytorch/2.14.1-gpu/venv/lib/python3.11/site-packages \
+    SLURM_MPI_TYPE=pmix \
     UV_CONSTRAINT=/opt/hpcstack/software/pytorch/2.14.1-gpu/.hpcstack/constraints.txt
 
 LABEL org.hpcstack.lock="2.14.1-gpu.pypi.lock" \
     org.hpcstack.lock.sha256="@LOCK_SHA256@" \
     org.hpcstack.recipe="pytorch/2.14.1-gpu" \
-    org.hpcstack.site="cirrus" \
+    org.hpcstack.site="localhost" \
     org.hpcstack.version="@VERSION@" \
     org.opencontainers.image.description="PyTorch 2.14.1 (CUDA 13.0) with torch.distributed (NCCL, Gloo) and TensorBoard" \
-    org.opencontainers.image.title="pytorch/2.14.1-gpu (cirrus)"
+    org.opencontainers.image.title="pytorch/2.14.1-gpu (localhost)"
 
 # the validation trainer on the site's launcher; arguments are
 # appended (--ranks 2)
 
-ENTRYPOINT ["hpcstack", "validate", "pytorch/2.14.1-gpu", "--site", "/opt/hpcstack/site-configs/cirrus-image.yaml", "--local"]
+ENTRYPOINT ["hpcstack", "validate", "pytorch/2.14.1-gpu", "--site", "/opt/hpcstack/site-configs/localhost.yaml", "--local"]
