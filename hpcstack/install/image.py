@@ -127,6 +127,19 @@ def _mounts_at(path: str) -> bool:
     return False
 
 
+def pack_argv(venv: str, image: str, settings: ImageSettings) -> list[str]:
+    """The ``mksquashfs`` command that packs ``venv`` into ``image`` as the ``image`` step does
+    (the benchmarks pack an installed stack with it too).
+
+    Args:
+        venv (str): the directory to pack.
+        image (str): the image file to write (replaced whole: ``-noappend``).
+        settings (ImageSettings): compression and processors.
+    """
+    procs = ["-processors", str(settings.processors)] if settings.processors else []
+    return ["mksquashfs", venv, image, "-noappend", "-comp", settings.compression, *procs, "-quiet", "-no-progress"]
+
+
 # ------------------------------------------------------------------------------- the step
 
 @dataclass(frozen=True)
@@ -164,12 +177,13 @@ class PackAndMount(ActionBase):
         venv, image = shlex.quote(self.venv), shlex.quote(self.image)
         aside = shlex.quote(os.path.join(os.path.dirname(self.venv), f".{VENV_DIR}.packed"))
         tmp = shlex.quote(self.image + ".tmp")
-        procs = f" -processors {self.processors}" if self.processors else ""
+        pack = shlex.join(pack_argv(self.venv, self.image + ".tmp",
+                                    ImageSettings(self.compression, self.processors)))
         return "\n".join([
             f"if ! mountpoint -q {venv}; then",
             f"  if [ -e {venv}/pyvenv.cfg ]; then",
             f"    rm -f {tmp}",
-            f"    mksquashfs {venv} {tmp} -noappend -comp {shlex.quote(self.compression)}{procs} -quiet -no-progress",
+            f"    {pack}",
             f"    mv -T {tmp} {image}",
             f"    rm -rf {aside}",
             f"    mv -T {venv} {aside}",
