@@ -109,10 +109,12 @@ for p in model.parameters():
 opt.step()
 t_step = time.time()
 t0 = float(os.environ["BENCH_T0"])
-print(json.dumps({"record": "rank", "rank": dist.get_rank(), "node": os.uname().nodename,
-                  "python_s": round(t_start - t0, 3), "imports_s": round(t_imports - t0, 3),
-                  "group_s": round(t_group - t0, 3), "startup_s": round(t_step - t0, 3),
-                  "executable": sys.executable}), flush=True)
+record = {"record": "rank", "rank": dist.get_rank(), "node": os.uname().nodename,
+          "python_s": round(t_start - t0, 3), "imports_s": round(t_imports - t0, 3),
+          "group_s": round(t_group - t0, 3), "startup_s": round(t_step - t0, 3),
+          "executable": sys.executable}
+with open(os.path.join(os.environ["BENCH_RESULTS"], f"rank-{dist.get_rank()}.json"), "w") as f:
+    json.dump(record, f)
 dist.destroy_process_group()
 '''
 
@@ -300,9 +302,12 @@ def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path,
         program = work / "rank.py"
         program.write_text(RANK_PROGRAM)
         nodes = 1 if ranks == 1 else 2
+        results = work / "results"
+        shutil.rmtree(results, ignore_errors=True)
+        results.mkdir()
         env = {**os.environ, "BENCH_PER_NODE": str(ranks // nodes), "BENCH_WORLD": str(ranks),
                "BENCH_INIT": f"tcp://{NODE_ADDR['n1']}:{29500 + int(time.time()) % 1000}",
-               "BENCH_PYTHON": os.path.join(stack, "venv", "bin", "python"), "BENCH_PROGRAM": str(program),
+               "BENCH_PYTHON": os.path.join(stack, "venv", "bin", "python"), "BENCH_PROGRAM": str(program), "BENCH_RESULTS": str(results),
                "BENCH_UNMOUNT": " ".join(unmount)}
         argv = ["srun", f"-N{nodes}", "--ntasks-per-node=1", "-w", ",".join(list(NODE_ADDR)[:nodes]),
                 "--export=ALL", "--exclusive", "unshare", "-m", "--propagation", "private", "bash", str(script)]
@@ -313,7 +318,7 @@ def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path,
     finally:
         if relay:
             relay.close()
-    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"record": "rank"')]
+    records = [json.loads(p.read_text()) for p in sorted(results.glob("rank-*.json"))]
     if proc.returncode != 0 or len(records) != ranks:
         raise RuntimeError(f"{layout} N={ranks}: job step failed (status {proc.returncode}, "
                            f"{len(records)}/{ranks} ranks): {(proc.stderr or proc.stdout)[-2000:]}")

@@ -160,6 +160,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     # path (squashfuse), so an import makes its metadata calls inside the image, not on the
     # (parallel) file system. See hpcstack/install/image.py.
     "layout": {"enum": ["directory", "squashfs"]},
+    # The file system the install root lies on: ``parallel`` (Lustre, GPFS, BeeGFS, NFS shared by
+    # the compute nodes) makes ``layout: squashfs`` the default (hpcstack/install/image.py).
+    "filesystem": {"enum": ["local", "parallel"]},
     "squashfs": _obj([], {
         "compression": {"enum": ["gzip", "lz4", "lzo", "xz", "zstd"]},
         "processors": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_JOBS},

@@ -126,7 +126,11 @@ KEYS: dict[str, Key] = {
     "permissions.mode": Key("A symbolic `chmod` mode applied after hpcstack's own, e.g. `g+rwX,g+s`.",
                             "null"),
     "layout": Key("How a published build lies on the file system: a `directory`, or `squashfs` "
-                  "(the venv packed into one image, mounted read-only at its path).", "directory"),
+                  "(the venv packed into one image, mounted read-only at its path).",
+                  "directory (squashfs where `filesystem` is `parallel`)"),
+    "filesystem": Key("The file system the install root lies on: `local`, or `parallel` (Lustre, GPFS, "
+                      "BeeGFS, NFS shared by the compute nodes), which makes `layout: squashfs` the default "
+                      "(every rank's imports would otherwise be round trips to its metadata server).", "local"),
     "squashfs": Key("Settings of `layout: squashfs`.", "{}"),
     "squashfs.compression": Key("`mksquashfs -comp`.", "lz4"),
     "squashfs.processors": Key("`mksquashfs -processors`.", "null (every core)"),

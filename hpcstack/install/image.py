@@ -79,14 +79,32 @@ class ImageSettings:
     processors: int | None = None
 
 
-def settings(site) -> ImageSettings | None:
-    """The site's image settings, or None where its ``layout`` is ``directory`` (the default).
+def layout_of(site) -> str:
+    """The site's layout: its ``layout`` key where it sets one; else ``squashfs`` where its
+    ``filesystem`` is ``parallel`` (the stacks' install root is on Lustre, GPFS, BeeGFS or NFS
+    shared by the compute nodes: every rank's imports would be round trips to its metadata
+    server; docs/benchmarks.md, "Start-up at scale"), else ``directory``.
 
     Args:
-        site (hpcstack.site.Site): the validated site (``layout`` and ``squashfs`` keys).
+        site (hpcstack.site.Site): the validated site (``layout`` and ``filesystem`` keys).
+
+    Returns:
+        str: ``directory`` or ``squashfs``.
     """
     raw = getattr(site, "raw", None) or {}
-    if raw.get("layout", "directory") != "squashfs":
+    if raw.get("layout"):
+        return str(raw["layout"])
+    return "squashfs" if raw.get("filesystem") == "parallel" else "directory"
+
+
+def settings(site) -> ImageSettings | None:
+    """The site's image settings, or None where its layout (:func:`layout_of`) is ``directory``.
+
+    Args:
+        site (hpcstack.site.Site): the validated site (``layout``, ``filesystem`` and ``squashfs`` keys).
+    """
+    raw = getattr(site, "raw", None) or {}
+    if layout_of(site) != "squashfs":
         return None
     section = raw.get("squashfs") or {}
     return ImageSettings(section.get("compression") or DEFAULT_COMPRESSION, section.get("processors"))
