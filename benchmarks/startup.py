@@ -294,6 +294,9 @@ def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path,
         RuntimeError: the job step failed (its output ends the message).
     """
     build = os.path.realpath(stack)
+    if layout == "squashfs":  # the tree's own build (the installed stack may have been replaced since)
+        tree_link = work / "squashfs-tree" / "software" / os.path.relpath(stack, "/opt/hpcstack/software")
+        build = os.path.join(os.path.dirname(stack), os.readlink(tree_link))
     relay = SftpRelay(HOST_ADDR, latency_ms) if layout != "local" else None
     try:
         mounts, unmount = node_mounts(layout, relay.port if relay else 0, work, build)
