@@ -350,6 +350,7 @@ def make_tree(stack: str, work: Path, processors: int | None) -> None:
     dest = work / "squashfs-tree" / "software" / rel
     link = work / "squashfs-tree" / "software" / os.path.relpath(stack, "/opt/hpcstack/software")
     image = dest / stack_image.IMAGE_NAME
+    (dest / stack_image.VENV_DIR).mkdir(parents=True, exist_ok=True)
     for old in link.parent.glob(".*"):  # builds of the stack that was installed before
         if old.name != dest.name and old.is_dir():
             shutil.rmtree(old)
