@@ -118,6 +118,10 @@ KEYS: dict[str, Key] = {
                                "the stack).", "hardlink", ("PipWheels",)),
     "installer.compile_bytecode": Key("Compile `.pyc` at install time, so imports from a read-only "
                                       "stack write none.", "true", ("PipWheels",)),
+    "installer.optimization_levels": Key("Bytecode also for these optimisation levels (`1`: `python -O`, "
+                                         "`2`: `-OO`), compiled after the last package is installed; without it "
+                                         "a read-only stack compiles every module at each `python -O` start.",
+                                         "[] (level 0 only)", ("PipWheels",)),
     "installer.build_cache": Key("Reuse a wheel built from source (Horovod) whose build key is "
                                  "unchanged.", "true", ("HorovodBuild",)),
     "permissions": Key("Who owns an installed stack and who may write it, on top of hpcstack's own "

@@ -86,3 +86,38 @@ def test_report_shows_startup_next_to_img_per_sec():
     header = next(line for line in text.splitlines() if line.startswith("| backend"))
     assert header.index("img/s total") < header.index("start-up s (max over ranks)")
     assert "12.5" in text and "layout squashfs" in text
+
+
+def test_optimization_levels_compile_after_the_last_package(tmp_path):
+    """``installer.optimization_levels: [1]`` adds one ``compileall -o 1`` over site-packages to
+    the install step (after the source builds' installs); without it the plan has none."""
+    import subprocess
+    import sys
+
+    data = yaml.safe_load((REPO / "site-configs" / "cirrus.yaml").read_text())
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(data))
+    data.setdefault("installer", {})["optimization_levels"] = [1]
+    site = tmp_path / "opt.yaml"
+    site.write_text(yaml.safe_dump(data))
+
+    def dry_run(path):
+        proc = subprocess.run([sys.executable, "-m", "hpcstack", "install", "pytorch/2.3.1-gpu", "--site",
+                               str(path), "--dry-run"], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    assert "compileall" not in dry_run(plain)
+    script = dry_run(site)
+    lines = [line for line in script.splitlines() if "-m compileall" in line]
+    assert len(lines) == 1 and "-o 1" in lines[0] and lines[0].rstrip().endswith("/site-packages")
+    install = script.index("# --- step install")
+    assert install < script.index("-m compileall") < script.index("# --- step sanitycheck")
+
+
+def test_bad_optimization_level_is_one_line(tmp_path):
+    from hpcstack.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _site(tmp_path, installer={"optimization_levels": [3]})
+    assert len(exc.value.problems) == 1 and "optimization_levels" in exc.value.problems[0]
