@@ -141,6 +141,10 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "wheel_cache": _NULL_STR,
         "link_mode": {"enum": ["hardlink", "copy", "clone"]},
         "compile_bytecode": {"type": "boolean"},
+        # bytecode also for these optimisation levels (python -O: 1, -OO: 2), compiled after the
+        # last package is installed: without it a read-only stack compiles every module in memory
+        # at every `python -O` start (docs/benchmarks.md, "Start-up at scale")
+        "optimization_levels": {"type": "array", "uniqueItems": True, "items": {"enum": [1, 2]}},
         "build_cache": {"type": "boolean"},
         # the site's package index (a devpi, Nexus or Artifactory mirror the login nodes reach)
         # for the lock's wheels and the recipes' sdists; the lock's hashes are still enforced
@@ -160,6 +164,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     # path (squashfuse), so an import makes its metadata calls inside the image, not on the
     # (parallel) file system. See hpcstack/install/image.py.
     "layout": {"enum": ["directory", "squashfs"]},
+    # The file system the install root lies on: ``parallel`` (Lustre, GPFS, BeeGFS, NFS shared by
+    # the compute nodes) makes ``layout: squashfs`` the default (hpcstack/install/image.py).
+    "filesystem": {"enum": ["local", "parallel"]},
     "squashfs": _obj([], {
         "compression": {"enum": ["gzip", "lz4", "lzo", "xz", "zstd"]},
         "processors": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_JOBS},
@@ -320,6 +327,9 @@ class InstallerConfig:
     link_mode: str = "hardlink"
     compile_bytecode: bool = True
     build_cache: bool = True
+    #: ``installer.optimization_levels``: bytecode also for ``python -O`` (1) and ``-OO`` (2),
+    #: compiled with ``compileall`` in the install step; empty (the default): level 0 only.
+    optimization_levels: tuple = ()
     #: The site's package index (``installer.index_url``): wheels and sdists come from it
     #: instead of the indexes the lock and the recipe name; their sha256 are checked as always.
     index_url: str | None = None
@@ -513,6 +523,7 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         build_env=split_env(build.get("env", {}))[0],
         secrets=split_env(build.get("env", {}))[1],
         slurm=dict(data.get("slurm", {})),
-        installer=InstallerConfig(**data.get("installer", {})),
+        installer=InstallerConfig(**{**data.get("installer", {}), "optimization_levels": tuple(
+            (data.get("installer") or {}).get("optimization_levels") or ())}),
         ref=ref or str(path),
     )

@@ -127,6 +127,10 @@ KEYS: dict[str, Key] = {
                                "the stack).", "hardlink", ("PipWheels",)),
     "installer.compile_bytecode": Key("Compile `.pyc` at install time, so imports from a read-only "
                                       "stack write none.", "true", ("PipWheels",)),
+    "installer.optimization_levels": Key("Bytecode also for these optimisation levels (`1`: `python -O`, "
+                                         "`2`: `-OO`), compiled after the last package is installed; without it "
+                                         "a read-only stack compiles every module at each `python -O` start.",
+                                         "[] (level 0 only)", ("PipWheels",)),
     "installer.build_cache": Key("Reuse a wheel built from source (Horovod) whose build key is "
                                  "unchanged.", "true", ("HorovodBuild",)),
     "permissions": Key("Who owns an installed stack and who may write it, on top of hpcstack's own "
@@ -135,7 +139,11 @@ KEYS: dict[str, Key] = {
     "permissions.mode": Key("A symbolic `chmod` mode applied after hpcstack's own, e.g. `g+rwX,g+s`.",
                             "null"),
     "layout": Key("How a published build lies on the file system: a `directory`, or `squashfs` "
-                  "(the venv packed into one image, mounted read-only at its path).", "directory"),
+                  "(the venv packed into one image, mounted read-only at its path).",
+                  "directory (squashfs where `filesystem` is `parallel`)"),
+    "filesystem": Key("The file system the install root lies on: `local`, or `parallel` (Lustre, GPFS, "
+                      "BeeGFS, NFS shared by the compute nodes), which makes `layout: squashfs` the default "
+                      "(every rank's imports would otherwise be round trips to its metadata server).", "local"),
     "squashfs": Key("Settings of `layout: squashfs`.", "{}"),
     "squashfs.compression": Key("`mksquashfs -comp`.", "lz4"),
     "squashfs.processors": Key("`mksquashfs -processors`.", "null (every core)"),

@@ -79,14 +79,32 @@ class ImageSettings:
     processors: int | None = None
 
 
-def settings(site) -> ImageSettings | None:
-    """The site's image settings, or None where its ``layout`` is ``directory`` (the default).
+def layout_of(site) -> str:
+    """The site's layout: its ``layout`` key where it sets one; else ``squashfs`` where its
+    ``filesystem`` is ``parallel`` (the stacks' install root is on Lustre, GPFS, BeeGFS or NFS
+    shared by the compute nodes: every rank's imports would be round trips to its metadata
+    server; docs/benchmarks.md, "Start-up at scale"), else ``directory``.
 
     Args:
-        site (hpcstack.site.Site): the validated site (``layout`` and ``squashfs`` keys).
+        site (hpcstack.site.Site): the validated site (``layout`` and ``filesystem`` keys).
+
+    Returns:
+        str: ``directory`` or ``squashfs``.
     """
     raw = getattr(site, "raw", None) or {}
-    if raw.get("layout", "directory") != "squashfs":
+    if raw.get("layout"):
+        return str(raw["layout"])
+    return "squashfs" if raw.get("filesystem") == "parallel" else "directory"
+
+
+def settings(site) -> ImageSettings | None:
+    """The site's image settings, or None where its layout (:func:`layout_of`) is ``directory``.
+
+    Args:
+        site (hpcstack.site.Site): the validated site (``layout``, ``filesystem`` and ``squashfs`` keys).
+    """
+    raw = getattr(site, "raw", None) or {}
+    if layout_of(site) != "squashfs":
         return None
     section = raw.get("squashfs") or {}
     return ImageSettings(section.get("compression") or DEFAULT_COMPRESSION, section.get("processors"))
@@ -127,6 +145,19 @@ def _mounts_at(path: str) -> bool:
     return False
 
 
+def pack_argv(venv: str, image: str, settings: ImageSettings) -> list[str]:
+    """The ``mksquashfs`` command that packs ``venv`` into ``image`` as the ``image`` step does
+    (the benchmarks pack an installed stack with it too).
+
+    Args:
+        venv (str): the directory to pack.
+        image (str): the image file to write (replaced whole: ``-noappend``).
+        settings (ImageSettings): compression and processors.
+    """
+    procs = ["-processors", str(settings.processors)] if settings.processors else []
+    return ["mksquashfs", venv, image, "-noappend", "-comp", settings.compression, *procs, "-quiet", "-no-progress"]
+
+
 # ------------------------------------------------------------------------------- the step
 
 @dataclass(frozen=True)
@@ -164,12 +195,13 @@ class PackAndMount(ActionBase):
         venv, image = shlex.quote(self.venv), shlex.quote(self.image)
         aside = shlex.quote(os.path.join(os.path.dirname(self.venv), f".{VENV_DIR}.packed"))
         tmp = shlex.quote(self.image + ".tmp")
-        procs = f" -processors {self.processors}" if self.processors else ""
+        pack = shlex.join(pack_argv(self.venv, self.image + ".tmp",
+                                    ImageSettings(self.compression, self.processors)))
         return "\n".join([
             f"if ! mountpoint -q {venv}; then",
             f"  if [ -e {venv}/pyvenv.cfg ]; then",
             f"    rm -f {tmp}",
-            f"    mksquashfs {venv} {tmp} -noappend -comp {shlex.quote(self.compression)}{procs} -quiet -no-progress",
+            f"    {pack}",
             f"    mv -T {tmp} {image}",
             f"    rm -rf {aside}",
             f"    mv -T {venv} {aside}",

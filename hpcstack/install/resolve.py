@@ -14,7 +14,7 @@ from hpcstack.install.components.wheels import freeze_argv
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import current_user
 from hpcstack.install import image
-from hpcstack.install.plan import (IMAGE, MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
+from hpcstack.install.plan import (IMAGE, INSTALL, MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
                    Publish, Run, Step)
 from hpcstack.recipe import Recipe
 from hpcstack.site import Site
@@ -232,6 +232,10 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         except ValueError as exc:  # a value of the site or recipe the component cannot use
             raise ConfigError([f"{recipe.full_name}: {type(component).__name__}: {exc} "
                                f"(check the site config {site.path} and the recipe)"]) from None
+    levels = sorted(site.installer.optimization_levels) if actions[VENV] else []
+    if levels:  # after the last package: bytecode for python -O / -OO beside level 0
+        actions[INSTALL].append(Run((ctx.python, "-m", "compileall", "-q", "-j", str(ctx.jobs),
+                                     *[a for lvl in levels for a in ("-o", str(lvl))], ctx.site_packages)))
     actions[SANITYCHECK] = merge_python_checks(actions[SANITYCHECK])  # one interpreter, one import torch
     if actions[VENV]:
         actions[SANITYCHECK].append(

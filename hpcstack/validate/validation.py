@@ -147,6 +147,8 @@ class ValidationSettings:
         slurm (SlurmSettings | None): the Slurm jobs; None for a site without a ``slurm`` section.
         workload_name (str | None): the named workload (``--workload``); None: the site's own.
         spec (ValidationSpec | None): the recipe's validation: program, backends, figures, sanity.
+        layout (str): the site's ``layout`` (``directory`` or ``squashfs``): where the ranks
+            import the stack from, reported beside the start-up figure.
     """
 
     workload: dict
@@ -158,6 +160,7 @@ class ValidationSettings:
     slurm: SlurmSettings | None = None
     workload_name: str | None = None
     spec: ValidationSpec | None = None
+    layout: str = "directory"
 
 
 def validation_settings(site, recipe, *, partition: str | None = None, qos: str | None = None,
@@ -217,7 +220,15 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
         # workload is judged on sanity alone (for digits: its test accuracy), its img/s reported
         references=dict(spec.references) if workload is None else {},
         required_transport=_required_transport(site, recipe),
-        local=local, slurm=slurm, workload_name=workload, spec=spec)
+        local=local, slurm=slurm, workload_name=workload, spec=spec,
+        layout=_layout_of(site))
+
+
+def _layout_of(site) -> str:
+    """The site's layout (:func:`hpcstack.install.image.layout_of`)."""
+    from hpcstack.install.image import layout_of
+
+    return layout_of(site)
 
 
 def _required_transport(site, recipe) -> str | None:
@@ -590,7 +601,7 @@ def _settings_record(settings: ValidationSettings) -> dict:
     """The run's settings for the report: the workload's (as the recipe gives them), the shape."""
     s = settings.slurm
     named = {"workload": settings.workload_name} if settings.workload_name else {}
-    return {**named, **settings.workload, "launcher": s.launcher,
+    return {**named, **settings.workload, "layout": settings.layout, "launcher": s.launcher,
             "tasks_per_node": s.tasks_per_node, "cpus_per_task": s.cpus_per_task,
             "gpus_per_node": s.gpus_per_node}
 

@@ -81,12 +81,14 @@ _PROGRAM = {"type": "object", "additionalProperties": False, "required": ["comma
     "files": {"type": "array", "items": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"}},
     "workload": {"type": "object"},
 }}
-#: One figure: read from a record's field (``per_rank``: divided by the record's world_size), or
+#: One figure: read from a record's field (``per_rank``: divided by the record's world_size;
+#: ``over_ranks``: the max or median of the field over every record of the kind, one per rank), or
 #: the scaling efficiency of another figure against the 1-node run (``scaling_of``).
 _FIGURE = {"type": "object", "additionalProperties": False, "properties": {
     "record": {"type": "string", "minLength": 1},
     "field": {"type": "string", "minLength": 1},
     "per_rank": {"type": "boolean"},
+    "over_ranks": {"enum": ["max", "median"]},
     "scaling_of": {"type": "string", "pattern": _FIGURE_NAME},
     "unit": {"type": "string"},
     "label": {"type": "string", "minLength": 1},
@@ -134,6 +136,8 @@ class Figure:
         record, field (str | None): the JSON-lines record (``"record": NAME``) and its field that
             hold the value; None for a scaling efficiency.
         per_rank (bool): divide the field by the record's ``world_size``.
+        over_ranks (str | None): ``max`` or ``median`` of the field over every record of the
+            kind (one per rank, e.g. the trainer's ``startup`` records); None: the first record.
         scaling_of (str | None): the figure whose scaling efficiency against the 1-node run of the
             same backend this is: ``value(N) / (N * value(1))`` (Horovod's definition).
         label (str): the report's column heading.
@@ -146,9 +150,19 @@ class Figure:
     per_rank: bool = False
     scaling_of: str | None = None
     label: str = ""
+    over_ranks: str | None = None
 
     def value(self, records: list[dict]) -> float | None:
-        """The figure in a run's records (the first record of its kind); None when absent."""
+        """The figure in a run's records (the first record of its kind, or the max or median
+        over all of them with ``over_ranks``); None when absent."""
+        if self.over_ranks:
+            import statistics
+
+            values = [float(r[self.field]) for r in records
+                      if r.get("record") == self.record and r.get(self.field) is not None]
+            if not values:
+                return None
+            return max(values) if self.over_ranks == "max" else statistics.median(values)
         rec = next((r for r in records if r.get("record") == self.record), None)
         if rec is None or rec.get(self.field) is None:
             return None
@@ -344,7 +358,8 @@ class Validation:
             raise ConfigError(problems)
         p = data["program"]
         figures = {name: Figure(name, f.get("unit", ""), f.get("record"), f.get("field"),
-                                bool(f.get("per_rank")), f.get("scaling_of"), f.get("label", name))
+                                bool(f.get("per_rank")), f.get("scaling_of"), f.get("label", name),
+                                f.get("over_ranks"))
                    for name, f in data["figures"].items()}
         return ValidationSpec(nodes=list(data.get("nodes", [1, 2])),
                               backends=list(data.get("backends", ["mpi"])),

@@ -1,0 +1,443 @@
+#!/usr/bin/env python3
+"""Start-up of many ranks at once from a stack on a network file system, on the local Slurm.
+
+Every rank of a job imports thousands of files at the same moment (an "import storm"); on a
+parallel file system each ``stat``/``open``/``readlink`` that misses the node's cache is a round
+trip to the metadata server. This benchmark serves an installed stack to the two nodes of
+``scripts/localhost-slurm`` (n1, n2: network namespaces) over a real network file system and
+counts, at the server, the requests that reach it.
+
+The file system: SFTP, read by ``sshfs`` on each node. ``sshfs -o directport=PORT`` speaks plain
+SFTP to a TCP port (no ssh, no encryption). On the host this script listens on that port
+(``10.77.0.1``, the bridge of the local cluster) and, for each connection, starts
+``/usr/lib/openssh/sftp-server`` on pipes: between the two it parses the SFTP packets, counts the
+requests by type (STAT, LSTAT, FSTAT, OPEN, OPENDIR, READDIR, READLINK, REALPATH apart from READ,
+the data reads, whose bytes are counted too) and delays every packet by ``--latency`` ms in each
+direction (the kernel here has no ``netem``, so the delay is added in this relay; it keeps the
+packets' order and overlaps their delays, as a link does). The relay uses threads and
+``time.sleep`` (``clock_nanosleep``): an asyncio loop rounds its timers to whole milliseconds
+(``epoll_wait``), too coarse for 0.2 ms.
+
+Each node, in one Slurm job step (``srun``, one task per node), makes a mount namespace of its own
+(``unshare -m --propagation private``), mounts there, starts its ranks and unmounts:
+
+- ``local``: no mount; the stack on the node's own disk (the installed stack, page cache warm);
+- ``directory``: the server's ``/opt/hpcstack/software`` mounted by sshfs at the same path;
+- ``squashfs``: a ``layout: squashfs`` software tree (the build directory with ``venv.sqsh``,
+  packed with the options of the install's ``image`` step, :func:`hpcstack.install.image.pack_argv`)
+  mounted by sshfs at ``/opt/hpcstack/software``, then the image mounted at the build's venv with
+  the command ``hpcstack mount`` runs (:func:`hpcstack.install.image.mount_argv`): squashfuse
+  reads the image over sshfs; the lookups inside it are answered on the node.
+
+sshfs options (:data:`SSHFS_OPTIONS`): read-only, ``no_contain_symlinks`` (a venv's ``bin/python``
+is an absolute link to the base Python), ``kernel_cache`` (a read-only stack's pages stay cached
+across opens on the node), and sshfs's own caches at their defaults: directory/attribute cache on
+(``dir_cache=yes``, ``dcache_timeout=20`` s), the kernel's entry and attribute timeouts 1 s,
+negative lookups not cached. One sshfs connection per node. The server's page cache is warm (the
+files were read before); each node's cache starts empty (a fresh mount per run).
+
+Ranks: N = 1 (on n1), 2, 4, 8 (half on each node). Each rank runs the stack's ``venv/bin/python``
+with :data:`RANK_PROGRAM`: ``import torch, horovod.torch, torchvision``, initialise the process
+group (``torch.distributed``, gloo, rendezvous on n1 by TCP), one training step of a small model
+with its gradients all-reduced, then a JSON line. Start-up is the seconds from the node's launch
+of its ranks (after its mounts) to the end of the rank's first step. This machine has 2 cores:
+above 2 ranks start-up is bound by the CPU (the ranks share the cores), not by the file system.
+
+Prints a table and, with ``--json FILE``, writes every run (per rank times, the server's counts
+per node). Needs root (mount namespaces, FUSE), the local Slurm up (``scripts/localhost-slurm
+up``), ``sshfs``, ``squashfuse``, ``mksquashfs`` and ``/usr/lib/openssh/sftp-server``
+(apt: sshfs squashfuse squashfs-tools openssh-sftp-server). The full matrix takes 20–40 minutes
+on a loaded 2-core machine: most of it the data of ``import torch`` (about 1 GB of shared
+libraries) through the relay.
+
+Usage:
+    python3 benchmarks/startup.py [--stack /opt/hpcstack/software/pytorch/2.3.1-gpu]
+        [--work /var/tmp/h-startup] [--ranks 1,2,4,8] [--layouts local,directory,squashfs]
+        [--latency 0.2,1] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shlex
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hpcstack.install import image as stack_image  # noqa: E402
+
+DEFAULT_STACK = "/opt/hpcstack/software/pytorch/2.3.1-gpu"
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"
+HOST_ADDR = "10.77.0.1"  # the bridge of scripts/localhost-slurm
+NODE_ADDR = {"n1": "10.77.0.11", "n2": "10.77.0.12"}
+SSHFS_OPTIONS = "ro,allow_other,no_contain_symlinks,kernel_cache"
+LAYOUTS = ("local", "directory", "squashfs")
+#: SFTP packet types (draft-ietf-secsh-filexfer-02, the version OpenSSH speaks)
+SFTP_TYPES = {1: "INIT", 3: "OPEN", 4: "CLOSE", 5: "READ", 6: "WRITE", 7: "LSTAT", 8: "FSTAT",
+              9: "SETSTAT", 10: "FSETSTAT", 11: "OPENDIR", 12: "READDIR", 13: "REMOVE", 14: "MKDIR",
+              15: "RMDIR", 16: "REALPATH", 17: "STAT", 18: "RENAME", 19: "READLINK", 20: "SYMLINK",
+              200: "EXTENDED"}
+#: the requests that ask the server about names and attributes (not data)
+METADATA = ("STAT", "LSTAT", "FSTAT", "OPEN", "OPENDIR", "READDIR", "READLINK", "REALPATH", "EXTENDED")
+SSH_FXP_DATA = 103
+
+RANK_PROGRAM = r'''
+import json, os, sys, time
+t_start = time.time()
+import torch, horovod.torch, torchvision
+t_imports = time.time()
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method=os.environ["BENCH_INIT"],
+                        rank=int(os.environ["BENCH_RANK"]), world_size=int(os.environ["BENCH_WORLD"]))
+t_group = time.time()
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loss = torch.nn.functional.cross_entropy(model(torch.randn(32, 64)), torch.randint(0, 10, (32,)))
+loss.backward()
+for p in model.parameters():
+    dist.all_reduce(p.grad)
+opt.step()
+t_step = time.time()
+t0 = float(os.environ["BENCH_T0"])
+record = {"record": "rank", "rank": dist.get_rank(), "node": os.uname().nodename,
+          "python_s": round(t_start - t0, 3), "imports_s": round(t_imports - t0, 3),
+          "group_s": round(t_group - t0, 3), "startup_s": round(t_step - t0, 3),
+          "executable": sys.executable}
+with open(os.path.join(os.environ["BENCH_RESULTS"], f"rank-{dist.get_rank()}.json"), "w") as f:
+    json.dump(record, f)
+dist.destroy_process_group()
+'''
+
+NODE_SCRIPT = r'''
+set -euo pipefail
+node=$(hostname)
+per_node=$BENCH_PER_NODE
+first=$(( SLURM_NODEID * per_node ))
+cleanup() { for m in $BENCH_UNMOUNT; do fusermount3 -u -z "$m" 2>/dev/null || true; done; }
+trap cleanup EXIT
+BENCH_MOUNTS
+export BENCH_T0=$(date +%s.%N)
+pids=()
+for i in $(seq 0 $(( per_node - 1 ))); do
+    BENCH_RANK=$(( first + i )) GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PYTHONNOUSERSITE=1 \
+        "$BENCH_PYTHON" "$BENCH_PROGRAM" &
+    pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+exit $rc
+'''
+
+
+def log(msg: str) -> None:
+    print(f"[startup] {msg}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------- the relay
+
+class Counts:
+    """Requests per SFTP type and the data bytes, per node (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_node: dict[str, dict[str, int]] = {}
+
+    def add(self, node: str, key: str, n: int = 1) -> None:
+        with self.lock:
+            d = self.by_node.setdefault(node, {})
+            d[key] = d.get(key, 0) + n
+
+    def take(self) -> dict[str, dict[str, int]]:
+        """The counts so far, and start again from zero."""
+        with self.lock:
+            out, self.by_node = self.by_node, {}
+        return out
+
+
+def _packets(buf: bytearray):
+    """Split whole SFTP packets (uint32 length, then type) off the front of ``buf``."""
+    while len(buf) >= 5:
+        (length,) = struct.unpack(">I", buf[:4])
+        if len(buf) < 4 + length:
+            return
+        kind = buf[4]
+        del buf[:4 + length]
+        yield kind, length
+
+
+def _pump(src, dst, delay_s: float, count) -> None:
+    """Copy ``src`` to ``dst`` (file objects), each chunk held ``delay_s`` after it arrived;
+    ``count(chunk)`` sees every chunk. Reading and writing are two threads, so the delays of
+    chunks in flight overlap (a link's latency, not a slower link)."""
+    q: queue.Queue = queue.Queue()
+
+    def writer() -> None:
+        while True:
+            due, chunk = q.get()
+            if chunk is None:
+                break
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                dst.write(chunk)
+                dst.flush()
+            except OSError:
+                break
+        try:
+            dst.close()
+        except OSError:
+            pass
+
+    w = threading.Thread(target=writer, daemon=True)
+    w.start()
+    while True:
+        try:
+            chunk = src.read(1 << 16)
+        except (OSError, ValueError):
+            chunk = b""
+        if not chunk:
+            break
+        count(chunk)
+        q.put((time.monotonic() + delay_s, chunk))
+    q.put((0, None))
+    w.join()
+
+
+class SftpRelay:
+    """Listen on ``addr:port``; for each connection start ``sftp-server`` and relay the SFTP
+    packets both ways, each delayed by ``latency_ms`` and the client's requests counted by type
+    (:class:`Counts`, keyed by the node's name from :data:`NODE_ADDR`)."""
+
+    def __init__(self, addr: str, latency_ms: float) -> None:
+        self.latency_s = latency_ms / 1000.0
+        self.counts = Counts()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((addr, 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.procs: list[subprocess.Popen] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        names = {v: k for k, v in NODE_ADDR.items()}
+        while True:
+            try:
+                conn, peer = self.sock.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            node = names.get(peer[0], peer[0])
+            proc = subprocess.Popen([SFTP_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+            self.procs.append(proc)
+            up, down = bytearray(), bytearray()
+
+            def count_up(chunk: bytes, node=node, buf=up) -> None:
+                buf += chunk
+                for kind, _ in _packets(buf):
+                    self.counts.add(node, SFTP_TYPES.get(kind, str(kind)))
+
+            def count_down(chunk: bytes, node=node, buf=down) -> None:
+                buf += chunk
+                for kind, length in _packets(buf):
+                    if kind == SSH_FXP_DATA:
+                        self.counts.add(node, "READ_bytes", length - 9)
+
+            rfile, wfile = conn.makefile("rb", buffering=0), conn.makefile("wb", buffering=0)
+            threading.Thread(target=_pump, args=(rfile, proc.stdin, self.latency_s, count_up), daemon=True).start()
+            threading.Thread(target=_pump, args=(proc.stdout, wfile, self.latency_s, count_down),
+                             daemon=True).start()
+
+    def close(self) -> None:
+        self.sock.close()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+
+
+# ------------------------------------------------------------------------------- one run
+
+def node_mounts(layout: str, port: int, work: Path, build: str) -> tuple[str, list[str]]:
+    """The bash lines that mount ``layout`` on a node, and the mount points to unmount after
+    (innermost first)."""
+    sshfs = ["sshfs", "-o", f"directport={port},{SSHFS_OPTIONS}"]
+    if layout == "local":
+        return "", []
+    if layout == "directory":
+        return shlex.join([*sshfs, f"{HOST_ADDR}:/opt/hpcstack/software", "/opt/hpcstack/software"]), \
+            ["/opt/hpcstack/software"]
+    tree = work / "squashfs-tree" / "software"
+    lines = [shlex.join([*sshfs, f"{HOST_ADDR}:{tree}", "/opt/hpcstack/software"]),
+             shlex.join(stack_image.mount_argv(build))]
+    return "\n".join(lines), [stack_image.mount_point_of(build), "/opt/hpcstack/software"]
+
+
+def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path, timeout: int) -> dict:
+    """One job: ``ranks`` ranks (1 on n1, else half per node) starting from ``layout``.
+
+    Returns:
+        dict: ``ranks`` (one record per rank), ``server`` (the relay's counts per node), the
+        medians and maxima.
+
+    Raises:
+        RuntimeError: the job step failed (its output ends the message).
+    """
+    build = os.path.realpath(stack)
+    if layout == "squashfs":  # the tree's own build (the installed stack may have been replaced since)
+        tree_link = work / "squashfs-tree" / "software" / os.path.relpath(stack, "/opt/hpcstack/software")
+        build = os.path.join(os.path.dirname(stack), os.readlink(tree_link))
+    relay = SftpRelay(HOST_ADDR, latency_ms) if layout != "local" else None
+    try:
+        mounts, unmount = node_mounts(layout, relay.port if relay else 0, work, build)
+        script = work / "node.sh"
+        script.write_text(NODE_SCRIPT.replace("BENCH_MOUNTS", mounts))
+        program = work / "rank.py"
+        program.write_text(RANK_PROGRAM)
+        nodes = 1 if ranks == 1 else 2
+        results = work / "results"
+        shutil.rmtree(results, ignore_errors=True)
+        results.mkdir()
+        env = {**os.environ, "BENCH_PER_NODE": str(ranks // nodes), "BENCH_WORLD": str(ranks),
+               "BENCH_INIT": f"tcp://{NODE_ADDR['n1']}:{29500 + int(time.time()) % 1000}",
+               "BENCH_PYTHON": os.path.join(stack, "venv", "bin", "python"), "BENCH_PROGRAM": str(program), "BENCH_RESULTS": str(results),
+               "BENCH_UNMOUNT": " ".join(unmount)}
+        argv = ["srun", f"-N{nodes}", "--ntasks-per-node=1", "-w", ",".join(list(NODE_ADDR)[:nodes]),
+                "--export=ALL", "--exclusive", "unshare", "-m", "--propagation", "private", "bash", str(script)]
+        t0 = time.monotonic()
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        wall = time.monotonic() - t0
+        server = relay.counts.take() if relay else {}
+    finally:
+        if relay:
+            relay.close()
+    records = [json.loads(p.read_text()) for p in sorted(results.glob("rank-*.json"))]
+    if proc.returncode != 0 or len(records) != ranks:
+        raise RuntimeError(f"{layout} N={ranks}: job step failed (status {proc.returncode}, "
+                           f"{len(records)}/{ranks} ranks): {(proc.stderr or proc.stdout)[-2000:]}")
+    startup = [r["startup_s"] for r in records]
+    total: dict[str, int] = {}
+    for per_node in server.values():
+        for key, n in per_node.items():
+            total[key] = total.get(key, 0) + n
+    metadata = sum(total.get(k, 0) for k in METADATA)
+    return {"layout": layout, "ranks": ranks, "nodes": nodes, "latency_ms": latency_ms if relay else 0.0,
+            "startup_median_s": round(statistics.median(startup), 2), "startup_max_s": round(max(startup), 2),
+            "imports_median_s": round(statistics.median(r["imports_s"] for r in records), 2),
+            "metadata_requests": metadata, "metadata_per_rank": round(metadata / ranks, 1),
+            "read_requests": total.get("READ", 0), "read_bytes": total.get("READ_bytes", 0),
+            "server_total": total, "server_by_node": server, "job_wall_s": round(wall, 1),
+            "rank_records": sorted(records, key=lambda r: r["rank"])}
+
+
+def make_tree(stack: str, work: Path, processors: int | None) -> None:
+    """The ``layout: squashfs`` software tree the server exports: ``<work>/squashfs-tree/software``
+    with the stack's build directory (its ``bin/``, an empty ``venv/`` and ``venv.sqsh`` packed
+    from the installed venv as the install's ``image`` step packs it), and the stack's name
+    linked to it. Kept between runs (rebuilt if the image is missing)."""
+    build = os.path.realpath(stack)
+    rel = os.path.relpath(build, "/opt/hpcstack/software")
+    dest = work / "squashfs-tree" / "software" / rel
+    link = work / "squashfs-tree" / "software" / os.path.relpath(stack, "/opt/hpcstack/software")
+    image = dest / stack_image.IMAGE_NAME
+    (dest / stack_image.VENV_DIR).mkdir(parents=True, exist_ok=True)
+    for old in link.parent.glob(".*"):  # builds of the stack that was installed before
+        if old.name != dest.name and old.is_dir():
+            shutil.rmtree(old)
+    if link.is_symlink() and os.readlink(link) != dest.name:
+        link.unlink()
+    if not link.is_symlink():
+        link.symlink_to(dest.name)
+    if image.is_file():
+        return
+    (dest / stack_image.VENV_DIR).mkdir(parents=True, exist_ok=True)
+    shutil.copytree(os.path.join(build, "bin"), dest / "bin", symlinks=True, dirs_exist_ok=True)
+    tmp = Path(str(image) + ".tmp")
+    settings = stack_image.ImageSettings(processors=processors)
+    log(f"packing {build}/venv into {image} ({settings.compression}) …")
+    subprocess.run(stack_image.pack_argv(os.path.join(build, "venv"), str(tmp), settings), check=True)
+    tmp.rename(image)
+
+
+def table(results: list[dict]) -> str:
+    """The results as a text table, one row per run."""
+    head = (f"{'layout':10} {'lat ms':>6} {'N':>2} {'median s':>9} {'max s':>7} {'x local':>7} "
+            f"{'meta/rank':>9} {'READs':>7} {'MB read':>8}  requests by type (all ranks)")
+    local = {r["ranks"]: r["startup_max_s"] for r in results if r["layout"] == "local"}
+    rows = [head]
+    for r in results:
+        ratio = f"{r['startup_max_s'] / local[r['ranks']]:.2f}" if local.get(r["ranks"]) else "-"
+        kinds = " ".join(f"{k}={v}" for k, v in sorted(r["server_total"].items())
+                         if k in METADATA and v)
+        rows.append(f"{r['layout']:10} {r['latency_ms']:>6} {r['ranks']:>2} {r['startup_median_s']:>9.2f} "
+                    f"{r['startup_max_s']:>7.2f} {ratio:>7} {r['metadata_per_rank']:>9} "
+                    f"{r['read_requests']:>7} {r['read_bytes'] / 1e6:>8.0f}  {kinds}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--stack", default=DEFAULT_STACK, help="an installed stack (its published name)")
+    ap.add_argument("--work", default="/var/tmp/h-startup", help="the image, scripts and results go here")
+    ap.add_argument("--ranks", default="1,2,4,8", help="rank counts, comma-separated (1 or even)")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS), help=f"of {', '.join(LAYOUTS)}")
+    ap.add_argument("--latency", default="0.2,1", help="one-way delays in ms, comma-separated")
+    ap.add_argument("--processors", type=int, default=1, help="mksquashfs -processors")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds one job step may take")
+    ap.add_argument("--json", metavar="FILE", help="write every run as JSON")
+    args = ap.parse_args(argv)
+    errors = []
+    try:
+        ranks = [int(x) for x in args.ranks.split(",")]
+        latencies = [float(x) for x in args.latency.split(",")]
+    except ValueError:
+        ranks, latencies = [], []
+        errors.append("--ranks and --latency take comma-separated numbers")
+    if any(n < 1 or (n > 1 and n % 2) for n in ranks):
+        errors.append("--ranks: each count is 1 or even (half the ranks on each node)")
+    layouts = args.layouts.split(",")
+    errors += [f"--layouts: unknown layout {x!r} (one of {', '.join(LAYOUTS)})" for x in layouts if x not in LAYOUTS]
+    if os.geteuid() != 0:
+        errors.append("needs root (mount namespaces and FUSE mounts on the nodes)")
+    for tool in ("srun", "sshfs", "squashfuse", "mksquashfs", "unshare", "fusermount3"):
+        if not shutil.which(tool):
+            errors.append(f"{tool} missing (apt-get install sshfs squashfuse squashfs-tools slurm-client)")
+    if not os.path.exists(SFTP_SERVER):
+        errors.append(f"{SFTP_SERVER} missing (apt-get install openssh-sftp-server)")
+    if not os.path.isfile(os.path.join(args.stack, "venv", "pyvenv.cfg")):
+        errors.append(f"{args.stack}: no installed stack there")
+    if errors:
+        for e in errors:
+            print(f"startup.py: {e}", file=sys.stderr)
+        return 2
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    if "squashfs" in layouts:
+        make_tree(args.stack, work, args.processors)
+    results = []
+    for layout in layouts:
+        for lat in (latencies if layout != "local" else [0.0]):
+            for n in ranks:
+                log(f"{layout}, {lat} ms each way, {n} rank(s) …")
+                r = run_once(layout, n, lat, args.stack, work, args.timeout)
+                log(f"  max {r['startup_max_s']} s, {r['metadata_per_rank']} metadata requests per rank")
+                results.append(r)
+                if args.json:
+                    Path(args.json).write_text(json.dumps({"sshfs_options": SSHFS_OPTIONS, "runs": results},
+                                                          indent=1) + "\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The start-up fast path by default and the validation's start-up figure: a site whose install
+root is on a parallel file system gets ``layout: squashfs`` unless it says otherwise; the
+validation's ``startup_max`` is the slowest rank's first step, judged against a site reference
+and shown next to img/s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcstack.install import image
+from hpcstack.site import load_site
+from hpcstack.validate.judge import lookup_references
+from hpcstack.validate.render import to_markdown
+from hpcstack.validate.workload import Figure
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _site(tmp_path: Path, **keys):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data.update(keys)
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_site(str(path))
+
+
+@pytest.mark.parametrize("keys, layout", [
+    ({}, "directory"),
+    ({"filesystem": "local"}, "directory"),
+    ({"filesystem": "parallel"}, "squashfs"),                           # the fast path by default
+    ({"filesystem": "parallel", "layout": "directory"}, "directory"),   # the site's own word wins
+    ({"layout": "squashfs"}, "squashfs"),
+])
+def test_parallel_file_system_gets_squashfs(tmp_path, keys, layout):
+    site = _site(tmp_path, **keys)
+    assert image.layout_of(site) == layout
+    assert (image.settings(site) is not None) == (layout == "squashfs")
+
+
+def test_bad_filesystem_is_one_line(tmp_path):
+    from hpcstack.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _site(tmp_path, filesystem="lustre")
+    assert len(exc.value.problems) == 1 and "filesystem" in exc.value.problems[0]
+
+
+def test_startup_over_ranks():
+    records = [{"record": "startup", "rank": r, "imports_s": 3.0, "first_step_s": s}
+               for r, s in enumerate([4.0, 9.5, 5.0])] + [{"record": "result", "ok": True}]
+    assert Figure("startup_max", "s", "startup", "first_step_s", over_ranks="max").value(records) == 9.5
+    assert Figure("startup_median", "s", "startup", "first_step_s", over_ranks="median").value(records) == 5.0
+    assert Figure("startup_max", "s", "startup", "first_step_s", over_ranks="max").value(records[-1:]) is None
+
+
+def test_recipe_declares_startup_with_localhost_reference():
+    from hpcstack.recipe import load_recipe
+    from hpcstack.validate.workload import validation_of
+
+    site = load_site("localhost")
+    spec = validation_of(load_recipe("pytorch/2.3.1-gpu", site))
+    fig = spec.figures["startup_max"]
+    assert (fig.record, fig.field, fig.over_ranks, fig.unit) == ("startup", "first_step_s", "max", "s")
+    ref = lookup_references(spec.references, "localhost", "debug", 2)["startup_max"]
+    assert ref.lower is None and ref.bounds()[1] == 60.0
+
+
+def test_report_shows_startup_next_to_img_per_sec():
+    from hpcstack.validate.judge import build_report  # noqa: F401  (the report format's owner)
+
+    fig = {"value": 12.5, "unit": "s", "label": "start-up s (max over ranks)", "reference": None,
+           "bounds": [None, None], "ok": True}
+    thr = {"value": 900.0, "unit": "img/s", "label": "img/s total", "reference": None,
+           "bounds": [None, None], "ok": True}
+    run = {"backend": "ddp", "nodes": 1, "ranks": 2, "job_id": "7", "ok": True, "sanity": [],
+           "figures": {"throughput_total": thr, "startup_max": fig}, "startup": None, "collectives": None,
+           "classifier": None}
+    report = {"ok": True, "site": "localhost", "system": "localhost:debug", "recipe": "pytorch/2.3.1-gpu",
+              "settings": {"layout": "squashfs"}, "runs": [run], "failures": [], "jobs": [], "scaling": {}}
+    text = to_markdown(report)
+    header = next(line for line in text.splitlines() if line.startswith("| backend"))
+    assert header.index("img/s total") < header.index("start-up s (max over ranks)")
+    assert "12.5" in text and "layout squashfs" in text
+
+
+def test_optimization_levels_compile_after_the_last_package(tmp_path):
+    """``installer.optimization_levels: [1]`` adds one ``compileall -o 1`` over site-packages to
+    the install step (after the source builds' installs); without it the plan has none."""
+    import subprocess
+    import sys
+
+    data = yaml.safe_load((REPO / "site-configs" / "cirrus.yaml").read_text())
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(data))
+    data.setdefault("installer", {})["optimization_levels"] = [1]
+    site = tmp_path / "opt.yaml"
+    site.write_text(yaml.safe_dump(data))
+
+    def dry_run(path):
+        proc = subprocess.run([sys.executable, "-m", "hpcstack", "install", "pytorch/2.3.1-gpu", "--site",
+                               str(path), "--dry-run"], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout
+
+    assert "compileall" not in dry_run(plain)
+    script = dry_run(site)
+    lines = [line for line in script.splitlines() if "-m compileall" in line]
+    assert len(lines) == 1 and "-o 1" in lines[0] and lines[0].rstrip().endswith("/site-packages")
+    install = script.index("# --- step install")
+    assert install < script.index("-m compileall") < script.index("# --- step sanitycheck")
+
+
+def test_bad_optimization_level_is_one_line(tmp_path):
+    from hpcstack.errors import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _site(tmp_path, installer={"optimization_levels": [3]})
+    assert len(exc.value.problems) == 1 and "optimization_levels" in exc.value.problems[0]
