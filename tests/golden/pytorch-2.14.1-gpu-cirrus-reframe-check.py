@@ -14,6 +14,7 @@
 
 import json
 import os
+import statistics
 
 import reframe as rfm
 import reframe.utility.sanity as sn
@@ -59,9 +60,11 @@ RECORDS = 'records.jsonl'
 
 
 @sn.deferrable
-def figure(path, record, field, per_rank=False):
+def figure(path, record, field, per_rank=False, over_ranks=None):
     """A figure of the program's JSON-lines records: ``field`` of the first ``record`` (divided
-    by its world_size where ``per_rank``), as hpcstack.validate.workload.Figure reads it."""
+    by its world_size where ``per_rank``), or the max or median of ``field`` over every such
+    record (``over_ranks``: one per rank), as hpcstack.validate.workload.Figure reads it."""
+    values = []
     with open(path) as f:
         for line in f:
             try:
@@ -69,7 +72,12 @@ def figure(path, record, field, per_rank=False):
             except ValueError:
                 continue
             if rec.get('record') == record and rec.get(field) is not None:
+                if over_ranks:
+                    values.append(float(rec[field]))
+                    continue
                 return float(rec[field]) / (int(rec['world_size']) if per_rank else 1)
+    if values:
+        return max(values) if over_ranks == 'max' else statistics.median(values)
     raise sn.SanityError(f'no {record!r} record with {field!r} in {path}')
 
 
@@ -168,3 +176,7 @@ class HpcstackPytorch_2_14_1_gpu(rfm.RunOnlyRegressionTest):
         base = ('throughput_total', 'img_per_sec', False)
         return (figure(self.records(), *base)
                 / (self.num_nodes * figure(os.path.join(single.stagedir, RECORDS), *base)))
+
+    @performance_function('s')
+    def startup_max(self):
+        return figure(self.records(), 'startup', 'first_step_s', False, over_ranks='max')
