@@ -9,7 +9,7 @@ counts, not timings, so one run is the figure.
 
 Usage:
     python3 benchmarks/disk.py [--stack /opt/hpcstack/software/pytorch/2.3.1-gpu]
-                               [--cache /opt/hpcstack/software/.hpcstack/cache/uv] [--raw FILE]
+                               [--cache /var/cache/hpcstack/uv] [--raw FILE]
 
 ``--stack`` may be the stable prefix (a symbolic link): the build it points at is counted.
 """
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     """Count both trees and print one line each (also to ``--raw``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--stack", default="/opt/hpcstack/software/pytorch/2.3.1-gpu")
-    p.add_argument("--cache", default="/opt/hpcstack/software/.hpcstack/cache/uv")
+    p.add_argument("--cache", default="/var/cache/hpcstack/uv")  # the machine's cache (root)
     p.add_argument("--raw", metavar="FILE", help="also write the report to FILE")
     args = p.parse_args(argv)
     missing = [f"disk: {x} is not a directory" for x in (args.stack, args.cache) if not Path(x).is_dir()]

@@ -12,11 +12,13 @@ import pytest
 
 from conftest import REPO
 from hpcstack.install import gpuarch
+from hpcstack.site import load_site
 
 pytestmark = pytest.mark.integration
 
-#: Where the localhost stack's install (scripts/quickstart-localhost) keeps its uv cache.
-UV_CACHE = "/opt/hpcstack/software/.hpcstack/cache/uv"
+#: Where the localhost stack's install (scripts/quickstart-localhost) keeps its uv cache: the
+#: machine's cache, which the localhost sites share.
+UV_CACHE = os.path.join(load_site("localhost").cache_dir, "uv")
 #: NVIDIA's cuobjdump of scripts/localhost-cuda-tools (13.5.37) and that of the CUDA 12.4
 #: toolkit of scripts/localhost-cuda-toolkit; localhost-setup --with-test-tools installs both.
 CUOBJDUMP_13 = "/opt/hpcstack/cuda-tools/bin/cuobjdump"

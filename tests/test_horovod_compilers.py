@@ -28,13 +28,14 @@ from pathlib import Path
 import pytest
 
 from conftest import STACK_TOP
+from hpcstack.site import load_site
 
 
 pytestmark = pytest.mark.e2e
 
 E2E_ROOT = STACK_TOP
 VENV = E2E_ROOT / "software" / "pytorch" / "2.3.1-gpu" / "venv"
-SDIST = E2E_ROOT / "software" / ".hpcstack" / "cache" / "sources" / "horovod-0.28.1.tar.gz"
+SDIST = Path(load_site("localhost").cache_dir) / "sources" / "horovod-0.28.1.tar.gz"  # the machine's cache
 WORK = Path("/var/tmp/hpcstack-compilers")
 #: Debian 13's packages for the builds; the root filesystem is made once per list.
 PACKAGES = ("g++-13", "g++-14", "cmake", "make", "patch", "libopenmpi-dev", "openmpi-bin",
