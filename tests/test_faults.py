@@ -520,10 +520,13 @@ def test_kill_9_at_three_moments_of_every_step_then_a_plain_rerun_gives_a_correc
                     # the state uv leaves when the kill falls between a .dist-info and its files;
                     # where the kill came a moment late, make it so (six.py is what `import six` needs)
                     sp = next(build.glob("venv/lib/python3*/site-packages"))
-                    partial_seen = partial_seen or bool(_missing_record_files(build))
-                    if not _missing_record_files(build):
+                    # half-installed: files its RECORD lists are missing, or the kill fell between
+                    # a .dist-info directory and its RECORD (nothing yet says what belongs to it)
+                    no_record = [d.name for d in sp.glob("*.dist-info") if not (d / "RECORD").exists()]
+                    partial_seen = partial_seen or bool(_missing_record_files(build)) or bool(no_record)
+                    if not _missing_record_files(build) and not no_record:
                         _remove_a_recorded_file(sp)
-                    assert _missing_record_files(build), "no package half-installed to resume from"
+                    assert _missing_record_files(build) or no_record, "no package half-installed to resume from"
                 if not recorded:
                     hits.append(f"{step}:{where}")
                 if step != "module":

@@ -73,7 +73,8 @@ def trixie() -> Path:
         if not shutil.which(tool):
             pytest.skip(f"{tool} missing: scripts/localhost-setup --with-test-tools installs it")
     if not (VENV / "bin" / "python").exists() or not SDIST.is_file():
-        pytest.skip(f"no e2e stack in {VENV} (tests/test_e2e_pytorch.py installs it first)")
+        pytest.skip(f"no e2e stack in {VENV} or no Horovod sdist in {SDIST} (the README's main command, "
+                    "scripts/quickstart-localhost, installs both first)")
     key = hashlib.sha256(" ".join(PACKAGES).encode()).hexdigest()[:12]
     root = WORK / f"trixie-{key}"
     if not (root / "usr" / "bin" / "g++-14").exists():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import pwd
 import shutil
 import subprocess
@@ -231,7 +232,7 @@ def _check_tool(user: User, command: str) -> None:
     assert builtin["origin"] == "built-in"
     assert Path(builtin["path"]).is_relative_to(user.home), builtin  # the user's install, not /opt's
     text = user.ok(f"{command} list")
-    assert "  pytorch/2.3.1-gpu  built-in" in text and "  cirrus" in text, text
+    assert re.search(r"^  pytorch/2\.3\.1-gpu +built-in$", text, re.M) and "  cirrus" in text, text
     assert "pytorch/2.3.1-gpu" in [e["name"] for e in listing["recipes"]]
     assert "cirrus" in [e["name"] for e in listing["site-configs"]]
     plan = user.ok(f"{command} install pytorch/2.3.1-gpu --site cirrus --dry-run")
