@@ -54,20 +54,9 @@ class SiteFile:
         return self.filename.endswith(".whl")
 
 
-def marker_environment(python_version: str) -> dict[str, str]:
-    """PEP 508 marker variables of CPython ``X.Y`` on x86_64 Linux."""
-    return {"python_version": python_version, "python_full_version": f"{python_version}.0",
-            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-            "os_name": "posix", "implementation_name": "cpython",
-            "platform_python_implementation": "CPython", "platform_release": "", "platform_version": "",
-            "implementation_version": f"{python_version}.0", "extra": ""}
-
-
 def applies(pin: Pin, python_version: str) -> bool:
-    """Whether ``pin``'s marker holds for CPython ``X.Y`` on x86_64 Linux."""
-    from packaging.markers import Marker
-
-    return pin.marker is None or Marker(pin.marker).evaluate(marker_environment(python_version))
+    """Whether ``pin``'s marker holds for CPython ``X.Y`` on x86_64 Linux (:meth:`Pin.applies`)."""
+    return pin.applies(python_version)
 
 
 def supported_tags(python_version: str) -> list:

@@ -34,6 +34,26 @@ class Pin:
         """``name==version`` with ``; marker`` when there is one."""
         return f"{self.name}=={self.version}" + (f" ; {self.marker}" if self.marker else "")
 
+    def applies(self, python_version: str) -> bool:
+        """Whether the pin's PEP 508 marker holds for CPython ``python_version`` (``X.Y``) on
+        x86_64 Linux (True without a marker).
+
+        Raises:
+            packaging.markers.InvalidMarker: a marker that cannot be read.
+        """
+        from packaging.markers import Marker
+
+        return self.marker is None or Marker(self.marker).evaluate(marker_environment(python_version))
+
+
+def marker_environment(python_version: str) -> dict[str, str]:
+    """PEP 508 marker variables of CPython ``X.Y`` on x86_64 Linux (the machines stacks run on)."""
+    return {"python_version": python_version, "python_full_version": f"{python_version}.0",
+            "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+            "os_name": "posix", "implementation_name": "cpython",
+            "platform_python_implementation": "CPython", "platform_release": "", "platform_version": "",
+            "implementation_version": f"{python_version}.0", "extra": ""}
+
 
 def read_lock(path: str) -> list[Pin]:
     """Parse a hashed requirements lock file.

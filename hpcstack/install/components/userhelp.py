@@ -57,7 +57,7 @@ def key_packages(ctx: PlanContext) -> list[tuple[str, str]]:
         for pin in pins:
             # a universal lock pins some packages once per Python range (``numpy==2.2.6 ;
             # python_full_version < '3.11'``): the pin whose marker holds for the stack's Python
-            if _marker_holds(pin.marker, ctx.python_version):
+            if _pin_applies(pin, ctx.python_version):
                 pinned.setdefault(canonicalize_name(pin.name), pin.version)
         wanted = _top_level(os.path.join(str(ctx.recipe.directory), f"{wheels[0].stem}.in"))
         names = wanted if wanted is not None else [pin.name for pin in pins]
@@ -70,19 +70,13 @@ def key_packages(ctx: PlanContext) -> list[tuple[str, str]]:
     return out
 
 
-def _marker_holds(marker: str | None, python_version: str | None) -> bool:
-    """Whether a lock pin's PEP 508 ``marker`` holds for CPython ``python_version`` (``X.Y``) on
-    x86_64 Linux; True without a marker, without a known Python, or for a marker that cannot be read."""
-    if not marker or not python_version:
-        return True
-    from packaging.markers import InvalidMarker, Marker
+def _pin_applies(pin, python_version: str | None) -> bool:
+    """:meth:`~hpcstack.install.lockfile.Pin.applies`, and True where the stack's Python is not
+    known or the marker cannot be read (module help then lists the first pin)."""
+    from packaging.markers import InvalidMarker
 
-    env = {"python_version": python_version, "python_full_version": f"{python_version}.0",
-           "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-           "os_name": "posix", "implementation_name": "cpython",
-           "platform_python_implementation": "CPython"}
     try:
-        return Marker(marker).evaluate(env)
+        return not python_version or pin.applies(python_version)
     except InvalidMarker:
         return True
 
