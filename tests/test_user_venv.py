@@ -260,7 +260,8 @@ echo "=== end"
     assert doc.returncode == 1, doc.stdout + doc.stderr
     lines = doc.stdout.splitlines()
     assert lines == [f"user site: torch 9.9 in {user_site} is imported by any Python without "
-                     f"PYTHONNOUSERSITE=1 (the stack or venv has 2.3.1)"], lines
+                     f"PYTHONNOUSERSITE=1 (the stack or venv has 2.3.1)",
+                     "note: on pytorch/2.3.1-gpu, which `module load pytorch` loads (the default)"], lines
 
 
 # ------------------------------------------------------------------------------ hpcstack doctor
@@ -401,7 +402,10 @@ echo "=== end"
     assert "rc=0" not in sections["pip six>=1.17"]
     assert "The user requested (constraint) six==1.16.0" in sections["pip six>=1.17"], sections["pip six>=1.17"]
     # the stack's own hpcstack-doctor (no hpcstack command needed): the venv is clean
-    assert sections["doctor"].startswith(f"ok: checked {venv} on top of {prefix}:"), sections["doctor"]
+    doctor = sections["doctor"].splitlines()
+    # which stack the venv is on, then the verdict (hpcstack-doctor prints notes before "ok:")
+    assert doctor[0] == "note: on tiny/1.0, which `module load tiny` loads (the default)", doctor
+    assert doctor[1].startswith(f"ok: checked {venv} on top of {prefix}:"), doctor
     assert "rc=0" in sections["doctor"]
 
 
