@@ -485,6 +485,16 @@ def _shadowing(args, site) -> list[str]:
     return lines
 
 
+def _layout_note(site) -> None:
+    """After a plan or a published install: the ``note:`` of a site whose stacks lie as directories
+    on a parallel file system (:func:`hpcstack.install.image.layout_note`), on stderr."""
+    from hpcstack.install.image import layout_note
+
+    note = layout_note(site)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+
+
 def cmd_install(args) -> int:
     """``hpcstack install``: print the plan (``--dry-run``), or build in a stage prefix and publish
     (:class:`hpcstack.install.service.InstallService` does the work; this prints)."""
@@ -510,6 +520,7 @@ def cmd_install(args) -> int:
         sys.stdout.write(plan.to_json(__version__) if args.json else plan.to_bash(__version__))
         if args.default and not args.json:
             print(f"# then, once published: hpcstack module set-default {recipe.full_name} --site {args.site}")
+        _layout_note(site)
         return 0
     done = service.install(stop_after=args.stop_after, force=args.force, wait=not args.no_wait,
                            announce=console.print)
@@ -522,6 +533,7 @@ def cmd_install(args) -> int:
         print(f"  removed earlier builds: {', '.join(done.removed)}")
     if done.complete:
         _report_default(args, site, recipe)
+        _layout_note(site)
     if done.ran and not done.complete:
         print(f"build {plan.build_id or plan.build_prefix} of {recipe.full_name} stopped after "
               f"step {done.ran[-1]}; not published; re-run the install to continue")

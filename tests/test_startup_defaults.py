@@ -42,6 +42,34 @@ def test_parallel_file_system_gets_squashfs(tmp_path, keys, layout):
     assert (image.settings(site) is not None) == (layout == "squashfs")
 
 
+@pytest.mark.parametrize("name", ["cirrus", "perlmutter", "juwels-booster"])
+def test_cluster_sites_declare_their_parallel_file_system(name):
+    """The cluster sites say where their stacks lie; each keeps directories (its nodes mount no
+    image yet) and so gets the note that names what squashfs would save."""
+    site = load_site(name)
+    assert site.raw["filesystem"] == "parallel" and image.layout_of(site) == "directory"
+    note = image.layout_note(site)
+    assert note and note.startswith(f"site {name}: ") and "`layout: squashfs`" in note
+
+
+def test_install_prints_the_layout_note_once_and_only_where_it_applies(tmp_path):
+    import subprocess
+    import sys
+
+    def dry(site):
+        return subprocess.run([sys.executable, "-m", "hpcstack", "install", "pytorch/2.3.1-gpu", "--site", site,
+                               "--dry-run"], capture_output=True, text=True, timeout=120)
+
+    cirrus = dry("cirrus")
+    assert cirrus.returncode == 0, cirrus.stderr
+    notes = [line for line in cirrus.stderr.splitlines() if "parallel file system" in line]
+    assert notes == [f"note: {image.layout_note(load_site('cirrus'))}"], cirrus.stderr
+    assert "parallel file system" not in cirrus.stdout           # the script itself is unchanged
+    local = dry("localhost")
+    assert local.returncode == 0 and "parallel file system" not in local.stderr, local.stderr
+    assert image.layout_note(_site(tmp_path, filesystem="parallel")) is None  # squashfs: nothing to say
+
+
 def test_bad_filesystem_is_one_line(tmp_path):
     from hpcstack.errors import ConfigError
 

@@ -97,6 +97,32 @@ def layout_of(site) -> str:
     return "squashfs" if raw.get("filesystem") == "parallel" else "directory"
 
 
+def layout_note(site) -> str | None:
+    """One line for a site whose stacks lie as directories on a parallel file system, else None.
+
+    Such a site (``filesystem: parallel`` with an explicit ``layout: directory``, e.g. because
+    its compute nodes cannot mount images yet) gets what its choice costs and the key that
+    changes it; ``hpcstack install`` prints it as a ``note:`` (dry run too).
+
+    The figures are those of ``benchmarks/startup.py`` on the local Slurm, 8 ranks and 1 ms of
+    latency each way (docs/benchmarks.md, "Start-up at scale"): about 6,000 metadata requests per
+    rank reach the file server from a directory, about 25 from the squashfs image.
+
+    Args:
+        site (hpcstack.site.Site): the validated site (``layout`` and ``filesystem`` keys).
+
+    Returns:
+        str | None: the note, without its ``note:`` prefix.
+    """
+    raw = getattr(site, "raw", None) or {}
+    if raw.get("filesystem") != "parallel" or layout_of(site) != "directory":
+        return None
+    return (f"site {site.name}: its stacks lie as directories on a parallel file system, so every rank's "
+            "imports are round trips to the metadata server (about 6,000 requests per rank against 25 "
+            "from a squashfs image: docs/benchmarks.md, \"Start-up at scale\"); `layout: squashfs` "
+            "packs the venv into one image once every compute node can mount it (docs/admin/sites.md)")
+
+
 def settings(site) -> ImageSettings | None:
     """The site's image settings, or None where its layout (:func:`layout_of`) is ``directory``.
 
