@@ -134,3 +134,17 @@ def test_a_base_image_named_by_tag_only_is_refused(tmp_path):
     proc = hpcstack("export", "pytorch/2.3.1-gpu", "--site", site, "--format", "docker", "-o", str(out))
     assert proc.returncode == 2 and "container.base_image: 'debian:12' is named by tag only" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_parallel_file_system_outside_is_not_carried_into_the_image():
+    """The cluster site's ``filesystem: parallel`` would make squashfs the default layout inside
+    the image, where the build has no FUSE: the image's site is a directory on its own disk."""
+    from hpcstack.export.container import inside_site
+    from hpcstack.install import image
+    from hpcstack.site import load_site
+
+    site = load_site("cirrus")
+    assert site.raw["filesystem"] == "parallel"
+    inside, raw = inside_site(site)
+    assert "filesystem" not in raw and "layout" not in raw
+    assert image.layout_of(inside) == "directory" and image.layout_note(inside) is None

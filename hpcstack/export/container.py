@@ -99,7 +99,8 @@ def container_section(site) -> dict:
 
 def inside_site(site):
     """The site config the image is installed with: the site's, less ``container`` and
-    ``slurm`` (the image validates with ``--local``), with ``container.site_changes`` on top
+    ``slurm`` (the image validates with ``--local``) and less ``layout``, ``squashfs`` and
+    ``filesystem`` (the stack is a directory in the image), with ``container.site_changes`` on top
     (top-level keys replaced), the image's Python, and the cache in :data:`CACHE_DIR` (copied
     into the stack, not hard-linked: it is a mount at build time).
 
@@ -116,8 +117,11 @@ def inside_site(site):
     from hpcstack.site import _build, check_config
 
     section = container_section(site)
-    # layout: squashfs is not carried in: the container is the image, its stack a directory (no FUSE in a build)
-    raw = {k: copy.deepcopy(v) for k, v in site.raw.items() if k not in ("container", "slurm", "layout", "squashfs")}
+    # neither layout: squashfs nor filesystem: parallel is carried in (the latter would make squashfs
+    # the default): the container is the image, its stack a directory on the image's own file system
+    # (no FUSE in a build)
+    raw = {k: copy.deepcopy(v) for k, v in site.raw.items()
+           if k not in ("container", "slurm", "layout", "squashfs", "filesystem")}
     raw.update(copy.deepcopy(section.get("site_changes") or {}))
     raw["python"] = {**(raw.get("python") or {}), "version": section["python"]}
     raw["cache_dir"] = CACHE_DIR

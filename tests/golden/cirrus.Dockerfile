@@ -61,7 +61,6 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
         'install_root: /opt/hpcstack/software' \
         'module_root: /opt/hpcstack/modulefiles' \
         'cache_dir: /var/cache/hpcstack' \
-        'filesystem: parallel' \
         'modules:' \
         '  tool: environment-modules' \
         '  syntax: tcl' \
