@@ -903,15 +903,7 @@ def cmd_doctor(args) -> int:
     from hpcstack import doctor
 
     problems, header = doctor.run(args.venv, args.stack)
-    for line in problems:
-        print(line)
-    for line in header[2:]:  # which stack, and whether `module load NAME` now loads another
-        print(f"note: {line}")
-    if not problems:
-        print(f"ok: {header[0]}: {header[1]}")
-        return 0
-    print(f"{len(problems)} problem(s): {header[0]}", file=sys.stderr)
-    return 1
+    return doctor.report(problems, header)
 
 
 def _report_default(args, site, recipe) -> None:

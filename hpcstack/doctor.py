@@ -500,9 +500,26 @@ def main(argv=None) -> int:
         for line in exc.lines():
             print(f"{SCRIPT}: error: {line}", file=sys.stderr)
         return 2
+    return report(problems, header)
+
+
+def report(problems: list[str], header: list[str]) -> int:
+    """Print what :func:`run` found, as ``hpcstack doctor`` and ``hpcstack-doctor`` both do: one line
+    per problem, then a ``note:`` line for each of ``header[2:]`` (which stack, and whether ``module
+    load NAME`` now loads another), then ``ok: …`` on stdout when clean, else the count on stderr.
+
+    Args:
+        problems (list[str]): the problem lines of :func:`run`.
+        header (list[str]): :func:`run`'s header: what was checked, the verdict text, then notes.
+
+    Returns:
+        int: the exit status, 0 clean, 1 problems.
+    """
+    import sys
+
     for line in problems:
         print(line)
-    for line in header[2:]:  # which stack, and whether `module load NAME` now loads another
+    for line in header[2:]:
         print(f"note: {line}")
     if not problems:
         print(f"ok: {header[0]}: {header[1]}")
