@@ -46,6 +46,16 @@ def _add_site_args(p: argparse.ArgumentParser) -> None:
 _NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,255}"
 
 
+#: What jsonschema imports, when installed, to check a schema's ``format`` keywords (jupyter's
+#: ``jsonschema[format-nongpl]`` brings them, and arrow and lark with them). hpcstack's schemas
+#: have no ``format``, and nothing else of hpcstack imports them, so :func:`main` blocks them in
+#: its own process (jsonschema expects the ImportError): ``rfc3987_syntax`` alone compiles 38 lark
+#: grammars at import, 1.1-2.4 s of every command; the others cost about 60 ms of a no-op
+#: re-install (docs/benchmarks.md, "The CLI runs without rfc3987_syntax").
+FORMAT_MODULES = ("rfc3987_syntax", "rfc3987", "rfc3986_validator", "rfc3339_validator", "fqdn",
+                  "webcolors", "uri_template", "isoduration", "jsonpointer")
+
+
 def check_args(argv: list[str], args: argparse.Namespace | None = None) -> list[str]:
     """Check command-line values before anything uses them.
 
@@ -376,11 +386,8 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         int: exit status (0 ok, 1 failure, 2 bad input).
     """
-    # jsonschema imports rfc3987_syntax when it is installed (jupyter's jsonschema[format-nongpl]
-    # brings it), which compiles 38 lark grammars at import: 1.1-2.4 s of every command, 3-5x a
-    # no-op re-install. hpcstack's schemas check no IRI format; jsonschema runs
-    # without it (an ImportError it expects), in this process only.
-    sys.modules.setdefault("rfc3987_syntax", None)
+    for name in FORMAT_MODULES:
+        sys.modules.setdefault(name, None)
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         problems = check_args(argv)

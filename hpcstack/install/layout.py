@@ -46,7 +46,7 @@ from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import fsync_dir, write_atomic
 from hpcstack.install import image
 from hpcstack.install.actions import PRE_STAGING, describe_os_error
-from hpcstack.install.plan import IN_PLACE_STEPS, Plan
+from hpcstack.install.plan import IN_PLACE_STEPS, Plan, data_neutral
 from hpcstack.install.runner import pending_steps
 
 __all__ = ["PRE_STAGING", "StackLayout", "Choice", "choose", "start", "finish", "default_marker", "uninstall"]
@@ -281,7 +281,9 @@ def choose(layout: StackLayout, resolve_at: Callable[[str, str], Plan], force: b
         plan = resolve_at(layout.build_path(building), building)
         return Choice(plan, "resume", pending_steps(plan, force), replaces=state["replaces"])
     probe = resolve_at(layout.build_path("new"), "")
-    base = hashlib.sha256(f"site {layout.site}\n{probe.to_bash('')}".encode()).hexdigest()[:12]
+    # hpcstack's own data directory written neutrally: the same stack gets the same id whichever
+    # copy of hpcstack installs it (hpcstack.install.plan.data_neutral)
+    base = hashlib.sha256(f"site {layout.site}\n{data_neutral(probe.to_bash(''))}".encode()).hexdigest()[:12]
     taken = {layout.id_of(current), state["previous"]}
     build_id, n = base, 1
     while build_id in taken:

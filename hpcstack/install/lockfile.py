@@ -3,6 +3,7 @@ installs, what the constraints file and the SBOM list, what an export downloads)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from hpcstack.errors import ConfigError
@@ -55,6 +56,12 @@ def marker_environment(python_version: str) -> dict[str, str]:
             "implementation_version": f"{python_version}.0", "extra": ""}
 
 
+#: Locks read by this process: ``{path: (stamp, pins)}``, the stamp the file's device, inode,
+#: mtime, ctime and size (a rewrite, in place or by rename, changes one); one install reads the
+#: same lock in several components (module help, the manifest, the wheels step's check).
+_READ: dict[str, tuple[tuple[int, ...], tuple[Pin, ...]]] = {}
+
+
 def read_lock(path: str) -> list[Pin]:
     """Parse a hashed requirements lock file.
 
@@ -75,7 +82,12 @@ def read_lock(path: str) -> list[Pin]:
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
-        lines = open(path, encoding="utf-8").read().splitlines()
+        with open(path, encoding="utf-8") as f:
+            st = os.fstat(f.fileno())
+            stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+            if path in _READ and _READ[path][0] == stamp:
+                return list(_READ[path][1])
+            lines = f.read().splitlines()
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read: {exc.strerror}"])
     index = PYPI
@@ -118,4 +130,5 @@ def read_lock(path: str) -> list[Pin]:
         pins.append(Pin(req.name, spec[0].version, marker, hashes, source))
     if problems:
         raise ConfigError(problems)
+    _READ[path] = (stamp, tuple(pins))
     return pins

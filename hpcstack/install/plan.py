@@ -68,6 +68,26 @@ REDO_WITH = {WHEELS: VENV}
 
 # ----------------------------------------------------------------------------------------- plan
 
+
+def data_neutral(text: str) -> str:
+    """``text`` with hpcstack's data directory (:func:`hpcstack.data_root`, as given and resolved)
+    and the package directory above it written ``@HPCSTACK_DATA@``, for the texts whose hash
+    names a step or a build (:meth:`Step.fingerprint`, :func:`hpcstack.install.layout.choose`).
+
+    Args:
+        text (str): a step's fingerprint or a plan's script.
+
+    Returns:
+        str: the text, the same whichever copy of hpcstack wrote it.
+    """
+    from hpcstack import data_root
+
+    root = str(data_root())
+    for form in dict.fromkeys((root, os.path.realpath(root), os.path.dirname(root))):
+        text = text.replace(form.rstrip("/") + "/", "@HPCSTACK_DATA@/")
+    return text
+
+
 @dataclass
 class Step:
     """One named step of a plan.
@@ -87,10 +107,15 @@ class Step:
 
     def fingerprint(self) -> str:
         """Return the text that decides whether the step is up to date: its script, and the
-        sha256 of every input file its actions declare (so an edited lock file redoes it)."""
+        sha256 of every input file its actions declare (so an edited lock file redoes it).
+
+        hpcstack's own data directory (:func:`hpcstack.data_root`: built-in recipes, patches,
+        templates, the trainer) is written ``@HPCSTACK_DATA@`` there: its files enter by their
+        sha256, so hpcstack installed somewhere else (another venv, ``uv tool``, a checkout) finds
+        the same stacks up to date instead of building each anew."""
         digests = [f"{p}={sha256_file(p) if os.path.isfile(p) else 'missing'}"
                    for a in self.actions for p in a.inputs()]
-        return self.to_bash() + "\n" + "\n".join(digests)
+        return data_neutral(self.to_bash() + "\n" + "\n".join(digests))
 
     def to_bash(self) -> str:
         """Return the step as a commented block of bash.

@@ -197,7 +197,7 @@ class InstallService:
             except KeyError:
                 raise ConfigError([f"{self.site.path}: permissions.group: no group {group!r} on this "
                                    "machine; create it, or set group: null"]) from None
-        with _umask(stack_umask(self.site)), self._private_dirs(), \
+        with _umask(stack_umask(self.site)), self._private_dirs() as private, \
                 install_lock(self.layout, wait=wait, mode=self._lock_mode()):
             choice = self.choose(force)                 # again: another install may have run meanwhile
             if image.restart_packed(self.layout, choice):  # layout: squashfs, a packed build to redo
@@ -222,6 +222,7 @@ class InstallService:
             runner = Runner(plan, env, stop_after=stop_after, force=force)
             try:
                 ran = runner.run()
+                private["ran"] = bool(ran)
             finally:
                 if runner.timings:
                     try:
@@ -247,7 +248,8 @@ class InstallService:
         write files that others could replace or lock there (uv's ``.lock`` files are 0666
         whatever the umask). What a stack is made of reaches users through the stack itself
         (hard links keep the modes the permissions step gives). Afterwards uv's lock files
-        lose group and other write."""
+        lose group and other write; not after an install that ran no step (nothing of uv ran:
+        a no-op re-install walks no cache). Yields a dict whose ``ran`` the caller sets."""
         mode = 0o770 if self._lock_mode() == 0o660 else 0o700
         inst = self.site.installer
         dirs = [self.site.cache_dir, self.site.stage_root, os.path.dirname(self.layout.lock_file),
@@ -260,10 +262,11 @@ class InstallService:
                     os.chmod(d, mode)
             except OSError:
                 pass  # the step that writes there names the problem
+        state = {"ran": True}
         try:
-            yield
+            yield state
         finally:
-            for d in dirs:
+            for d in (dirs if state["ran"] else ()):
                 for top, subdirs, files in os.walk(d):
                     subdirs[:] = [s for s in subdirs if not s.startswith("archive-v")]  # unpacked wheels: no locks
                     for name in files:
