@@ -28,7 +28,6 @@ the environment in which the site's modules were loaded, and printed unexpanded 
 from __future__ import annotations
 
 import errno
-import http.client
 import os
 import re
 import shlex
@@ -37,8 +36,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
@@ -291,6 +288,10 @@ class Fetch(ActionBase):
             ctx.log.write(f"cached: {dest}\n")
             return
         ctx.log.write(f"$ {self.to_bash()}\n")
+        import http.client  # here, not at the top: a no-op install downloads nothing (~25 ms of imports)
+        import urllib.error
+        import urllib.request
+
         url = self.url
         if self.page:
             url = find_on_page(self.page, os.path.basename(self.url))
