@@ -207,12 +207,27 @@ def installed_stack(localhost_ready) -> Path:
     return STACK_PREFIX
 
 
-def make_sdist(dest: Path, name: str = "tinypkg", version: str = "1.0") -> Path:
-    """Write a tiny sdist (a setuptools package with one module) and return its path."""
+def make_sdist(dest: Path, name: str = "tinypkg", version: str = "1.0", hold: Path | None = None) -> Path:
+    """Write a tiny sdist (a setuptools package with one module) and return its path.
+
+    Args:
+        dest (Path): the directory of the sdist.
+        name (str), version (str): the package.
+        hold (Path | None): a failpoint inside the build command (tests/test_faults.py): whenever
+            ``hold`` exists as its ``setup.py`` runs, it creates ``<hold>.held`` and waits until
+            ``hold`` is removed, so that a test kills the build while it runs, at a moment it knows.
+    """
     src = dest / f"{name}-{version}"
     (src / name).mkdir(parents=True)
     (src / name / "__init__.py").write_text("GREETING = 'hello'\n")
-    (src / "setup.py").write_text(textwrap.dedent(f"""\
+    wait = "" if hold is None else textwrap.dedent(f"""\
+        import os, time
+        if os.path.exists({str(hold)!r}):
+            open({str(hold) + ".held"!r}, "w").close()
+            while os.path.exists({str(hold)!r}):
+                time.sleep(0.01)
+        """)
+    (src / "setup.py").write_text(wait + textwrap.dedent(f"""\
         from setuptools import setup
         setup(name={name!r}, version={version!r}, packages=[{name!r}])
         """))

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -28,11 +27,13 @@ from hpcstack.install.plan import STEP_ORDER
 
 pytestmark = pytest.mark.integration
 
-#: Steps killed from outside (SIGKILL to the whole process group, as a dropped session does) as
-#: soon as their log appears: each runs a command for a second or more. The others are too quick
-#: to hit from outside; the runner's failpoint kills them between two of their actions.
+#: Steps killed from outside (SIGKILL to the whole process group, as a dropped session does),
+#: each while held at a known moment: the build inside its build command (the tiny sdist's
+#: ``setup.py`` waits, :func:`conftest.make_sdist`), the others at the runner's holding failpoint
+#: (``HPCSTACK_FAILPOINT=STEP:N:hold:PATH``). The other steps are killed by the runner itself.
+#: Nothing here waits for a log and hopes the step is still running: a held step cannot move on.
 KILLED_FROM_OUTSIDE = ("venv", "wheels", "build")
-#: Interrupted with Ctrl-C (SIGINT to the process group) instead.
+#: Interrupted with Ctrl-C (SIGINT to the process group) instead, held the same way.
 INTERRUPTED = ("sanitycheck",)
 
 
@@ -41,7 +42,9 @@ class Tiny:
 
     def __init__(self, root: Path, site: str = "localhost", url: str | None = None):
         self.root = root
-        self.sdist = make_sdist(root)
+        #: the build's own failpoint: while this file exists, the sdist's build command holds
+        self.build_hold = Hold(root / "hold-build")
+        self.sdist = make_sdist(root, hold=self.build_hold.path)
         self.recipe = write_tiny_recipe(root / "recipes", self.sdist)
         if url:
             self.recipe.write_text(self.recipe.read_text().replace(self.sdist.as_uri(), url))
@@ -124,6 +127,40 @@ class ModuleWatch(threading.Thread):
         return self
 
 
+class Hold:
+    """A failpoint that holds an install at a known moment until the test acts.
+
+    ``arm()`` creates the file ``path``; the install, on reaching the moment (the runner's
+    ``HPCSTACK_FAILPOINT=STEP:N:hold:PATH``, or the tiny sdist's build command), creates
+    ``<path>.held`` and waits while ``path`` exists. ``held(proc)`` returns once it does (the
+    install can no longer move on: the kill that follows lands there, on any machine load);
+    ``release()`` removes both files.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.marker = path.with_name(path.name + ".held")
+
+    def env(self, step: str, action: int) -> dict:
+        """The runner's failpoint that holds ``step`` before its action ``action``."""
+        return {"HPCSTACK_FAILPOINT": f"{step}:{action}:hold:{self.path}"}
+
+    def arm(self) -> "Hold":
+        self.release()
+        self.path.touch()
+        return self
+
+    def held(self, proc: subprocess.Popen, what: str, err: str = "") -> None:
+        """Return once the install ``proc`` is held; fail if it ended first (the 600 s are a
+        safety net for a hung machine, not a guess at how long the step takes)."""
+        _wait_for(lambda: self.marker.exists() or proc.poll() is not None, timeout=600, what=what)
+        assert self.marker.exists() and proc.poll() is None, f"{what}: ended (exit {proc.poll()}) before it\n{err}"
+
+    def release(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.marker.unlink(missing_ok=True)
+
+
 def _wait_for(predicate, timeout: float = 120, what: str = "") -> None:
     end = time.monotonic() + timeout
     while not predicate():
@@ -151,16 +188,16 @@ def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
     watch = ModuleWatch(tiny)
     watch.start()
     killed_mid_step = []
+    hold = Hold(tmp_path / "hold-step")
     for step in index:
-        t0 = time.time_ns()
         if step in KILLED_FROM_OUTSIDE + INTERRUPTED:
-            proc = tiny.start(name=step)
-
-            def started() -> bool:
-                logs = list(tiny.builds.glob(f".1.0-*/.hpcstack/logs/{step}.log"))
-                return any(p.stat().st_mtime_ns >= t0 for p in logs) or proc.poll() is not None
-
-            _wait_for(started, what=f"step {step} to start")
+            if step == "build":  # inside the build command itself
+                held = tiny.build_hold.arm()
+                proc = tiny.start(name=step)
+            else:
+                held = hold.arm()
+                proc = tiny.start(name=step, env=hold.env(step, index[step]))
+            held.held(proc, f"step {step} held", tiny.err(step))
             os.killpg(proc.pid, signal.SIGINT if step in INTERRUPTED else signal.SIGKILL)
         else:
             proc = tiny.start(name=step, env={"HPCSTACK_FAILPOINT": f"{step}:{index[step]}"})
@@ -169,6 +206,8 @@ def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
             assert f"error: step {step}: interrupted; re-run to resume from this step" in tiny.err(step)
         else:
             assert proc.wait(timeout=300) == -signal.SIGKILL, tiny.err(step)
+        hold.release()
+        tiny.build_hold.release()
         build = tiny.builds / f".1.0-{tiny.building()}"
         if not (build / ".hpcstack" / "steps" / f"{step}.json").exists():
             killed_mid_step.append(step)
@@ -198,18 +237,14 @@ def test_a_new_build_leaves_the_published_stack_alone_until_it_is_complete(local
     first = os.path.realpath(tiny.prefix)
     watch = ModuleWatch(tiny)
     watch.start()
-    # a changed patch needs a new build; kill it in the build step
+    # a changed patch needs a new build; kill it inside its build command
     tiny.set_patch("2")
-    t0 = time.time_ns()
+    tiny.build_hold.arm()
     proc = tiny.start()
-
-    def building() -> bool:
-        logs = [p for p in tiny.builds.glob(".1.0-*/.hpcstack/logs/build.log") if not str(p).startswith(first)]
-        return any(p.stat().st_mtime_ns >= t0 for p in logs) or proc.poll() is not None
-
-    _wait_for(building, what="the new build's build step")
+    tiny.build_hold.held(proc, "the new build's build command", tiny.err())
     os.killpg(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=60) == -signal.SIGKILL
+    tiny.build_hold.release()
     new = tiny.builds / f".1.0-{tiny.building()}"
     assert str(new) != first and os.path.realpath(tiny.prefix) == first
     assert tiny.patched() == "True"  # the published stack and its module, untouched and usable
@@ -231,21 +266,19 @@ def test_a_new_build_leaves_the_published_stack_alone_until_it_is_complete(local
 
 def test_two_concurrent_installs_one_waits_one_fails_at_once(localhost_ready, tmp_path):
     tiny = Tiny(tmp_path)
-    # the real `patch`, 5 s late: the first install holds its lock longer than the two others
-    # take to start on a loaded machine (all three see the same PATH, so the same plan)
-    slow = tmp_path / "slowbin"
-    slow.mkdir()
-    (slow / "patch").write_text(f"#!/bin/sh\nsleep 5\nexec {shutil.which('patch')} \"$@\"\n")
-    (slow / "patch").chmod(0o755)
-    env = {"PATH": f"{slow}:{os.environ['PATH']}"}
-    first = tiny.start(name="first", env=env)
-    _wait_for(lambda: tiny.building() is not None or first.poll() is not None, what="the first install")
-    busy = tiny.install("--no-wait", env=env)
+    # the first install is held in its venv step, holding its lock, until both others have
+    # come (the hold is its only difference: all three make the same plan)
+    hold = Hold(tmp_path / "hold-first").arm()
+    first = tiny.start(name="first", env=hold.env("venv", 0))
+    hold.held(first, "the first install", tiny.err("first"))
+    busy = tiny.install("--no-wait")
     assert busy.returncode == 1
     assert f"another install of tiny/1.0 is running (process {first.pid})" in busy.stderr
-    second = tiny.start(name="second", env=env)
+    second = tiny.start(name="second")
     _wait_for(lambda: "waiting for another install" in tiny.err("second") or second.poll() is not None,
-              what="the second install to wait")
+              timeout=600, what="the second install to wait")
+    assert second.poll() is None, tiny.err("second")
+    hold.release()
     assert first.wait(timeout=300) == 0, tiny.err("first")
     assert second.wait(timeout=300) == 0, tiny.err("second")
     assert "up to date" in tiny.err("second")
@@ -398,10 +431,11 @@ def test_an_unknown_site_is_one_line(tmp_path):
 # ------------------------------------------------------------ kill -9 at many moments of each step
 
 class SlowServer:
-    """Serves one file over HTTP on loopback, pausing half-way through the body (a download
-    that a kill can cut short)."""
+    """Serves one file over HTTP on loopback. Armed (:meth:`arm`), it sends half of the body,
+    says so (``sent_half``) and holds the rest until :meth:`release`: a download that a kill cuts
+    short at a moment the test knows."""
 
-    def __init__(self, path: Path, pause: float = 1.5):
+    def __init__(self, path: Path):
         import http.server
 
         data, outer = path.read_bytes(), self
@@ -413,18 +447,33 @@ class SlowServer:
                 self.end_headers()
                 self.wfile.write(data[: len(data) // 2])
                 self.wfile.flush()
-                time.sleep(outer.pause)
-                self.wfile.write(data[len(data) // 2:])
+                if outer.armed.is_set():
+                    outer.sent_half.set()
+                    outer.released.wait(600)
+                try:
+                    self.wfile.write(data[len(data) // 2:])
+                except OSError:  # the client was killed meanwhile
+                    pass
 
             def log_message(self, *args):
                 pass
 
-        self.pause = pause
+        self.armed, self.sent_half, self.released = threading.Event(), threading.Event(), threading.Event()
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_port}/{path.name}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
+    def arm(self) -> None:
+        self.released.clear()
+        self.sent_half.clear()
+        self.armed.set()
+
+    def release(self) -> None:
+        self.armed.clear()
+        self.released.set()
+
     def close(self) -> None:
+        self.release()
         self.server.shutdown()
 
 
@@ -444,13 +493,10 @@ def _missing_record_files(build: Path) -> list[str]:
     return missing
 
 
-def _remove_a_recorded_file(sp: Path) -> None:
-    """Remove one file that an installed package's RECORD lists (``six.py`` where six is
-    there: ``import six`` then fails), as a kill between its ``.dist-info`` and its files leaves it."""
-    if list(sp.glob("six-*.dist-info")) and (sp / "six.py").exists():
-        (sp / "six.py").unlink()
-        return
-    for record in sorted(sp.glob("*.dist-info/RECORD")):
+def _remove_a_recorded_file(sp: Path, package: str) -> None:
+    """Remove one ``.py`` file that ``package``'s RECORD lists (``six.py`` for six: ``import six``
+    then fails), as a kill between its ``.dist-info`` and its files leaves it."""
+    for record in sorted(sp.glob(f"{package}-*.dist-info/RECORD")):
         for line in record.read_text().splitlines():
             name = line.split(",")[0]
             if name.endswith(".py") and ".dist-info/" not in name and (sp / name).exists():
@@ -458,21 +504,22 @@ def _remove_a_recorded_file(sp: Path) -> None:
                 return
 
 
-#: Per step, the moments of a kill from outside (SIGKILL to the process group), as a file that
-#: appears while the step's long action runs: (label, glob under the install root).
+#: Per step, the moment of a kill from outside (SIGKILL to the process group), each held until
+#: the kill: the download with half its body sent (:class:`SlowServer`), the build inside its
+#: build command (the sdist's ``setup.py``), and wheels and install after their last action, before
+#: the step is recorded, where the test then removes one file of a package whose ``.dist-info``
+#: stays: the state a kill inside uv leaves, between a ``.dist-info`` and its files.
 OUTSIDE = {
-    "fetch": ("a partial download", ".hpcstack/cache/sources/.part-*"),
-    "wheels": ("a package's .dist-info written before its files",
-               "tiny/.1.0-*/venv/lib/python3*/site-packages/*.dist-info"),
-    "build": ("the source build running", "tiny/.1.0-*/.hpcstack/logs/build.log"),
-    "install": ("the built package's .dist-info written before its files",
-                "tiny/.1.0-*/venv/lib/python3*/site-packages/tinypkg-*.dist-info"),
+    "fetch": "a partial download",
+    "wheels": "a package's .dist-info without all its files",
+    "build": "the source build running",
+    "install": "the built package's .dist-info without all its files",
 }
 
 
 def _moments(step: str, actions: int) -> list[tuple[str, str | int]]:
-    """Three or more moments to kill ``step``: from outside while its long action runs for the
-    first time (where it has one), before its first action, between two actions, and after its
+    """Three or more moments to kill ``step``: from outside, held at the moment of :data:`OUTSIDE`
+    (where it has one), before its first action, between two actions, and after its
     last action but before the step is recorded."""
     out: list[tuple[str, str | int]] = [("outside", step)] if step in OUTSIDE else []  # first: a real first try
     out.append(("failpoint", 0))
@@ -484,49 +531,57 @@ def _moments(step: str, actions: int) -> list[tuple[str, str | int]]:
 
 def test_kill_9_at_three_moments_of_every_step_then_a_plain_rerun_gives_a_correct_stack(localhost_ready, tmp_path):
     """Each step is killed at three or more moments in turn (one run per moment, each resuming
-    the last), among them the moment uv has written a package's ``.dist-info`` but not yet all
-    its files; then a plain re-run. The stack must be complete and correct: every file that the
+    the last), among them a download cut in half and a source build killed inside its command,
+    each held there until the kill, and the state a kill inside uv leaves (a package's
+    ``.dist-info`` without all its files); then a plain re-run. The stack must be complete and correct: every file that the
     venv's packages record is there, the imports work, the module loads."""
     tiny = Tiny(tmp_path)
     server = SlowServer(tiny.sdist)  # the recipe's own sdist, served slowly
     tiny.recipe.write_text(tiny.recipe.read_text().replace(tiny.sdist.as_uri(), server.url))
     try:
         steps = {s["name"]: len(s["actions"]) for s in json.loads(tiny.install("--dry-run", "--json").stdout)["steps"]}
-        hits, partial_seen = [], False
+        hits = []
+        hold = Hold(tmp_path / "hold-moment")
         for step, actions in steps.items():
             for kind, where in _moments(step, actions):
-                t0 = time.time_ns()
                 if kind == "failpoint":
                     proc = tiny.start(name="moment", env={"HPCSTACK_FAILPOINT": f"{step}:{where}"})
                 else:
-                    label, pattern = OUTSIDE[step]
-                    proc = tiny.start(name="moment")
+                    label = OUTSIDE[step]
                     if step == "fetch":  # the source cache is re-used: make the run download again
                         for cached in (tmp_path / "sw" / ".hpcstack" / "cache" / "sources").glob("*.tar.gz"):
                             cached.unlink()
-
-                    def appeared() -> bool:
-                        found = [p for p in _root_glob(tiny, pattern) if p.lstat().st_mtime_ns >= t0]
-                        return bool(found) or proc.poll() is not None
-
-                    _wait_for(appeared, what=f"{label} in step {step}")
-                    assert proc.poll() is None, f"{label} in step {step} never seen:\n{tiny.err('moment')}"
+                        server.arm()
+                        proc = tiny.start(name="moment")
+                        _wait_for(lambda: server.sent_half.is_set() or proc.poll() is not None, timeout=600,
+                                  what=label)
+                        # the client waits for the rest, its partial file open (it writes whole chunks)
+                        _wait_for(lambda: _root_glob(tiny, ".hpcstack/cache/sources/.part-*") or proc.poll() is not None,
+                                  timeout=600, what=label)
+                        assert proc.poll() is None, f"{label}: the install ended\n{tiny.err('moment')}"
+                    elif step == "build":
+                        tiny.build_hold.arm()
+                        proc = tiny.start(name="moment")
+                        tiny.build_hold.held(proc, label, tiny.err("moment"))
+                    else:
+                        hold.arm()
+                        proc = tiny.start(name="moment", env=hold.env(step, actions))
+                        hold.held(proc, label, tiny.err("moment"))
                     os.killpg(proc.pid, signal.SIGKILL)
                 rc = proc.wait(timeout=300)
+                server.release()
+                hold.release()
+                tiny.build_hold.release()
                 assert rc == -signal.SIGKILL, f"{step} {kind} {where}: exit {rc}\n{tiny.err('moment')}"
                 build = tiny.builds / f".1.0-{tiny.building()}"
                 recorded = (build / ".hpcstack" / "steps" / f"{step}.json").exists()
-                if step == "wheels" and kind == "outside" and not recorded:
-                    # the state uv leaves when the kill falls between a .dist-info and its files;
-                    # where the kill came a moment late, make it so (six.py is what `import six` needs)
+                assert kind == "failpoint" or not recorded, f"{step}: recorded although killed while held"
+                if step in ("wheels", "install") and kind == "outside":
+                    # the state uv leaves when a kill falls between a .dist-info and its files
+                    # (six.py is what `import six` needs; tinypkg's __init__.py, `import tinypkg`)
                     sp = next(build.glob("venv/lib/python3*/site-packages"))
-                    # half-installed: files its RECORD lists are missing, or the kill fell between
-                    # a .dist-info directory and its RECORD (nothing yet says what belongs to it)
-                    no_record = [d.name for d in sp.glob("*.dist-info") if not (d / "RECORD").exists()]
-                    partial_seen = partial_seen or bool(_missing_record_files(build)) or bool(no_record)
-                    if not _missing_record_files(build) and not no_record:
-                        _remove_a_recorded_file(sp)
-                    assert _missing_record_files(build) or no_record, "no package half-installed to resume from"
+                    _remove_a_recorded_file(sp, "tinypkg" if step == "install" else "six")
+                    assert _missing_record_files(build), "no package half-installed to resume from"
                 if not recorded:
                     hits.append(f"{step}:{where}")
                 if step != "module":
@@ -545,4 +600,4 @@ def test_kill_9_at_three_moments_of_every_step_then_a_plain_rerun_gives_a_correc
     # every step was cut short at least three times (the moment after its last action included)
     for step in steps:
         assert sum(h.startswith(step + ":") for h in hits) >= 3, (step, hits)
-    print(f"moments killed: {len(hits)}; a real partial .dist-info caught by the kill: {partial_seen}")
+    print(f"moments killed: {len(hits)}")

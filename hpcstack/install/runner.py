@@ -17,10 +17,13 @@ its own log and record, so resuming works as above.
 One install at a time per stack: ``<install_root>/.hpcstack/locks/<name>-<version>.lock``
 (``fcntl.flock``; the kernel drops it when the holder dies, even by ``kill -9``).
 
-Fault injection for tests: ``HPCSTACK_FAILPOINT=STEP:N`` makes the runner kill itself with
-SIGKILL just before action ``N`` (0-based) of step ``STEP``, e.g. ``module:1`` between the
-switch of the prefix link and the writing of the modulefile; ``N`` equal to the number of the
-step's actions kills once they have all finished, before the step is recorded.
+Fault injection for tests (:class:`Failpoint`): ``HPCSTACK_FAILPOINT=STEP:N`` makes the runner
+kill itself with SIGKILL just before action ``N`` (0-based) of step ``STEP``, e.g. ``module:1``
+between the switch of the prefix link and the writing of the modulefile; ``N`` equal to the
+number of the step's actions kills once they have all finished, before the step is recorded.
+``HPCSTACK_FAILPOINT=STEP:N:hold:PATH`` holds the step there instead: the runner creates
+``PATH.held`` and waits as long as ``PATH`` exists, so that a test can kill or interrupt the
+install from outside at a moment it knows, whatever the machine's load (no race with the step).
 """
 
 from __future__ import annotations
@@ -262,12 +265,52 @@ def full_filesystem(paths: list[str], min_free: int = 1 << 20) -> str | None:
     return None
 
 
-def _failpoint(step: str) -> int | None:
-    """The action index of ``HPCSTACK_FAILPOINT=STEP:N`` for this step, if set (tests only)."""
+@dataclass(frozen=True)
+class Failpoint:
+    """Where a test stops an install (``HPCSTACK_FAILPOINT``, tests only; see the module's text).
+
+    Attributes:
+        index (int): the action (0-based) before which it acts; the number of the step's actions
+            means "after the last one, before the step is recorded".
+        hold (str | None): None to kill the process there with SIGKILL; else a path: the runner
+            creates ``<hold>.held`` (a new file: the test knows the step is held) and waits while
+            ``<hold>`` exists; the test then kills or interrupts it, or removes ``<hold>`` to let
+            it go on.
+    """
+
+    index: int
+    hold: str | None = None
+
+    def reached(self, n: int) -> None:
+        """Act if ``n`` is this failpoint's action index (kill, or hold until released).
+
+        Raises:
+            KeyboardInterrupt: a Ctrl-C while held (as anywhere in the step).
+        """
+        if n != self.index:
+            return
+        if self.hold is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+            return
+        fd = os.open(self.hold + ".held", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        while os.path.lexists(self.hold):
+            time.sleep(0.01)
+
+
+def _failpoint(step: str) -> Failpoint | None:
+    """The :class:`Failpoint` of ``HPCSTACK_FAILPOINT=STEP:N[:hold:PATH]`` for this step, if set
+    (tests only); None for another step or a value of another shape."""
     value = os.environ.get("HPCSTACK_FAILPOINT", "")
-    name, _, index = value.partition(":")
-    if name == step and index.isdigit():
-        return int(index)
+    name, _, rest = value.partition(":")
+    index, _, hold = rest.partition(":")
+    if name != step or not index.isdigit():
+        return None
+    if not hold:
+        return Failpoint(int(index))
+    kind, _, path = hold.partition(":")
+    if kind == "hold" and os.path.isabs(path):
+        return Failpoint(int(index), path)
     return None
 
 
@@ -300,7 +343,7 @@ class StepContext:
     state_dir: Path | None
 
 
-def run_actions(actions: list, ctx: StepContext, failpoint: int | None = None) -> None:
+def run_actions(actions: list, ctx: StepContext, failpoint: Failpoint | None = None) -> None:
     """Execute one step's actions in order; an action with ``background = True`` (the sanity
     check's interpreter, :class:`~hpcstack.install.components.sanity.PythonCheck`) is started in
     a thread and the actions after it run meanwhile; the step ends when all have finished.
@@ -312,7 +355,7 @@ def run_actions(actions: list, ctx: StepContext, failpoint: int | None = None) -
     Args:
         actions (list): the step's actions.
         ctx (StepContext): the step's environment and log.
-        failpoint (int | None): kill the process with SIGKILL before this action (tests).
+        failpoint (Failpoint | None): kill or hold the process at one of the actions (tests).
 
     Raises:
         HpcstackError: the error of the first failing action in the step's order (a background
@@ -322,8 +365,8 @@ def run_actions(actions: list, ctx: StepContext, failpoint: int | None = None) -
     error: tuple[int, BaseException] | None = None
     try:
         for n, action in enumerate(actions):
-            if n == failpoint:
-                os.kill(os.getpid(), signal.SIGKILL)
+            if failpoint:
+                failpoint.reached(n)
             if getattr(action, "background", False):
                 buffer, failed = tempfile.TemporaryFile("w+", errors="replace"), []  # a real file: commands write to it
                 thread = threading.Thread(target=_execute_into, daemon=True, name=f"hpcstack-action-{n}",
@@ -348,8 +391,8 @@ def run_actions(actions: list, ctx: StepContext, failpoint: int | None = None) -
         ctx.log.flush()
     if error:
         raise error[1]
-    if failpoint == len(actions):  # every action done, the step not yet recorded (tests)
-        os.kill(os.getpid(), signal.SIGKILL)
+    if failpoint:  # every action done, the step not yet recorded (tests)
+        failpoint.reached(len(actions))
 
 
 def _execute_into(action, ctx: StepContext, failed: list) -> None:

@@ -8,7 +8,9 @@ torchaudio (PyPI stops at 2.11, the release for torch 2.11) and torchtext (disco
 
 PyPI's torch 2.14.1 for Linux is the CUDA 13.0 build: its requires_dist pins
 cuda-toolkit[cublas,cudart,...]==13.0.3, nvidia-nccl-cu13==2.30.7 and nvidia-cudnn-cu13==9.24.0.43.
-CUDA 13 compiles for compute capability 7.5 (Turing) and newer: no V100 (7.0). It runs on CPUs too.
+Its libraries serve compute capability 8.0 (Ampere) and newer (libtorch_cuda.so has sm_75, but
+libtorch_cuda_linalg.so starts at sm_80: 2.14.1-gpu.pypi.gpu-archs.json): no T4 (7.5), no V100 (7.0).
+It runs on CPUs too.
 """
 
 from hpcstack.install.components import (CudaWheelArchs, Imports, Lock, Modulefile, PipWheels, StackManifest,
