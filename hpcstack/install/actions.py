@@ -463,7 +463,9 @@ class Capture(ActionBase):
         return (self.dest,)
 
     def to_bash(self) -> str:
-        return f"{Run(self.argv).to_bash()} > {shlex.quote(self.dest)}"
+        # the directory first, as write_atomic makes it (the script has no state directory of its own)
+        return (f"mkdir -p {shlex.quote(os.path.dirname(self.dest))} && "
+                f"{Run(self.argv).to_bash()} > {shlex.quote(self.dest)}")
 
     def execute(self, ctx: ExecContext) -> None:
         from hpcstack.fsutil import write_atomic
