@@ -700,7 +700,9 @@ def cmd_show(args) -> int:
 
 
 def cmd_uninstall(args) -> int:
-    """``hpcstack uninstall``: remove a stack's modulefile, then its prefix and builds.
+    """``hpcstack uninstall``: remove a stack's modulefile, then its prefix and builds, as the
+    stack's own records name them (:mod:`hpcstack.install.records`): never a path computed
+    from the arguments alone, never through a link or a directory another user owns.
 
     Refuses the default version of the module (a ``.version``, ``default`` link or
     ``.modulerc`` naming it) unless ``--force``, which removes that marker too.
@@ -718,6 +720,8 @@ def cmd_uninstall(args) -> int:
         raise HpcstackError(refusal)
     service = InstallService(site, SimpleNamespace(name=name, version=version))
     removed = service.uninstall(force=args.force, wait=not args.no_wait, dry_run=args.dry_run)
+    for line in service.kept:
+        print(f"note: kept {line}", file=sys.stderr)
     if args.dry_run:
         for p in removed:
             print(f"would remove {p}")
