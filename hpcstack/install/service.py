@@ -183,11 +183,22 @@ class InstallService:
             ConfigError: a missing command or compiler, an unknown permissions group (exit 2,
                 nothing written).
             HpcstackError: a step failed (its log is named), the lock is held (``wait=False``),
-                provenance cannot be recorded.
+                provenance cannot be recorded. No line holds a secret's value
+                (:class:`hpcstack.secrets.Redactor`: the step logs too).
         """
         env = self.build_environment()
         # the site's secret values, into the build environment only (hpcstack.secrets)
-        env.update(secrets.read(getattr(self.site, "secrets", {}) or {}, env, str(self.site.path)))
+        specs = getattr(self.site, "secrets", {}) or {}
+        env.update(secrets.read(specs, env, str(self.site.path)))
+        redactor = secrets.Redactor(secrets.values(specs, env))
+        try:
+            return self._install(env, redactor, stop_after, force, wait, announce)
+        except HpcstackError as exc:  # no secret's value in hpcstack's own error line (rule 1)
+            raise redactor.error(exc) from None
+
+    def _install(self, env: dict[str, str], redactor, stop_after: str | None, force: bool, wait: bool,
+                 announce: Callable[[str], None]) -> InstallOutcome:
+        """:meth:`install` once the build environment holds the secrets."""
         first = self.choose(force)                      # read-only: nothing written yet
         preflight(first.plan, env, first.pending, str(self.site.path))
         group = permission_settings(self.site)[0]
@@ -221,7 +232,7 @@ class InstallService:
                 except OSError as exc:
                     raise HpcstackError(f"cannot record provenance in {plan.state_dir}: "
                                         f"{describe_os_error(exc)}") from None
-            runner = Runner(plan, env, stop_after=stop_after, force=force)
+            runner = Runner(plan, env, stop_after=stop_after, force=force, redactor=redactor)
             try:
                 ran = runner.run()
                 private["ran"] = bool(ran)
