@@ -212,11 +212,12 @@ def check_key(env: dict[str, str], secrets: dict[str, dict], where: str) -> None
         ConfigError: one line per such variable.
     """
     variables = {variable_of(n, s): n for n, s in secrets.items()}
-    lines = [f"{where}: {name}: expands the secret {sorted(variables[v] for v in referenced(value) if v in variables)[0]}"
-             f", but {name} is a build-key variable (its value is logged and kept in the build cache); "
-             f"keep the secret out of {name}"
-             for name, value in sorted(env.items())
-             if is_key_variable(name) and isinstance(value, str) and referenced(value) & set(variables)]
+    lines = []
+    for name, value in sorted(env.items()):
+        used = sorted(variables[v] for v in referenced(value) if v in variables) if isinstance(value, str) else []
+        if used and is_key_variable(name):
+            lines.append(f"{where}: {name}: expands the secret {used[0]}, but {name} is a build-key variable "
+                         f"(its value is logged and kept in the build cache); keep the secret out of {name}")
     if lines:
         raise ConfigError(lines)
 

@@ -128,7 +128,8 @@ def test_uninstall_refuses_a_state_file_the_user_planted(attacker):
 def roots_stack(attacker, localhost_ready):
     """The tiny stack, installed by root under ``shared/sw`` with its modules in ``shared/mf``."""
     recipe = write_tiny_recipe(attacker.shared / "recipes", make_sdist(attacker.shared / "src"))
-    args = ["--site", "localhost", "--prefix", str(attacker.shared / "sw"), "--module-root", str(attacker.shared / "mf")]
+    args = ["--site", "localhost", "--prefix", str(attacker.shared / "sw"),
+            "--module-root", str(attacker.shared / "mf")]
     proc = hpcstack("install", str(recipe), *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return recipe, args

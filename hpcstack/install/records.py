@@ -55,7 +55,7 @@ from hpcstack.install import image
 from hpcstack.install.actions import PRE_STAGING, describe_os_error
 from hpcstack.install.layout import STATE_DIR, StackLayout, default_marker
 
-__all__ = ["Removal", "uninstall"]
+__all__ = ["Refused", "Removal", "uninstall", "marker_of", "remove_marker"]
 
 #: The record a build keeps of itself (:func:`hpcstack.install.provenance.record_inputs`).
 RECORD = "provenance.json"

@@ -393,7 +393,8 @@ def verify_bundle(path) -> dict:
             try:
                 actual = _digest_in(root_fd, root, rel)
             except OSError as exc:
-                raise HpcstackError(f"bundle {root}: cannot read {rel}: {exc.strerror}; nothing was installed") from None
+                raise HpcstackError(f"bundle {root}: cannot read {rel}: {exc.strerror}; "
+                                    "nothing was installed") from None
             if actual is None:
                 raise HpcstackError(f"bundle {root}: {rel} is missing (the manifest lists it with sha256 "
                                     f"{entry['sha256']}); nothing was installed")
