@@ -524,7 +524,11 @@ def cmd_install(args) -> int:
     service = InstallService(site, recipe, recipe_path(args.recipe, _search(args)), jobs=args.jobs)
     if args.dry_run:
         plan = service.dry_run(force=args.force)
-        sys.stdout.write(plan.to_json(__version__) if args.json else plan.to_bash(__version__))
+        from hpcstack import secrets
+
+        # the plan holds references (${MY_TOKEN}); a value that reached it anyway is replaced
+        redactor = secrets.Redactor(secrets.known_values(getattr(site, "secrets", {}) or {}))
+        sys.stdout.write(redactor.text(plan.to_json(__version__) if args.json else plan.to_bash(__version__)))
         if args.default and not args.json:
             print(f"# then, once published: hpcstack module set-default {recipe.full_name} --site {args.site}")
         _layout_note(site)
@@ -659,6 +663,7 @@ def cmd_show(args) -> int:
     """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.install.provenance`)."""
     from hpcstack.install import provenance
     from hpcstack.install.layout import StackLayout
+    from hpcstack.install.plan import describe_os_error
 
     target = Path(args.target)
     if target.is_dir():
@@ -685,22 +690,28 @@ def cmd_show(args) -> int:
         if not path:
             raise HpcstackError(f"{build}: no recorded file {args.file!r} "
                                 f"(recorded: {', '.join(info['files']) or 'none'})")
-        sys.stdout.write(Path(path).read_text(errors="replace"))
+        try:
+            text = provenance.read_recorded(path)
+        except OSError as exc:
+            raise HpcstackError(f"{path}: cannot read: {describe_os_error(exc)}") from None
+        # a terminal shows it as it is, but no escape sequence drives the terminal
+        sys.stdout.write(provenance.shown(text, keep="\n\t"))
         return 0
     if args.json:
-        print(json.dumps(info, indent=1))
+        print(json.dumps(info, indent=1))   # JSON escapes every control character
         return 0
     order = None
-    try:
-        order = [s["name"] for s in json.loads(Path(info["files"]["plan.json"]).read_text())["steps"]]
-    except (KeyError, OSError, ValueError, TypeError):
-        pass
+    plan = provenance.read_json(Path(info["files"]["plan.json"])) if "plan.json" in info["files"] else None
+    if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
+        order = [s["name"] for s in plan["steps"] if isinstance(s, dict) and isinstance(s.get("name"), str)]
     sys.stdout.write(provenance.render(info, order))
     return 0
 
 
 def cmd_uninstall(args) -> int:
-    """``hpcstack uninstall``: remove a stack's modulefile, then its prefix and builds.
+    """``hpcstack uninstall``: remove a stack's modulefile, then its prefix and builds, as the
+    stack's own records name them (:mod:`hpcstack.install.records`): never a path computed
+    from the arguments alone, never through a link or a directory another user owns.
 
     Refuses the default version of the module (a ``.version``, ``default`` link or
     ``.modulerc`` naming it) unless ``--force``, which removes that marker too.
@@ -718,6 +729,8 @@ def cmd_uninstall(args) -> int:
         raise HpcstackError(refusal)
     service = InstallService(site, SimpleNamespace(name=name, version=version))
     removed = service.uninstall(force=args.force, wait=not args.no_wait, dry_run=args.dry_run)
+    for line in service.kept:
+        print(f"note: kept {line}", file=sys.stderr)
     if args.dry_run:
         for p in removed:
             print(f"would remove {p}")

@@ -12,18 +12,50 @@ provenance, the copies ``site.yaml`` and ``site.json``) the value is a reference
 hpcstack expand when the command runs: ``${SITE_INDEX_URL}``, or ``${HPCSTACK_SECRET_<NAME>}``
 for a file, which the install reads into its build environment (and the dry-run script reads
 with ``$(cat FILE)``). The value itself exists only in the build environment of the running
-install. A build tool that prints its environment can still show it: keep such values out of
-the variables a build key records (``HOROVOD_*``, ``CC``, ``CFLAGS``, ...).
+install.
+
+Two rules keep it there (the site-config reference, docs/admin/site-config.md, says the same):
+
+1. **Redaction by value.** Whatever hpcstack writes while an install runs (each step's log,
+   the output of the commands it runs, its own error lines) and whatever it prints for a plan
+   (``--dry-run``, ``--json``) passes through a :class:`Redactor` that replaces every secret's
+   value with :data:`MARKER`, also where the value sits inside another value after ``${...}``
+   expansion (``PIP_INDEX_URL: "https://ci:${MY_TOKEN}@pypi.example.org/simple"``), and
+   whatever the build tool printed.
+2. **No secret in a build key.** A source build's key records the values of the variables that
+   change its binary (:data:`BUILD_KEY_VARIABLES`: ``CC``, ``CFLAGS``, ``LDFLAGS``,
+   ``HOROVOD_*`` ...) and of every other ``build.env`` variable; the key's text is logged and
+   kept in the build cache, and the key is a hash of it, so a secret there would be written
+   down, or guessable from the hash. A secret named like a build-key variable, read from one
+   (``from_env: LDFLAGS``), or expanded inside one (``CFLAGS: "-O2 ${MY_TOKEN}"``) is refused
+   when the site config is loaded (:func:`key_problems`), with the reason; a secret expanded
+   inside another ``build.env`` variable makes that variable secret too: it stays out of the key
+   (:func:`secret_names`), as a secret does.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import select
+import threading
 
-from hpcstack.errors import HpcstackError
+from hpcstack.errors import ConfigError, HpcstackError
 
 #: Prefix of the variable a ``from_file`` secret is read into while an install runs.
 SECRET_VARIABLE_PREFIX = "HPCSTACK_SECRET_"
+
+#: What a secret's value is replaced with wherever hpcstack writes or prints (:class:`Redactor`).
+MARKER = "[secret]"
+
+#: Variables whose values enter a source build's key whatever the component sets (the key's
+#: text is logged and kept in the build cache): no secret may be one (:func:`key_problems`).
+#: :mod:`hpcstack.install.components.source` builds its key from this pattern.
+BUILD_KEY_VARIABLES = (r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS"
+                       r"|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS")
+
+_VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def is_secret(value: object) -> bool:
@@ -107,3 +139,223 @@ def values(secrets: dict[str, dict], environ: dict[str, str] | None = None) -> l
     was written anywhere."""
     environ = os.environ if environ is None else environ
     return [environ[v] for v in (variable_of(n, s) for n, s in secrets.items()) if environ.get(v)]
+
+
+# ------------------------------------------------------------------------ secrets in build keys
+
+def referenced(value: str) -> set[str]:
+    """The variables ``value`` refers to (``${NAME}``, also a bare ``$NAME`` as bash reads it)."""
+    return {a or b for a, b in _VAR_REF.findall(value)}
+
+
+def is_key_variable(name: str) -> bool:
+    """True when ``name`` is one of :data:`BUILD_KEY_VARIABLES`."""
+    return re.fullmatch(BUILD_KEY_VARIABLES, name) is not None
+
+
+def secret_names(env: dict[str, str], secrets: dict[str, dict]) -> set[str]:
+    """The variables of a build environment whose value is secret: the secrets themselves, and
+    every variable whose value expands one (``${MY_TOKEN}``, ``${HPCSTACK_SECRET_<NAME>}``).
+
+    Args:
+        env (dict[str, str]): a build environment as planned (values may hold ``${NAME}``).
+        secrets (dict[str, dict]): the site's secrets (:func:`split_env`).
+
+    Returns:
+        set[str]: names to keep out of a build key.
+    """
+    variables = {variable_of(n, s) for n, s in secrets.items()}
+    return set(secrets) | {n for n, v in env.items() if isinstance(v, str) and referenced(v) & variables}
+
+
+def key_problems(section: object, where: str) -> list[str]:
+    """Why a site config's ``build.env`` would put a secret into a build key (see the module's
+    docstring, rule 2): one line per variable.
+
+    Args:
+        section (object): ``build.env`` as loaded (checked by the schema before).
+        where (str): the file, to start each line with.
+
+    Returns:
+        list[str]: ``"<file>: build.env.<NAME>: ..."`` lines; empty when none.
+    """
+    if not isinstance(section, dict):
+        return []
+    plain, secrets = split_env(section)
+    why = ("the build key records the values of the variables that change a built binary "
+           f"({BUILD_KEY_VARIABLES.split('|', 1)[0]}, CC, CFLAGS, LDFLAGS, ...), and the key's text is "
+           "logged and kept in the build cache")
+    lines = []
+    for name, spec in sorted(secrets.items()):
+        if is_key_variable(name):
+            lines.append(f"{where}: build.env.{name}: a secret cannot be a build-key variable: {why}; "
+                         "give the secret a variable of its own")
+        elif "from_env" in spec and is_key_variable(spec["from_env"]):
+            lines.append(f"{where}: build.env.{name}: a secret cannot be read from the build-key variable "
+                         f"{spec['from_env']}: {why}; read it from a variable of its own")
+    variables = {variable_of(n, s): n for n, s in secrets.items()}
+    for name, value in sorted(plain.items()):
+        if name in secrets or not is_key_variable(name):
+            continue
+        used = sorted(variables[v] for v in referenced(value) if v in variables)
+        if used:
+            lines.append(f"{where}: build.env.{name}: expands the secret {used[0]}, but {name} is a build-key "
+                         f"variable: {why}; keep the secret out of {name}")
+    return lines
+
+
+def check_key(env: dict[str, str], secrets: dict[str, dict], where: str) -> None:
+    """Refuse a build environment (a component's, as planned) in which a build-key variable
+    expands a secret (rule 2 of the module's docstring).
+
+    Raises:
+        ConfigError: one line per such variable.
+    """
+    variables = {variable_of(n, s): n for n, s in secrets.items()}
+    lines = []
+    for name, value in sorted(env.items()):
+        used = sorted(variables[v] for v in referenced(value) if v in variables) if isinstance(value, str) else []
+        if used and is_key_variable(name):
+            lines.append(f"{where}: {name}: expands the secret {used[0]}, but {name} is a build-key variable "
+                         f"(its value is logged and kept in the build cache); keep the secret out of {name}")
+    if lines:
+        raise ConfigError(lines)
+
+
+# ---------------------------------------------------------------------------------- redaction
+
+def known_values(secrets: dict[str, dict], environ: dict[str, str] | None = None) -> list[str]:
+    """The secrets' values this process can know without failing: ``from_env`` ones set in
+    ``environ`` (default: this process's), ``from_file`` ones whose file it can read; for
+    redacting what a command prints when no install has read them (``--dry-run``)."""
+    environ = os.environ if environ is None else environ
+    found = []
+    for name, spec in secrets.items():
+        if "from_env" in spec:
+            value = environ.get(spec["from_env"], "")
+        else:
+            value = environ.get(variable_of(name, spec), "")
+            if not value:
+                try:
+                    with open(spec["from_file"], encoding="utf-8") as f:
+                        value = f.readline().rstrip("\r\n")
+                except (OSError, UnicodeDecodeError):
+                    value = ""
+        if value:
+            found.append(value)
+    return found
+
+
+class Redactor:
+    """Replaces each secret's value with :data:`MARKER` (rule 1 of the module's docstring).
+
+    Args:
+        values (list[str]): the secrets' values (empty ones are ignored).
+
+    Example:
+        ``Redactor(["s3cr3t"]).text("https://ci:s3cr3t@host")`` is ``"https://ci:[secret]@host"``
+    """
+
+    def __init__(self, values):
+        self.values = sorted({v for v in values if v}, key=len, reverse=True)
+        self._pattern = re.compile("|".join(re.escape(v) for v in self.values)) if self.values else None
+        #: the longest value's length, less one: what a stream must hold back between writes
+        self.overlap = max((len(v) for v in self.values), default=1) - 1
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def text(self, text: str) -> str:
+        """``text`` with every value replaced."""
+        return self._pattern.sub(MARKER, text) if self._pattern and text else text
+
+    def error(self, exc: HpcstackError) -> HpcstackError:
+        """``exc`` with its lines redacted (the same class, step and exit status)."""
+        if not self or not any(self.text(line) != line for line in exc.lines()):
+            return exc
+        if isinstance(exc, ConfigError):
+            return ConfigError([self.text(line) for line in exc.lines()])
+        new = HpcstackError(self.text(str(exc)), step=exc.step)
+        new.exit_status = exc.exit_status
+        return new
+
+    def stream(self, raw) -> "RedactingLog":
+        """A log that writes to the open file ``raw`` through this redactor."""
+        return RedactingLog(raw, self)
+
+
+class RedactingLog(io.TextIOBase):
+    """A step's log with the secrets redacted, as an open text file with a real descriptor:
+    what the commands of a step print goes through a pipe (:meth:`fileno`), what hpcstack
+    writes through :meth:`write` into the same pipe, so the order is kept; a thread reads
+    it, replaces the values by :data:`MARKER` (a line at a time, never splitting a value) and
+    writes the file. :meth:`close` waits until all is written (a process that a step left
+    running with the pipe open does not hold it up: after half a second of silence the log
+    ends).
+
+    Args:
+        raw (IO[str]): the log file, open for writing (closed by its owner).
+        redactor (Redactor): the values to replace.
+    """
+
+    def __init__(self, raw, redactor: Redactor):
+        super().__init__()
+        self.raw, self.redactor = raw, redactor
+        self._read_fd, self._write_fd = os.pipe()
+        self._ending = threading.Event()
+        self._thread = threading.Thread(target=self._pump, daemon=True, name="hpcstack-redact")
+        self._thread.start()
+
+    def _pump(self) -> None:
+        pending = b""
+        keep = max(self.redactor.overlap, 0)
+        while True:
+            ready, _, _ = select.select([self._read_fd], [], [], 0.5)
+            if not ready:
+                if self._ending.is_set():
+                    break  # ended, and quiet: only a process the step left running still holds the pipe
+                continue
+            chunk = os.read(self._read_fd, 1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            cut = pending.rfind(b"\n") + 1
+            if not cut and len(pending) > (1 << 20) + keep:
+                cut = len(pending) - keep
+            if cut:
+                self._emit(pending[:cut])
+                pending = pending[cut:]
+        self._emit(pending)
+        os.close(self._read_fd)
+
+    def _emit(self, data: bytes) -> None:
+        if data:
+            self.raw.write(self.redactor.text(data.decode(errors="replace")))
+            self.raw.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        """The pipe's write end: give it to a command as its output."""
+        return self._write_fd
+
+    def write(self, text: str) -> int:
+        """Write ``text`` (after what was written before)."""
+        data = text.encode(errors="replace")
+        view = memoryview(data)
+        while view:
+            n = os.write(self._write_fd, view)
+            view = view[n:]
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: the pipe has no buffer of hpcstack's; :meth:`close` waits for the thread."""
+
+    def close(self) -> None:
+        """End the stream and wait until everything is in the file."""
+        if not self.closed:
+            os.close(self._write_fd)
+            self._ending.set()
+            self._thread.join()
+        super().close()

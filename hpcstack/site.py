@@ -20,7 +20,7 @@ from hpcstack.errors import ConfigError
 from hpcstack.modules.modsys import TOOLS
 from hpcstack.modules.syntax import SYNTAXES
 from hpcstack.schema import load_yaml, value_problems
-from hpcstack.secrets import split_env
+from hpcstack.secrets import key_problems, split_env
 from hpcstack.schema import problems as schema_problems
 from hpcstack.repos import SITES, SearchPath, default_search_path
 
@@ -468,7 +468,11 @@ def check_config(data: object, where: str) -> list[str]:
     found = value_problems(data, where)
     if found:       # control characters first: the schema's lines would repeat them
         return found
-    return schema_problems(SCHEMA, data, where, moved=_MOVED)
+    found = schema_problems(SCHEMA, data, where, moved=_MOVED)
+    if found:
+        return found
+    # no secret in a build key (hpcstack.secrets, rule 2)
+    return key_problems((data.get("build") or {}).get("env", {}), where)
 
 
 def load_site(name_or_path: str, install_root: str | None = None,

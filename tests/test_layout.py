@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcstack.install import layout
+from hpcstack.install import layout, records
 from hpcstack.errors import ConfigError
 from hpcstack.install.plan import Plan, Publish, Run, Step, WriteFile
 from hpcstack.install.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
@@ -21,8 +21,8 @@ class Stack:
     """A stack ``t/1`` whose plan writes ``payload`` (build step) and a modulefile (module step)."""
 
     def __init__(self, root: Path):
-        self.layout = layout.StackLayout(str(root / "sw"), "t", "1")
         self.modulefile = str(root / "mf" / "t" / "1")
+        self.layout = layout.StackLayout(str(root / "sw"), "t", "1", modulefile=self.modulefile)
         self.payload = "v1"
         self.module_text = "root PREFIX\n"
 
@@ -38,6 +38,7 @@ class Stack:
     def install(self, force: bool = False, stop_after: str | None = None) -> layout.Choice:
         choice = layout.choose(self.layout, self.resolve_at, force)
         layout.start(self.layout, choice)
+        record(choice.plan.build_prefix, self.layout.prefix, choice.plan.build_id, self.modulefile)
         Runner(choice.plan, dict(os.environ), stop_after=stop_after, force=force).run()
         if not pending_steps(choice.plan):
             layout.finish(self.layout, choice.plan)
@@ -45,6 +46,15 @@ class Stack:
 
     def published_payload(self) -> str:
         return Path(self.layout.prefix, "payload").read_text()
+
+
+def record(build: str, prefix: str, build_id: str, modulefile: str) -> None:
+    """What an install records in its build (hpcstack.install.provenance.record_inputs), as much
+    as uninstall reads: the stack's prefix, where the build is, its id, its modulefile."""
+    state = Path(build, ".hpcstack")
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "provenance.json").write_text(json.dumps(
+        {"prefix": prefix, "stage_prefix": build, "build_id": build_id, "modulefile": modulefile}))
 
 
 @pytest.fixture
@@ -157,10 +167,10 @@ def test_default_marker_link(tmp_path):
 def test_uninstall_removes_modulefile_link_builds_and_state_but_not_other_versions(stack, tmp_path):
     stack.install()
     other = Stack(tmp_path)
-    other.layout = layout.StackLayout(str(tmp_path / "sw"), "t", "2")
     other.modulefile = str(tmp_path / "mf" / "t" / "2")
+    other.layout = layout.StackLayout(str(tmp_path / "sw"), "t", "2", modulefile=other.modulefile)
     other.install()
-    removed = layout.uninstall(stack.layout, stack.modulefile)
+    removed = records.uninstall(stack.layout).removed
     assert removed[0] == stack.modulefile  # the modulefile goes first
     assert not os.path.lexists(stack.layout.prefix) and stack.layout.builds() == []
     assert not os.path.exists(stack.layout.state_file)
@@ -174,6 +184,7 @@ def _legacy_build(stack, build_id="0123456789ab", payload="legacy"):
     build = Path(stack.layout.legacy_builds_dir, build_id)
     build.mkdir(parents=True)
     (build / "payload").write_text(payload)
+    record(str(build), stack.layout.prefix, build_id, stack.modulefile)
     os.symlink(f".builds/{stack.layout.version}/{build_id}", stack.layout.prefix)
     stack.layout.write_state({"building": None, "replaces": None, "previous": None, "published_for": None})
     return build_id
@@ -195,7 +206,7 @@ def test_a_build_of_the_earlier_layout_is_found_replaced_kept_then_removed(stack
 def test_uninstall_removes_builds_of_both_layouts(stack):
     _legacy_build(stack, "0123456789ab")
     stack.install()
-    removed = layout.uninstall(stack.layout, stack.modulefile)
+    removed = records.uninstall(stack.layout).removed
     assert str(Path(stack.layout.legacy_builds_dir, "0123456789ab")) in removed
     assert not os.path.exists(stack.layout.top)  # nothing left of the stack, no empty directories
 

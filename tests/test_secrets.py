@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO, make_sdist, write_tiny_recipe
 from hpcstack.cli import main
-from hpcstack.errors import HpcstackError
+from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack import secrets
 from hpcstack.site import check_config
 
@@ -99,3 +99,87 @@ def test_an_easyconfig_reads_the_secrets_when_easybuild_runs(tmp_path, capsys, m
     assert ENV_VALUE not in text and FILE_VALUE not in text
     flat = "".join(line.strip().strip("'\"") for line in text.splitlines())
     assert 'TOKEN="${MY_TOKEN}"' in flat and f'FILE_TOKEN="$(head -n1 {token_file})"' in flat.replace("' '", "")
+
+
+# ------------------------------------------------------------- no secret in a build key (rule 2)
+
+@pytest.mark.parametrize("env, name", [
+    ({"LDFLAGS": {"secret": True, "from_env": "MY_TOKEN"}}, "LDFLAGS"),                  # a key variable itself
+    ({"HOROVOD_TOKEN": {"secret": True, "from_file": "/etc/hpcstack/t"}}, "HOROVOD_TOKEN"),
+    ({"TOKEN": {"secret": True, "from_env": "CFLAGS"}}, "TOKEN"),                         # read from one
+    ({"TOKEN": {"secret": True, "from_env": "MY_TOKEN"}, "CFLAGS": "-O2 ${MY_TOKEN}"}, "CFLAGS"),  # expanded in one
+    ({"FT": {"secret": True, "from_file": "/etc/hpcstack/t"}, "CC": "gcc -DT=$HPCSTACK_SECRET_FT"}, "CC"),
+])
+def test_a_secret_in_a_build_key_variable_is_refused_with_the_reason(tmp_path, capsys, monkeypatch, env, name):
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["python"] = {"version": "3.11"}
+    data["build"]["env"] = env
+    lines = check_config(data, "s.yaml")
+    assert len(lines) == 1 and lines[0].startswith(f"s.yaml: build.env.{name}: ")
+    assert "build-key variable" in lines[0] and "build cache" in lines[0]
+    # the command refuses it in one line, exit 2, before anything is read or written
+    monkeypatch.setenv("MY_TOKEN", ENV_VALUE)
+    site = tmp_path / "s.yaml"
+    site.write_text(yaml.safe_dump(data))
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    assert main(["install", str(recipe), "--site", str(site), "--prefix", str(tmp_path / "sw"), "--dry-run"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and len(out.err.splitlines()) == 1 and f"build.env.{name}" in out.err
+    assert ENV_VALUE not in out.err and not (tmp_path / "sw").exists()
+
+
+def test_a_secret_inside_another_value_keeps_that_variable_out_of_the_key(tmp_path, capsys, monkeypatch):
+    """``TOKEN_URL: https://ci:${MY_TOKEN}@…`` is secret too: it stays out of the build key's
+    variables (the key's text is logged and cached), as the secret does; a plain value stays in."""
+    monkeypatch.setenv("MY_TOKEN", ENV_VALUE)
+    token_file = tmp_path / "token"
+    token_file.write_text(FILE_VALUE + "\n")
+    site = site_with_secrets(tmp_path, token_file)
+    data = yaml.safe_load(site.read_text())
+    data["build"]["env"]["TOKEN_URL"] = "https://ci:${MY_TOKEN}@example.invalid/simple"
+    site.write_text(yaml.safe_dump(data))
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    assert main(["install", str(recipe), "--site", str(site), "--prefix", str(tmp_path / "sw"), "--dry-run"]) == 0
+    script = capsys.readouterr().out
+    keys = [line for line in script.splitlines() if "grep -E '^(" in line]
+    assert keys and all("PLAIN" in line for line in keys)
+    assert not any(n in line for line in keys for n in ("TOKEN_URL", "FILE_TOKEN", "|TOKEN"))
+    assert ENV_VALUE not in script and FILE_VALUE not in script
+
+
+def test_the_dry_run_replaces_a_value_wherever_it_shows(tmp_path, capsys, monkeypatch):
+    """Redaction is by value: a secret's value that reaches the plan by another way (here the
+    install root's name) is printed as the marker, in the script and in --json."""
+    monkeypatch.setenv("MY_TOKEN", ENV_VALUE)
+    token_file = tmp_path / "token"
+    token_file.write_text(FILE_VALUE + "\n")
+    recipe = write_tiny_recipe(tmp_path / "recipes", make_sdist(tmp_path))
+    args = ["install", str(recipe), "--site", str(site_with_secrets(tmp_path, token_file)),
+            "--prefix", str(tmp_path / f"sw-{FILE_VALUE}"), "--dry-run"]
+    for extra in ([], ["--json"]):
+        assert main([*args, *extra]) == 0
+        out = capsys.readouterr().out
+        assert FILE_VALUE not in out and f"sw-{secrets.MARKER}" in out
+
+
+def test_the_redactor_replaces_values_in_a_log_that_commands_write_and_in_errors(tmp_path):
+    redactor = secrets.Redactor([ENV_VALUE, FILE_VALUE, ""])
+    path = tmp_path / "build.log"
+    with open(path, "w") as raw:
+        log = redactor.stream(raw)
+        log.write(f"# hpcstack: {ENV_VALUE}\n")
+        # a command's output straight to the log's descriptor, one value cut across two writes
+        half = len(FILE_VALUE) // 2
+        subprocess.run(["sh", "-c", f"printf %s {FILE_VALUE[:half]}; sleep 0.3; printf '%s\\n' {FILE_VALUE[half:]}; "
+                        f"echo {ENV_VALUE}-tail >&2"], stdout=log, stderr=subprocess.STDOUT, check=True)
+        log.write("end\n")
+        log.close()
+    text = path.read_text()
+    assert ENV_VALUE not in text and FILE_VALUE not in text
+    assert text.splitlines() == [f"# hpcstack: {secrets.MARKER}", secrets.MARKER, f"{secrets.MARKER}-tail", "end"]
+    err = redactor.error(HpcstackError(f"`setup.py --token {ENV_VALUE}` exited with status 1", step="build"))
+    assert err.lines() == [f"step build: `setup.py --token {secrets.MARKER}` exited with status 1"]
+    assert err.exit_status == 1
+    conf = redactor.error(ConfigError([f"a {FILE_VALUE}", "b"]))
+    assert conf.lines() == [f"a {secrets.MARKER}", "b"] and conf.exit_status == 2
+    assert secrets.Redactor([]).text(ENV_VALUE) == ENV_VALUE

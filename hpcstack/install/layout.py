@@ -1,4 +1,5 @@
-"""The builds of one stack: stage prefixes, atomic publish, resume, clean-up and uninstall.
+"""The builds of one stack: stage prefixes, atomic publish, resume and clean-up (uninstall:
+:mod:`hpcstack.install.records`).
 
 A venv cannot be moved once made (its scripts and ``pyvenv.cfg`` hold absolute paths), so a
 stack is never built where users see it. Each build gets its own real directory, the *stage
@@ -43,13 +44,13 @@ from pathlib import Path
 from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.fsutil import fsync_dir, write_atomic
+from hpcstack.fsutil import write_atomic
 from hpcstack.install import image
 from hpcstack.install.actions import PRE_STAGING, describe_os_error
 from hpcstack.install.plan import IN_PLACE_STEPS, Plan, data_neutral
 from hpcstack.install.runner import pending_steps
 
-__all__ = ["PRE_STAGING", "StackLayout", "Choice", "choose", "start", "finish", "default_marker", "uninstall"]
+__all__ = ["PRE_STAGING", "StackLayout", "Choice", "choose", "start", "finish", "default_marker"]
 
 
 #: The directory of hpcstack's own files: in an install root (state, locks, caches, stage dirs)
@@ -371,57 +372,3 @@ def default_marker(module_dir: str, name: str, version: str) -> str | None:
     if re.search(rf"module_version\(\s*\"({full}|{short})\"\s*,\s*\"default\"", read(rc_lua)):
         return rc_lua
     return None
-
-
-def uninstall(layout: StackLayout, modulefile: str, stage_dir: str | None = None) -> list[str]:
-    """Remove a stack: its modulefile first (users stop seeing it), then its prefix link, then
-    its builds. Each removal is one atomic operation (unlink, or a rename aside before the
-    recursive delete), so an interrupted uninstall never leaves a module that points at a
-    half-deleted prefix; re-running it finishes the job.
-
-    Args:
-        layout (StackLayout): the stack.
-        modulefile (str): its modulefile; ``""`` keeps the modulefile (another stack's).
-        stage_dir (str | None): its scratch stage dir (sources, build tree), removed too.
-
-    Returns:
-        list[str]: what was removed, for the report.
-
-    Raises:
-        HpcstackError: a removal fails (e.g. no permission).
-    """
-    removed = []
-    try:
-        if modulefile and os.path.lexists(modulefile):
-            os.unlink(modulefile)
-            fsync_dir(os.path.dirname(modulefile))
-            removed.append(modulefile)
-        if os.path.islink(layout.prefix):
-            os.unlink(layout.prefix)
-            removed.append(layout.prefix)
-        elif os.path.isdir(layout.prefix):  # the layout before staging: a real directory
-            trash = os.path.join(layout.top, f".{layout.version}.trash-{os.getpid()}")
-            os.rename(layout.prefix, trash)
-            shutil.rmtree(trash)
-            removed.append(layout.prefix)
-        paths = [layout.build_path(build_id) for build_id in layout.builds()]
-        layout.prune(set())  # each build renamed aside (atomic), then deleted; and leftovers
-        removed += paths
-        if os.path.isdir(layout.legacy_builds_dir):
-            trash = os.path.join(os.path.dirname(layout.legacy_builds_dir), f".trash-{layout.version}-{os.getpid()}")
-            os.rename(layout.legacy_builds_dir, trash)
-            shutil.rmtree(trash)
-        if stage_dir and os.path.isdir(stage_dir):
-            shutil.rmtree(stage_dir)
-            removed.append(stage_dir)
-        if os.path.exists(layout.state_file):
-            os.unlink(layout.state_file)
-        for d in (os.path.dirname(layout.legacy_builds_dir), layout.top, *([os.path.dirname(modulefile)] if modulefile else [])):
-            try:
-                os.rmdir(d)  # only when empty: other versions stay
-            except OSError:
-                pass
-    except OSError as exc:
-        raise HpcstackError(f"cannot remove {layout.name}/{layout.version}: {describe_os_error(exc)}; "
-                            "re-run the uninstall to finish") from None
-    return removed

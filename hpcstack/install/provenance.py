@@ -24,9 +24,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
@@ -34,6 +37,7 @@ from pathlib import Path
 from hpcstack import __version__
 from hpcstack.fsutil import current_user, sha256_file, write_atomic
 from hpcstack.install.plan import Plan
+from hpcstack.schema import CONTROL
 
 #: The files ``hpcstack show`` prints in full, in this order (the others it lists).
 SHOWN_IN_FULL = ("check-build.txt", "pip-freeze.txt")
@@ -139,41 +143,98 @@ def describe(build_dir: Path, prefix: Path | None = None) -> dict:
         (name → path of each provenance file present), ``build_dir``, ``prefix``.
     """
     state = build_dir / ".hpcstack"
-    try:
-        record = json.loads((state / "provenance.json").read_text())
-    except (OSError, ValueError):
+    record = read_json(state / "provenance.json")
+    if not isinstance(record, dict):
         record = None
     steps = {}
-    for path in sorted((state / "steps").glob("*.json")):
-        try:
-            steps[path.stem] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            steps[path.stem] = {"step": path.stem, "unreadable": True}
+    for path in sorted((state / "steps").glob("*.json")) if _plain_dir(state / "steps") else []:
+        step = read_json(path)
+        steps[path.stem] = step if isinstance(step, dict) else {"step": path.stem, "unreadable": True}
     files = {}
     for name in ("provenance.json", "plan.json", "install.sh", "site.yaml", "site.json",
                  "pip-freeze.txt", "check-build.txt", "timings.json", "constraints.txt", "sbom.cdx.json", "audit.cdx.json"):
-        if (state / name).is_file():
+        if _plain_file(state / name):
             files[name] = str(state / name)
-    for path in sorted((state / "recipe").rglob("*")):
-        if path.is_file():
-            files[f"recipe/{path.relative_to(state / 'recipe')}"] = str(path)
-    for path in sorted((state / "logs").glob("*.log")):
-        files[f"logs/{path.name}"] = str(path)
+    if _plain_dir(state / "recipe"):
+        for top, dirs, names in os.walk(state / "recipe"):  # links are not followed
+            for n in sorted(names):
+                path = Path(top, n)
+                if _plain_file(path):
+                    files[f"recipe/{path.relative_to(state / 'recipe')}"] = str(path)
+    for path in sorted((state / "logs").glob("*.log")) if _plain_dir(state / "logs") else []:
+        if _plain_file(path):
+            files[f"logs/{path.name}"] = str(path)
     return {"build_dir": str(build_dir), "prefix": str(prefix) if prefix else None,
             "provenance": record, "steps": steps, "files": files}
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file, not reached through a symbolic link of its own (``show`` reads only
+    what the build holds, never a file a link in a user's directory points at)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _plain_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_recorded(path: str | Path, limit: int = 64 << 20) -> str:
+    """The text of a recorded file, opened without following a link (at most ``limit`` bytes).
+
+    Raises:
+        OSError: it cannot be read, or it is a link (``ELOOP``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        return f.read(limit).decode(errors="replace")
+
+
+def read_json(path: Path) -> object:
+    """A recorded JSON file's content, None when missing, a link or not JSON."""
+    try:
+        return json.loads(read_recorded(path))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def shown(text: str, keep: str = "") -> str:
+    """``text`` with every control character (:data:`hpcstack.schema.CONTROL`: escape sequences
+    that would drive the terminal, carriage returns that hide a line, a newline inside one
+    value) written as its escape, as hpcstack's error lines do; the characters of ``keep``
+    (``"\\n\\t"`` for a file printed whole) are left as they are."""
+    return CONTROL.sub(lambda m: m.group() if m.group() in keep else ascii(m.group())[1:-1], text)
 
 
 def _audited_line(info: dict) -> str:
     """``audited: WHEN: N known vulnerabilities (SOURCE)`` from ``audit.cdx.json`` (written by
     ``hpcstack audit --stack``), or ``audited: never`` with the command that does it."""
-    try:
-        doc = json.loads(Path(info["files"]["audit.cdx.json"]).read_text())
-    except (KeyError, OSError, ValueError):
+    doc = read_json(Path(info["files"]["audit.cdx.json"])) if "audit.cdx.json" in info["files"] else None
+    if not isinstance(doc, dict):
         return f"audited:       never (hpcstack audit --stack {info['prefix'] or info['build_dir']} --db DIR)"
-    props = {p.get("name"): p.get("value") for p in doc.get("metadata", {}).get("properties", ())}
-    n = len(doc.get("vulnerabilities", ()))
-    return (f"audited:       {doc.get('metadata', {}).get('timestamp')}: "
+    meta = _field(doc, "metadata", default={})
+    props = {_field(p, "name"): _field(p, "value") for p in _list(meta, "properties")}
+    n = len(_list(doc, "vulnerabilities"))
+    return (f"audited:       {_field(meta, 'timestamp')}: "
             f"{n or 'no'} known vulnerabilit{'y' if n == 1 else 'ies'} ({props.get('hpcstack:audit-source')})")
+
+
+def _field(doc: object, key: str, default: object = None) -> object:
+    """``doc[key]`` when ``doc`` is a mapping that has it (a record written by someone else may
+    hold anything), else ``default``."""
+    return doc.get(key, default) if isinstance(doc, dict) else default
+
+
+def _list(doc: object, key: str) -> list:
+    value = _field(doc, key, [])
+    return value if isinstance(value, list) else []
 
 
 def render(info: dict, order: list[str] | None = None) -> str:
@@ -183,7 +244,8 @@ def render(info: dict, order: list[str] | None = None) -> str:
         info (dict): from :func:`describe`.
         order (list[str] | None): step names in plan order (default: as recorded).
     """
-    rec = info["provenance"] or {}
+    rec = info["provenance"] if isinstance(info["provenance"], dict) else {}
+    recipe, site = _field(rec, "recipe", {}), _field(rec, "site", {})
     lines = []
     title = rec.get("title") or info["build_dir"]
     lines.append(f"==> {title}")
@@ -197,14 +259,15 @@ def render(info: dict, order: list[str] | None = None) -> str:
         lines += [
             f"built by:      hpcstack {rec.get('hpcstack')} (python {rec.get('python')}), "
             f"{rec.get('user')}@{rec.get('host')}, {rec.get('recorded')}",
-            f"command:       {' '.join(rec.get('command', []))}",
-            f"recipe:        {rec.get('recipe', {}).get('file')} (sha256 {str(rec.get('recipe', {}).get('sha256'))[:16]}…)",
-            f"site:          {rec.get('site', {}).get('name')} ({rec.get('site', {}).get('file')})",
+            f"command:       {' '.join(str(w) for w in _list(rec, 'command'))}",
+            f"recipe:        {_field(recipe, 'file')} (sha256 {str(_field(recipe, 'sha256'))[:16]}…)",
+            f"site:          {_field(site, 'name')} ({_field(site, 'file')})",
             f"modulefile:    {rec.get('modulefile')}",
             f"build id:      {rec.get('build_id') or '(built in place)'}",
         ]
-        for name, sha in sorted(rec.get("recipe", {}).get("inputs", {}).items()):
-            lines.append(f"recipe input:  {name} (sha256 {sha[:16]}…)")
+        inputs = _field(recipe, "inputs", {})
+        for name, sha in sorted((inputs if isinstance(inputs, dict) else {}).items()):
+            lines.append(f"recipe input:  {name} (sha256 {str(sha)[:16]}…)")
     if "sbom.cdx.json" in info["files"]:
         lines.append(f"sbom:          {info['files']['sbom.cdx.json']} (CycloneDX 1.6 JSON)")
     lines.append(_audited_line(info))
@@ -214,7 +277,7 @@ def render(info: dict, order: list[str] | None = None) -> str:
     lines.append("steps:")
     for name in names:
         s = info["steps"].get(name)
-        if s and not s.get("unreadable"):
+        if isinstance(s, dict) and s and not s.get("unreadable"):
             lines.append(f"  {name:<12} done   {s.get('seconds', '?'):>7} s  {s.get('finished', '')}  "
                          f"hash {str(s.get('hash'))[:12]}")
         else:
@@ -222,8 +285,13 @@ def render(info: dict, order: list[str] | None = None) -> str:
     lines.append("files:")
     for name, path in info["files"].items():
         lines.append(f"  {name:<22} {path}")
+    lines = [shown(line) for line in lines]   # one line each, whatever a record holds
     for name in SHOWN_IN_FULL:
         if name in info["files"]:
             lines.append(f"==> {name}")
-            lines.append(Path(info["files"][name]).read_text(errors="replace").rstrip("\n"))
+            try:
+                text = read_recorded(info["files"][name])
+            except OSError:
+                text = "(unreadable)"
+            lines.append(shown(text.rstrip("\n"), keep="\n\t"))
     return "\n".join(lines) + "\n"

@@ -99,6 +99,8 @@ class Runner:
         env (dict[str, str]): the build environment (site modules loaded).
         stop_after (str | None): stop after this step (EasyBuild's ``--stop``).
         force (bool): redo every step even when recorded as done.
+        redactor (hpcstack.secrets.Redactor | None): the site's secret values, replaced in each
+            step's log (what hpcstack and the step's commands write) and in the errors raised.
 
     Attributes:
         timings (dict[str, float]): seconds per step run in this invocation.
@@ -106,8 +108,9 @@ class Runner:
     """
 
     def __init__(self, plan: Plan, env: dict[str, str], stop_after: str | None = None,
-                 force: bool = False):
+                 force: bool = False, redactor=None):
         self.plan = plan
+        self.redactor = redactor
         self.env = dict(env)
         self.stop_after = stop_after
         self.force = force
@@ -196,12 +199,17 @@ class Runner:
         start = time.monotonic()
         failpoint = _failpoint(step.name)
         try:
-            with open(log_path, "w") as log:
-                ctx = StepContext(self.env, log, self.state_dir)
-                log.write(f"# hpcstack {__version__}: step {step.name} of {self.plan.title}\n")
-                log.write(f"# started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
-                log.flush()
-                run_actions(step.actions, ctx, failpoint)
+            with open(log_path, "w") as raw:
+                log = self.redactor.stream(raw) if self.redactor else raw  # hpcstack.secrets, rule 1
+                try:
+                    ctx = StepContext(self.env, log, self.state_dir)
+                    log.write(f"# hpcstack {__version__}: step {step.name} of {self.plan.title}\n")
+                    log.write(f"# started {time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
+                    log.flush()
+                    run_actions(step.actions, ctx, failpoint)
+                finally:
+                    if log is not raw:
+                        log.close()
         except HpcstackError as exc:
             reason = diagnose(_read(log_path)) or full_filesystem(self._written_paths(step))
             if reason:

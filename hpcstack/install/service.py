@@ -115,6 +115,8 @@ class InstallService:
         self._plans: dict[tuple[str, str], Plan] = {}
         self._env: dict[str, str] | None = None
         self._python: str | None = None
+        #: what the last :meth:`uninstall` kept: directories no record names
+        self.kept: list[str] = []
 
     # ------------------------------------------------------------------ resolving, once
     def build_environment(self) -> dict[str, str]:
@@ -181,11 +183,22 @@ class InstallService:
             ConfigError: a missing command or compiler, an unknown permissions group (exit 2,
                 nothing written).
             HpcstackError: a step failed (its log is named), the lock is held (``wait=False``),
-                provenance cannot be recorded.
+                provenance cannot be recorded. No line holds a secret's value
+                (:class:`hpcstack.secrets.Redactor`: the step logs too).
         """
         env = self.build_environment()
         # the site's secret values, into the build environment only (hpcstack.secrets)
-        env.update(secrets.read(getattr(self.site, "secrets", {}) or {}, env, str(self.site.path)))
+        specs = getattr(self.site, "secrets", {}) or {}
+        env.update(secrets.read(specs, env, str(self.site.path)))
+        redactor = secrets.Redactor(secrets.values(specs, env))
+        try:
+            return self._install(env, redactor, stop_after, force, wait, announce)
+        except HpcstackError as exc:  # no secret's value in hpcstack's own error line (rule 1)
+            raise redactor.error(exc) from None
+
+    def _install(self, env: dict[str, str], redactor, stop_after: str | None, force: bool, wait: bool,
+                 announce: Callable[[str], None]) -> InstallOutcome:
+        """:meth:`install` once the build environment holds the secrets."""
         first = self.choose(force)                      # read-only: nothing written yet
         preflight(first.plan, env, first.pending, str(self.site.path))
         group = permission_settings(self.site)[0]
@@ -219,7 +232,7 @@ class InstallService:
                 except OSError as exc:
                     raise HpcstackError(f"cannot record provenance in {plan.state_dir}: "
                                         f"{describe_os_error(exc)}") from None
-            runner = Runner(plan, env, stop_after=stop_after, force=force)
+            runner = Runner(plan, env, stop_after=stop_after, force=force, redactor=redactor)
             try:
                 ran = runner.run()
                 private["ran"] = bool(ran)
@@ -304,39 +317,9 @@ class InstallService:
         return InstalledStack(self.layout.prefix, build, self.modulefile, record)
 
     # ------------------------------------------------------------------ uninstall
-    def published_modulefiles(self) -> set[str]:
-        """The modulefiles that this stack's own records say it published: the ``modulefile``
-        of each of its builds' ``provenance.json`` (absolute paths)."""
-        import json
-
-        builds_ = [self.layout.build_path(b) for b in self.layout.builds()]
-        if self.layout.published():
-            builds_.append(self.layout.published())
-        found = set()
-        for build in builds_:
-            try:
-                with open(os.path.join(self.layout.provenance_dir(build), "provenance.json")) as f:
-                    record = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if isinstance(record, dict) and isinstance(record.get("modulefile"), str):
-                found.add(os.path.abspath(record["modulefile"]))
-        return found
-
-    def owns_modulefile(self) -> bool:
-        """True when the stack's records name :attr:`modulefile` (so uninstall may remove it)."""
-        return os.path.abspath(self.modulefile) in self.published_modulefiles()
-
-    def installed_paths(self) -> list[str]:
-        """The modulefile (only where the stack's records say it published it), prefix, builds
-        and state of the stack that exist now."""
-        builds = [self.layout.build_path(build_id) for build_id in self.layout.builds()]
-        mine = [self.modulefile] if self.owns_modulefile() else []
-        return [p for p in (*mine, self.layout.prefix, *builds, self.layout.state_file)
-                if os.path.lexists(p)]
-
     def uninstall(self, force: bool = False, wait: bool = True, dry_run: bool = False) -> list[str]:
-        """Remove the modulefile, then the prefix and every build, then the stage dir.
+        """Remove what the stack's records say it published (:mod:`hpcstack.install.records`):
+        the modulefile, then the prefix and every build, then the stage dir.
 
         Args:
             force (bool): also when it is the module's default version (its marker goes too).
@@ -347,27 +330,33 @@ class InstallService:
             list[str]: what was (or would be) removed.
 
         Raises:
+            ConfigError: (exit 2) a path on the way is another user's or a link, a recorded path
+                is not where the record says, something at the prefix has no record.
             HpcstackError: not installed for this site; the default version without ``force``.
         """
+        from hpcstack.install import records
+
         name, version = self.name, self.version
-        present = self.installed_paths()
-        mine = self.owns_modulefile()
+        found = records.uninstall(self.layout, dry_run=True)   # every check, nothing removed
+        self.kept = found.kept
         foreign = (f"; the modulefile {self.modulefile} is another stack's (no build under "
-                   f"{self.layout.top} records it): kept" if not mine and os.path.lexists(self.modulefile) else "")
-        if not present:
+                   f"{self.layout.top} records it): kept"
+                   if not found.recorded_modulefile and os.path.lexists(self.modulefile) else "")
+        if not found.found:
             raise HpcstackError(f"{name}/{version} is not installed for site {self.site.name} (no "
                                 f"{self.layout.prefix}, no modulefile {self.modulefile}{foreign}); check --site, "
                                 "--prefix and --module-root")
         # the default marker goes only with a modulefile that this stack published
-        marker = layout.default_marker(os.path.dirname(self.modulefile), name, version) if mine else None
+        marker = records.marker_of(self.layout, found)
         if marker and not force:
             raise HpcstackError(f"refusing to uninstall {name}/{version}: it is the default version of "
                                 f"{name} ({marker}); make another version the default first, or use --force")
         if dry_run:
-            return present + ([marker] if marker else []) + ([self.stage_dir] if os.path.isdir(self.stage_dir) else [])
+            return found.removed + ([marker] if marker else [])
         with _umask(stack_umask(self.site)), install_lock(self.layout, wait=wait, mode=self._lock_mode()):
-            removed = layout.uninstall(self.layout, self.modulefile if mine else "", self.stage_dir)
-            if marker and os.path.lexists(marker):
-                os.unlink(marker)
+            done = records.uninstall(self.layout)   # again, under the lock: checked and removed by descriptor
+            removed = list(done.removed)
+            self.kept = done.kept
+            if marker and records.remove_marker(self.layout, marker):
                 removed.append(f"{marker} (the default marker)")
         return removed

@@ -18,8 +18,10 @@ bundle is addressed by content, and ``bundle_id`` is the sha256 of the manifest'
                 --no-index --find-links DIR/tool hpcstack`` on a machine without internet)
 ==============  ================================================================================
 
-``install --from DIR`` first checks every file of the manifest (a missing or altered file: one
-line naming it, nothing run, nothing published), checks that the bundle was made for this
+``install --from DIR`` first checks the manifest's shape (:data:`MANIFEST_SCHEMA`: a wrong type,
+or a path that leaves the bundle such as ``../../../../etc/shadow``, is one line, exit status 2,
+before any file is opened), then every file it lists, each opened below the bundle without
+following a link (a missing or altered file: one line naming it, nothing run, nothing published), checks that the bundle was made for this
 recipe, site and lock, then installs with no index at all: uv gets ``--no-index --find-links
 DIR/wheels`` (the lock's hashes still enforced: ``--require-hashes``), the sdists are fetched
 from ``DIR/sdists`` (their sha256 checked as always), and the build environment gets
@@ -31,10 +33,12 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import errno
 import hashlib
 import io
 import json
 import os
+import stat
 import shutil
 import subprocess
 import sys
@@ -46,6 +50,7 @@ from pathlib import Path
 from hpcstack import __version__
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import sha256_file, write_atomic
+from hpcstack.schema import CONTROL
 from hpcstack.install.sources import SDISTS, WHEELS
 
 MANIFEST = "manifest.json"
@@ -229,8 +234,39 @@ class _Ctx:
         self.recipe, self.site, self.python_version, self.toolchain = recipe, site, python_version, site.toolchain
 
 
-def verify_bundle(path) -> dict:
-    """Check a bundle: its manifest, then every file it lists (present, same sha256).
+#: The directories a bundle's files are in.
+_DIRS = (WHEELS, SDISTS, BUILD, RECIPE, TOOL)
+_REL_PATH = {"type": "string", "minLength": 1, "maxLength": 4096}
+_TEXT = {"type": "string", "maxLength": 4096, "pattern": r"^[^\x00-\x1f\x7f]*$"}
+#: What ``manifest.json`` holds (:func:`make_bundle` writes it): checked before any file of the
+#: bundle is read, so a manifest of the wrong shape is one line, and one that names a path out of
+#: the bundle (``../../../../etc/shadow``) is refused before anything is opened.
+MANIFEST_SCHEMA = {
+    "type": "object",
+    "required": ["format", "recipe", "site", "files"],
+    "properties": {
+        "format": {"const": FORMAT},
+        "hpcstack": _TEXT, "created": _TEXT, "recipe": _TEXT, "site": _TEXT,
+        "python": {**_TEXT, "type": ["string", "null"]},
+        "recipe_file": _REL_PATH,
+        "lock": {**_REL_PATH, "type": ["string", "null"]},
+        "sdists": {"type": "object", "maxProperties": 1000, "additionalProperties": _REL_PATH},
+        "bundle_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "files": {"type": "object", "maxProperties": 100000,
+                  "additionalProperties": {
+                      "type": "object", "required": ["sha256", "size"], "additionalProperties": False,
+                      "properties": {"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                                     "size": {"type": "integer", "minimum": 0}}}},
+    },
+}
+#: A manifest larger than this is not one :func:`make_bundle` wrote.
+MAX_MANIFEST = 64 << 20
+_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def read_manifest(path) -> dict:
+    """Read and check a bundle's ``manifest.json`` (:data:`MANIFEST_SCHEMA`): nothing else of the
+    bundle is read.
 
     Args:
         path (str | Path): the bundle directory.
@@ -239,25 +275,134 @@ def verify_bundle(path) -> dict:
         dict: the manifest.
 
     Raises:
-        ConfigError: no readable manifest (exit 2).
+        ConfigError: no readable manifest (a missing file, a symbolic link, not JSON), or one
+            line per problem of its shape (a wrong type, a path out of the bundle, a ``lock``,
+            ``recipe_file`` or sdist that it does not list).
+    """
+    from hpcstack.schema import problems
+
+    where = f"--from {path}: {MANIFEST}"
+    none = ConfigError([f"--from {path}: no bundle there (no readable {MANIFEST}; "
+                        "make one with hpcstack bundle RECIPE --site S -o DIR)"])
+    try:
+        fd = os.open(Path(path) / MANIFEST, _NOFOLLOW)
+    except OSError:
+        raise none from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise none
+        data = f.read(MAX_MANIFEST + 1)
+    if len(data) > MAX_MANIFEST:
+        raise ConfigError([f"{where}: larger than {MAX_MANIFEST >> 20} MiB: not a manifest hpcstack wrote"])
+    try:
+        manifest = json.loads(data)
+    except (ValueError, RecursionError):
+        raise none from None
+    lines = problems(MANIFEST_SCHEMA, manifest, where)
+    if lines:
+        raise ConfigError(lines)
+    files = manifest["files"]
+    named = [("files", rel) for rel in sorted(files)]
+    named += [(key, manifest[key]) for key in ("recipe_file", "lock") if manifest.get(key)]
+    named += [(f"sdists.{p}", rel) for p, rel in sorted(manifest.get("sdists", {}).items())]
+    lines = [f"{where}: {key}: {why}" for key, rel in named if (why := _path_problem(rel))]
+    if lines:
+        raise ConfigError(lines)
+    for key in ("recipe_file", "lock"):
+        if manifest.get(key) and manifest[key] not in files:
+            lines.append(f"{where}: {key}: {manifest[key]} is not among its files")
+    for package, rel in sorted(manifest.get("sdists", {}).items()):
+        if rel not in files:
+            lines.append(f"{where}: sdists.{package}: {rel} is not among its files")
+    if lines:
+        raise ConfigError(lines)
+    return manifest
+
+
+def _path_problem(rel: str) -> str | None:
+    """Why ``rel`` is not the path of a file inside a bundle (relative, in one of its
+    directories, no ``.``, ``..`` or empty component, no control character), or None."""
+    parts = rel.split("/")
+    if rel.startswith("/") or ".." in parts or "." in parts or "" in parts or CONTROL.search(rel):
+        return (f"{rel!r} is not a path inside the bundle (relative, with no '..'); refusing it "
+                "before anything is read")
+    if len(parts) < 2 or parts[0] not in _DIRS:
+        return f"{rel!r} is not in one of the bundle's directories ({', '.join(_DIRS)})"
+    return None
+
+
+def _digest_in(root_fd: int, root: Path, rel: str) -> str | None:
+    """The sha256 of the bundle's file ``rel``, opened below ``root_fd`` one component at a time
+    without following a link; None when it is missing.
+
+    Raises:
+        ConfigError: a component is a symbolic link, or the file is not a regular file (a bundle
+            holds files only: a link could lead root's read out of the bundle).
+    """
+    fd = os.dup(root_fd)
+    try:
+        parts = rel.split("/")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(part, _NOFOLLOW | (0 if last else os.O_DIRECTORY), dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    what = "a symbolic link" if exc.errno == errno.ELOOP else "not a directory"
+                    raise ConfigError([f"bundle {root}: {'/'.join(parts[:i + 1])} is {what}; a bundle holds plain "
+                                       "files only, reached through no link (nothing was installed)"]) from None
+                raise
+            os.close(fd)
+            fd = nfd
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError([f"bundle {root}: {rel} is not a regular file; a bundle holds plain files only "
+                               "(nothing was installed)"])
+        h = hashlib.sha256()
+        while block := os.read(fd, 1 << 20):
+            h.update(block)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def verify_bundle(path) -> dict:
+    """Check a bundle: its manifest (:func:`read_manifest`), then every file it lists (present,
+    a plain file inside the bundle reached through no link, same sha256).
+
+    Args:
+        path (str | Path): the bundle directory.
+
+    Returns:
+        dict: the manifest.
+
+    Raises:
+        ConfigError: no readable manifest, a manifest of the wrong shape or naming a path out of
+            the bundle, a listed file reached through a symbolic link (exit 2; nothing read).
         HpcstackError: a file is missing or altered; the one line names it (and both hashes).
     """
     root = Path(path)
+    manifest = read_manifest(root)
     try:
-        manifest = json.loads((root / MANIFEST).read_text())
-        files = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise ConfigError([f"--from {path}: no bundle there (no readable {MANIFEST}; "
-                           "make one with hpcstack bundle RECIPE --site S -o DIR)"]) from None
-    for rel, entry in sorted(files.items()):
-        f = root / rel
-        if not f.is_file():
-            raise HpcstackError(f"bundle {root}: {rel} is missing (the manifest lists it with sha256 "
-                                f"{entry['sha256']}); nothing was installed")
-        actual = sha256_file(f)
-        if actual != entry["sha256"]:
-            raise HpcstackError(f"bundle {root}: {rel} was altered: sha256 {actual}, the manifest says "
-                                f"{entry['sha256']}; nothing was installed")
+        root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError([f"--from {path}: cannot open the bundle: {exc.strerror}"]) from None
+    try:
+        for rel, entry in sorted(manifest["files"].items()):
+            try:
+                actual = _digest_in(root_fd, root, rel)
+            except OSError as exc:
+                raise HpcstackError(f"bundle {root}: cannot read {rel}: {exc.strerror}; "
+                                    "nothing was installed") from None
+            if actual is None:
+                raise HpcstackError(f"bundle {root}: {rel} is missing (the manifest lists it with sha256 "
+                                    f"{entry['sha256']}); nothing was installed")
+            if actual != entry["sha256"]:
+                raise HpcstackError(f"bundle {root}: {rel} was altered: sha256 {actual}, the manifest says "
+                                    f"{entry['sha256']}; nothing was installed")
+    finally:
+        os.close(root_fd)
     return manifest
 
 

@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
+from hpcstack import secrets
 from hpcstack.errors import HpcstackError
 from hpcstack.install import wheelcache
 from hpcstack.install.actions import ACTION_COMMAND, ActionBase, ExecContext, Run, Unpack, VerifySha256, bash_word
@@ -47,8 +48,8 @@ _NO_LINE_NUMBERS = "sed -E 's/^[^:]*: line [0-9]+: //'"
 #: Variables of the surroundings that change the binary whatever the component sets; the key
 #: records their values, with those of every variable of the component's build environment.
 #: ``MAKEFLAGS`` (parallelism) is left out on purpose: ``-j2`` and ``-j8`` give the same wheel.
-KEY_VARIABLES = (r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS"
-                 r"|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS")
+#: No secret may be one (:func:`hpcstack.secrets.key_problems`).
+KEY_VARIABLES = secrets.BUILD_KEY_VARIABLES
 #: Build variables that never enter the key: parallelism and scratch space.
 _NOT_IN_KEY = ("MAKEFLAGS", "TMPDIR")
 
@@ -420,10 +421,19 @@ class SourceBuild:
     def key_variables(self, ctx: PlanContext) -> str:
         """The ``grep -E`` pattern of the variables whose values enter the key: those of
         :data:`KEY_VARIABLES` and every variable of :meth:`build_env` but ``MAKEFLAGS``/``TMPDIR``
-        and the site's secrets (``build.env`` values marked ``secret``: the key's text is logged
-        and kept in the build cache, and a secret is written nowhere)."""
-        secret = set(getattr(ctx.site, "secrets", None) or ())
-        names = sorted(n for n in self.build_env(ctx)
+        and the site's secrets and the variables that expand one (``build.env`` values marked
+        ``secret``: the key's text is logged and kept in the build cache, and a secret is written
+        nowhere; :func:`hpcstack.secrets.secret_names`).
+
+        Raises:
+            ConfigError: a variable of :data:`KEY_VARIABLES` expands a secret
+                (:func:`hpcstack.secrets.check_key`; the site config's own are refused earlier).
+        """
+        specs = getattr(ctx.site, "secrets", None) or {}
+        env = self.build_env(ctx)
+        secrets.check_key(env, specs, f"{getattr(ctx.recipe, 'full_name', 'recipe')}: the build of {self.package}")
+        secret = secrets.secret_names(env, specs)
+        names = sorted(n for n in env
                        if n not in _NOT_IN_KEY and n not in secret and not re.fullmatch(KEY_VARIABLES, n))
         return "|".join([KEY_VARIABLES, *(re.escape(n) for n in names)])
 
