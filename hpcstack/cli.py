@@ -335,6 +335,7 @@ def cmd_module_deprecation(args) -> int:
     from hpcstack.lifecycle import deprecation
 
     site = _load_site(args, module_root=args.module_root)
+    _check_site_dirs(args, site)
     if args.target.endswith(".py"):
         name, version = _stack_of(args, args.target, site)
         target = f"{name}/{version}"
@@ -465,12 +466,19 @@ def _load_site(args, **overrides):
     return _loader(args).site(args.site, **overrides)
 
 
-def _load(args):
+def _load(args, **dirs):
     """Load the site and the recipe through the command's loader: the recipe's file and
-    directory are checked as the site's are before the recipe runs."""
+    directory are checked as the site's are before the recipe runs. ``dirs`` (the keywords of
+    :func:`hpcstack.loader.site_dirs`): the site's directories the command writes to or reads
+    back, checked before the recipe runs (and the stack's own ones after)."""
     site = _load_site(args, install_root=getattr(args, "prefix", None),
                       module_root=getattr(args, "module_root", None))
-    return site, _loader(args).recipe(args.recipe, site)
+    if dirs:
+        _check_site_dirs(args, site, **dirs)
+    recipe = _loader(args).recipe(args.recipe, site)
+    if dirs:
+        _check_site_dirs(args, site, (recipe.name, recipe.version), **dirs)
+    return site, recipe
 
 
 def _check_site_dirs(args, site, stack=None, **which) -> None:
@@ -517,10 +525,10 @@ def cmd_install(args) -> int:
                            "whole plan; --stop-after stops a real install)"])
     if args.default and args.stop_after:
         raise ConfigError(["--default: not with --stop-after (only a published stack can be the default)"])
-    site, recipe = _load(args)
-    _check_site_dirs(args, site, (recipe.name, recipe.version), caches=True)
     if args.from_bundle:
         _loader(args).check_input_dir("bundle", args.from_bundle)
+    site, recipe = _load(args, caches=True)
+    if args.from_bundle:
         site = _site_from_bundle(site, recipe, args.from_bundle)
     for line in _shadowing(args, site):
         print(line, file=sys.stderr)
@@ -555,10 +563,9 @@ def cmd_validate(args) -> int:
     this host (``--local``); :class:`hpcstack.validate.service.ValidationService` does the work."""
     from hpcstack.validate.service import ValidationRequest, ValidationService
 
-    site, recipe = _load(args)
+    site, recipe = _load(args, **({} if args.emit else {"install": True}))  # the stack it runs
     if args.emit:
         return _emit_validation(args, site, recipe)
-    _check_site_dirs(args, site, (recipe.name, recipe.version))  # the stack it runs
     return ValidationService(site, recipe).run(ValidationRequest(
         nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
         account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
@@ -600,8 +607,7 @@ def cmd_lock(args) -> int:
     from hpcstack.install.components.cudawheels import CudaWheelArchs
     from hpcstack.install.lockgen import record_gpu_archs
 
-    site, recipe = _load(args)
-    _check_site_dirs(args, site, install=False, modules=False, caches=True)
+    site, recipe = _load(args, install=False, modules=False, caches=True)
     if not args.gpu_archs_from:
         path = write_lock(recipe, site)
         print(f"wrote {path}")
@@ -669,6 +675,7 @@ def cmd_show(args) -> int:
         build, prefix = Path(os.path.realpath(target)), (target if target.is_symlink() else None)
     else:
         site = _load_site(args, install_root=args.prefix)
+        _check_site_dirs(args, site, modules=False)
         name, version = _stack_of(args, args.target, site)
         _check_site_dirs(args, site, (name, version), modules=False)
         layout = StackLayout.for_site(site, name, version)
@@ -715,6 +722,7 @@ def cmd_uninstall(args) -> int:
     from hpcstack.install.service import InstallService
 
     site = _load_site(args, install_root=args.prefix, module_root=args.module_root)
+    _check_site_dirs(args, site, caches=True)
     name, version = _stack_of(args, args.target, site)
     _check_site_dirs(args, site, (name, version), caches=True)
     from hpcstack.lifecycle.deprecation import uninstall_refusal
@@ -748,6 +756,7 @@ def cmd_mount(args) -> int:
     from hpcstack.install.layout import StackLayout
 
     site = _load_site(args, install_root=args.prefix)
+    _check_site_dirs(args, site, modules=False)
     name, version = _stack_of(args, args.target, site)
     _check_site_dirs(args, site, (name, version), modules=False)
     if image.settings(site) is None:
@@ -881,11 +890,18 @@ def cmd_kernel(args) -> int:
         args.site, overrides = _infer_site(args)
     if getattr(args, "module_root", None):
         overrides["module_root"] = args.module_root
+    from hpcstack.loader import site_dirs
+
     site = _load_site(args, **overrides)
-    recipe = _loader(args).recipe(args.recipe, site)
     kernels = ("kernels directory", kernel.kernels_dir(args.user, args.prefix))
     if args.kernel_command == "remove":
         _loader(args).check_dirs([kernels])
+    else:
+        _loader(args).check_dirs([*site_dirs(site), kernels])
+        if args.venv:
+            _check_venv(args, args.venv)
+    recipe = _loader(args).recipe(args.recipe, site)
+    if args.kernel_command == "remove":
         name = args.name or kernel.default_kernel_name(recipe.name, recipe.version)
         removed = kernel.remove_kernel(name, user=args.user, prefix=args.prefix)
         print(f"removed kernel {name} ({removed})")
@@ -894,11 +910,7 @@ def cmd_kernel(args) -> int:
 
     command = "hpcstack kernel install " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
         if sys.argv[1:3] == ["kernel", "install"] else ""
-    from hpcstack.loader import site_dirs
-
-    _loader(args).check_dirs([*site_dirs(site, (recipe.name, recipe.version)), kernels])
-    if args.venv:
-        _check_venv(args, args.venv)
+    _loader(args).check_dirs(site_dirs(site, (recipe.name, recipe.version)))
     spec = kernel.make_kernel(site, recipe, name=args.name, user=args.user, prefix=args.prefix,
                               venv=args.venv, command=command)
     try:
@@ -1041,10 +1053,9 @@ def cmd_bundle(args) -> int:
     from hpcstack.install.resolve import build_environment, detect_python_version
     from hpcstack.lifecycle import bundle
 
-    site, recipe = _load(args)
     output = os.path.abspath(args.output)
-    _loader(args).check_dirs([("bundle output", output), ("bundle output", os.path.dirname(output)),
-                              ("cache_dir", site.cache_dir)])
+    _loader(args).check_dirs([("bundle output", output), ("bundle output", os.path.dirname(output))])
+    site, recipe = _load(args, install=False, modules=False, caches=True)
     python = site.python_version or detect_python_version(build_environment(site))
     start = time.monotonic()
     manifest = bundle.make_bundle(recipe, site, recipe.file, Path(args.output),

@@ -320,9 +320,17 @@ def _walk(directory: Path, pol: Policy, problems: list[str], seen: set[str]) -> 
             else:
                 problem = _problem(st, pol, True)
                 problem = f"{p}: {problem}" if problem else None
-            if problem and problem not in seen:
+            if problem and not _covered(problem, seen):
                 seen.add(problem)
                 problems.append(_refusal(problem, pol))
+
+
+def _covered(problem: str, seen: set[str]) -> bool:
+    """True when ``problem`` was said already, or lies below a path already refused (one line
+    for a repository its group can write, not one more for each directory in it)."""
+    where = problem.partition(": ")[0]
+    return problem in seen or any(where == w or where.startswith(w.rstrip(os.sep) + os.sep)
+                                  for w in (s.partition(": ")[0] for s in seen))
 
 
 def check_inputs(paths: list[str | os.PathLike], pol: Policy,
@@ -347,7 +355,7 @@ def check_inputs(paths: list[str | os.PathLike], pol: Policy,
         if is_builtin(p):
             continue
         problem = path_problem(p, pol)
-        if problem and problem not in seen:
+        if problem and not _covered(problem, seen):
             seen.add(problem)
             problems.append(_refusal(problem, pol))
     for directory in recurse:
@@ -398,7 +406,7 @@ def check_dirs(dirs: list[tuple[str, str | os.PathLike | None]], pol: Policy) ->
         if path is None or pol.trust_writable:
             continue
         problem = path_problem(path, pol, missing_ok=True)
-        if problem and problem not in seen:     # one line for a directory above several of them
+        if problem and not _covered(problem, seen):     # one line for a directory above several of them
             seen.add(problem)
             problems.append(dir_problem(label, path, pol))
     if problems:
