@@ -1083,8 +1083,8 @@ def cmd_audit(args) -> int:
     source = audit.OsvDatabase(args.db) if args.db else audit.OsvService(args.osv_url or audit.OSV_URL)
     note = None
     if args.stack:
-        _loader(args).check_dirs([("stack", args.stack)])
         state = audit.stack_state_dir(args.stack)
+        _loader(args).check_dirs([("stack", args.stack)])   # it reads back its SBOM, and records there
         packages = audit.stack_packages(args.stack)
         title = (json.loads((state / "provenance.json").read_text()).get("title")
                  if (state / "provenance.json").is_file() else None) or args.stack
