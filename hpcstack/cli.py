@@ -486,7 +486,7 @@ def _check_site_dirs(args, site, stack=None, **which) -> None:
     account can change them (:func:`hpcstack.loader.site_dirs`)."""
     from hpcstack.loader import site_dirs
 
-    _loader(args).check_dirs(site_dirs(site, stack, **which))
+    _loader(args).check_dirs(site_dirs(site, stack, **which), site)
 
 
 def _shadowing(args, site) -> list[str]:
@@ -897,7 +897,8 @@ def cmd_kernel(args) -> int:
     if args.kernel_command == "remove":
         _loader(args).check_dirs([kernels])
     else:
-        _loader(args).check_dirs([*site_dirs(site), kernels])
+        _loader(args).check_dirs(site_dirs(site), site)
+        _loader(args).check_dirs([kernels])
         if args.venv:
             _check_venv(args, args.venv)
     recipe = _loader(args).recipe(args.recipe, site)
@@ -910,7 +911,7 @@ def cmd_kernel(args) -> int:
 
     command = "hpcstack kernel install " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
         if sys.argv[1:3] == ["kernel", "install"] else ""
-    _loader(args).check_dirs(site_dirs(site, (recipe.name, recipe.version)))
+    _loader(args).check_dirs(site_dirs(site, (recipe.name, recipe.version)), site)
     spec = kernel.make_kernel(site, recipe, name=args.name, user=args.user, prefix=args.prefix,
                               venv=args.venv, command=command)
     try:

@@ -169,14 +169,19 @@ class Loader:
         return load_recipe(spec, site, self._search)
 
     # ------------------------------------------------------------------ what a command writes
-    def check_dirs(self, dirs: list[tuple[str, str | os.PathLike | None]]) -> None:
+    def check_dirs(self, dirs: list[tuple[str, str | os.PathLike | None]], site: Site | None = None) -> None:
         """Refuse directories the command writes to or reads back that an untrusted account can
         change (:func:`hpcstack.trust.check_dirs`).
+
+        Args:
+            dirs (list[tuple[str, path]]): ``(label, directory)`` pairs.
+            site (Site | None): the site whose directories they are: the group its
+                ``permissions`` give its stacks may write them too (:meth:`trust.Policy.for_site_dirs`).
 
         Raises:
             ConfigError: one line per directory, naming whose it is and how to fix it.
         """
-        trust.check_dirs(dirs, self.policy)
+        trust.check_dirs(dirs, self.policy.for_site_dirs(stack_group(site)) if site else self.policy)
 
     def check_input_dir(self, label: str, path: str | os.PathLike) -> None:
         """Refuse a directory read as input (a bundle, an advisory database) that an untrusted
@@ -189,6 +194,12 @@ class Loader:
             trust.check_inputs([Path(os.path.abspath(path))], self.policy, recurse=(path,))
         else:
             trust.check_inputs([Path(os.path.abspath(path))], self.policy)
+
+
+def stack_group(site: Site) -> str | None:
+    """The group a site gives its stacks (``permissions.group``), None when none."""
+    group = (site.raw.get("permissions") or {}).get("group")
+    return group if isinstance(group, str) and group else None
 
 
 def site_dirs(site: Site, stack: tuple[str, str] | None = None, *, install: bool = True,

@@ -32,7 +32,7 @@ import grp
 import os
 import pwd
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hpcstack import data_root
@@ -91,6 +91,9 @@ class Policy:
         admin_uids (frozenset[int]): the group's members (listed in it or with it as primary group).
         private_gids (frozenset[int]): the running account's own private group (not as root).
         trust_writable (bool): ``--trust-writable``: no check at all.
+        stack_gids (frozenset[int]): groups a checked site config gives write access to its
+            stacks (``permissions.group`` with a mode such as ``g+rwX``): trusted to write the
+            directories of those stacks only (:meth:`for_site_dirs`), never to change inputs.
     """
 
     uid: int
@@ -100,6 +103,20 @@ class Policy:
     admin_uids: frozenset = field(default_factory=frozenset)
     private_gids: frozenset = field(default_factory=frozenset)
     trust_writable: bool = False
+    stack_gids: frozenset = field(default_factory=frozenset)
+
+    def for_site_dirs(self, group: str | None) -> "Policy":
+        """This policy, with the site's stack group (``permissions.group``, from a site config
+        that passed the check) trusted to write as well: for the directories of the site's
+        stacks, which the site gives that group on purpose. A group this machine does not have
+        adds nothing (the install names it)."""
+        if not group:
+            return self
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            return self
+        return replace(self, stack_gids=self.stack_gids | {gid})
 
     def trusted_uid(self, uid: int) -> bool:
         """True for root, the running account and the admin group's members."""
@@ -107,7 +124,7 @@ class Policy:
 
     def trusted_gid(self, gid: int) -> bool:
         """True for root's group, the admin group and the running account's private group."""
-        return gid == 0 or gid == self.admin_gid or gid in self.private_gids
+        return gid == 0 or gid == self.admin_gid or gid in self.private_gids or gid in self.stack_gids
 
     def who(self) -> str:
         """Whom the rule trusts, in words: ``"root"``, ``"root and group hpcadm"``, ``"root and you"``."""

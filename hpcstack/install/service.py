@@ -271,7 +271,7 @@ class InstallService:
                     ("install root", os.path.dirname(self.layout.lock_file)),
                     *([("installer.wheel_cache", inst.wheel_cache)] if getattr(inst, "wheel_cache", None) else [])]
         dirs = [d for _, d in labelled]
-        pol = self.trust or trust.Policy(uid=os.geteuid())
+        pol = (self.trust or trust.Policy(uid=os.geteuid())).for_site_dirs(permission_settings(self.site)[0])
         for d in dirs:
             try:
                 os.makedirs(d, mode=mode, exist_ok=True)
