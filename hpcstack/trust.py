@@ -213,6 +213,8 @@ def policy(admin_group: str | None = None, config: str | os.PathLike | None = No
     uid = os.geteuid()
     if trust_writable:
         return Policy(uid=uid, trust_writable=True)
+    if config and not os.path.lexists(config):
+        raise ConfigError([f"{CONFIG_OPTION} {config}: no such file"])
     source = ADMIN_OPTION
     if not admin_group:
         admin_group = read_system_config(config or SYSTEM_CONFIG).get("admin_group")

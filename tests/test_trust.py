@@ -189,3 +189,36 @@ def test_install_names_the_recipe_and_site_that_shadow_built_in_ones(as_root, tm
     res = run("install", "pytorch/2.3.1-gpu", "--repo", str(repo), "--dry-run")
     assert res.returncode == 0, res.stderr
     assert f"note: recipe pytorch/2.3.1-gpu is {repo / 'recipes' / 'pytorch' / '2.3.1-gpu.py'}" in res.stderr
+
+
+def test_a_system_config_that_is_not_there(as_root, tmp_path):
+    res = run("list", "--system-config", str(tmp_path / "none.yaml"))
+    assert res.returncode == 2 and res.stderr == f"error: --system-config {tmp_path / 'none.yaml'}: no such file\n"
+
+
+def test_a_recipe_directory_too_large_to_check_is_refused_not_checked_in_part(tmp_path, monkeypatch):
+    from hpcstack import trust
+    from hpcstack.errors import ConfigError
+
+    monkeypatch.setattr(trust, "_MAX_FILES", 5)
+    recipe_dir = tmp_path / "tiny"
+    recipe_dir.mkdir()
+    for i in range(5):
+        (recipe_dir / f"f{i}").touch()
+    trust.check_inputs([recipe_dir], trust.Policy(uid=os.geteuid()), recurse=(recipe_dir,))
+    (recipe_dir / "f5").touch()
+    with pytest.raises(ConfigError) as exc:
+        trust.check_inputs([recipe_dir], trust.Policy(uid=os.geteuid()), recurse=(recipe_dir,))
+    assert exc.value.lines() == [f"{recipe_dir}: holds more than 5 files; hpcstack checks every file of a recipe's "
+                                 "directory: keep only what the recipe needs there, or pass --trust-writable"]
+
+
+def test_files_of_the_admin_groups_members_are_trusted(as_root, tmp_path):
+    from hpcstack import trust
+
+    member = pwd.getpwnam("nobody")
+    path = tmp_path / "recipe.py"
+    path.touch()
+    os.chown(path, member.pw_uid, -1)
+    assert trust.path_problem(path, trust.Policy(uid=0)) == f"{path}: owned by nobody"
+    assert trust.path_problem(path, trust.Policy(uid=0, admin_uids=frozenset({member.pw_uid}))) is None

@@ -272,13 +272,14 @@ class InstallService:
                     *([("installer.wheel_cache", inst.wheel_cache)] if getattr(inst, "wheel_cache", None) else [])]
         dirs = [d for _, d in labelled]
         pol = (self.trust or trust.Policy(uid=os.geteuid())).for_site_dirs(permission_settings(self.site)[0])
+        checked = [*labelled, ("install root", self.site.install_root), ("install root", self.layout.top)]
+        trust.check_dirs(checked, pol)      # before a directory is made in a place another user owns
         for d in dirs:
             try:
                 os.makedirs(d, mode=mode, exist_ok=True)
             except OSError:
                 pass  # the step that writes there names the problem
-        trust.check_dirs([*labelled, ("install root", self.site.install_root), ("install root", self.layout.top)],
-                         pol)
+        trust.check_dirs(checked, pol)      # and again: one another user made meanwhile
         for d in dirs:
             try:
                 st = os.lstat(d)
