@@ -154,8 +154,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     # symbolic chmod mode on top of hpcstack's own (world-readable, nothing world-writable).
     "permissions": _obj([], {
         "group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
-        # the site's administrators: as root, hpcstack also trusts recipes, site configs and
-        # repositories this group can write (hpcstack/trust.py)
+        # read for compatibility, and it does not count: a file under check cannot name who may
+        # write it; the admin group comes from /etc/hpcstack/config.yaml or --admin-group
+        # (hpcstack/trust.py, hpcstack/loader.py: a note says so; docs/admin/security.md)
         "admin_group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),

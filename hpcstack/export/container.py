@@ -213,11 +213,11 @@ class ContainerSpec:
         from hpccm.primitives import baseimage, comment, environment, label, raw, runscript, shell
         from hpccm.primitives import copy as hcopy
 
-        from hpcstack.recipe import load_recipe
+        from hpcstack.loader import reload_recipe
 
         section = container_section(site)
         inside, inside_raw = inside_site(site)
-        inside_recipe = load_recipe(recipe.ref or recipe.full_name, inside)
+        inside_recipe = reload_recipe(recipe, inside)
         distro, ca_bundle = DISTROS[section.get("distro", "debian12")]
         site_file = f"{SITE_DIR}/{inside.name}.yaml"
         wheel = f"hpcstack-{__version__}-py3-none-any.whl"
