@@ -123,6 +123,42 @@ def _one_line(value: str, what: str) -> str:
     return value
 
 
+def _setup_command(cmd: str, what: str) -> str:
+    """One of ``container.setup``'s commands (shell code by design, written as it is), if it
+    stays on its line of the spec.
+
+    Args:
+        cmd (str): the command.
+        what (str): ``<site file>: container.setup``, for the error line.
+
+    Raises:
+        ConfigError: a control character; a first word starting with ``%`` (Apptainer starts a
+            section at any line whose first word does, and a ``%setup`` section runs on the build
+            host: apptainer's ``pkg/build/types/parser/deffile.go``); a trailing backslash (it
+            joins the next line of the spec).
+    """
+    _one_line(cmd, what)
+    words = cmd.split()
+    if words and words[0].startswith("%"):
+        raise ConfigError([f"{what}: {cmd[:60]!r}: a command may not start with % (Apptainer would read "
+                           "a new section, and %setup runs on the build host)"])
+    if cmd.rstrip().endswith("\\"):
+        raise ConfigError([f"{what}: {cmd[:60]!r}: a command may not end with a backslash (it would "
+                           "join the next line of the container spec)"])
+    return cmd
+
+
+def _env_name(name: str) -> str:
+    """``name`` if it is an environment variable's name (letters, digits, ``_``).
+
+    Raises:
+        ConfigError: it is not.
+    """
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        raise ConfigError([f"environment variable {name[:60]!r}: not a variable name (letters, digits and _)"])
+    return name
+
+
 def docker_word(text: str) -> str:
     """``text`` as one literal word of a Dockerfile ``ENV``/``LABEL`` value: as it is when plain,
     else in double quotes with ``\\``, ``"`` and ``$`` escaped (the Dockerfile reference,
@@ -392,7 +428,7 @@ class ContainerSpec:
             stage += shell(commands=[
                 f"export HPCSTACK_DATA=$({TOOL_VENV}/bin/python -c "
                 "'import hpcstack; print(hpcstack.data_root())')",
-                *(_one_line(cmd, "container.setup") for cmd in section["setup"])])
+                *(_setup_command(cmd, f"{site.path}: container.setup") for cmd in section["setup"])])
         stage += comment(f"the site config used inside (site {c(site.name)}: " +
                          ("its container.site_changes, " if section.get("site_changes") else "") +
                          f"Python {c(section['python'])}, the cache in {CACHE_DIR}), then the install")
@@ -406,7 +442,7 @@ class ContainerSpec:
             *self.cache_cleanup()])
         stage += comment(f"the module's environment, set directly (login shells can also "
                          f"`module load {c(inside_recipe.full_name)}`)")
-        stage += environment(variables={k: self.env_value(v, f"the module's {k}")
+        stage += environment(variables={_env_name(k): self.env_value(v, f"the module's {k}")
                                         for k, v in module_variables(inside_recipe, inside).items()},
                              _export=True)
         labels = {"org.opencontainers.image.title": f"{recipe.full_name} ({site.name})",
@@ -419,7 +455,12 @@ class ContainerSpec:
         stage += comment("the validation trainer on the site's launcher; arguments are appended (--ranks 2)")
         stage += raw(**self.entrypoint(["hpcstack", "validate", inside_recipe.full_name, "--site", site_file,
                                         "--local"]))
-        return str(stage).rstrip("\n") + "\n"
+        return self.checked(str(stage).rstrip("\n") + "\n")
+
+    def checked(self, text: str) -> str:
+        """The spec's text, after checking that it holds only the instructions or sections
+        hpcstack wrote (the last guard: every value was quoted or refused before)."""
+        return text
 
     def env_value(self, parts, what: str) -> str:
         """An environment value quoted for this format's ``ENV``/``export`` (:func:`shell_value`,
@@ -486,6 +527,31 @@ class ApptainerDefinition(ContainerSpec):
 
     def env_value(self, parts, what: str) -> str:
         return shell_value(parts, what)
+
+    #: The sections hpcstack writes, each header alone on its line.
+    SECTIONS = re.compile(r"%(setup|environment|post|files|labels|runscript)")
+
+    def checked(self, text: str) -> str:
+        """Apptainer starts a section at every line whose first word starts with ``%``
+        (``pkg/build/types/parser/deffile.go``, ``scanDefinitionFile``), wherever the line is:
+        every such line must be a header hpcstack wrote, and ``%setup`` (run on the build host)
+        at most the one that unpacks the root filesystem.
+
+        Raises:
+            ConfigError: any other such line (one line naming it).
+        """
+        setups = 0
+        for number, line in enumerate(text.split("\n"), 1):
+            words = line.split()
+            if not words or not words[0].startswith("%"):
+                continue
+            if not self.SECTIONS.fullmatch(line):
+                raise ConfigError([f"the Apptainer definition's line {number} ({line[:60]!r}) would start a section "
+                                   "hpcstack did not write; a value of the site config starts with %"])
+            setups += line == "%setup"
+        if setups > 1:
+            raise ConfigError(["the Apptainer definition would hold more than one %setup section"])
+        return text
 
     def build_hint(self, recipe) -> str:
         sif = f"{recipe.name}-{recipe.version}.sif"
