@@ -242,21 +242,17 @@ def test_an_apptainer_definition_keeps_hostile_env_values_as_data(tmp_path, temp
 
 
 def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
-    """``(INSTRUCTION, arguments)`` as Docker's parser splits a Dockerfile: comment lines dropped
-    (inside a continuation too), a line ending in a backslash continued."""
+    """``(INSTRUCTION, its text)`` as Docker's parser splits a Dockerfile: comment lines dropped
+    (inside a continuation too), a line ending in a backslash continued on the next; the text is
+    the instruction's lines as written (continuations kept)."""
     out, current = [], None
     for line in text.split("\n"):
         if line.strip().startswith("#") or (current is None and not line.strip()):
             continue
-        if current is None:
-            current = line
-        else:
-            current += "\n" + line
-        if current.endswith("\\"):
-            current = current[:-1]
+        current = line if current is None else current + "\n" + line
+        if line.endswith("\\"):
             continue
-        word, _, rest = current.strip().partition(" ")
-        out.append((word.upper(), rest))
+        out.append((current.strip().split()[0].upper(), current))
         current = None
     return out
 
