@@ -20,7 +20,8 @@ directory name the user asks for, or the environment a ``module load`` runs in. 
 9. an OSV record with a YAML alias bomb for ``audit --db``: refused within seconds;
 10. an OSV record with wrong types (``affected: [1]``): refused, not an internal error;
 11. ``validate --output-dir "/x a --export=..."`` (and a newline, and ``%``): refused, nothing made;
-12. an install root holding ``${IFS}`` (site config and ``--prefix``): refused.
+12. an install root holding ``${IFS}`` (site config and ``--prefix``): refused;
+13. a recipe repository whose path holds ``${IFS}``: refused.
 """
 
 from __future__ import annotations
@@ -269,3 +270,15 @@ def test_an_install_root_with_a_variable_is_refused(attacker):
         attacker.assert_refused(proc, "--prefix")
         assert len(proc.stderr.splitlines()) == 1 and proc.stdout == ""
     assert sorted(p.name for p in attacker.shared.iterdir()) == ["ticket.yaml"]
+
+
+def test_a_repository_path_with_a_variable_is_refused(attacker):
+    """Attack 13: a repository the admin unpacked from the user's ticket under the name it came
+    with, ``repo${IFS}``: the build would apply the lock and patches at the expanded path
+    (``repo``), not the files it checked."""
+    theirs = attacker.mkdir(attacker.home / "repo${IFS}")
+    attacker.mkdir(theirs / "recipes")
+    repo = admin_copy(attacker, theirs)
+    proc = hpcstack("install", RECIPE, "--repo", str(repo), "--site", "localhost", "--dry-run")
+    attacker.assert_refused(proc, "--repo", "holds a $")
+    assert len(proc.stderr.splitlines()) == 1 and proc.stdout == ""
