@@ -14,8 +14,8 @@ directory name the user asks for, or the environment a ``module load`` runs in. 
 4. ``container.setup`` ``%setup`` + a command: refused (Apptainer would start a host section);
 5. a newline in ``modules.env`` (a Dockerfile instruction of its own): refused;
 6. the Dockerfile's ``ENV``/``LABEL``/``ADD`` built with buildah: values exact, nothing runs;
-7. ``VIRTUAL_ENV='|sh -c "touch CANARY" x'`` at ``module load`` of a Tcl modulefile
-   (Environment Modules) and of the Lua modulefile (Lmod);
+7. ``VIRTUAL_ENV='|sh -c "touch CANARY" x'`` at ``module load`` of the Tcl modulefile
+   (Environment Modules, Lmod) and of the Lua modulefile (Lmod);
 8. ``VIRTUAL_ENV`` naming a venv whose ``bin/activate`` is a FIFO: ``module load`` returns;
 9. an OSV record with a YAML alias bomb for ``audit --db``: refused within seconds;
 10. an OSV record with wrong types (``affected: [1]``): refused, not an internal error;
@@ -171,26 +171,28 @@ def test_the_dockerfile_built_by_buildah_keeps_the_users_values_exact(attacker, 
 
 # ------------------------------------------------------------------------------ modulefiles
 
-def _modulefile(tool, root: Path, prefix: Path) -> str:
-    """The real modulefile of RECIPE for ``tool``'s syntax, written under ``root``; its name."""
+def _modulefile(tool, syntax: str, root: Path, prefix: Path) -> str:
+    """The real modulefile of RECIPE in ``syntax`` for ``tool``, written under ``root``; its name."""
     from hpcstack.install.components.modulefile import render_for_prefix
     from hpcstack.recipe import load_recipe
     from hpcstack.site import load_site
 
-    site = load_site("localhost" if tool.syntax == "tcl" else "localhost-lmod")
-    text = render_for_prefix(site, load_recipe(RECIPE, site), str(prefix), "3.11", tool.syntax)
-    path = root / "pytorch" / ("2.3.1-gpu.lua" if tool.syntax == "lua" else "2.3.1-gpu")
+    site = load_site("localhost" if tool.name == "environment-modules" else "localhost-lmod")
+    text = render_for_prefix(site, load_recipe(RECIPE, site), str(prefix), "3.11", syntax)
+    path = root / "pytorch" / ("2.3.1-gpu.lua" if syntax == "lua" else "2.3.1-gpu")
     path.parent.mkdir(parents=True)
     path.write_text(text)
     return "pytorch/2.3.1-gpu"
 
 
-@pytest.mark.parametrize("tool", [pytest.param(t, id=t.short) for t in TOOLS])
+@pytest.mark.parametrize("tool, syntax", [pytest.param(t, s, id=f"{t.short}-{s}") for t in TOOLS
+                                          for s in (("tcl", "lua") if t.name == "lmod" else ("tcl",))])
 @pytest.mark.parametrize("payload", ["pipe", "fifo"])
-def test_virtual_env_from_the_user_never_runs_or_blocks_at_module_load(attacker, tool, payload):
+def test_virtual_env_from_the_user_never_runs_or_blocks_at_module_load(attacker, tool, syntax, payload):
     """Attacks 7 and 8: root loads the stack's module in an environment whose VIRTUAL_ENV the user
     chose (root activated the user's venv to help, or `sudo -E`): Tcl's ``open`` of a name that
-    starts with ``|`` would run a command; a FIFO as ``bin/activate`` would block the load."""
+    starts with ``|`` would run a command (under Environment Modules, and under Lmod, which runs
+    a Tcl modulefile through Tcl too); a FIFO as ``bin/activate`` would block the load."""
     require(tool)
     if payload == "pipe":
         venv = f'|sh -c "touch {attacker.canary}" x'
@@ -199,7 +201,7 @@ def test_virtual_env_from_the_user_never_runs_or_blocks_at_module_load(attacker,
         attacker.sh(f"mkfifo {home_venv}/bin/activate")
         venv = str(home_venv)
     root = attacker.shared / "modules"
-    name = _modulefile(tool, root, attacker.shared / "prefix")
+    name = _modulefile(tool, syntax, root, attacker.shared / "prefix")
     proc = tool.bash(f"module load {name}; echo loaded", env={"VIRTUAL_ENV": venv},
                      modulepath=f"{root}:/opt/hpcstack/base-modulefiles", timeout=30)
     assert not attacker.canary.exists(), f"module load ran the user's VIRTUAL_ENV: {proc.stderr}"
