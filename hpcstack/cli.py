@@ -445,11 +445,16 @@ def _check_dirs(args) -> None:
     """Refuse ``--prefix``/``--module-root`` values that no venv or modulefile can hold."""
     import re
 
+    from hpcstack.site import dir_problem
+
     for opt in ("prefix", "module_root"):
         value = getattr(args, opt, None)
         if value is not None and (not value or re.search(r"[\x00-\x20\x7f]", value)):
             raise ConfigError([f"--{opt.replace('_', '-')}: {value!r}: give a directory path without "
                                "white space or control characters"])
+        problem = dir_problem(value, f"--{opt.replace('_', '-')}") if value else None
+        if problem:
+            raise ConfigError([problem])
 
 
 def _loader(args):
