@@ -81,7 +81,7 @@ def twin(tmp_path_factory):
     venv.mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
     return {"stages": str(stages), "install": install.stdout, "validate": validate.stdout,
-            "module_root": config["module_root"]}
+            "module_root": config["module_root"], "site": str(site)}
 
 
 def _run(twin, script: str):
@@ -137,3 +137,21 @@ def test_the_modulefile_loads_its_hierarchy_by_itself_in_order(twin):
                       f"module load {RECIPE} || exit 3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _loaded(proc) == [*HIERARCHY, "Python/3.11.3", "CUDA/12", "NCCL/default-CUDA-12", RECIPE]
+
+
+def test_the_build_environment_loads_the_hierarchy_and_records_the_exact_names(twin):
+    """A real install loads the same modules in python mode (hpcstack.modules.modsys), and the
+    modulefile depends on the names Lmod loaded, hierarchy first."""
+    from hpcstack.install.resolve import build_modules, loaded_modules
+    from hpcstack.modules import modsys
+    from hpcstack.site import load_site
+    from moduletools import clean_env
+
+    site = load_site(twin["site"])
+    # what hpcstack.install.resolve.build_environment does, from a clean login environment
+    built = modsys.build_environment(site.modules.tool, str(LMOD.command), site.modules.use,
+                                     build_modules(site), env=clean_env(MODULEPATH=twin["stages"]))
+    assert built["LOADEDMODULES"].split(":") == [*HIERARCHY, "Python/3.11.3", "CUDA/12",
+                                                 "NCCL/default-CUDA-12", "CMake/3.26.3"]
+    assert built.get("SLURM_MPI_TYPE") == "pspmix"
+    assert loaded_modules(site, built) == (*HIERARCHY, "Python/3.11.3", "CUDA/12", "NCCL/default-CUDA-12")
