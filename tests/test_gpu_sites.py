@@ -209,3 +209,19 @@ def test_perlmutter_needs_no_account(scripts):
     script = scripts["perlmutter", "validate"]
     assert "--account" not in script            # jobs go to the user's default project
     assert not any(o.startswith("--account") for o in _sbatch(script))
+
+
+def test_the_working_directory_on_home_is_refused_too_and_only_below_home():
+    from hpcstack.errors import ConfigError
+    from hpcstack.site import load_site
+    from hpcstack.validate.validation import check_visible_on_compute, validation_settings
+    from hpcstack.recipe import load_recipe
+
+    site = load_site("cirrus")
+    s = validation_settings(site, load_recipe("pytorch/2.3.1-gpu", site)).slurm
+    with pytest.raises(ConfigError) as info:
+        check_visible_on_compute(s, "cirrus", Path("/home/x01/x01/someone"), given=False)
+    (line,) = info.value.problems
+    assert "the working directory; slurm.output_root is unset" in line and "under /home" in line
+    for fine in ("/homework/x", "/work/x01/x01/someone", "/"):
+        check_visible_on_compute(s, "cirrus", Path(fine), given=False)
