@@ -141,6 +141,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "init": {"type": "object", "additionalProperties": False,
                  "properties": {sh: _PATH for sh in ("bash", "zsh", "csh", "fish", "sh")}},
         "use": {"type": "array", "items": _PATH, "maxItems": 256},
+        # the site's module hierarchy: modules loaded, in this order, before the base module,
+        # each making the next visible (JSC: Stages/2024, then GCC/12.3.0, then ParaStationMPI)
+        "hierarchy": _MODULE_LIST,
         "base": _MODULE,
         "build": _MODULE_LIST,
         "runtime": _MODULE_LIST,
@@ -254,6 +257,15 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "mpi": {"type": ["string", "null"], "maxLength": 64, "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$"},
         "submit_as": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         "output_root": {**_PATH, "type": ["string", "null"]},
+        # where the shape of the tasks goes: #SBATCH --ntasks-per-node/--cpus-per-task (sbatch,
+        # the default) or only srun's options (Cirrus's GPU nodes refuse them as #SBATCH options)
+        "task_options": {"enum": ["sbatch", "srun"]},
+        # options every srun step of the jobs gets (Cirrus: --hint=nomultithread)
+        "srun_options": {"type": "array", "maxItems": 64, "items": {
+            "type": "string", "maxLength": 256, "pattern": r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+-]+)?$"}},
+        # directories of the login nodes that batch jobs do not see (Cirrus: /home): a validation's
+        # directory under one of them is refused
+        "login_only_paths": {"type": "array", "items": _PATH, "maxItems": 64},
         # false: no slurmdbd, so no sacct (localhost); ReFrame checks then poll with squeue
         "accounting": {"type": "boolean"},
         "env": _ENV,
@@ -274,6 +286,14 @@ class ModulesConfig:
         base (str): the cluster Python module the venv is built on, e.g. ``python/3.12.1-gpu``.
         build (list[str]): modules loaded only to build (e.g. ``cmake/3.25.2``).
         runtime (list[str]): modules the stack's modulefile ``depends-on`` besides ``base``.
+        hierarchy (list[str]): the site's module hierarchy, loaded in this order before ``base``
+            (an Lmod hierarchy as JSC builds it, https://apps.fz-juelich.de/jsc/hps/juwels/environment.html:
+            ``Stages/2024`` resets MODULEPATH and shows the compilers, ``GCC/12.3.0`` shows the
+            MPIs and the GCCcore modules such as ``Python/3.11.3``, ``ParaStationMPI/5.9.2-1``
+            what is built with MPI). The install's build environment, the modulefile's
+            ``depends-on`` (first, in this order) and the jobs, kernels and ReFrame checks load them
+            before the stack; the stack's module root is put on MODULEPATH after them, as the first
+            may reset it. See :meth:`stack_modules`.
         use (list[str]): directories added to MODULEPATH to find those modules.
         command (str | None): path of ``modulecmd.tcl`` / ``lmod``; default from ``$MODULES_CMD`` /
             ``$LMOD_CMD`` or the distribution's path.
@@ -293,6 +313,23 @@ class ModulesConfig:
     command: str | None = None
     init: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    hierarchy: list[str] = field(default_factory=list)
+
+    def stack_modules(self) -> list[str]:
+        """The modules a stack runs with, in load order: the hierarchy, the base, the runtime
+        modules (what its modulefile ``depends-on``).
+
+        Example:
+            >>> ModulesConfig("lmod", "lua", "Python/3.11.3", runtime=["CUDA/12"],
+            ...               hierarchy=["Stages/2024", "GCC/12.3.0"]).stack_modules()
+            ['Stages/2024', 'GCC/12.3.0', 'Python/3.11.3', 'CUDA/12']
+        """
+        return [*self.hierarchy, self.base, *self.runtime]
+
+    def build_modules(self) -> list[str]:
+        """The modules of the build environment, in load order: :meth:`stack_modules`, then the
+        build-only ones."""
+        return [*self.stack_modules(), *self.build]
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,13 @@ KEYS: dict[str, Key] = {
                        "runtime modules. The emitted ReFrame configuration carries them too.", "[]"),
     "modules.base": Key("The cluster Python module the stack's venv is built on, e.g. "
                         "`python/3.12.1-gpu`; the modulefile `depends-on` it.", REQUIRED),
+    "modules.hierarchy": Key("The site's module hierarchy: modules loaded, in this order, before `base`, "
+                             "each making the next visible (JUWELS Booster: `[Stages/2024, GCC/12.3.0, "
+                             "ParaStationMPI/5.9.2-1]`, under which `Python/3.11.3`, `CUDA` and `NCCL` "
+                             "appear). The install loads them first, the stack's modulefile `depends-on` "
+                             "them first, and validation jobs, Jupyter kernels and ReFrame checks load "
+                             "them before they put the module root on `MODULEPATH` (a `Stages` module "
+                             "resets it) and load the stack.", "[]"),
     "modules.build": Key("Modules loaded only to build (e.g. `cmake/3.25.2`).", "[]"),
     "modules.runtime": Key("Modules the stack's modulefile `depends-on` besides `base` (e.g. the MPI "
                            "and CUDA modules).", "[]"),
@@ -197,6 +204,19 @@ KEYS: dict[str, Key] = {
     "slurm.submit_as": Key("As root, submit as this user (`runuser -u USER -- sbatch`).", "null", _V),
     "slurm.output_root": Key("Where job scripts, output and the report go (`hpcstack-validate-*/`).",
                              "null (the current directory)", _V),
+    "slurm.task_options": Key("Where the jobs give the shape of their tasks: `sbatch` (`#SBATCH "
+                              "--ntasks-per-node`/`--cpus-per-task`) or `srun` (only `srun --ntasks "
+                              "--ntasks-per-node --cpus-per-task`: Cirrus's GPU nodes reject a job that "
+                              "gives them as `#SBATCH` options and allocate cores by the GPUs asked for). "
+                              "With `srun`, use the `srun` launcher: `mpirun` would see one slot per node.",
+                              "sbatch", _V),
+    "slurm.srun_options": Key("Options every `srun` step of the jobs gets, after hpcstack's own, e.g. "
+                              "`[--hint=nomultithread]` (one task per physical core where the nodes "
+                              "count hardware threads, as Cirrus's GPU job examples give it).", "[]", _V),
+    "slurm.login_only_paths": Key("Directories the login nodes have and the batch jobs do not (Cirrus: "
+                                  "`[/home]`): `hpcstack validate` refuses a validation directory under "
+                                  "one of them (the working directory where `output_root` is unset).",
+                                  "[]", _V),
     "slurm.accounting": Key("`false`: no slurmdbd, so no `sacct`; ReFrame checks poll with `squeue`.",
                             "true", _V),
     "slurm.env": Key("Variables for the jobs.", "{}", _V),

@@ -232,3 +232,16 @@ def test_reframe_run_fails_with_reframes_message_when_the_trainers_sanity_fails(
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-5000:]
     assert "sanity error: the program reported failure (its result record is not ok)" in out, out[-5000:]
+
+
+def test_juwels_booster_jobs_load_the_module_hierarchy_before_the_module_root(tmp_path):
+    """JSC's Stages/2024 resets MODULEPATH: the check's jobs load the site's hierarchy first, then
+    put the stack's module root on MODULEPATH (prepare_cmds run before ReFrame loads the module)."""
+    proc = emit(tmp_path / "jb", site="juwels-booster")
+    assert proc.returncode == 0, proc.stderr
+    prepare = _constant((tmp_path / "jb" / "settings.py").read_text(), "site_configuration")[
+        "systems"][0]["partitions"][0]["prepare_cmds"]
+    assert prepare[1:] == ["module load Stages/2024", "module load GCC/12.3.0",
+                           "module load ParaStationMPI/5.9.2-1",
+                           "module use /p/project/PROJECT/hpcstack/modulefiles"], prepare
+    assert prepare[0].startswith("source ")

@@ -1,4 +1,7 @@
-"""Two real GPU sites beside cirrus: NERSC Perlmutter and JSC JUWELS Booster, dry-run.
+"""The real GPU sites, dry-run: EPCC Cirrus (its V100 nodes, retired in October 2025), NERSC
+Perlmutter and JSC JUWELS Booster, each as its documentation asks (facts.md, "Real sites, checked
+against their documentation"): Cirrus's GPU jobs give the tasks' shape to srun only, JUWELS
+Booster's modules load in its hierarchy's order, Perlmutter needs no account and pins cudatoolkit.
 
 Golden files: ``tests/golden/<site>-install.sh`` and ``<site>-validate.sh`` are the output of
 ``hpcstack install pytorch/2.3.1-gpu --site <site> --dry-run`` and ``hpcstack validate ... --dry-run``,
@@ -34,7 +37,7 @@ pytestmark = pytest.mark.unit
 
 GOLDEN = Path(__file__).parent / "golden"
 DATA_DIR = str(Path(hpcstack.__file__).resolve().parent / "data")
-SITES = ["perlmutter", "juwels-booster"]
+SITES = ["cirrus", "perlmutter", "juwels-booster"]
 
 
 def normalise(text: str) -> str:
@@ -80,17 +83,24 @@ def _build_line(script: str) -> str:
 def test_perlmutter_install(scripts):
     script = scripts["perlmutter", "install"]
     lines = script.splitlines()
-    assert lines.index("module load python") < lines.index("module load cudatoolkit") < lines.index("module load cray-mpich")
+    # cudatoolkit pinned (the unversioned one moved to CUDA 13), NCCL from the nccl module
+    assert (lines.index("module load python") < lines.index("module load cudatoolkit/12.2")
+            < lines.index("module load cray-mpich") < lines.index("module load nccl/2.21.5"))
+    assert "module load cudatoolkit" not in lines
     build = _build_line(script)
     for var in ("CC=cc", "CXX=CC", "FC=ftn", "HOROVOD_GPU=CUDA", "HOROVOD_GPU_OPERATIONS=NCCL",
-                'HOROVOD_CUDA_HOME="${CUDA_HOME}"', 'HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl"',
+                'HOROVOD_CUDA_HOME="${CUDA_HOME}"', 'HOROVOD_NCCL_HOME="${NCCL_DIR}"',
                 "HOROVOD_BUILD_CUDA_CC_LIST=80", "HOROVOD_WITH_MPI=1"):
         assert var in build, var
     assert "stubs" not in build                       # login nodes have an A100: no CUDA stubs
     assert script.rstrip().count("2.3.1-gpu.pypi.lock") and "cu121.lock" not in script  # Python 3.11
     module = script.split("# --- step module:")[1]
-    for dep in ("python", "cudatoolkit", "cray-mpich"):
+    for dep in ("python", "cudatoolkit/12.2", "cray-mpich", "nccl/2.21.5"):
         assert f'depends_on("{dep}")' in module
+    assert 'depends_on("cudatoolkit")' not in module and "comm_libs/nccl" not in script
+    # the Slingshot interfaces for NCCL's sockets, no GPU-aware cray-mpich: for every user of the stack
+    assert 'setenv("NCCL_SOCKET_IFNAME", "hsn")' in module
+    assert 'setenv("MPICH_GPU_SUPPORT_ENABLED", "0")' in module
     assert "/global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua" in module
     assert "LD_LIBRARY_PATH" not in module
 
@@ -98,18 +108,22 @@ def test_perlmutter_install(scripts):
 def test_juwels_booster_install(scripts):
     script = scripts["juwels-booster", "install"]
     lines = script.splitlines()
-    order = ["module load Python/3.11.3", "module load Stages/2024", "module load GCC/12.3.0",
-             "module load ParaStationMPI/5.9.2-1", "module load CUDA/12", "module load NCCL/default-CUDA-12",
+    # the hierarchy first (Python/3.11.3 is visible only under GCC/12.3.0), then the base module
+    order = ["module load Stages/2024", "module load GCC/12.3.0", "module load ParaStationMPI/5.9.2-1",
+             "module load Python/3.11.3", "module load CUDA/12", "module load NCCL/default-CUDA-12",
              "module load CMake/3.26.3"]
-    assert [lines.index(l) for l in order] == sorted(lines.index(l) for l in order)
+    at = [lines.index(l) for l in order]
+    assert at == sorted(at) and at[0] == lines.index("set -euo pipefail") + 1, at
     build = _build_line(script)
     for var in ("CC=mpicc", "CXX=mpicxx", 'HOROVOD_CUDA_HOME="${EBROOTCUDA}"', 'HOROVOD_NCCL_HOME="${EBROOTNCCL}"',
                 "HOROVOD_BUILD_CUDA_CC_LIST=80", "HOROVOD_GPU_OPERATIONS=NCCL"):
         assert var in build, var
     assert "2.3.1-gpu.pypi.lock" in script and "cu121.lock" not in script
     module = script.split("# --- step module:")[1]
-    for dep in ("Python/3.11.3", "Stages/2024", "ParaStationMPI/5.9.2-1", "NCCL/default-CUDA-12"):
-        assert f'depends_on("{dep}")' in module
+    deps = re.findall(r'^depends_on\("([^"]+)"\)$', module, flags=re.M)
+    assert deps == ["Stages/2024", "GCC/12.3.0", "ParaStationMPI/5.9.2-1", "Python/3.11.3", "CUDA/12",
+                    "NCCL/default-CUDA-12"], deps
+    assert "SLURM_MPI_TYPE" not in script          # ParaStationMPI's module sets it (pspmix)
     assert "CMake" not in module and "stubs" not in module
     assert "/p/project/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua" in module
 
@@ -138,6 +152,76 @@ def test_juwels_booster_jobs_use_the_booster_partition_and_gres(scripts):
     opts = _sbatch(script)
     assert "--partition=booster" in opts and "--gres=gpu:4" in opts
     assert not any(o.startswith(("--constraint", "--gpus-per-node", "--qos")) for o in opts)
-    assert "--cpus-per-task=12" in opts
-    assert re.search(r"^srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 \S+/hpcstack-train-benchmark "
+    # Slurm counts hardware threads there (SMT-2): 24 CPUs are a rank's 12 cores
+    assert "--cpus-per-task=24" in opts
+    assert re.search(r"^srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=24 \S+/hpcstack-train-benchmark "
                      r"--backend ddp", script, flags=re.M)
+
+
+def _module_lines(job: str) -> list[str]:
+    return [l.split(" ||")[0] for l in job.splitlines() if l.startswith("module ")]
+
+
+def test_juwels_booster_jobs_load_the_hierarchy_before_the_module_root(scripts):
+    for job in scripts["juwels-booster", "validate"].split("# =====")[1:]:
+        # Stages/2024 resets MODULEPATH: the stack's module root goes on it after the hierarchy
+        assert _module_lines(job) == [
+            "module load Stages/2024", "module load GCC/12.3.0", "module load ParaStationMPI/5.9.2-1",
+            "module use /p/project/PROJECT/hpcstack/modulefiles", "module load pytorch/2.3.1-gpu"], job
+        assert "SLURM_MPI_TYPE" not in job and "--mpi=" not in job     # pspmix comes from the MPI module
+
+
+def test_cirrus_jobs_give_the_tasks_shape_to_srun_only(scripts):
+    script = scripts["cirrus", "validate"]
+    jobs = script.split("# =====")[1:]
+    assert len(jobs) == 2
+    for job, nodes in zip(jobs, (1, 2)):
+        opts = _sbatch(job)
+        # "submission script should not specify options such as --ntasks and --cpus-per-task"
+        assert not any(o.startswith(("--ntasks", "--cpus-per-task", "--mem")) for o in opts), opts
+        assert {"--partition=gpu", "--qos=gpu", "--gres=gpu:4", "--exclusive", f"--nodes={nodes}"} <= set(opts)
+        steps = [l for l in job.splitlines() if l.startswith("srun ")]
+        assert len(steps) == 2, job                 # horovod and ddp
+        for step in steps:
+            assert step.startswith(f"srun --nodes={nodes} --ntasks-per-node=4 --cpus-per-task=10 "
+                                   f"--ntasks={4 * nodes} --hint=nomultithread "), step
+    # a budget is required there: the job says how to give one
+    assert "pass --account=BUDGET" in script
+
+
+def test_cirrus_refuses_a_validation_directory_on_home():
+    # /home is not available to Cirrus's batch jobs: one line naming the key, nothing written
+    proc = run_hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "cirrus", "--dry-run",
+                        "--output-dir", "/home/someone/validation")
+    assert proc.returncode == 2 and not proc.stdout, proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --output-dir: /home/someone/validation is under /home")
+    assert "slurm.login_only_paths" in lines[0]
+    ok = run_hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "cirrus", "--dry-run",
+                      "--output-dir", "/work/x01/x01/someone/validation")
+    assert ok.returncode == 0, ok.stderr
+    # elsewhere /home is an ordinary directory
+    assert run_hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "perlmutter", "--dry-run",
+                        "--output-dir", "/home/someone/validation").returncode == 0
+
+
+def test_perlmutter_needs_no_account(scripts):
+    script = scripts["perlmutter", "validate"]
+    assert "--account" not in script            # jobs go to the user's default project
+    assert not any(o.startswith("--account") for o in _sbatch(script))
+
+
+def test_the_working_directory_on_home_is_refused_too_and_only_below_home():
+    from hpcstack.errors import ConfigError
+    from hpcstack.site import load_site
+    from hpcstack.validate.validation import check_visible_on_compute, validation_settings
+    from hpcstack.recipe import load_recipe
+
+    site = load_site("cirrus")
+    s = validation_settings(site, load_recipe("pytorch/2.3.1-gpu", site)).slurm
+    with pytest.raises(ConfigError) as info:
+        check_visible_on_compute(s, "cirrus", Path("/home/x01/x01/someone"), given=False)
+    (line,) = info.value.problems
+    assert "the working directory; slurm.output_root is unset" in line and "under /home" in line
+    for fine in ("/homework/x", "/work/x01/x01/someone", "/"):
+        check_visible_on_compute(s, "cirrus", Path(fine), given=False)

@@ -120,14 +120,16 @@ def default_context(v: str) -> dict:
 
 def job_context(v: str, init: str, status: str) -> dict:
     return dict(header=v, comments=[v, v], options=[f"--partition={v}", v], module_init=init,
-                unset_bash_env=True, module_use=[v], module_load=[v], export_none=True,
+                unset_bash_env=True, module_use=[v], module_load=[v], module_hierarchy=[v],
+                module_use_after=[v], export_none=True,
                 cpus_per_task=v, env=[("HOSTILE", v), (v, v)], setup=["true"],
                 steps=[{"name": v, "command": "true", "status_file": status}])
 
 
 def kernel_context(v: str, init: str, venv: str) -> dict:
     return dict(kernel_name=v, display_name=v, hpcstack_version=v, command=v, module=v,
-                tool_title=v, module_init=init, unset_bash_env=True, module_use=[v], venv=venv,
+                tool_title=v, module_init=init, unset_bash_env=True, module_use=[v],
+                module_hierarchy=[v], module_use_after=[v], venv=venv,
                 python=f"{venv}/bin/python")
 
 
@@ -364,7 +366,9 @@ def test_shell_templates_take_hostile_values_as_data(template, tmp_path):
         assert proc.returncode == 0, proc.stderr + text
         words = calls.read_bytes().decode().split("\0")[:-1]
         clean = v.replace("\x00", "")
-        assert words == ["module", "use", clean, "module", "load", clean], (words, text)
+        # the site's dirs, its module hierarchy, the stack's root, the stack: each value one word
+        assert words == ["module", "use", clean, "module", "load", clean, "module", "use", clean,
+                         "module", "load", clean], (words, text)
         if template.endswith("slurm-job.sh.j2"):
             assert status.read_text() == "0\n"
 
@@ -376,7 +380,7 @@ def test_job_script_exports_hostile_values_exactly(tmp_path):
         out = tmp_path / "value"
         text = templates.render("templates/slurm-job.sh.j2", **{
             **job_context(v, "/dev/null", str(tmp_path / "status")),
-            "module_use": [], "module_load": [],
+            "module_use": [], "module_load": [], "module_hierarchy": [], "module_use_after": [],
             "steps": [{"name": "x", "command": f'printf %s "$HOSTILE" > {out}', "status_file": str(tmp_path / "s")}]})
         subprocess.run(["bash", "-c", text], capture_output=True, cwd=tmp_path, timeout=60,
                        env={"PATH": "/usr/bin:/bin"})

@@ -39,5 +39,6 @@ def test_perlmutter_modules_without_versions_get_one_line(tmp_path):
     out = tmp_path / "pytorch.eb"
     proc = hpcstack("export", RECIPE, "--site", "perlmutter", "--format", "easyconfig", "-o", str(out))
     assert proc.returncode == 2 and not out.exists()
-    assert proc.stderr.strip() == ("error: module 'cudatoolkit': an easyconfig dependency needs a "
+    # cudatoolkit is pinned (cudatoolkit/12.2); cray-mpich is the PE's default, without a version
+    assert proc.stderr.strip() == ("error: module 'cray-mpich': an easyconfig dependency needs a "
                                    "version (NAME/VERSION)")

@@ -70,6 +70,29 @@ def test_rendered_script_sources_module_init_and_keeps_env_for_steps():
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
+def test_srun_task_options_leave_the_tasks_shape_out_of_sbatch():
+    """Cirrus's GPU nodes reject #SBATCH --ntasks/--cpus-per-task (slurm.task_options: srun)."""
+    opts = job(task_options="srun").sbatch_options()
+    assert not any(o.startswith(("--ntasks", "--cpus-per-task")) for o in opts), opts
+    assert "--nodes=2" in opts and "--gres=gpu:4" in opts and "--exclusive" in opts
+    text = render_job_script(job(task_options="srun"))
+    assert "#SBATCH --ntasks" not in text and "#SBATCH --cpus-per-task" not in text
+    # the threads of a rank still follow its cores, from the site's value
+    assert "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-10}" in text
+
+
+def test_module_hierarchy_loads_before_the_module_root():
+    text = render_job_script(job(module_use=["/site/mods"], module_hierarchy=["Stages/2024", "GCC/12.3.0"],
+                                 module_use_after=["/p/project/x/modulefiles"]))
+    module_lines = [l.split(" ||")[0] for l in text.splitlines() if l.startswith("module ")]
+    assert module_lines == ["module use /site/mods", "module load Stages/2024", "module load GCC/12.3.0",
+                            "module use /p/project/x/modulefiles", "module load pytorch/2.3.1-gpu"]
+    assert 'module load GCC/12.3.0 || { echo "hpcstack: module load "GCC/12.3.0" failed" >&2; exit 98; }' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+    # without a hierarchy, no line about it
+    assert "hierarchy" not in render_job_script(job())
+
+
 @pytest.mark.integration
 def test_values_are_shell_quoted():
     text = render_job_script(job(env={"X": "a b; rm -rf /"}, module_use=["/dir with space"]))

@@ -38,6 +38,44 @@ def test_cirrus_is_faithful_to_the_instructions():
     assert site.python_version == "3.12"
 
 
+def test_juwels_booster_declares_its_module_hierarchy():
+    """JSC's modules form a hierarchy (Stages resets MODULEPATH, GCC shows Python and the GCCcore
+    modules, ParaStationMPI what is built with MPI): the base module loads only after it."""
+    site = load_site("juwels-booster")
+    assert site.modules.hierarchy == ["Stages/2024", "GCC/12.3.0", "ParaStationMPI/5.9.2-1"]
+    assert site.modules.stack_modules() == ["Stages/2024", "GCC/12.3.0", "ParaStationMPI/5.9.2-1",
+                                            "Python/3.11.3", "CUDA/12", "NCCL/default-CUDA-12"]
+    assert site.modules.build_modules()[-1] == "CMake/3.26.3"
+    # Slurm counts hardware threads there (SMT-2): 24 CPUs are 12 cores per rank
+    assert site.slurm["cpus_per_task"] == 24
+    assert "SLURM_MPI_TYPE" not in {**site.modules.env, **site.slurm.get("env", {})}
+    assert site.slurm.get("mpi") is None         # ParaStationMPI's module sets SLURM_MPI_TYPE=pspmix
+
+
+def test_sites_without_a_hierarchy_load_the_base_module_first():
+    for name in ("cirrus", "localhost", "perlmutter"):
+        modules = load_site(name).modules
+        assert modules.hierarchy == [] and modules.stack_modules()[0] == modules.base, name
+
+
+def test_perlmutter_needs_no_account_and_pins_cudatoolkit():
+    site = load_site("perlmutter")
+    assert site.slurm["account_required"] is False      # jobs go to the user's default project
+    # the unversioned cudatoolkit moved to CUDA 13; the lock is chosen by toolchain.cuda.version
+    assert "cudatoolkit/12.2" in site.modules.runtime and "cudatoolkit" not in site.modules.runtime
+    assert site.toolchain.cuda_version == "12.2"
+    assert "nccl/2.21.5" in site.modules.runtime and "comm_libs" not in site.toolchain.nccl_home
+    assert site.modules.env == {"NCCL_SOCKET_IFNAME": "hsn", "MPICH_GPU_SUPPORT_ENABLED": "0"}
+
+
+def test_cirrus_gives_the_tasks_shape_to_srun_and_hides_home():
+    slurm = load_site("cirrus").slurm
+    assert slurm["task_options"] == "srun" and slurm["srun_options"] == ["--hint=nomultithread"]
+    assert slurm["login_only_paths"] == ["/home"] and slurm["exclusive"] is True
+    assert slurm["account_required"] is True
+    assert "retired in October 2025" in (REPO / "site-configs" / "cirrus.yaml").read_text()
+
+
 def test_a_site_holds_machine_facts_only():
     """What to build (Horovod's operations and flags, which lock) is the recipe's: a site config
     that still says it is refused with the key path."""
@@ -64,6 +102,12 @@ def _localhost() -> dict:
     (lambda d: d["toolchain"].update(cuda={"home": "/cuda"}), "toolchain.cuda.version: missing key"),
     (lambda d: d["modules"].update(tool="spack"), "modules.tool: 'spack' is not one of"),
     (lambda d: d["slurm"].update(time_limit="10 minutes"), "slurm.time_limit: '10 minutes' does not match"),
+    (lambda d: d["slurm"].update(task_options="both"), "slurm.task_options: 'both' is not one of"),
+    (lambda d: d["slurm"].update(srun_options=["--hint=nomultithread; rm -rf /"]), "slurm.srun_options.0:"),
+    (lambda d: d["slurm"].update(srun_options="--hint=nomultithread"), "slurm.srun_options: '--hint"),
+    (lambda d: d["slurm"].update(login_only_paths=["/home dir"]), "slurm.login_only_paths.0:"),
+    (lambda d: d["modules"].update(hierarchy=["Stages/2024", "GCC 12.3.0"]), "modules.hierarchy.1:"),
+    (lambda d: d["modules"].update(hierarchy="Stages/2024"), "modules.hierarchy: 'Stages/2024' is not of type"),
 ])
 def test_each_problem_is_one_line_with_its_key_path(mutate, expected):
     data = copy.deepcopy(_localhost())

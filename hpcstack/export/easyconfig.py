@@ -15,8 +15,8 @@ What goes where (EasyBuild's easyconfig parameters, https://docs.easybuild.io/ve
   installs (wheel, else sdist), its URL and sha256 (:func:`hpcstack.export.pins.site_files`);
   then the recipe's source builds (Horovod from its sdist) with their patches and checksums and
   their build environment (``HOROVOD_*``, compilers) as ``preinstallopts``.
-* ``dependencies``/``builddependencies``: the site's modules (``modules.base`` and
-  ``modules.runtime``; ``modules.build``) as EasyBuild software names and versions
+* ``dependencies``/``builddependencies``: the site's modules (``modules.hierarchy``, ``modules.base``
+  and ``modules.runtime``, in that order; ``modules.build``) as EasyBuild software names and versions
   (``python/3.12.1-gpu`` -> ``('Python', '3.12.1', '-gpu')``); ``toolchain = SYSTEM``: the
   compilers and MPI are the site's (its toolchain's ``CC``/``CXX``, set in ``preinstallopts``).
 * ``sanity_check_commands``: the recipe's imports and ``horovodrun --check-build`` with each flag
@@ -241,7 +241,7 @@ class EasyConfig:
                 left_out.append(f"{change.kind} {change.name}")
 
         version, dash, suffix = recipe.version.partition("-")
-        base_modules = [site.modules.base, *site.modules.runtime]
+        base_modules = site.modules.stack_modules()     # the hierarchy, the base, the runtime modules
         top = imports[0].split(".")[0] if imports else recipe.name
         return render(
             "templates/easyconfig.eb.j2", hpcstack_version=__version__, recipe=recipe.full_name,

@@ -18,8 +18,11 @@ Two files are written into DIR, both rendered from jinja2 templates
 * ``settings.py`` — a ReFrame site configuration for the site: one system with the validation's
   partition, the Slurm scheduler (ReFrame's ``slurm``, which polls with ``sacct``; ``squeue`` where
   the site's ``slurm.accounting`` is false), the site's launcher (``srun`` …), its module system
-  (``envmod`` for Environment Modules, ``lmod``), the module tool's init and ``module use`` of the
-  site's module roots (``modules.use`` and the module root) as ``prepare_cmds`` of the jobs, and
+  (``envmod`` for Environment Modules, ``lmod``), the module tool's init, ``module use`` of the
+  site's module roots (``modules.use``), ``module load`` of its module hierarchy
+  (``modules.hierarchy``, which may reset MODULEPATH) and ``module use`` of the stack's module
+  root, in that order, as ``prepare_cmds`` of the jobs; the site's ``slurm.srun_options`` go to
+  the ``srun`` launcher's options; and
   ``--partition``/``--qos``/``--account``/``--constraint`` as the partition's ``access``; GPUs as a
   ``gpu`` resource; and ``general: resolve_module_conflicts: False`` for the system. By default
   ReFrame loads a test's modules in its own process before it submits (``module show`` and
@@ -148,7 +151,10 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     if modsys.get_tool(site.modules.tool).job_unsets_bash_env:
         prepare.append("unset BASH_ENV")
     prepare.append(f"source {sh_quote(init)}")
-    prepare += [f"module use {sh_quote(d)}" for d in [*site.modules.use, site.module_root]]
+    prepare += [f"module use {sh_quote(d)}" for d in site.modules.use]
+    # the site's module hierarchy (it may reset MODULEPATH), then the stack's module root
+    prepare += [f"module load {sh_quote(m)}" for m in site.modules.hierarchy]
+    prepare.append(f"module use {sh_quote(site.module_root)}")
     command = (f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref or site.name} "
                f"--emit reframe DIR")
     stem = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_")
@@ -159,7 +165,7 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
         module=recipe.full_name, nodes=nodes, backends=backends, argv=argv, references=references,
         tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task, gpus_per_node=s.gpus_per_node,
         time_limit=_duration(s.time_limit), exclusive=s.exclusive,
-        launcher_options=[f"--mpi={s.mpi}"] if s.mpi else [],
+        launcher_options=([f"--mpi={s.mpi}"] if s.mpi else []) + (list(s.srun_options) if s.launcher == "srun" else []),
         env=env, setup=list(dict.fromkeys(line for b in backends
                                           for line in get_backend(b)().setup(scheduler.job_id_variable))),
         figures=settings.spec.figures, every_rank=settings.spec.every_rank, tags=sorted({"hpcstack", recipe.name}),

@@ -28,8 +28,9 @@ _SYMBOLIC_MODE = re.compile(r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([
 
 
 def build_modules(site: Site) -> list[str]:
-    """The modules loaded into the build environment: base, runtime, then build-only ones."""
-    return [site.modules.base, *site.modules.runtime, *site.modules.build]
+    """The modules loaded into the build environment: the site's hierarchy (``modules.hierarchy``,
+    in its order), base, runtime, then build-only ones (:meth:`hpcstack.site.ModulesConfig.build_modules`)."""
+    return site.modules.build_modules()
 
 
 def build_environment(site: Site) -> dict[str, str]:
@@ -48,7 +49,7 @@ def build_environment(site: Site) -> dict[str, str]:
 
 
 def loaded_modules(site: Site, env: dict[str, str]) -> tuple[str, ...]:
-    """The exact names under which the site's base and runtime modules were loaded in ``env``.
+    """The exact names under which the site's hierarchy, base and runtime modules were loaded in ``env``.
 
     A site may name a module without its version (``python``: the tool's default); the stack is
     built on the one the tool loaded, and its modulefile must ``depends-on`` that one, not
@@ -56,7 +57,7 @@ def loaded_modules(site: Site, env: dict[str, str]) -> tuple[str, ...]:
     name (``python/3.11``).
 
     Args:
-        site (Site): its ``modules.base`` and ``modules.runtime``.
+        site (Site): its ``modules.hierarchy``, ``modules.base`` and ``modules.runtime``.
         env (dict[str, str]): the build environment (:func:`build_environment`).
 
     Returns:
@@ -65,7 +66,7 @@ def loaded_modules(site: Site, env: dict[str, str]) -> tuple[str, ...]:
     """
     loaded = [m for m in env.get("LOADEDMODULES", "").split(":") if m]
     out = []
-    for want in (site.modules.base, *site.modules.runtime):
+    for want in site.modules.stack_modules():
         out.append(next((m for m in reversed(loaded) if m == want or m.startswith(want + "/")), want))
     return tuple(out)
 

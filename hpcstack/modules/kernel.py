@@ -142,7 +142,9 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
         TEMPLATE, kernel_name=kernel_name, display_name=display, hpcstack_version=__version__,
         command=command or f"hpcstack kernel install {recipe.full_name} --site {site.ref}",
         module=recipe.full_name, tool_title=tool.title, module_init=init,
-        unset_bash_env=tool.job_unsets_bash_env, module_use=[*site.modules.use, site.module_root],
+        unset_bash_env=tool.job_unsets_bash_env, module_use=list(site.modules.use),
+        # the site's module hierarchy (it may reset MODULEPATH), then the stack's module root
+        module_hierarchy=list(site.modules.hierarchy), module_use_after=[site.module_root],
         venv=venv_dir, python=python)
     kernel_json = {
         "argv": ["/bin/bash", str(directory / LAUNCHER), "{connection_file}"],

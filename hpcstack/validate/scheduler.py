@@ -127,8 +127,17 @@ class BatchJob:
         export_none (bool): ``--export=NONE``: the job starts from a clean environment, not the
             submitter's; the script then exports ``SLURM_EXPORT_ENV=ALL`` so that ``srun`` steps
             see the loaded modules.
-        module_use (list[str]): directories for ``module use``.
-        module_load (list[str]): modules to load.
+        module_use (list[str]): directories for ``module use``, before the hierarchy (where the
+            site's modules are found).
+        module_hierarchy (list[str]): the site's module hierarchy (``modules.hierarchy``), loaded
+            in this order after ``module_use``.
+        module_use_after (list[str]): directories for ``module use`` after the hierarchy (the
+            stack's module root: a hierarchy module such as JSC's ``Stages`` resets MODULEPATH).
+        module_load (list[str]): modules to load, last.
+        task_options (str): ``sbatch`` (default): ``--ntasks-per-node`` and ``--cpus-per-task`` are
+            ``#SBATCH`` options; ``srun``: only the steps' ``srun`` gets them (Cirrus's GPU nodes
+            reject a job that gives them to sbatch, https://github.com/EPCCed/cirrus-docs,
+            ``docs/user-guide/gpu.md`` before the GPUs were retired in October 2025).
         env (dict[str, str]): variables to export after loading the modules (the template quotes them).
         setup (list[str]): shell lines run before the steps (e.g. the host list for horovodrun).
         steps (list[JobStep]): the commands, run in order.
@@ -156,6 +165,9 @@ class BatchJob:
     export_none: bool = True
     module_use: list[str] = field(default_factory=list)
     module_load: list[str] = field(default_factory=list)
+    module_hierarchy: list[str] = field(default_factory=list)
+    module_use_after: list[str] = field(default_factory=list)
+    task_options: str = "sbatch"
     env: dict[str, str] = field(default_factory=dict)
     setup: list[str] = field(default_factory=list)
     steps: list[JobStep] = field(default_factory=list)
@@ -178,8 +190,9 @@ class BatchJob:
         opts += [f"--partition={self.partition}"] if self.partition else []
         opts += [f"--qos={self.qos}"] if self.qos else []
         opts += [f"--account={self.account}"] if self.account else []
-        opts += [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}",
-                 f"--cpus-per-task={self.cpus_per_task}"]
+        opts += [f"--nodes={self.nodes}"]
+        if self.task_options != "srun":
+            opts += [f"--ntasks-per-node={self.tasks_per_node}", f"--cpus-per-task={self.cpus_per_task}"]
         opts += [f"--constraint={self.constraint}"] if self.constraint else []
         if self.gpus_per_node:
             opts += [f"--gpus-per-node={self.gpus_per_node}" if self.gpu_request == "gpus-per-node"
@@ -205,6 +218,7 @@ def render_job_script(job: BatchJob, header: str = "") -> str:
         header=header, comments=job.comments, options=job.sbatch_options(),
         module_init=job.module_init, unset_bash_env=job.unset_bash_env,
         module_use=list(job.module_use), module_load=list(job.module_load),
+        module_hierarchy=list(job.module_hierarchy), module_use_after=list(job.module_use_after),
         export_none=job.export_none, cpus_per_task=job.cpus_per_task,
         env=list(job.env.items()), setup=job.setup,
         steps=[{"name": s.name, "command": s.command, "status_file": s.status_file} for s in job.steps])

@@ -80,6 +80,10 @@ class SlurmSettings:
         accounting (bool): the cluster keeps job accounting (``sacct`` works); False on a
             cluster without slurmdbd (localhost). hpcstack's own jobs need none; a ReFrame check
             polls with ``sacct`` where there is accounting, else with ``squeue``.
+        task_options (str): ``sbatch`` or ``srun``: where the tasks' shape goes
+            (``slurm.task_options``; ``srun`` on Cirrus's GPU nodes).
+        srun_options (tuple[str, ...]): options of every ``srun`` step (``slurm.srun_options``).
+        login_only_paths (tuple[str, ...]): directories the jobs do not see (``slurm.login_only_paths``).
     """
 
     partition: str
@@ -101,6 +105,9 @@ class SlurmSettings:
     constraint: str | None = None
     partition_option: bool = True
     accounting: bool = True
+    task_options: str = "sbatch"
+    srun_options: tuple = ()
+    login_only_paths: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -203,7 +210,9 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
             env=dict(s.get("env", {})), account_required=bool(s.get("account_required")),
             output_root=s.get("output_root"), gpu_request=s.get("gpu_request", "gres"),
             constraint=s.get("constraint"), partition_option=s.get("partition_option", True),
-            accounting=s.get("accounting", True))
+            accounting=s.get("accounting", True), task_options=s.get("task_options", "sbatch"),
+            srun_options=tuple(s.get("srun_options") or ()),
+            login_only_paths=tuple(s.get("login_only_paths") or ()))
     local = LocalSettings(launcher=site.launcher.command, ranks=site.launcher.ranks,
                           env={**s.get("env", {}), **site.launcher.env}, mpi=s.get("mpi"),
                           cpus_per_task=s.get("cpus_per_task", 1),
@@ -345,7 +354,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     backend = backend or local_backends(all_settings)[0]
     layout = stack_layout(site, recipe)
     prefix = layout.prefix
-    use = [*site.modules.use, site.module_root]
+    hierarchy = list(site.modules.hierarchy)
     scheduler = get_scheduler(settings.scheduler)()
     launcher = get_launcher(get_backend(backend).launcher_for(settings.launcher))(mpi=settings.mpi)
     alloc = scheduler.allocation(1, ranks, settings.cpus_per_task)
@@ -353,13 +362,17 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
         output = os.path.join(tmp, "records.jsonl") if not dry_run else "records.jsonl"
         argv = launcher.argv(local_program(all_settings, prefix, output, backend, ranks), alloc)
         if dry_run:
-            lines = [f"module use {shlex.quote(d)}" for d in use]
-            lines += [f"module load {recipe.full_name}"]
+            lines = [f"module use {shlex.quote(d)}" for d in site.modules.use]
+            lines += [f"module load {shlex.quote(m)}" for m in hierarchy]
+            lines += [f"module use {shlex.quote(site.module_root)}", f"module load {recipe.full_name}"]
             lines += [f"export {k}={shlex.quote(v)}" for k, v in settings.env.items()]
             print("\n".join(lines + [shlex.join(argv)]))
             return 0
         installed_stack(site, recipe)
-        env = modsys.build_environment(site.modules.tool, site.modules.command, use, [recipe.full_name])
+        # the site's hierarchy first (it may reset MODULEPATH), then the module root and the stack
+        env = modsys.build_environment(site.modules.tool, site.modules.command, site.modules.use, hierarchy)
+        env = modsys.build_environment(site.modules.tool, site.modules.command, [site.module_root],
+                                       [recipe.full_name], env=env)
         env.update(settings.env)
         print(f"==> validate {recipe.full_name}: {shlex.join(argv)}", file=sys.stderr)
         try:
@@ -570,7 +583,8 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
         alloc = scheduler.allocation(n, s.tasks_per_node, s.cpus_per_task)
         steps, backend_setup, launcher_setup = [], [], []
         for backend in backends:
-            launcher = get_launcher(get_backend(backend).launcher_for(s.launcher))(mpi=s.mpi)
+            launcher = get_launcher(get_backend(backend).launcher_for(s.launcher))(
+                mpi=s.mpi, options=_srun_options(s, alloc))
             argv = program.argv(settings.workload, prefix=prefix, backend=backend,
                                 output=str(directory / f"{backend}.jsonl"), threads=s.cpus_per_task,
                                 ranks=alloc.ranks, nodes=n)
@@ -585,8 +599,11 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             time_limit=s.time_limit, output=str(directory / "slurm-%j.out"),
             workdir=str(directory), module_init=init, partition=s.partition if s.partition_option else None,
             qos=s.qos, account=s.account, gpus_per_node=s.gpus_per_node,
-            gpu_request=s.gpu_request, constraint=s.constraint, exclusive=s.exclusive, module_use=[*site.modules.use, site.module_root],
-            module_load=[recipe.full_name], env=dict(s.env),
+            gpu_request=s.gpu_request, constraint=s.constraint, exclusive=s.exclusive,
+            # the site's dirs, its module hierarchy (which may reset MODULEPATH), then the stack's root
+            module_use=list(site.modules.use), module_hierarchy=list(site.modules.hierarchy),
+            module_use_after=[site.module_root], module_load=[recipe.full_name], env=dict(s.env),
+            task_options=s.task_options,
             setup=setup,
             steps=steps, comments=comments,
             unset_bash_env=modsys.get_tool(site.modules.tool).job_unsets_bash_env)
@@ -595,6 +612,45 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
         jobs.append(ValidationJob(n, directory, scheduler.render(job, header), list(backends),
                                   alloc.ranks))
     return jobs
+
+
+def _srun_options(s: SlurmSettings, alloc) -> list[str]:
+    """Options for an ``srun`` launcher after its own: the job's task count where the tasks' shape
+    is given to srun alone (``slurm.task_options: srun``, as Cirrus's GPU examples write
+    ``srun --ntasks=8 --tasks-per-node=4``), then the site's ``slurm.srun_options``; none for
+    other launchers (they ignore the site's srun options)."""
+    if s.launcher != "srun":
+        return []
+    return ([f"--ntasks={alloc.ranks}"] if s.task_options == "srun" else []) + list(s.srun_options)
+
+
+def check_visible_on_compute(s: SlurmSettings, site_name: str, out: Path, given: bool) -> None:
+    """Refuse a validation directory the batch jobs cannot see (under ``slurm.login_only_paths``).
+
+    Args:
+        s (SlurmSettings): the site's ``login_only_paths``.
+        site_name (str): for the message.
+        out (Path): the validation's directory (absolute).
+        given (bool): True when it came from ``--output-dir`` (else from ``slurm.output_root`` or
+            the working directory).
+
+    Raises:
+        ConfigError: one line naming the directory and the site's key (Cirrus: "/home is not
+            available to batch jobs", https://github.com/EPCCed/cirrus-docs).
+    """
+    candidates = {os.path.abspath(out), os.path.realpath(out)}
+    for hidden in s.login_only_paths:
+        root = os.path.abspath(hidden)
+        if any(p == root or p.startswith(root.rstrip("/") + "/") for p in candidates):
+            if given:
+                what = f"--output-dir: {out}"
+            elif s.output_root:
+                what = f"slurm.output_root: {out}"
+            else:
+                what = f"output directory: {out} (the working directory; slurm.output_root is unset)"
+            raise ConfigError([f"{what} is under {hidden}, which the batch jobs of {site_name} do not "
+                               "see (slurm.login_only_paths); run from, or give --output-dir, a "
+                               "directory the compute nodes mount"])
 
 
 def _settings_record(settings: ValidationSettings) -> dict:
@@ -661,6 +717,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         check_sbatch_value(os.path.abspath(output_root),
                            "slurm.output_root" if s.output_root else "the working directory (the default "
                            "--output-dir is made in it)")
+    check_visible_on_compute(s, site.name, Path(os.path.abspath(output_dir or output_root)), bool(output_dir))
     if dry_run:
         out = Path(os.path.abspath(output_dir or os.path.join(output_root, base)))
         jobs = plan_jobs(site, recipe, nodes, backends, settings, out)

@@ -4,10 +4,10 @@
 # stage prefix: /p/project/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /p/project/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua
 set -euo pipefail
-module load Python/3.11.3
 module load Stages/2024
 module load GCC/12.3.0
 module load ParaStationMPI/5.9.2-1
+module load Python/3.11.3
 module load CUDA/12
 module load NCCL/default-CUDA-12
 module load CMake/3.26.3
@@ -1115,7 +1115,9 @@ PYTHONNOUSERSITE=1) but in a venv extended for this module:
 `hpcstack-doctor` checks that venv (or, with none active, ~/.local).
 
 How to launch on juwels-booster (a batch script; `sbatch script`):
-    #SBATCH --partition=booster --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 --gres=gpu:4
+    #SBATCH --partition=booster --account=BUDGET --nodes=2 --ntasks-per-node=4 --cpus-per-task=24 --gres=gpu:4 --exclusive
+    module load Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1
+    module use /p/project/PROJECT/hpcstack/modulefiles   # after the hierarchy: it may reset MODULEPATH
     module load pytorch/2.3.1-gpu
     export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
     srun python train.py                   # one rank per task (MPI, Horovod)
@@ -1136,10 +1138,10 @@ whatis("Packages: torch 2.3.1, torchvision 0.18.1, torchaudio 2.3.1, torchmetric
 whatis("Keywords: pytorch, torch, torchvision, torchaudio, torchmetrics, torchtext, tensorboard, tensorboard_plugin_profile, tensorboard-plugin-wit, torch-tb-profiler, scikit-learn, ipykernel, numpy, cffi, cloudpickle, psutil, pyyaml, packaging, horovod, deep learning, machine learning, neural networks, GPU, CUDA, MPI, distributed training, Jupyter")
 whatis("Hardware: GPUs, CUDA 12.2 (site juwels-booster)")
 
-depends_on("Python/3.11.3")
 depends_on("Stages/2024")
 depends_on("GCC/12.3.0")
 depends_on("ParaStationMPI/5.9.2-1")
+depends_on("Python/3.11.3")
 depends_on("CUDA/12")
 depends_on("NCCL/default-CUDA-12")
 

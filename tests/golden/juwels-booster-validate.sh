@@ -8,7 +8,7 @@
 #SBATCH --partition=booster
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=12
+#SBATCH --cpus-per-task=24
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -19,6 +19,10 @@
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
 source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+module load Stages/2024 || { echo "hpcstack: module load "Stages/2024" failed" >&2; exit 98; }
+module load GCC/12.3.0 || { echo "hpcstack: module load "GCC/12.3.0" failed" >&2; exit 98; }
+module load ParaStationMPI/5.9.2-1 || { echo "hpcstack: module load "ParaStationMPI/5.9.2-1" failed" >&2; exit 98; }
 module use /p/project/PROJECT/hpcstack/modulefiles
 module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gpu" failed" >&2; exit 98; }
 
@@ -26,8 +30,8 @@ module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gp
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
 # one torch/OpenMP thread per core of the task (torch would start one per core of the node)
-export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
-export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-24}
+export SRUN_CPUS_PER_TASK=24   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 
@@ -36,14 +40,14 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step "horovod": starting $(date -u +%H:%M:%S)"
-srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend horovod --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n1/horovod.jsonl
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=24 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend horovod --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 24 --output @VALIDATION_DIR@/n1/horovod.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/horovod.exit
 echo "==> hpcstack: step "horovod": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 
 echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
-srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n1/ddp.jsonl
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=24 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 24 --output @VALIDATION_DIR@/n1/ddp.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/ddp.exit
 echo "==> hpcstack: step "ddp": exit status $rc"
@@ -60,7 +64,7 @@ exit "$status"
 #SBATCH --partition=booster
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=12
+#SBATCH --cpus-per-task=24
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -71,6 +75,10 @@ exit "$status"
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
 source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+module load Stages/2024 || { echo "hpcstack: module load "Stages/2024" failed" >&2; exit 98; }
+module load GCC/12.3.0 || { echo "hpcstack: module load "GCC/12.3.0" failed" >&2; exit 98; }
+module load ParaStationMPI/5.9.2-1 || { echo "hpcstack: module load "ParaStationMPI/5.9.2-1" failed" >&2; exit 98; }
 module use /p/project/PROJECT/hpcstack/modulefiles
 module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gpu" failed" >&2; exit 98; }
 
@@ -78,8 +86,8 @@ module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gp
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
 # one torch/OpenMP thread per core of the task (torch would start one per core of the node)
-export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
-export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-24}
+export SRUN_CPUS_PER_TASK=24   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 
@@ -88,14 +96,14 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step "horovod": starting $(date -u +%H:%M:%S)"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend horovod --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n2/horovod.jsonl
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=24 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend horovod --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 24 --output @VALIDATION_DIR@/n2/horovod.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/horovod.exit
 echo "==> hpcstack: step "horovod": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 
 echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 12 --output @VALIDATION_DIR@/n2/ddp.jsonl
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=24 /p/project/PROJECT/hpcstack/pytorch/2.3.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 24 --output @VALIDATION_DIR@/n2/ddp.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/ddp.exit
 echo "==> hpcstack: step "ddp": exit status $rc"

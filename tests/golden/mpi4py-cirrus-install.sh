@@ -190,10 +190,10 @@ proc ModulesHelp { } {
     puts stderr {`hpcstack-doctor` checks that venv (or, with none active, ~/.local).}
     puts stderr ""
     puts stderr {How to launch on cirrus (a batch script; `sbatch script`):}
-    puts stderr {    #SBATCH --partition=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 --gres=gpu:4}
+    puts stderr {    #SBATCH --partition=gpu --qos=gpu --account=BUDGET --nodes=2 --gres=gpu:4 --exclusive}
     puts stderr {    module load mpi4py/4.1.2}
-    puts stderr "    export OMP_NUM_THREADS=\$\{SLURM_CPUS_PER_TASK:-1\}"
-    puts stderr {    srun python train.py                   # one rank per task (MPI, Horovod)}
+    puts stderr {    export OMP_NUM_THREADS=10}
+    puts stderr {    srun --ntasks=8 --ntasks-per-node=4 --cpus-per-task=10 --hint=nomultithread python train.py # one rank per task (MPI, Horovod)}
 }
 
 module-whatis {Description: mpi4py 4.1.2 (MPI for Python) built against the site's MPI}

@@ -8,8 +8,6 @@
 #SBATCH --partition=gpu
 #SBATCH --qos=gpu
 #SBATCH --nodes=1
-#SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=10
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -37,7 +35,7 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
-srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n1/mpi.jsonl
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=4 --hint=nomultithread /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n1/mpi.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"
@@ -54,8 +52,6 @@ exit "$status"
 #SBATCH --partition=gpu
 #SBATCH --qos=gpu
 #SBATCH --nodes=2
-#SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=10
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -83,7 +79,7 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n2/mpi.jsonl
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=8 --hint=nomultithread /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n2/mpi.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"

@@ -5,8 +5,9 @@
 # modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/mpi4py/4.1.2.lua
 set -euo pipefail
 module load python
-module load cudatoolkit
+module load cudatoolkit/12.2
 module load cray-mpich
+module load nccl/2.21.5
 
 # --- background: fetch and patch, one after the other, while venv and wheels run; step build waits for them
 (
@@ -52,12 +53,13 @@ hpcstack_build_key_mpi4py() {
     export MPICXX=CC
     export FC=ftn
     export MPIFC=ftn
+    export MPICH_GPU_SUPPORT_ENABLED=0
     export MAKEFLAGS=-j8
     echo 'hpcstack build key v2'
     echo 'package mpi4py 4.1.2'
     echo 'sdist mpi4py-4.1.2.tar.gz sha256 56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02'
     echo '--- python'; { /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print("abi", sysconfig.get_config_var("SOABI"), sysconfig.get_config_var("EXT_SUFFIX"), getattr(sys, "abiflags", "")); [print(p, m.version(p)) for p in []]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
-    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS|MPICH_GPU_SUPPORT_ENABLED)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C compiler'; { "${CC:-cc}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C++ compiler'; { "${CXX:-c++}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- Fortran compiler'; { "${FC:-gfortran}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
@@ -76,7 +78,7 @@ else
     hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/mpi4py-4.1.2.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src
   fi
   rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist
-  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC MPICC=cc MPICXX=CC FC=ftn MPIFC=ftn MAKEFLAGS=-j8 TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2 @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/mpi4py-4.1.2
+  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC MPICC=cc MPICXX=CC FC=ftn MPIFC=ftn MPICH_GPU_SUPPORT_ENABLED=0 MAKEFLAGS=-j8 TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2 @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/src/mpi4py-4.1.2
   mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2 && tmp=$(mktemp -d /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/.new-XXXXXX) && chmod 755 "$tmp" && cp /global/common/software/PROJECT/hpcstack/.hpcstack/stage/mpi4py-4.1.2/dist/*.whl "$tmp"/ \
     && (cd "$tmp" && sha256sum -- *.whl > SHA256SUMS && chmod 644 -- *.whl SHA256SUMS) \
     && hpcstack_build_key_mpi4py > "$tmp/key.txt" && { mv -T "$tmp" /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/mpi4py-4.1.2/"${hpcstack_build_key_mpi4py_key}" 2>/dev/null || rm -rf "$tmp"; }
@@ -105,7 +107,7 @@ mpi4py==4.1.2
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/constraints.txt
-hpcstack action sbom --spec '{"builds": [{"env": {"CC": "cc", "CXX": "CC", "FC": "ftn", "MPICC": "cc", "MPICXX": "CC", "MPIFC": "ftn"}, "package": "mpi4py", "patches": [], "probes": [["python", "/global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print(\"abi\", sysconfig.get_config_var(\"SOABI\"), sysconfig.get_config_var(\"EXT_SUFFIX\"), getattr(sys, \"abiflags\", \"\")); [print(p, m.version(p)) for p in []]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["Fortran compiler", "\"${FC:-gfortran}\" --version"], ["MPI", "mpi=\"${MPICC:-${CC:-mpicc}}\"; if \"$mpi\" -showme:version >/dev/null 2>&1; then \"$mpi\" -showme; \"$mpi\" -showme:version; else \"$mpi\" -show; \"$mpi\" -v 2>&1 | sed -n 1p; fi"], ["cmake", "cmake --version"], ["MPI", "cc -show 2>&1; cc --showme:version 2>&1 || cc -v 2>&1"]], "sha256": "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02", "url": "https://files.pythonhosted.org/packages/75/83/231445bbcf7ef10864746c244ff2d82000011449b79275642c5d4ed8c8f4/mpi4py-4.1.2.tar.gz", "version": "4.1.2"}], "description": "mpi4py 4.1.2 (MPI for Python) built against the site'"'"'s MPI", "lock": "@HPCSTACK_DATA@/recipes/mpi4py/4.1.2.pypi.lock", "name": "mpi4py", "prefix": "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2", "site": "perlmutter", "version": "4.1.2"}' /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/sbom.cdx.json
+hpcstack action sbom --spec '{"builds": [{"env": {"CC": "cc", "CXX": "CC", "FC": "ftn", "MPICC": "cc", "MPICH_GPU_SUPPORT_ENABLED": "0", "MPICXX": "CC", "MPIFC": "ftn"}, "package": "mpi4py", "patches": [], "probes": [["python", "/global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print(\"abi\", sysconfig.get_config_var(\"SOABI\"), sysconfig.get_config_var(\"EXT_SUFFIX\"), getattr(sys, \"abiflags\", \"\")); [print(p, m.version(p)) for p in []]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS|MPICH_GPU_SUPPORT_ENABLED)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["Fortran compiler", "\"${FC:-gfortran}\" --version"], ["MPI", "mpi=\"${MPICC:-${CC:-mpicc}}\"; if \"$mpi\" -showme:version >/dev/null 2>&1; then \"$mpi\" -showme; \"$mpi\" -showme:version; else \"$mpi\" -show; \"$mpi\" -v 2>&1 | sed -n 1p; fi"], ["cmake", "cmake --version"], ["MPI", "cc -show 2>&1; cc --showme:version 2>&1 || cc -v 2>&1"]], "sha256": "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02", "url": "https://files.pythonhosted.org/packages/75/83/231445bbcf7ef10864746c244ff2d82000011449b79275642c5d4ed8c8f4/mpi4py-4.1.2.tar.gz", "version": "4.1.2"}], "description": "mpi4py 4.1.2 (MPI for Python) built against the site'"'"'s MPI", "lock": "@HPCSTACK_DATA@/recipes/mpi4py/4.1.2.pypi.lock", "name": "mpi4py", "prefix": "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2", "site": "perlmutter", "version": "4.1.2"}' /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/.hpcstack/sbom.cdx.json
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/hpcstack-doctor
 install -m 0755 @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-validate /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@/bin/mpi4py-validate
 
@@ -178,6 +180,10 @@ What loading it changes (unloading restores each):
     UV_CONSTRAINT=$HPCSTACK_MPI4PY_ROOT/.hpcstack/constraints.txt: replace
     your own settings; pip and uv keep the stack's versions of its packages
     in your venv (and refuse what breaks them)
+    NCCL_SOCKET_IFNAME=hsn: set for everyone on this site (its modules.env;
+    your own value after `module load` wins)
+    MPICH_GPU_SUPPORT_ENABLED=0: set for everyone on this site (its
+    modules.env; your own value after `module load` wins)
     SLURM_EXPORT_ENV: NONE (a job of `sbatch --export=NONE`) becomes ALL, so
     the tasks srun starts get this module's environment
 
@@ -188,7 +194,7 @@ PYTHONNOUSERSITE=1) but in a venv extended for this module:
 `hpcstack-doctor` checks that venv (or, with none active, ~/.local).
 
 How to launch on perlmutter (a batch script; `sbatch script`):
-    #SBATCH --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4
+    #SBATCH --qos=regular --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4 --exclusive
     module load mpi4py/4.1.2
     export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
     srun python train.py                   # one rank per task (MPI, Horovod)
@@ -203,8 +209,9 @@ whatis("Keywords: mpi4py, build, cython")
 whatis("Hardware: GPUs, CUDA 12.2 (site perlmutter)")
 
 depends_on("python")
-depends_on("cudatoolkit")
+depends_on("cudatoolkit/12.2")
 depends_on("cray-mpich")
+depends_on("nccl/2.21.5")
 
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
@@ -239,6 +246,8 @@ prepend_path("PYTHONPATH", "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.
 setenv("PYTHONNOUSERSITE", "1")
 setenv("PIP_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2/.hpcstack/constraints.txt")
 setenv("UV_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/mpi4py/4.1.2/.hpcstack/constraints.txt")
+setenv("NCCL_SOCKET_IFNAME", "hsn")
+setenv("MPICH_GPU_SUPPORT_ENABLED", "0")
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/modulefiles/mpi4py/4.1.2.lua

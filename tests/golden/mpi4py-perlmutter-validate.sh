@@ -3,7 +3,6 @@
 # hpcstack validation of mpi4py/4.1.2 on perlmutter:gpu, 1 node(s) x 4 rank(s): mpi
 # Written by hpcstack 0.3.0: hpcstack validate mpi4py/4.1.2 --site perlmutter.
 # Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
-# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
 #SBATCH --job-name=hpcstack-validate-mpi4py-n1
 #SBATCH --qos=regular
 #SBATCH --nodes=1
@@ -48,7 +47,6 @@ exit "$status"
 # hpcstack validation of mpi4py/4.1.2 on perlmutter:gpu, 2 node(s) x 4 rank(s): mpi
 # Written by hpcstack 0.3.0: hpcstack validate mpi4py/4.1.2 --site perlmutter.
 # Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
-# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
 #SBATCH --job-name=hpcstack-validate-mpi4py-n2
 #SBATCH --qos=regular
 #SBATCH --nodes=2

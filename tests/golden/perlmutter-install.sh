@@ -5,8 +5,9 @@
 # modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua
 set -euo pipefail
 module load python
-module load cudatoolkit
+module load cudatoolkit/12.2
 module load cray-mpich
+module load nccl/2.21.5
 
 # --- background: fetch and patch, one after the other, while venv and wheels run; step build waits for them
 (
@@ -74,8 +75,9 @@ hpcstack_build_key_horovod() {
     export HOROVOD_GPU=CUDA
     export HOROVOD_GPU_OPERATIONS=NCCL
     export HOROVOD_CUDA_HOME="${CUDA_HOME}"
-    export HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl"
+    export HOROVOD_NCCL_HOME="${NCCL_DIR}"
     export HOROVOD_BUILD_CUDA_CC_LIST=80
+    export MPICH_GPU_SUPPORT_ENABLED=0
     export MAKEFLAGS=-j8
     echo 'hpcstack build key v2'
     echo 'package horovod 0.28.1'
@@ -85,14 +87,14 @@ hpcstack_build_key_horovod() {
     echo 'patch horovod-0.28.1-cuda-runtime.patch sha256 a926ab2bc624972c8b652283a726ae49b95ed14031e93d52fb28f1c84c0290c1'
     echo 'patch horovod-0.28.1-onerank-avg.patch sha256 8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc'
     echo '--- python'; { /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c 'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print("abi", sysconfig.get_config_var("SOABI"), sysconfig.get_config_var("EXT_SUFFIX"), getattr(sys, "abiflags", "")); [print(p, m.version(p)) for p in ["torch"]]'; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
-    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- variables'; { env | LC_ALL=C grep -E '^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS|MPICH_GPU_SUPPORT_ENABLED)=' | LC_ALL=C sort; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C compiler'; { "${CC:-cc}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- C++ compiler'; { "${CXX:-c++}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- Fortran compiler'; { "${FC:-gfortran}" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- MPI'; { mpi="${MPICC:-${CC:-mpicc}}"; if "$mpi" -showme:version >/dev/null 2>&1; then "$mpi" -showme; "$mpi" -showme:version; else "$mpi" -show; "$mpi" -v 2>&1 | sed -n 1p; fi; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- cmake'; { cmake --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
     echo '--- CUDA'; { "${CUDA_HOME}/bin/nvcc" --version; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
-    echo '--- NCCL'; { grep -E "^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)" "${CUDA_HOME}/../../comm_libs/nccl/include/nccl.h"; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
+    echo '--- NCCL'; { grep -E "^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)" "${NCCL_DIR}/include/nccl.h"; } 2>&1 | sed -E 's/^[^:]*: line [0-9]+: //' || echo "(exit $?)"
   )
 }
 hpcstack_build_key_horovod_key=$(hpcstack_build_key_horovod | sha256sum | cut -c1-24)
@@ -109,7 +111,7 @@ else
     cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch
   fi
   rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
-  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC MPICC=cc MPICXX=CC FC=ftn MPIFC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${CUDA_HOME}/../../comm_libs/nccl" HOROVOD_BUILD_CUDA_CC_LIST=80 MAKEFLAGS=-j8 TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
+  env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC MPICC=cc MPICXX=CC FC=ftn MPIFC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${NCCL_DIR}" HOROVOD_BUILD_CUDA_CC_LIST=80 MPICH_GPU_SUPPORT_ENABLED=0 MAKEFLAGS=-j8 TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
   mkdir -p /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1 && tmp=$(mktemp -d /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/.new-XXXXXX) && chmod 755 "$tmp" && cp /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist/*.whl "$tmp"/ \
     && (cd "$tmp" && sha256sum -- *.whl > SHA256SUMS && chmod 644 -- *.whl SHA256SUMS) \
     && hpcstack_build_key_horovod > "$tmp/key.txt" && { mv -T "$tmp" /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/"${hpcstack_build_key_horovod_key}" 2>/dev/null || rm -rf "$tmp"; }
@@ -957,7 +959,7 @@ horovod==0.28.1
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/constraints.txt
-hpcstack action sbom --spec '{"builds": [{"env": {"CC": "cc", "CXX": "CC", "FC": "ftn", "HOROVOD_BUILD_CUDA_CC_LIST": "80", "HOROVOD_CPU_OPERATIONS": "MPI", "HOROVOD_CUDA_HOME": "${CUDA_HOME}", "HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": "${CUDA_HOME}/../../comm_libs/nccl", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_PYTORCH": "1", "MPICC": "cc", "MPICXX": "CC", "MPIFC": "ftn"}, "package": "horovod", "patches": [{"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch", "sha256": "35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch", "sha256": "782ef1c2a0e548168a21554d3aee56f470a61959ebb32b6016f6074d2ead5867"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch", "sha256": "a926ab2bc624972c8b652283a726ae49b95ed14031e93d52fb28f1c84c0290c1"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch", "sha256": "8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc"}], "probes": [["python", "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print(\"abi\", sysconfig.get_config_var(\"SOABI\"), sysconfig.get_config_var(\"EXT_SUFFIX\"), getattr(sys, \"abiflags\", \"\")); [print(p, m.version(p)) for p in [\"torch\"]]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["Fortran compiler", "\"${FC:-gfortran}\" --version"], ["MPI", "mpi=\"${MPICC:-${CC:-mpicc}}\"; if \"$mpi\" -showme:version >/dev/null 2>&1; then \"$mpi\" -showme; \"$mpi\" -showme:version; else \"$mpi\" -show; \"$mpi\" -v 2>&1 | sed -n 1p; fi"], ["cmake", "cmake --version"], ["CUDA", "\"${CUDA_HOME}/bin/nvcc\" --version"], ["NCCL", "grep -E \"^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)\" \"${CUDA_HOME}/../../comm_libs/nccl/include/nccl.h\""]], "sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "url": "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz", "version": "0.28.1"}], "description": "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu", "site": "perlmutter", "version": "2.3.1-gpu"}' /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/sbom.cdx.json
+hpcstack action sbom --spec '{"builds": [{"env": {"CC": "cc", "CXX": "CC", "FC": "ftn", "HOROVOD_BUILD_CUDA_CC_LIST": "80", "HOROVOD_CPU_OPERATIONS": "MPI", "HOROVOD_CUDA_HOME": "${CUDA_HOME}", "HOROVOD_GPU": "CUDA", "HOROVOD_GPU_OPERATIONS": "NCCL", "HOROVOD_NCCL_HOME": "${NCCL_DIR}", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITH_MPI": "1", "HOROVOD_WITH_PYTORCH": "1", "MPICC": "cc", "MPICH_GPU_SUPPORT_ENABLED": "0", "MPICXX": "CC", "MPIFC": "ftn"}, "package": "horovod", "patches": [{"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch", "sha256": "35e4a5310f71bbcb607a0ffac6c2d2a9a686786c084d5e564e1181de1552b59a"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch", "sha256": "782ef1c2a0e548168a21554d3aee56f470a61959ebb32b6016f6074d2ead5867"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch", "sha256": "a926ab2bc624972c8b652283a726ae49b95ed14031e93d52fb28f1c84c0290c1"}, {"file": "@HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch", "sha256": "8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc"}], "probes": [["python", "/global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python -c '"'"'import importlib.metadata as m, sys, sysconfig; print(sys.version); print(sys.base_prefix, sysconfig.get_platform(), sys.implementation.cache_tag); print(\"abi\", sysconfig.get_config_var(\"SOABI\"), sysconfig.get_config_var(\"EXT_SUFFIX\"), getattr(sys, \"abiflags\", \"\")); [print(p, m.version(p)) for p in [\"torch\"]]'"'"'"], ["variables", "env | LC_ALL=C grep -E '"'"'^(HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS|MPICH_GPU_SUPPORT_ENABLED)='"'"' | LC_ALL=C sort"], ["C compiler", "\"${CC:-cc}\" --version"], ["C++ compiler", "\"${CXX:-c++}\" --version"], ["Fortran compiler", "\"${FC:-gfortran}\" --version"], ["MPI", "mpi=\"${MPICC:-${CC:-mpicc}}\"; if \"$mpi\" -showme:version >/dev/null 2>&1; then \"$mpi\" -showme; \"$mpi\" -showme:version; else \"$mpi\" -show; \"$mpi\" -v 2>&1 | sed -n 1p; fi"], ["cmake", "cmake --version"], ["CUDA", "\"${CUDA_HOME}/bin/nvcc\" --version"], ["NCCL", "grep -E \"^#define NCCL_(MAJOR|MINOR|PATCH|SUFFIX)\" \"${NCCL_DIR}/include/nccl.h\""]], "sha256": "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0", "url": "https://files.pythonhosted.org/packages/e4/86/da559fcc1620ac7831a16ccb2ad3acb477a8da8a631f75a83b6410507210/horovod-0.28.1.tar.gz", "version": "0.28.1"}], "description": "PyTorch 2.3.1 (CUDA 12.1) with Horovod 0.28.1 and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.3.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu", "site": "perlmutter", "version": "2.3.1-gpu"}' /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/sbom.cdx.json
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-doctor
 
 # --- step sanitycheck: check imports, build flags and dependencies
@@ -1097,6 +1099,10 @@ What loading it changes (unloading restores each):
     UV_CONSTRAINT=$HPCSTACK_PYTORCH_ROOT/.hpcstack/constraints.txt: replace
     your own settings; pip and uv keep the stack's versions of its packages
     in your venv (and refuse what breaks them)
+    NCCL_SOCKET_IFNAME=hsn: set for everyone on this site (its modules.env;
+    your own value after `module load` wins)
+    MPICH_GPU_SUPPORT_ENABLED=0: set for everyone on this site (its
+    modules.env; your own value after `module load` wins)
     SLURM_EXPORT_ENV: NONE (a job of `sbatch --export=NONE`) becomes ALL, so
     the tasks srun starts get this module's environment
 
@@ -1107,7 +1113,7 @@ PYTHONNOUSERSITE=1) but in a venv extended for this module:
 `hpcstack-doctor` checks that venv (or, with none active, ~/.local).
 
 How to launch on perlmutter (a batch script; `sbatch script`):
-    #SBATCH --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4
+    #SBATCH --qos=regular --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4 --exclusive
     module load pytorch/2.3.1-gpu
     export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
     srun python train.py                   # one rank per task (MPI, Horovod)
@@ -1129,8 +1135,9 @@ whatis("Keywords: pytorch, torch, torchvision, torchaudio, torchmetrics, torchte
 whatis("Hardware: GPUs, CUDA 12.2 (site perlmutter)")
 
 depends_on("python")
-depends_on("cudatoolkit")
+depends_on("cudatoolkit/12.2")
 depends_on("cray-mpich")
+depends_on("nccl/2.21.5")
 
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
@@ -1165,6 +1172,8 @@ prepend_path("PYTHONPATH", "/global/common/software/PROJECT/hpcstack/pytorch/2.3
 setenv("PYTHONNOUSERSITE", "1")
 setenv("PIP_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu/.hpcstack/constraints.txt")
 setenv("UV_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/pytorch/2.3.1-gpu/.hpcstack/constraints.txt")
+setenv("NCCL_SOCKET_IFNAME", "hsn")
+setenv("MPICH_GPU_SUPPORT_ENABLED", "0")
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua

@@ -123,7 +123,7 @@ class HpcstackPytorch_2_14_1_gpu(rfm.RunOnlyRegressionTest):
     @run_before('run')
     def set_launch(self):
         self.executable_opts = PROGRAM[self.backend][1:] + list(self.program_extra_opts)
-        self.job.launcher.options = []
+        self.job.launcher.options = ['--hint=nomultithread']
         # a clean job environment, as hpcstack's own jobs: the module loads give the stack
         self.job.options += ['--export=NONE']
 

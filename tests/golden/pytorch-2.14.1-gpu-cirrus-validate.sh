@@ -8,8 +8,6 @@
 #SBATCH --partition=gpu
 #SBATCH --qos=gpu
 #SBATCH --nodes=1
-#SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=10
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -38,7 +36,7 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
-srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 10 --output @VALIDATION_DIR@/n1/ddp.jsonl
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=4 --hint=nomultithread /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 10 --output @VALIDATION_DIR@/n1/ddp.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n1/ddp.exit
 echo "==> hpcstack: step "ddp": exit status $rc"
@@ -55,8 +53,6 @@ exit "$status"
 #SBATCH --partition=gpu
 #SBATCH --qos=gpu
 #SBATCH --nodes=2
-#SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=10
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -85,7 +81,7 @@ echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} no
 status=0
 
 echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 10 --output @VALIDATION_DIR@/n2/ddp.jsonl
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=8 --hint=nomultithread /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 10 --output @VALIDATION_DIR@/n2/ddp.jsonl
 rc=$?
 echo "$rc" > @VALIDATION_DIR@/n2/ddp.exit
 echo "==> hpcstack: step "ddp": exit status $rc"

@@ -5,8 +5,9 @@
 # modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.14.1-gpu.lua
 set -euo pipefail
 module load python
-module load cudatoolkit
+module load cudatoolkit/12.2
 module load cray-mpich
+module load nccl/2.21.5
 
 # --- step venv: create the venv on top of the site's Python module
 python3 -m venv --clear --without-pip /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv
@@ -970,6 +971,10 @@ What loading it changes (unloading restores each):
     UV_CONSTRAINT=$HPCSTACK_PYTORCH_ROOT/.hpcstack/constraints.txt: replace
     your own settings; pip and uv keep the stack's versions of its packages
     in your venv (and refuse what breaks them)
+    NCCL_SOCKET_IFNAME=hsn: set for everyone on this site (its modules.env;
+    your own value after `module load` wins)
+    MPICH_GPU_SUPPORT_ENABLED=0: set for everyone on this site (its
+    modules.env; your own value after `module load` wins)
     SLURM_EXPORT_ENV: NONE (a job of `sbatch --export=NONE`) becomes ALL, so
     the tasks srun starts get this module's environment
 
@@ -980,7 +985,7 @@ PYTHONNOUSERSITE=1) but in a venv extended for this module:
 `hpcstack-doctor` checks that venv (or, with none active, ~/.local).
 
 How to launch on perlmutter (a batch script; `sbatch script`):
-    #SBATCH --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4
+    #SBATCH --qos=regular --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4 --exclusive
     module load pytorch/2.14.1-gpu
     export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
     srun python train.py                   # one rank per task (MPI, Horovod)
@@ -999,8 +1004,9 @@ whatis("Keywords: pytorch, torch, torchvision, torchmetrics, tensorboard, scikit
 whatis("Hardware: GPUs, CUDA 12.2 (site perlmutter)")
 
 depends_on("python")
-depends_on("cudatoolkit")
+depends_on("cudatoolkit/12.2")
 depends_on("cray-mpich")
+depends_on("nccl/2.21.5")
 
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
@@ -1035,6 +1041,8 @@ prepend_path("PYTHONPATH", "/global/common/software/PROJECT/hpcstack/pytorch/2.1
 setenv("PYTHONNOUSERSITE", "1")
 setenv("PIP_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/pytorch/2.14.1-gpu/.hpcstack/constraints.txt")
 setenv("UV_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/pytorch/2.14.1-gpu/.hpcstack/constraints.txt")
+setenv("NCCL_SOCKET_IFNAME", "hsn")
+setenv("MPICH_GPU_SUPPORT_ENABLED", "0")
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.14.1-gpu.lua

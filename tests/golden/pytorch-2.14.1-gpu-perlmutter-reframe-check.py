@@ -8,7 +8,6 @@
 #   reframe -C settings.py -c pytorch_2_14_1_gpu_check.py -r
 #   reframe -C settings.py -c pytorch_2_14_1_gpu_check.py -S program_extra_opts=--an-option -r
 #       (options added to the program's)
-#   This site charges jobs to a budget: add -J account=BUDGET (or export SBATCH_ACCOUNT=BUDGET)
 #
 # Workload: {'model': 'resnet50', 'image_size': 224, 'batch_size': 32, 'precision': 'fp32', 'device': 'cuda'}
 

@@ -3,7 +3,6 @@
 # hpcstack validation of pytorch/2.14.1-gpu on perlmutter:gpu, 1 node(s) x 4 rank(s): ddp
 # Written by hpcstack @VERSION@: hpcstack validate pytorch/2.14.1-gpu --site perlmutter.
 # Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
-# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
 #SBATCH --job-name=hpcstack-validate-pytorch-n1
 #SBATCH --qos=regular
 #SBATCH --nodes=1
@@ -49,7 +48,6 @@ exit "$status"
 # hpcstack validation of pytorch/2.14.1-gpu on perlmutter:gpu, 2 node(s) x 4 rank(s): ddp
 # Written by hpcstack @VERSION@: hpcstack validate pytorch/2.14.1-gpu --site perlmutter.
 # Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
-# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
 #SBATCH --job-name=hpcstack-validate-pytorch-n2
 #SBATCH --qos=regular
 #SBATCH --nodes=2

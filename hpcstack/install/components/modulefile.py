@@ -100,10 +100,11 @@ class Modulefile:
         return tuple(changes)
 
     def depends_on(self, ctx: PlanContext) -> list[str]:
-        """The modules this one ``depends-on``: the exact base and runtime modules the build
-        environment loaded (``ctx.depends_on``, e.g. ``python/3.11`` for a site's ``python``),
-        else the site's names as they are."""
-        return list(ctx.depends_on) or [ctx.site.modules.base, *ctx.site.modules.runtime]
+        """The modules this one ``depends-on``, in load order: the site's module hierarchy, base
+        and runtime modules (:meth:`hpcstack.site.ModulesConfig.stack_modules`), by the exact
+        names the build environment loaded them under (``ctx.depends_on``, e.g. ``python/3.11``
+        for a site's ``python``), else by the site's names as they are."""
+        return list(ctx.depends_on) or ctx.site.modules.stack_modules()
 
     def help_lines(self, ctx: PlanContext) -> list[str]:
         """``module help``: :data:`HELP`, then what is inside, what the variables change, how to
@@ -113,7 +114,9 @@ class Modulefile:
         r, site = ctx.recipe, ctx.site
         root_var = writer.root_variable(r.name)
         deps = self.depends_on(ctx)
-        text = HELP.format(full_name=r.full_name, whatis=r.whatis, base=deps[0] if deps else site.modules.base,
+        first = len(getattr(site.modules, "hierarchy", None) or ())   # the base comes after the hierarchy
+        text = HELP.format(full_name=r.full_name, whatis=r.whatis,
+                           base=deps[first] if len(deps) > first else site.modules.base,
                            site=site.name, prefix=ctx.prefix, root_variable=root_var)
         contributed = []
         for component in r.components:

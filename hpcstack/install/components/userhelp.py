@@ -135,20 +135,47 @@ def ranks_per_node(site) -> int:
 
 
 def sbatch_options(site) -> list[str]:
-    """The ``#SBATCH`` options of a 2-node job on the site, from its ``slurm`` section."""
+    """The ``#SBATCH`` options of a 2-node job on the site, from its ``slurm`` section: a job the
+    site accepts (its QOS, whole nodes where it wants them, a budget placeholder where it charges
+    one), with the tasks' shape only where ``slurm.task_options`` is ``sbatch`` (Cirrus's GPU
+    nodes reject ``#SBATCH --ntasks``/``--cpus-per-task``: :func:`srun_options`)."""
     slurm = site.slurm or {}
     opts = []
     if slurm.get("partition") and slurm.get("partition_option", True):
         opts.append(f"--partition={slurm['partition']}")
+    if slurm.get("qos"):
+        opts.append(f"--qos={slurm['qos']}")
+    if slurm.get("account"):
+        opts.append(f"--account={slurm['account']}")
+    elif slurm.get("account_required"):
+        opts.append("--account=BUDGET")
     if slurm.get("constraint"):
         opts.append(f"--constraint={slurm['constraint']}")
-    opts += ["--nodes=2", f"--ntasks-per-node={ranks_per_node(site)}"]
-    if slurm.get("cpus_per_task"):
-        opts.append(f"--cpus-per-task={slurm['cpus_per_task']}")
+    opts.append("--nodes=2")
+    if slurm.get("task_options", "sbatch") == "sbatch":
+        opts.append(f"--ntasks-per-node={ranks_per_node(site)}")
+        if slurm.get("cpus_per_task"):
+            opts.append(f"--cpus-per-task={slurm['cpus_per_task']}")
     gpus = int(slurm.get("gpus_per_node") or 0)
     if gpus:
         opts.append(f"--gpus-per-node={gpus}" if slurm.get("gpu_request") == "gpus-per-node" else f"--gres=gpu:{gpus}")
+    if slurm.get("exclusive"):
+        opts.append("--exclusive")
     return opts
+
+
+def srun_options(site) -> list[str]:
+    """The options of ``srun`` in that 2-node job: the tasks' shape where ``slurm.task_options`` is
+    ``srun`` (as Cirrus's GPU examples give it: ``srun --ntasks=8 --tasks-per-node=4``), then the
+    site's ``slurm.srun_options``."""
+    slurm = site.slurm or {}
+    opts = []
+    if slurm.get("task_options", "sbatch") == "srun":
+        n = ranks_per_node(site)
+        opts += [f"--ntasks={2 * n}", f"--ntasks-per-node={n}"]
+        if slurm.get("cpus_per_task"):
+            opts.append(f"--cpus-per-task={slurm['cpus_per_task']}")
+    return opts + list(slurm.get("srun_options") or ())
 
 
 def examples_dir(ctx: PlanContext) -> tuple[str, tuple[str, ...]]:
@@ -197,7 +224,7 @@ def help_sections(ctx: PlanContext, modulefile, contributed: list[str]) -> list[
     for line in contributed:
         out += _wrap(line)
     for name, value in (getattr(site.modules, "env", None) or {}).items():
-        out += _variable(f"{name}={value}", "set for everyone on this site (a launcher default; "
+        out += _variable(f"{name}={value}", "set for everyone on this site (its modules.env; "
                                             "your own value after `module load` wins)")
     out += _variable("SLURM_EXPORT_ENV", "NONE (a job of `sbatch --export=NONE`) becomes ALL, so the "
                                          "tasks srun starts get this module's environment")
@@ -208,9 +235,18 @@ def help_sections(ctx: PlanContext, modulefile, contributed: list[str]) -> list[
             "`hpcstack-doctor` checks that venv (or, with none active, ~/.local)."]
     out += ["", f"How to launch on {site.name} (a batch script; `sbatch script`):"]
     opts = sbatch_options(site)
-    out += [f"    #SBATCH {' '.join(opts)}", f"    module load {full}",
-            "    export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}",
-            "    srun python train.py                   # one rank per task (MPI, Horovod)"]
+    out.append(f"    #SBATCH {' '.join(opts)}")
+    hierarchy = list(getattr(site.modules, "hierarchy", None) or ())
+    if hierarchy:   # the site's module hierarchy first; it may reset MODULEPATH, the root comes after
+        out += [f"    module load {' '.join(hierarchy)}",
+                f"    module use {site.module_root}   # after the hierarchy: it may reset MODULEPATH"]
+    out.append(f"    module load {full}")
+    srun = srun_options(site)
+    if (site.slurm or {}).get("task_options", "sbatch") == "srun":    # no SLURM_CPUS_PER_TASK in the batch shell
+        out.append(f"    export OMP_NUM_THREADS={(site.slurm or {}).get('cpus_per_task') or 1}")
+    else:
+        out.append("    export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}")
+    out.append(f"    {' '.join(['srun', *srun, 'python', 'train.py']):<38} # one rank per task (MPI, Horovod)")
     n = ranks_per_node(site)
     for what, command in modulefile.launch:
         out.append(f"  {what}:")
