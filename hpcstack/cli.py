@@ -575,7 +575,7 @@ def cmd_validate(args) -> int:
     site, recipe = _load(args, **({} if args.emit else {"install": True}))  # the stack it runs
     if args.emit:
         return _emit_validation(args, site, recipe)
-    return ValidationService(site, recipe).run(ValidationRequest(
+    return ValidationService(site, recipe, _loader(args).policy).run(ValidationRequest(
         nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
         account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
         local=args.local, ranks=args.ranks, workload=args.workload, dry_run=args.dry_run,

@@ -79,6 +79,13 @@ VENV_TOOLS = frozenset({"pip", "setuptools", "wheel"})
 #: Printed by the venv's python: what PEP 508 markers and the user site depend on.
 _PROBE = r"""
 import json, os, platform, site, sys, sysconfig
+# run with -S (no site, no .pth file run): a venv's own paths from its prefix, as site would set them
+venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))
+if os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+    scheme = "venv" if "venv" in sysconfig.get_scheme_names() else "posix_prefix"
+    paths = {k: sysconfig.get_path(k, scheme, {"base": venv, "platbase": venv}) for k in ("purelib", "platlib")}
+else:
+    paths = {k: sysconfig.get_path(k) for k in ("purelib", "platlib")}
 impl = sys.implementation
 iver = "{0.major}.{0.minor}.{0.micro}".format(impl.version)
 print(json.dumps({
@@ -90,8 +97,8 @@ print(json.dumps({
                 "platform_python_implementation": platform.python_implementation(),
                 "python_version": ".".join(platform.python_version_tuple()[:2]),
                 "sys_platform": sys.platform},
-    "purelib": sysconfig.get_path("purelib"), "platlib": sysconfig.get_path("platlib"),
-    "user_site": site.getusersitepackages(), "user_site_enabled": bool(site.ENABLE_USER_SITE),
+    "purelib": paths["purelib"], "platlib": paths["platlib"],
+    "user_site": site.getusersitepackages(),
 }))
 """
 
@@ -154,17 +161,76 @@ def read_constraints(prefix: Path) -> tuple[list[Requirement], str]:
     return [], ""
 
 
+def _simple_problem(path: Path) -> str | None:
+    """The trust rule without the hpcstack package (the copy in a stack's ``bin/``): ``path``
+    and every directory above it, as named and resolved, owned by root or the running account and
+    writable by no one else (a sticky directory such as ``/tmp`` excepted)."""
+    import stat
+
+    uid = os.geteuid()
+    seen = []
+    for p in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        for q in (p, *p.parents):
+            if q in seen:
+                continue
+            seen.append(q)
+            try:
+                st = os.lstat(q)
+            except OSError:
+                continue
+            if st.st_uid not in (0, uid):
+                return f"{q}: owned by uid {st.st_uid}"
+            if (stat.S_ISDIR(st.st_mode) and st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX
+                    and not stat.S_ISLNK(st.st_mode)):
+                return f"{q}: writable by others"
+    return None
+
+
+def python_problem(python: Path) -> str | None:
+    """Why running ``python`` (a venv's ``bin/python``) would run code that an account hpcstack does
+    not trust can change, or None.
+
+    The rule of :mod:`hpcstack.trust` (the same check as ``hpcstack kernel install --venv``):
+    the interpreter and every directory above it must be changeable only by root, the running
+    account or the admin group. A user's venv checked by root would otherwise run the user's
+    ``bin/python`` as root; its ``.pth`` files are not run anyway (:func:`probe_venv` starts the
+    interpreter with ``-I -S``).
+
+    Args:
+        python (Path): the interpreter.
+
+    Raises:
+        ConfigError: the system configuration of :mod:`hpcstack.trust` is not root's (exit 2).
+    """
+    try:
+        from hpcstack import trust
+    except ImportError:  # standalone (<prefix>/bin/hpcstack-doctor)
+        return _simple_problem(python)
+    return trust.path_problem(python, trust.policy())
+
+
 def probe_venv(venv: Path) -> dict:
     """Ask the venv's python for its marker environment, site-packages and user site.
 
+    The interpreter runs only when an untrusted account cannot change it
+    (:func:`python_problem`), isolated (``-I``: no working directory, ``PYTHON*`` variable or
+    user site on ``sys.path``) and without ``site`` (``-S``: the venv's ``.pth`` files are not
+    run), in ``/``.
+
     Raises:
-        ConfigError: no ``bin/python`` in ``venv`` or it fails.
+        ConfigError: no ``bin/python`` in ``venv``, it fails, or another user can change it
+            (docs/admin/security.md: run ``hpcstack doctor`` as the venv's owner instead).
     """
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
         raise ConfigError([f"--venv {venv}: no {python}; is it a venv?"])
+    problem = python_problem(python)
+    if problem:
+        raise ConfigError([f"--venv {venv}: {problem}; checking it would run that venv's python as "
+                           f"{'root' if os.geteuid() == 0 else 'you'}: let its owner run `hpcstack doctor`"])
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONNOUSERSITE", "PYTHONPATH", "PYTHONHOME")}
-    proc = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, env=env)
+    proc = subprocess.run([str(python), "-I", "-S", "-c", _PROBE], capture_output=True, text=True, env=env,
+                          cwd="/")
     if proc.returncode != 0:
         raise ConfigError([f"--venv {venv}: {python} fails: {proc.stderr.strip()[-300:]}"])
     return json.loads(proc.stdout)

@@ -7,10 +7,20 @@ and in one gulp in another, a user found by ``getpass`` in one place and ``pwd``
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+#: The working directory of every process hpcstack starts: a directory of root's, never the
+#: caller's. ``python -m MOD`` and ``python -c CODE`` put their working directory first on
+#: ``sys.path``; in a directory another user can write to (``/tmp``, a project directory where an
+#: admin ``cd``'d) that user's ``venv.py``, ``pip/`` or ``six.py`` would run as root. The dry-run
+#: script ``cd``'s there first for the same reason (:meth:`hpcstack.install.plan.Plan.to_bash`);
+#: docs/admin/security.md, "The working directory".
+CHILD_CWD = "/"
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -202,3 +212,39 @@ def write_no_follow(path: str | os.PathLike, content: str | bytes, mode: int = 0
             os.fchmod(f.fileno(), mode)
     finally:
         os.close(dfd)
+
+
+def read_no_follow(path: str | os.PathLike, under: str | os.PathLike, last: int | None = None) -> bytes:
+    """Read a regular file below ``under`` following no symbolic link from ``under`` down.
+
+    For files root reads back from a directory whose contents another account writes (the
+    outputs of validation jobs run as ``slurm.submit_as``): the directories are opened with
+    ``O_NOFOLLOW`` and the file with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO does not block), and
+    anything but a regular file is refused, so a link planted there never makes root read a file
+    of its own into a report.
+
+    Args:
+        path (str | os.PathLike): the file.
+        under (str | os.PathLike): the ancestor from which no link is followed.
+        last (int | None): read only the last ``last`` bytes.
+
+    Returns:
+        bytes: the content.
+
+    Raises:
+        OSError: a link in the way (``ELOOP``), not a regular file (``EINVAL``), missing, no
+            permission; ValueError: ``path`` is not below ``under``.
+    """
+    path = os.path.abspath(path)
+    dfd = _open_dir_no_follow(os.path.dirname(path), under, create=False)
+    try:
+        fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        if last is not None:
+            f.seek(max(0, st.st_size - last))
+        return f.read()

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
 from hpcstack.errors import ArgumentParser, HpcstackError
-from hpcstack.fsutil import fsync_dir, fsync_file, sha256_file
+from hpcstack.fsutil import CHILD_CWD, fsync_dir, fsync_file, sha256_file
 from hpcstack.registry import Registry
 from hpcstack.templates import _dq_live, bash_word  # noqa: F401 (bash_word: also imported from here)
 
@@ -150,7 +150,7 @@ def run_bash(script: str, ctx: ExecContext, what: str) -> None:
     """
     env = {k: v for k, v in (getattr(ctx, "env", None) or os.environ).items() if k not in ("BASH_ENV", "ENV")}
     try:
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True,
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], env=env, capture_output=True, cwd=CHILD_CWD,
                               text=True, stdin=subprocess.DEVNULL)
     except OSError as exc:
         raise HpcstackError(f"cannot {what}: cannot run bash: {describe_os_error(exc)}") from None
@@ -170,15 +170,21 @@ _PUBLISH_TOOLS = ("bash", "mv", "ln")
 @dataclass(frozen=True)
 class Run(ActionBase):
     """Run one command. Bash and Python render the same fields: ``to_bash`` prints
-    ``cd CWD && env -u … NAME=value … argv`` and ``execute`` builds that environment and argv
-    itself (:meth:`command_env`); tests run both and compare.
+    ``env -u … NAME=value … argv`` (in a subshell ``(cd CWD && …)`` when ``cwd`` is given, so
+    that the script's own directory stays :data:`~hpcstack.fsutil.CHILD_CWD`) and ``execute``
+    builds that environment and argv itself (:meth:`command_env`); tests run both and compare.
+
+    Without ``cwd`` the command runs in :data:`~hpcstack.fsutil.CHILD_CWD` (``/``), where the
+    dry-run script ``cd``'s first, never in the caller's working directory: a ``python -m``/``-c``
+    would import a user's files from there (docs/admin/security.md).
 
     Args:
         argv (tuple[str, ...]): the command and its arguments; may hold ``${NAME}`` references.
         env (dict[str, str]): variables set for this command only (``NAME=value cmd`` in bash).
         prepend (dict[str, str]): path-like variables to prepend to, with ``:`` only when the
             variable is already non-empty (never an empty element, which means "current dir").
-        cwd (str | None): working directory.
+        cwd (str | None): working directory (a directory of hpcstack's own, e.g. in the stage
+            dir); None: :data:`~hpcstack.fsutil.CHILD_CWD`.
         unset (tuple[str, ...]): variables removed from this command's environment.
         input_files (tuple[str, ...]): files the command reads whose content, not only their
             path, decides whether its step is up to date (e.g. a lock file): :meth:`inputs`.
@@ -203,8 +209,6 @@ class Run(ActionBase):
 
     def to_bash(self) -> str:
         words = []
-        if self.cwd:
-            words.append(f"cd {bash_word(self.cwd)} &&")
         if self.unset:
             words.append("env " + " ".join(f"-u {n}" for n in self.unset))
         for name, value in self.env.items():
@@ -212,6 +216,8 @@ class Run(ActionBase):
         for name, value in self.prepend.items():
             words.append(f'{name}="{_dq_live(value)}${{{name}:+:${{{name}}}}}"')
         words.extend(bash_word(a) for a in self.argv)
+        if self.cwd:
+            return f"(cd {bash_word(self.cwd)} && {' '.join(words)})"
         return " ".join(words)
 
     def command_env(self, base: dict[str, str]) -> dict[str, str]:
@@ -238,7 +244,7 @@ class Run(ActionBase):
         if self.cwd and not os.path.isdir(self.cwd):
             raise HpcstackError(f"working directory {self.cwd} of `{argv[0]}` does not exist")
         try:
-            proc = subprocess.run(argv, env=env, cwd=self.cwd, stdout=ctx.log,
+            proc = subprocess.run(argv, env=env, cwd=self.cwd or CHILD_CWD, stdout=ctx.log,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise HpcstackError(f"command not found: {argv[0]} (is the site's module loaded? "
@@ -474,7 +480,7 @@ class Capture(ActionBase):
         ctx.log.flush()
         argv = [expand(a, ctx.env) for a in self.argv]
         try:
-            proc = subprocess.run(argv, env=ctx.env, capture_output=True, text=True,
+            proc = subprocess.run(argv, env=ctx.env, capture_output=True, text=True, cwd=CHILD_CWD,
                                   stdin=subprocess.DEVNULL)
         except (OSError, ValueError) as exc:
             raise HpcstackError(f"cannot run {argv[0]}: {describe_os_error(exc)}")

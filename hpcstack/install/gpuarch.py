@@ -43,6 +43,7 @@ import zipfile
 from dataclasses import asdict, dataclass, field
 
 from hpcstack.errors import HpcstackError
+from hpcstack.fsutil import CHILD_CWD
 
 #: The name of the cuobjdump program; found on PATH, else where scripts/localhost-cuda-tools puts it.
 CUOBJDUMP = "cuobjdump"
@@ -164,7 +165,7 @@ def find_cuobjdump(path: str | None = None) -> str | None:
 
 
 def _cuobjdump_version(cuobjdump: str) -> str:
-    out = subprocess.run([cuobjdump, "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run([cuobjdump, "--version"], capture_output=True, text=True, cwd=CHILD_CWD).stdout
     m = re.search(r"V(\d+\.\d+\.\d+)", out)
     return f"cuobjdump {m.group(1)}" if m else "cuobjdump"
 
@@ -181,7 +182,7 @@ def cuobjdump_entries(library: str, cuobjdump: str) -> collections.Counter | Non
         when the library holds no device code; None when cuobjdump fails on it (``Invalid ELF``).
     """
     counts: collections.Counter = collections.Counter()
-    proc = subprocess.run([cuobjdump, "--list-elf", "--list-ptx", library], capture_output=True, text=True,
+    proc = subprocess.run([cuobjdump, "--list-elf", "--list-ptx", library], capture_output=True, text=True, cwd=CHILD_CWD,
                           stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         if "does not contain device code" in proc.stderr + proc.stdout:
@@ -385,11 +386,11 @@ def download_wheel(pin, python_version: str, dest: str) -> str:
     with open(req, "w") as f:
         f.write(f"{pin.name}=={pin.version} " + " ".join(f"--hash=sha256:{h}" for h in pin.hashes) + "\n")
     abi = "cp" + python_version.replace(".", "")
-    cmd = [sys.executable, "-m", "pip", "--isolated", "download", "--quiet", "--disable-pip-version-check",
+    cmd = [sys.executable, "-I", "-m", "pip", "--isolated", "download", "--quiet", "--disable-pip-version-check",
            "--no-deps", "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
            "--abi", abi, *[a for p in LINUX_X86_64 for a in ("--platform", p)], "--index-url", pin.index,
            "--require-hashes", "-r", req, "-d", os.path.join(dest, "wheels")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=CHILD_CWD)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["pip download failed"])[-1]
         raise HpcstackError(f"cannot download {pin.name}=={pin.version} for Python {python_version} "

@@ -50,7 +50,7 @@ import subprocess
 from dataclasses import dataclass
 
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.fsutil import fsync_dir
+from hpcstack.fsutil import CHILD_CWD, fsync_dir
 from hpcstack.install.actions import ActionBase, ExecContext, Run, describe_os_error, run_bash
 
 #: The image of a build's venv, inside the build directory: ``<build>/venv.sqsh``.
@@ -290,7 +290,8 @@ def mount_build(build: str) -> bool:
                            "or the image step has not run)"])
     try:
         os.makedirs(venv, exist_ok=True)
-        proc = subprocess.run(mount_argv(build), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(mount_argv(build), capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              cwd=CHILD_CWD)
     except FileNotFoundError:
         raise ConfigError(["cannot mount the image: squashfuse not found (apt-get install squashfuse fuse3)"]) from None
     except OSError as exc:
@@ -314,7 +315,7 @@ def unmount(path: str) -> None:
     errors = []
     for argv in (["fusermount3", "-u", "-z", path], ["umount", "-l", path]):
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
         except OSError as exc:
             errors.append(f"{argv[0]}: {describe_os_error(exc)}")
             continue
@@ -370,7 +371,7 @@ def node_setup(build: str, mount_command: str) -> str:
         unit (both name this build: write them again after each new build).
     """
     venv, image = mount_point_of(build), image_of(build)
-    unit = subprocess.run(["systemd-escape", "--path", "--suffix=mount", venv], capture_output=True,
+    unit = subprocess.run(["systemd-escape", "--path", "--suffix=mount", venv], capture_output=True, cwd=CHILD_CWD,
                           text=True).stdout.strip() if _which("systemd-escape") else "<systemd-escape --path --suffix=mount VENV>"
     return "\n".join([
         "# Slurm prolog (runs as root on each node before a job; mounts the build published now):",

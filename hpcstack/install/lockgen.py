@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install.components.wheels import UV_UNSET, PipWheels
 from hpcstack.errors import ConfigError, HpcstackError
 
@@ -73,7 +74,7 @@ def write_lock(recipe, site) -> Path:
             # without the uv settings of the caller's shell: a loaded stack module sets
             # UV_CONSTRAINT to the stack's pins, which would hold a re-lock to the old versions
             env = {k: v for k, v in os.environ.items() if k not in UV_UNSET}
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=CHILD_CWD)
         except FileNotFoundError:
             raise HpcstackError("uv not found: pip install uv")
         if proc.returncode != 0:

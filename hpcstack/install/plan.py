@@ -20,7 +20,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from hpcstack.fsutil import fsync_dir, sha256_file, write_atomic
+from hpcstack.fsutil import CHILD_CWD, fsync_dir, sha256_file, write_atomic
 from hpcstack.install.actions import (PRE_STAGING, Action, ActionBase, Capture, ExecContext, Fetch, Publish, Run,
                                       Unpack, VerifySha256, WriteFile, bash_word, check_sha256, describe_os_error,
                                       expand, walk_commands)
@@ -232,6 +232,7 @@ class Plan:
             f"# stage prefix: {self.build_prefix} (build {self.build_id or 'in place'})",
             f"# modulefile: {self.modulefile}",
             "set -euo pipefail",
+            f"cd {CHILD_CWD}  # every command runs in a directory of root's, never the caller's",
             self.preamble(),
         ]
         background, alongside, joined_by = self.overlap()

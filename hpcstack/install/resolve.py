@@ -12,7 +12,7 @@ from hpcstack.secrets import secret_files
 from hpcstack.install.components.sanity import merge_python_checks
 from hpcstack.install.components.wheels import freeze_argv
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.fsutil import current_user
+from hpcstack.fsutil import CHILD_CWD, current_user
 from hpcstack.install import image
 from hpcstack.install.plan import (IMAGE, INSTALL, MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Capture, Plan,
                    Publish, Run, Step)
@@ -78,8 +78,8 @@ def detect_python_version(env: dict[str, str]) -> str:
         HpcstackError: no ``python3`` there.
     """
     try:
-        out = subprocess.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(["python3", "-I", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             env=env, capture_output=True, text=True, check=True, cwd=CHILD_CWD)
     except (OSError, subprocess.CalledProcessError):
         raise HpcstackError(f"no python3 after loading module {env.get('LOADEDMODULES', '')!r} "
                             "(modules.base in the site config)")
@@ -149,8 +149,8 @@ def reapply_permissions(site: Site, directory: str) -> None:
     if not os.path.isdir(directory):
         return
     if group:
-        subprocess.run(["chgrp", "-R", "-P", group, directory], capture_output=True)
-    subprocess.run(["chmod", "-R", mode, directory], capture_output=True)
+        subprocess.run(["chgrp", "-R", "-P", group, directory], capture_output=True, cwd=CHILD_CWD)
+    subprocess.run(["chmod", "-R", mode, directory], capture_output=True, cwd=CHILD_CWD)
 
 
 def permission_actions(site: Site, ctx: PlanContext) -> list:

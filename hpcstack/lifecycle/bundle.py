@@ -49,7 +49,7 @@ from pathlib import Path
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.fsutil import sha256_file, write_atomic
+from hpcstack.fsutil import CHILD_CWD, sha256_file, write_atomic
 from hpcstack.schema import CONTROL
 from hpcstack.install.sources import SDISTS, WHEELS
 
@@ -68,10 +68,10 @@ def _pip(args: list[str], announce) -> None:
     set to the null device; certificates, proxies and timeouts of the environment are kept)."""
     env = {k: v for k, v in os.environ.items() if k not in PIP_UNSET}
     env["PIP_CONFIG_FILE"] = os.devnull
-    cmd = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+    cmd = [sys.executable, "-I", "-m", "pip", "--disable-pip-version-check", *args]
     announce("$ " + " ".join(cmd))
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=CHILD_CWD)
     except OSError as exc:
         raise HpcstackError(f"cannot run pip ({exc})") from None
     if proc.returncode != 0:
@@ -131,7 +131,7 @@ def _tool_wheel(tmp: Path, announce) -> Path:
         return path
     if path and (path / "setup.cfg").is_file():
         announce(f"building hpcstack's wheel from {path}")
-        proc = subprocess.run([uv_binary(), "build", "--no-config", "--wheel", "--out-dir", str(tmp), str(path)],
+        proc = subprocess.run([uv_binary(), "build", "--no-config", "--wheel", "--out-dir", str(tmp), str(path)], cwd=CHILD_CWD,
                               capture_output=True, text=True)
         wheels = sorted(tmp.glob("hpcstack-*.whl"))
         if proc.returncode == 0 and wheels:

@@ -26,6 +26,7 @@ import subprocess
 from pathlib import Path
 from typing import ClassVar
 
+from hpcstack.fsutil import CHILD_CWD
 from hpcstack.registry import Registry
 from hpcstack.errors import HpcstackError
 
@@ -134,7 +135,7 @@ class ModuleTool:
         """
         argv = self.argv(command, args)
         try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=CHILD_CWD)
         except FileNotFoundError as exc:
             raise HpcstackError(f"cannot run the module tool {argv[0]}: {exc.strerror}")
         ns = {"os": _OsProxy(dict(env))}

@@ -41,6 +41,7 @@ from typing import Callable, ClassVar
 
 from hpcstack import templates
 from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.fsutil import CHILD_CWD
 from hpcstack.registry import Registry
 from hpcstack.validate.launchers import Allocation
 
@@ -361,8 +362,8 @@ class JobScheduler:
         """Return the job script of ``job``."""
         raise NotImplementedError(f"the {self.name} scheduler runs no batch jobs")
 
-    def submit(self, script: Path, cwd: str | None = None) -> str:
-        """Submit a job script; return the job id."""
+    def submit(self, script: Path, cwd: str | None = None, content: str | None = None) -> str:
+        """Submit a job script (``content``: its text, handed over without a path); return the job id."""
         raise NotImplementedError(f"the {self.name} scheduler runs no batch jobs")
 
     def wait(self, job_ids: list[str], timeout: float | None = None,
@@ -436,7 +437,7 @@ class LocalScheduler(JobScheduler):
             HpcstackError: the command is not found, or it ran past ``timeout`` (it is killed).
         """
         try:
-            return self._run(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
+            return self._run(argv, env=env, cwd=cwd or CHILD_CWD, stdin=subprocess.DEVNULL, capture_output=True,
                              text=True, timeout=timeout)
         except FileNotFoundError:
             raise HpcstackError(f"{argv[0]} not found (is it on PATH after loading the modules?)")
@@ -493,21 +494,31 @@ class Slurm(JobScheduler):
         """The job script, from :func:`render_job_script`."""
         return render_job_script(job, header)
 
-    def _call(self, argv: list[str], cwd: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    def _call(self, argv: list[str], cwd: str | None = None, timeout: float = 60,
+              input: str | None = None) -> subprocess.CompletedProcess:
+        io = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
         try:
-            return self._run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                             stdin=subprocess.DEVNULL)
+            return self._run(argv, cwd=cwd or CHILD_CWD, capture_output=True, text=True, timeout=timeout, **io)
         except FileNotFoundError:
             raise HpcstackError(f"{argv[0]} not found; {_SLURM_HINT}")
         except subprocess.TimeoutExpired:
             raise HpcstackError(f"{shlex.join(argv)} did not answer in {timeout:.0f} s; {_SLURM_HINT}")
 
-    def submit(self, script: Path, cwd: str | None = None) -> str:
+    def submit(self, script: Path, cwd: str | None = None, content: str | None = None) -> str:
         """Submit a job script with ``sbatch --parsable``.
 
+        With ``content`` the script is handed to sbatch on its standard input (sbatch reads a
+        script from there when it is given no file, https://slurm.schedmd.com/sbatch.html), so
+        what is submitted is what hpcstack rendered, whoever can reach the file afterwards: a
+        path is read by sbatch later, and a user who can rename in its directory could put
+        another script there in between (docs/admin/security.md).
+
         Args:
-            script (Path): the job script (readable by the submit user).
-            cwd (str | None): where to run sbatch (default the script's directory).
+            script (Path): the job script (readable by the submit user); with ``content``, only
+                the name shown in messages.
+            cwd (str | None): where to run sbatch (default :data:`~hpcstack.fsutil.CHILD_CWD`;
+                the job's own directory is its ``--chdir``).
+            content (str | None): the script's text, given to sbatch on stdin.
 
         Returns:
             str: the job id.
@@ -515,10 +526,10 @@ class Slurm(JobScheduler):
         Raises:
             HpcstackError: sbatch missing, or it refused the job (its message is shown).
         """
-        argv = ["sbatch", "--parsable", str(script)]
+        argv = ["sbatch", "--parsable"] + ([] if content is not None else [str(script)])
         if self.submit_as:
             argv = ["runuser", "-u", self.submit_as, "--", *argv]
-        proc = self._call(argv, cwd=cwd or str(Path(script).parent))
+        proc = self._call(argv, cwd=cwd, input=content)
         if proc.returncode != 0:
             msg = " ".join(proc.stderr.split()) or f"exit status {proc.returncode}"
             down = ("contact", "connect", "configuration source", "slurm.conf", "timed out")

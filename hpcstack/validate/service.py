@@ -81,14 +81,17 @@ class ValidationService:
     Args:
         site (hpcstack.site.Site): the site.
         recipe (hpcstack.recipe.Recipe): the recipe, with a Validation component.
+        policy (hpcstack.trust.Policy | None): whom to trust with the validation's directory (the
+            command's :class:`hpcstack.loader.Loader` policy); default root and the running account.
 
     Example:
         ``ValidationService(site, recipe).run(ValidationRequest(nodes="1,2"))``
     """
 
-    def __init__(self, site, recipe):
+    def __init__(self, site, recipe, policy=None):
         self.site = site
         self.recipe = recipe
+        self.policy = policy
 
     def run(self, request: ValidationRequest) -> int:
         """Run the validation the request asks for.
@@ -131,9 +134,9 @@ class ValidationService:
                                             ("--workload", r.workload)) if value]
             if clash:
                 raise ConfigError([f"{opt}: not used with --collect" for opt in clash])
-            return collect(site, recipe, r.collect, as_json=r.as_json)
+            return collect(site, recipe, r.collect, as_json=r.as_json, policy=self.policy)
         return slurm_validation(
             site, recipe, nodes=parse_nodes(r.nodes) if r.nodes else None,
             backends=requested_backends(recipe, r.backend), partition=r.partition, qos=r.qos,
             account=r.account, output_dir=r.output_dir, dry_run=r.dry_run, no_wait=r.no_wait,
-            as_json=r.as_json, workload=r.workload)
+            as_json=r.as_json, workload=r.workload, policy=self.policy)

@@ -29,19 +29,22 @@ the site is read in one function, :func:`validation_settings`.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import pwd
 import re
 import shlex
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpcstack import __version__
-from hpcstack.fsutil import makedirs_no_follow, write_no_follow
+from hpcstack import trust
+from hpcstack.fsutil import makedirs_no_follow, read_no_follow, write_no_follow
 from hpcstack.modules import modsys
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.site import MAX_NODES
@@ -319,8 +322,13 @@ def local_backends(settings: ValidationSettings) -> list[str]:
 
 def read_records(path: Path) -> list[dict]:
     """Read the JSON-lines output of the training program (lines that are not JSON are skipped)."""
+    return parse_records(path.read_text())
+
+
+def parse_records(text: str) -> list[dict]:
+    """The records of JSON-lines text (lines that are not JSON are skipped)."""
     records = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         try:
             records.append(json.loads(line))
         except ValueError:
@@ -669,10 +677,75 @@ def _chown_tree(path: Path, user: str) -> None:
         os.chown(p, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
 
 
+def _output_policy(policy: trust.Policy | None, submit_as: str | None) -> trust.Policy:
+    """Whom to trust with a validation's directory: the command's policy, and the account the
+    jobs are submitted as (``slurm.submit_as``), to whom hpcstack hands the directory itself."""
+    pol = policy or trust.Policy(uid=os.geteuid())
+    if submit_as:
+        try:
+            pol = dataclasses.replace(pol, admin_uids=pol.admin_uids | {pwd.getpwnam(submit_as).pw_uid})
+        except KeyError:
+            raise HpcstackError(f"user {submit_as} (slurm.submit_as) does not exist "
+                                "(localhost: scripts/localhost-slurm up creates it)") from None
+    return pol
+
+
+def validation_dir(label: str, output_dir: str | None, output_root: str, base: str, pol: trust.Policy) -> Path:
+    """Make (or take) a validation's directory, where the jobs run, write their outputs and read
+    the scripts, and from which root reads the results back.
+
+    Without ``slurm.submit_as`` the jobs run as the account running hpcstack (root on every real
+    site), in that directory: an account that could change it could swap a job script before
+    sbatch reads it, or plant links that the jobs' status files are written through. So it must
+    pass the trust rule (:func:`hpcstack.trust.check_dirs`: trusted owners only, no directory
+    above it that another user can write without the sticky bit) before it is made and again
+    after, and it is opened without following a link (a link planted at its name is refused,
+    never ``chmod``-ed through). With ``submit_as`` that account is trusted with it too.
+
+    Args:
+        label (str): where the directory comes from, for the error line (``--output-dir``).
+        output_dir (str | None): ``--output-dir``; None: a new ``<base>-XXXXXX`` under ``output_root``.
+        output_root (str): ``slurm.output_root``, else the working directory.
+        base (str): the new directory's name before its random suffix.
+        pol (hpcstack.trust.Policy): whom to trust (:func:`_output_policy`).
+
+    Returns:
+        Path: the directory, absolute, mode 0755.
+
+    Raises:
+        ConfigError: the directory (or one above it) can be changed by an untrusted account, or
+            is a link (one line, exit status 2).
+        HpcstackError: it cannot be made.
+    """
+    planned = os.path.abspath(output_dir) if output_dir else os.path.join(os.path.abspath(output_root), base)
+    trust.check_dirs([(label, planned)], pol)         # before anything is made in it
+    try:
+        if output_dir:
+            os.makedirs(planned, exist_ok=True)
+            out = planned
+        else:
+            os.makedirs(output_root, exist_ok=True)
+            out = tempfile.mkdtemp(prefix=base + "-", dir=os.path.abspath(output_root))
+        trust.check_dirs([(label, out)], pol)         # and again: one another user made meanwhile
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError([f"{label} {planned}: cannot use it as the validation's directory: "
+                           f"{exc.strerror} (give --output-dir a directory of your own)"]) from None
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISDIR(st.st_mode) and pol.trusted_uid(st.st_uid)):
+            raise ConfigError([f"{label} {out}: changed while hpcstack made it; choose another directory"])
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+    return Path(out)
+
+
 def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: list[str] | None = None,
                      partition: str | None = None, qos: str | None = None, account: str | None = None,
                      output_dir: str | None = None, dry_run: bool = False, no_wait: bool = False,
-                     as_json: bool = False, workload: str | None = None) -> int:
+                     as_json: bool = False, workload: str | None = None,
+                     policy: trust.Policy | None = None) -> int:
     """Validate a stack with Slurm jobs: one per node count, each running every backend.
 
     Args:
@@ -689,12 +762,16 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         no_wait (bool): submit, print the job ids, return; ``--collect DIR`` reports later.
         as_json (bool): print the report (or, with ``dry_run``, the scripts) as JSON.
         workload (str | None): a named workload of the recipe (``digits``); None: the site's.
+        policy (hpcstack.trust.Policy | None): whom to trust (the command's
+            :class:`hpcstack.loader.Loader`); default root and the running account. The output
+            directory must pass its rule (:func:`validation_dir`).
 
     Returns:
         int: 0 when every job, sanity check and performance reference passed, else 1.
 
     Raises:
-        ConfigError: no ``slurm`` section, a required account missing, bad ``--nodes``.
+        ConfigError: no ``slurm`` section, a required account missing, bad ``--nodes``, an
+            output directory an untrusted account can change (one line each, exit status 2).
         HpcstackError: the stack is not installed, or Slurm refused a job or is not running.
     """
     settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account,
@@ -737,13 +814,9 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
                             f"{os.path.relpath(executable, stack.prefix)}; re-install it: "
                             f"hpcstack install {recipe.ref or recipe.full_name} --site {site.ref}")
     submit_as = s.submit_as if os.geteuid() == 0 else None
-    if output_dir:
-        out = Path(os.path.abspath(output_dir))
-        out.mkdir(parents=True, exist_ok=True)
-    else:
-        os.makedirs(output_root, exist_ok=True)
-        out = Path(tempfile.mkdtemp(prefix=base + "-", dir=output_root))
-    out.chmod(0o755)
+    label = ("--output-dir" if output_dir else "slurm.output_root" if s.output_root
+             else "the validation's directory (in the working directory; slurm.output_root is unset)")
+    out = validation_dir(label, output_dir, output_root, base, _output_policy(policy, submit_as))
     jobs = plan_jobs(site, recipe, nodes, backends, settings, out)
     for j in jobs:  # an output directory given again may be a user's: no link is followed in it
         makedirs_no_follow(j.directory, out)
@@ -761,7 +834,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     submitted: list[ValidationJob] = []
     try:
         for j in jobs:
-            j.job_id = scheduler.submit(j.script_path)
+            j.job_id = scheduler.submit(j.script_path, content=j.script)  # on stdin: no path to swap
             submitted.append(j)
             print(f"==> submitted job {j.job_id}: {j.nodes} node(s), {', '.join(backends)}; "
                   f"{j.script_path}", file=sys.stderr)
@@ -790,43 +863,103 @@ def _write_jobs_file(out: Path, site, recipe, settings: ValidationSettings, jobs
     write_no_follow(out / "jobs.json", json.dumps(data, indent=1) + "\n")  # out may be submit_as's
 
 
-def collect(site, recipe, directory: str, as_json: bool = False) -> int:
+#: ``jobs.json`` of a validation directory (:func:`_write_jobs_file`), as :func:`collect` accepts it.
+JOBS_SCHEMA = {
+    "type": "object",
+    "required": ["site", "recipe", "jobs"],
+    "properties": {
+        "site": {"type": "string"},
+        "recipe": {"type": "string"},
+        "partition": {"type": ["string", "null"]},
+        "scheduler": {"type": "string"},
+        "settings": {"type": ["object", "null"]},
+        "jobs": {"type": "array", "maxItems": 1000, "items": {
+            "type": "object",
+            "required": ["job_id", "nodes", "ranks", "backends", "directory"],
+            "additionalProperties": False,
+            "properties": {
+                "job_id": {"type": "string", "pattern": "^[0-9]{1,20}$"},
+                "nodes": {"type": "integer", "minimum": 1, "maximum": MAX_NODES},
+                "ranks": {"type": "integer", "minimum": 1},
+                "backends": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,64}$"}},
+                "directory": {"type": "string"},
+            }}},
+    },
+}
+
+
+def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.Policy | None = None) -> int:
     """Report on the jobs of an earlier ``--no-wait`` validation (waits for those still running).
+
+    The directory is a validation's that hpcstack made (:func:`validation_dir`): it must pass the
+    same trust rule (with ``slurm.submit_as`` trusted too), ``jobs.json`` must be the running
+    account's or root's (hpcstack wrote it) and match :data:`JOBS_SCHEMA`, and only files of each
+    job's own directory ``<directory>/n<nodes>`` are read back, without following a link: no path
+    from ``jobs.json`` or from Slurm (a job's ``StdOut``) outside it.
 
     Args:
         site (hpcstack.site.Site): the site the jobs were submitted for (its references are used).
         recipe (hpcstack.recipe.Recipe): the stack.
         directory (str): the validation's output directory (holds ``jobs.json``).
         as_json (bool): print the report as JSON.
+        policy (hpcstack.trust.Policy | None): whom to trust (default root and the running account).
 
     Returns:
         int: 0 PASS, 1 FAIL.
 
     Raises:
-        ConfigError: no ``jobs.json`` there, or it belongs to another site or stack.
+        ConfigError: no ``jobs.json`` there, one of the wrong shape or not written by hpcstack,
+            jobs of another site or stack, or a directory an untrusted account can change (one
+            line each, exit status 2).
     """
+    from hpcstack import schema
+
     out = Path(os.path.abspath(directory))
+    s = validation_settings(site, recipe).slurm
+    submit_as = s.submit_as if s is not None and os.geteuid() == 0 else None
+    pol = _output_policy(policy, submit_as)
+    trust.check_dirs([("--collect", out)], pol)
+    own = policy or trust.Policy(uid=os.geteuid())
     try:
-        data = json.loads((out / "jobs.json").read_text())
+        st = os.lstat(out / "jobs.json")
+        if not stat.S_ISREG(st.st_mode) or not own.trusted_uid(st.st_uid) or st.st_mode & 0o022:
+            raise ConfigError([f"--collect: {out}/jobs.json: not written by hpcstack here (it must be a file "
+                               f"that {own.who()} alone can change)"])
+        data = json.loads(read_no_follow(out / "jobs.json", out, last=None))
     except (OSError, ValueError) as exc:
-        raise ConfigError([f"--collect: {out}/jobs.json: cannot read it ({exc})"])
+        raise ConfigError([f"--collect: {out}/jobs.json: cannot read it ({getattr(exc, 'strerror', None) or exc})"]) from None
+    lines = schema.problems(JOBS_SCHEMA, data, f"--collect: {out}/jobs.json")
+    if lines:
+        raise ConfigError(lines)
     if data.get("site") != site.name or data.get("recipe") != recipe.full_name:
         raise ConfigError([f"--collect: {out} holds jobs of {data.get('recipe')} on {data.get('site')}, "
                            f"not {recipe.full_name} on {site.name}"])
+    jobs = []
+    for j in data["jobs"]:
+        job_dir = out / f"n{j['nodes']}"
+        if os.path.normpath(j["directory"]) != str(job_dir):
+            raise ConfigError([f"--collect: {out}/jobs.json: job {j['job_id']}: directory {j['directory']!r} is "
+                               f"not the job's own ({job_dir}); hpcstack reads back only what lies there"])
+        jobs.append(ValidationJob(j["nodes"], job_dir, "", j["backends"], j["ranks"], j["job_id"]))
     settings = validation_settings(site, recipe, partition=data.get("partition"),
                                    workload=(data.get("settings") or {}).get("workload"))
-    jobs = [ValidationJob(j["nodes"], Path(j["directory"]), "", j["backends"], j["ranks"], j["job_id"])
-            for j in data["jobs"]]
-    scheduler = get_scheduler(data.get("scheduler", settings.slurm.scheduler))()
+    scheduler = get_scheduler(data.get("scheduler") or settings.slurm.scheduler)()
     return _wait_and_report(site, recipe, settings, jobs, out, scheduler, as_json,
                             recorded_settings=data.get("settings"))
+
+
+def _read_back(path: Path, under: Path, last: int | None = None) -> str | None:
+    """A job's file read back as text, no link followed below ``under``; None when it cannot be."""
+    try:
+        return read_no_follow(path, under, last=last).decode(errors="replace")
+    except (OSError, ValueError):
+        return None
 
 
 def _wait_and_report(site, recipe, settings: ValidationSettings, jobs: list[ValidationJob], out: Path,
                      scheduler, as_json: bool, recorded_settings: dict | None = None) -> int:
     from hpcstack.validate.judge import RunOutcome, judge
     from hpcstack.validate.render import to_markdown, write_report
-    from hpcstack.validate.scheduler import tail
 
     by_id = {j.job_id: j for j in jobs}
 
@@ -844,19 +977,25 @@ def _wait_and_report(site, recipe, settings: ValidationSettings, jobs: list[Vali
     runs, job_records = [], []
     for j in jobs:
         info = infos[j.job_id]
-        output = info.stdout or str(j.output_path())
-        lines = tail(output, 25)
+        # only the job's own directory is read: Slurm's StdOut elsewhere (a job of someone else's,
+        # named in a jobs.json) is never opened
+        output = str(j.output_path())
+        if info.stdout and os.path.dirname(os.path.normpath(info.stdout)) == str(j.directory):
+            output = os.path.normpath(info.stdout)
+        text = _read_back(Path(output), out, last=64 * 1024)
+        lines = text.splitlines()[-25:] if text is not None else [f"(cannot read {output})"]
         job_records.append({"job_id": j.job_id, "nodes": j.nodes, "state": info.state,
                             "exit_code": info.exit_code, "elapsed": info.elapsed,
                             "nodelist": info.nodelist, "reason": info.reason, "output": output,
                             "output_tail": lines if info.state != "COMPLETED" else []})
         for backend in j.backends:
-            status = j.status_path(backend)
+            status = _read_back(j.status_path(backend), out)
             try:
-                exit_status = int(status.read_text().strip())
-            except (OSError, ValueError):
+                exit_status = int(status.strip()) if status is not None else None
+            except ValueError:
                 exit_status = None
-            records = read_records(j.records_path(backend)) if j.records_path(backend).exists() else []
+            text = _read_back(j.records_path(backend), out)
+            records = parse_records(text) if text is not None else []
             runs.append(RunOutcome(backend, j.nodes, j.ranks, j.job_id, info.state, info.exit_code,
                                    exit_status, records, output, lines))
     verdict = judge(runs, site=site.name, partition=settings.slurm.partition, recipe=recipe.full_name,

@@ -6,6 +6,7 @@ import re
 import subprocess
 
 from hpcstack.errors import HpcstackError
+from hpcstack.fsutil import CHILD_CWD
 
 #: Section headings of ``horovodrun --check-build`` (Horovod 0.28.1) and their short names; the
 #: output must have all three (``horovod/runner/launch.py``, ``check_build``).
@@ -109,7 +110,8 @@ def check_build(horovodrun: str, required: "tuple[str, ...] | list[str]", env: d
             e.g. ``horovodrun --check-build: missing [X] Operations:NCCL``.
     """
     try:
-        proc = subprocess.run([horovodrun, "--check-build"], env=env, capture_output=True, text=True)
+        proc = subprocess.run([horovodrun, "--check-build"], env=env, capture_output=True, text=True,
+                          cwd=CHILD_CWD)
     except FileNotFoundError:
         raise HpcstackError(f"{horovodrun} not found: is Horovod installed in the stack?")
     if proc.returncode != 0:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from hpcstack.errors import HpcstackError
+from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install.actions import ActionBase, ExecContext, Run, bash_word
 from hpcstack.install.plan import BUILD
 from hpcstack.install.components.base import PlanContext
@@ -266,7 +267,7 @@ class CudaArchCheck(ActionBase):
         nvcc = expand(self.nvcc, env)
         where = f"CUDA {self.cuda_version} ({nvcc})" if self.cuda_version else nvcc
         try:
-            proc = subprocess.run([nvcc, "--list-gpu-arch"], env=env, capture_output=True, text=True,
+            proc = subprocess.run([nvcc, "--list-gpu-arch"], env=env, capture_output=True, text=True, cwd=CHILD_CWD,
                                   timeout=60, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return [f"toolchain.cuda: cannot run {nvcc} --list-gpu-arch ({exc}); check toolchain.cuda.home"]

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from hpcstack import data_root, doctor
 from hpcstack.errors import HpcstackError
-from hpcstack.fsutil import sha256_file, write_atomic
+from hpcstack.fsutil import CHILD_CWD, sha256_file, write_atomic
 from hpcstack.install.actions import ACTION_COMMAND, ACTION_VERBS, ActionBase, Run, expand
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.source import SourceBuild
@@ -219,7 +219,7 @@ class WriteSbom(ActionBase):
 def run_probe(command: str, env: dict[str, str]) -> str:
     """Run one probe with bash in ``env``; its stdout and stderr (``""`` when bash fails to start)."""
     try:
-        proc = subprocess.run(["bash", "-c", command], env=env, stdout=subprocess.PIPE,
+        proc = subprocess.run(["bash", "-c", command], env=env, stdout=subprocess.PIPE, cwd=CHILD_CWD,
                               stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return ""

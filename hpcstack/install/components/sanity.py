@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from hpcstack.errors import HpcstackError
+from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install.actions import ActionBase, ExecContext, Run
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.plan import SANITYCHECK
@@ -165,7 +166,7 @@ class PythonCheck(ActionBase):
         ctx.log.write(f"$ {self.to_bash()}\n")
         ctx.log.flush()
         try:
-            proc = subprocess.run(list(run.argv), env=env, capture_output=True, text=True,
+            proc = subprocess.run(list(run.argv), env=env, capture_output=True, text=True, cwd=CHILD_CWD,
                                   stdin=subprocess.DEVNULL)
         except OSError as exc:
             raise HpcstackError(f"cannot run {self.python}: {describe_os_error(exc)}") from None

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from hpcstack import secrets
 from hpcstack.errors import HpcstackError
+from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install import wheelcache
 from hpcstack.install.actions import ACTION_COMMAND, ActionBase, ExecContext, Run, Unpack, VerifySha256, bash_word
 from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
@@ -135,7 +136,7 @@ class CachedWheelBuild(ActionBase):
 
     def key_text(self, env: dict[str, str]) -> str:
         """Run the key function with bash in ``env`` (the build environment) and return its output."""
-        proc = subprocess.run(["bash", "-c", f"{self.key_script()}\n{self.function}"], env=env,
+        proc = subprocess.run(["bash", "-c", f"{self.key_script()}\n{self.function}"], env=env, cwd=CHILD_CWD,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         return proc.stdout.decode(errors="replace")
 
