@@ -802,6 +802,8 @@ def cmd_export(args) -> int:
     from hpcstack.install.service import InstallService
 
     site, recipe = _load(args)
+    if args.output:  # no link and no directory another user can change on the way to the file
+        _loader(args).check_dirs([("-o", os.path.dirname(os.path.abspath(args.output)))])
     exporter = get_exporter(args.format)()
     # an export is the install elsewhere (an image build, EasyBuild): a site whose GPUs the locked
     # wheels cannot run on is refused as its install would be, before anything is written

@@ -794,10 +794,35 @@ class _CommandContext:
 
 
 #: The verbs of ``hpcstack action`` that components add: a class with ``help`` (one line),
-#: ``add_arguments(parser)`` and ``run(args) -> int``, registered with
+#: ``add_arguments(parser)``, ``run(args) -> int`` and ``written`` (the arguments naming what it
+#: writes or reads back, checked by the trust rule first: :func:`_check_written`), registered with
 #: ``@ACTION_VERBS.register("sbom")`` in the component's module (a lower layer never imports the
 #: components: they register themselves when :mod:`hpcstack.install.components` is imported).
 ACTION_VERBS = Registry("action verb")
+
+
+#: The arguments of the built-in verbs that name what they write (a registered verb lists its
+#: own in a ``written`` attribute, e.g. ``("path",)``).
+_WRITTEN = {"fetch": ("dest",), "unpack": ("dest",)}
+
+
+def _check_written(args) -> None:
+    """Refuse a verb's destination that an untrusted account can change (:func:`hpcstack.trust.check_dirs`).
+
+    The dry-run script is run later than it is printed (maybe much later, maybe edited): the
+    stage paths it names were checked when it was printed, not when ``hpcstack action unpack``
+    empties one and unpacks into it, following whatever links lie above it. So each verb checks
+    its destination, and every directory above it, when it runs.
+
+    Raises:
+        ConfigError: one line naming the directory, whose it is and the fix (exit status 2).
+    """
+    from hpcstack import trust
+
+    names = _WRITTEN[args.verb] if args.verb in _WRITTEN else getattr(ACTION_VERBS[args.verb], "written", ())
+    dirs = [(f"hpcstack action {args.verb} {name.upper()}", os.path.abspath(getattr(args, name))) for name in names]
+    if dirs:
+        trust.check_dirs(dirs, trust.policy())
 
 
 def cli(argv: list[str]) -> int:
@@ -836,6 +861,7 @@ def cli(argv: list[str]) -> int:
     for name in sorted(ACTION_VERBS):
         ACTION_VERBS[name].add_arguments(sub.add_parser(name, help=ACTION_VERBS[name].help))
     args = parser.parse_args(argv)
+    _check_written(args)
     if args.verb in ACTION_VERBS:
         return ACTION_VERBS[args.verb].run(args)
     if args.verb == "fetch":

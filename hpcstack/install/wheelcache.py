@@ -148,6 +148,8 @@ class ReuseWheelVerb:
 
     help = ("copy the wheels of a build-cache ENTRY into DIST when their sha256 are those recorded "
             "(exit 0); else remove the entry (exit 1)")
+    #: What it reads back and writes (checked by the trust rule before it runs).
+    written = ("entry", "dist")
 
     @staticmethod
     def add_arguments(parser) -> None:

@@ -381,6 +381,8 @@ class SbomVerb:
     """``hpcstack action sbom --spec JSON PATH``: the dry-run's line for :class:`WriteSbom`."""
 
     help = "write a stack's CycloneDX SBOM to PATH (WriteSbom of the StackManifest component)"
+    #: What it writes (checked by the trust rule before it runs).
+    written = ("path",)
 
     @staticmethod
     def add_arguments(parser) -> None:
