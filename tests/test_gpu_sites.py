@@ -113,7 +113,9 @@ def test_juwels_booster_install(scripts):
              "module load Python/3.11.3", "module load CUDA/12", "module load NCCL/default-CUDA-12",
              "module load CMake/3.26.3"]
     at = [lines.index(l) for l in order]
-    assert at == sorted(at) and at[0] == lines.index("set -euo pipefail") + 1, at
+    # the script starts its commands in `/`, as the real run does, never in the caller's directory
+    assert lines[lines.index("set -euo pipefail") + 1].startswith("cd / ")
+    assert at == sorted(at) and at[0] == lines.index("set -euo pipefail") + 2, at
     build = _build_line(script)
     for var in ("CC=mpicc", "CXX=mpicxx", 'HOROVOD_CUDA_HOME="${EBROOTCUDA}"', 'HOROVOD_NCCL_HOME="${EBROOTNCCL}"',
                 "HOROVOD_BUILD_CUDA_CC_LIST=80", "HOROVOD_GPU_OPERATIONS=NCCL"):

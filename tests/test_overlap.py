@@ -34,23 +34,20 @@ class BackgroundRun(Run):
 
 
 def _run_both(actions: list, tmp_path: Path) -> tuple[str | None, str | None, str]:
-    """Run ``actions`` with :func:`run_actions` and as the step's dry-run bash, each in its own
-    directory; return (the runner's error, the bash's stderr when it failed, the runner's log)."""
+    """Run ``actions`` with :func:`run_actions` and as the step's dry-run bash, each with its own
+    directory in ``$D`` (commands run in ``/``, never the caller's directory: they ``cd "$D"``);
+    return (the runner's error, the bash's stderr when it failed, the runner's log)."""
     step = Step("sanitycheck", "test", actions)
     runner_dir, bash_dir = tmp_path / "runner", tmp_path / "bash"
     runner_dir.mkdir()
     bash_dir.mkdir()
     log = open(tmp_path / "step.log", "w+")
     error = None
-    cwd = os.getcwd()
     try:
-        os.chdir(runner_dir)
-        run_actions(step.actions, StepContext(dict(os.environ), log, None))
+        run_actions(step.actions, StepContext({**os.environ, "D": str(runner_dir)}, log, None))
     except HpcstackError as exc:
         error = str(exc)
-    finally:
-        os.chdir(cwd)
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", step.to_bash()], cwd=bash_dir,
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", step.to_bash()], env={**os.environ, "D": str(bash_dir)},
                           capture_output=True, text=True, timeout=60)
     log.close()
     return error, (proc.stderr or "failed") if proc.returncode else None, (tmp_path / "step.log").read_text()
@@ -58,8 +55,8 @@ def _run_both(actions: list, tmp_path: Path) -> tuple[str | None, str | None, st
 
 def test_a_background_action_runs_beside_the_next_ones_and_the_step_waits_for_it(tmp_path):
     # the foreground check runs while the background one still sleeps: it sees no "done" yet
-    actions = [BackgroundRun(("sh", "-c", "sleep 1; echo from-the-background; touch done")),
-               Run(("sh", "-c", "test ! -e done && touch checked-before"))]
+    actions = [BackgroundRun(("sh", "-c", 'cd "$D"; sleep 1; echo from-the-background; touch done')),
+               Run(("sh", "-c", 'cd "$D"; test ! -e done && touch checked-before'))]
     error, bash_error, log = _run_both(actions, tmp_path)
     assert error is None and bash_error is None
     for side in ("runner", "bash"):
@@ -68,7 +65,7 @@ def test_a_background_action_runs_beside_the_next_ones_and_the_step_waits_for_it
 
 
 def test_a_failing_background_action_fails_the_step_after_the_others_finished(tmp_path):
-    actions = [BackgroundRun(("sh", "-c", "exit 3")), Run(("sh", "-c", "sleep 0.5; touch after"))]
+    actions = [BackgroundRun(("sh", "-c", "exit 3")), Run(("sh", "-c", 'cd "$D"; sleep 0.5; touch after'))]
     error, bash_error, _ = _run_both(actions, tmp_path)
     assert error and "exited with status 3" in error
     assert bash_error

@@ -65,7 +65,8 @@ def test_rendered_script_sources_module_init_and_keeps_env_for_steps():
         "module load pytorch/2.3.1-gpu || { echo \"hpcstack: module load \"pytorch/2.3.1-gpu\" failed\" >&2; exit 98; }",
         "export SLURM_EXPORT_ENV=ALL", "export NCCL_DEBUG=WARN", "srun python x.py")]
     assert order == sorted(order), text
-    assert "echo \"$rc\" > /w/horovod.exit" in lines
+    # the status file is renamed into place, never written through what lies at its name
+    assert "  && chmod 644 \"$hpcstack_tmp\" && mv -fT \"$hpcstack_tmp\" /w/horovod.exit" in lines
     assert lines[-1] == 'exit "$status"'
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 

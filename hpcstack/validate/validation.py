@@ -807,16 +807,19 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
                 print(j.script)
         return 0
 
+    submit_as = s.submit_as if os.geteuid() == 0 else None
+    label = ("--output-dir" if output_dir else "slurm.output_root" if s.output_root
+             else "the validation's directory (in the working directory; slurm.output_root is unset)")
+    out_policy = _output_policy(policy, submit_as)
+    trust.check_dirs([(label, os.path.abspath(output_dir) if output_dir  # bad input first: one line, exit 2
+                       else os.path.join(os.path.abspath(output_root), base))], out_policy)
     stack = installed_stack(site, recipe)
     executable = settings.spec.program.executable(stack.prefix)
     if executable and not os.path.isfile(executable):
         raise HpcstackError(f"{recipe.full_name} at {stack.prefix} has no "
                             f"{os.path.relpath(executable, stack.prefix)}; re-install it: "
                             f"hpcstack install {recipe.ref or recipe.full_name} --site {site.ref}")
-    submit_as = s.submit_as if os.geteuid() == 0 else None
-    label = ("--output-dir" if output_dir else "slurm.output_root" if s.output_root
-             else "the validation's directory (in the working directory; slurm.output_root is unset)")
-    out = validation_dir(label, output_dir, output_root, base, _output_policy(policy, submit_as))
+    out = validation_dir(label, output_dir, output_root, base, out_policy)
     jobs = plan_jobs(site, recipe, nodes, backends, settings, out)
     for j in jobs:  # an output directory given again may be a user's: no link is followed in it
         makedirs_no_follow(j.directory, out)

@@ -4,6 +4,7 @@
 # stage prefix: /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /work/y07/shared/cirrus-modulefiles/pytorch/2.3.1-gpu
 set -euo pipefail
+cd /  # every command runs in a directory of root's, never the caller's
 module load python/3.12.1-gpu
 module load cmake/3.25.2
 
@@ -21,10 +22,10 @@ echo '8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc  @HPCSTAC
 if ! ls /work/y07/shared/cirrus-software/.hpcstack/cache/builds/horovod-0.28.1/*/*.whl >/dev/null 2>&1; then
   rm -f /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
   hpcstack action unpack /work/y07/shared/cirrus-software/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src
-  cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
-  cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
-  cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
-  cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch
+  (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch)
+  (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch)
+  (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch)
+  (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch)
   echo 890b7353d14352618e93891878314dbad7754a5c4e9c4c0b1243f51cebf936dd > /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
 fi
 # --- end of the background
@@ -106,10 +107,10 @@ else
     rm -f /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared  # unpacked and patched by the patch step
   else
     hpcstack action unpack /work/y07/shared/cirrus-software/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src
-    cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
-    cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
-    cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
-    cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch
+    (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch)
+    (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch)
+    (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch)
+    (cd /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch)
   fi
   rm -rf /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/dist
   env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=mpicc CXX=mpicxx MPICC=mpicc MPICXX=mpicxx FC=mpifort MPIFC=mpifort HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4" HOROVOD_NCCL_HOME="${NVHPC_ROOT}/comm_libs/nccl" HOROVOD_BUILD_CUDA_CC_LIST=70 CUDA_PATH="${NVHPC_ROOT}/cuda/12.4" MAKEFLAGS=-j8 TMPDIR=/work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu LD_LIBRARY_PATH="/work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/cuda-stubs:${NVHPC_ROOT}/cuda/lib64/stubs${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}" @UV@ build --no-config --cache-dir /work/y07/shared/cirrus-software/.hpcstack/cache/uv --python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/dist /work/y07/shared/cirrus-software/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
@@ -621,10 +622,15 @@ def venv_site_packages(venv: Path) -> str:
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
         raise PatchError(f"{python} not found or not executable; is {venv} a venv?")
-    code = 'import sysconfig; print(sysconfig.get_path("purelib"))'
+    # -I -S: nothing of the working directory, the environment or the venv's .pth files runs;
+    # without site, the venv's purelib is sysconfig's for the venv's own prefix
+    code = ("import os, sys, sysconfig\n"
+            "venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))\n"
+            "scheme = 'venv' if 'venv' in sysconfig.get_scheme_names() else 'posix_prefix'\n"
+            "print(sysconfig.get_path('purelib', scheme, {'base': venv, 'platbase': venv}))")
     try:
-        out = subprocess.run([str(python), "-I", "-c", code], check=True, capture_output=True,
-                             text=True, errors="surrogateescape").stdout
+        out = subprocess.run([str(python), "-I", "-S", "-c", code], check=True, capture_output=True,
+                             text=True, errors="surrogateescape", cwd="/").stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or exc
         raise PatchError(f"{python} could not report its site-packages: {detail}") from exc
@@ -632,6 +638,28 @@ def venv_site_packages(venv: Path) -> str:
     if not site.startswith("/") or "\n" in site or ":" in site:
         raise PatchError(f"{python} reported an unusable site-packages path: {site!r}")
     return site
+
+
+def foreign_owner(venv: Path) -> "str | None":
+    """The owner of the venv (its directory, ``bin/`` or ``bin/python``) when that is neither the
+    running account nor root, else None.
+
+    Extending a venv runs its python and rewrites files in a directory its owner controls: run by
+    root (or anyone else) on another user's venv, that user's code would run as the caller.
+    """
+    import pwd
+
+    for path in (venv, venv / "bin", venv / "bin" / "python"):
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if uid not in (0, os.geteuid()):
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
 
 
 def _read(path: Path) -> str:
@@ -789,7 +817,7 @@ Examples:
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage)."""
+    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage or another account's venv)."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("venv", type=Path, help="the virtual environment's directory")
@@ -800,6 +828,11 @@ def main(argv: "list[str] | None" = None) -> int:
                              "script present; 'sh' means bin/activate for bash/zsh/sh)")
     args = parser.parse_args(argv)
     venv = Path(os.path.abspath(args.venv))
+    owner = foreign_owner(venv)
+    if owner:
+        print(f"{PROG}: error: {venv} is {owner}'s: extending it would run its python as you "
+              f"and rewrite files that {owner} controls; let {owner} run {PROG} on it", file=sys.stderr)
+        return 2
     try:
         changed = undo(venv) if args.undo else extend(venv, args.shells)
     except PatchError as exc:
@@ -1031,7 +1064,7 @@ hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config
 /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/bin/extend-venv-activate --help
 /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-doctor --help
-@UV@ pip freeze --python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config > /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
+mkdir -p /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack && @UV@ pip freeze --python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config > /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
 wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
@@ -1130,12 +1163,16 @@ depends-on python/3.12.1-gpu
 
 if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUAL_ENV) ne ""} {
     set hpcstack_extended 0
-    if {![catch {open [file join $::env(VIRTUAL_ENV) bin activate] r} hpcstack_fh]} {
-        set hpcstack_extended [expr {[string first {# >>> hpcstack pytorch/2.3.1-gpu >>>} [read $hpcstack_fh]] >= 0}]
+    set hpcstack_activate [file join $::env(VIRTUAL_ENV) bin activate]
+    if {[file pathtype $::env(VIRTUAL_ENV)] eq "absolute" && [string index $hpcstack_activate 0] eq "/"
+            && [file isfile $hpcstack_activate] && [file readable $hpcstack_activate]
+            && ![catch {open $hpcstack_activate {RDONLY NONBLOCK}} hpcstack_fh]} {
+        catch {set hpcstack_extended [expr {[string first {# >>> hpcstack pytorch/2.3.1-gpu >>>} [read $hpcstack_fh 1048576]] >= 0}]}
         close $hpcstack_fh
     }
     if {!$hpcstack_extended} {
-        puts stderr [string map [list @VENV@ $::env(VIRTUAL_ENV)] {pytorch/2.3.1-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload pytorch/2.3.1-gpu; deactivate; module load pytorch/2.3.1-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate}]
+        regsub -all {[[:cntrl:]]} $::env(VIRTUAL_ENV) ? hpcstack_venv
+        puts stderr [string map [list @VENV@ $hpcstack_venv] {pytorch/2.3.1-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload pytorch/2.3.1-gpu; deactivate; module load pytorch/2.3.1-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate}]
     }
 }
 

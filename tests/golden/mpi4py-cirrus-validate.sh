@@ -32,12 +32,15 @@ export NCCL_DEBUG=WARN
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
 srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=4 --hint=nomultithread /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n1/mpi.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n1/mpi.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n1/mpi.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n1/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
@@ -76,12 +79,15 @@ export NCCL_DEBUG=WARN
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=8 --hint=nomultithread /work/y07/shared/cirrus-software/mpi4py/4.1.2/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000 --pingpong-loops 1000 --pingpong-max-bytes 4194304 --output @VALIDATION_DIR@/n2/mpi.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n2/mpi.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n2/mpi.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n2/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"

@@ -4,6 +4,7 @@
 # stage prefix: /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.3.1-gpu.lua
 set -euo pipefail
+cd /  # every command runs in a directory of root's, never the caller's
 module load python
 module load cudatoolkit/12.2
 module load cray-mpich
@@ -23,10 +24,10 @@ echo '8ea0d41f6cbdbf2bfcc41e768a915b419b1b3134858089c7db6ba345fdbf0acc  @HPCSTAC
 if ! ls /global/common/software/PROJECT/hpcstack/.hpcstack/cache/builds/horovod-0.28.1/*/*.whl >/dev/null 2>&1; then
   rm -f /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
   hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
-  cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
-  cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
-  cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
-  cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch
+  (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch)
+  (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch)
+  (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch)
+  (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch)
   echo 890b7353d14352618e93891878314dbad7754a5c4e9c4c0b1243f51cebf936dd > /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared
 fi
 # --- end of the background
@@ -105,10 +106,10 @@ else
     rm -f /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/.horovod-0.28.1.prepared  # unpacked and patched by the patch step
   else
     hpcstack action unpack /global/common/software/PROJECT/hpcstack/.hpcstack/cache/sources/horovod-0.28.1.tar.gz /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src
-    cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch
-    cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch
-    cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch
-    cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch
+    (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch)
+    (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-gcc13-cmake4.patch)
+    (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-cuda-runtime.patch)
+    (cd /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1 && patch -p1 -i @HPCSTACK_DATA@/recipes/pytorch/patches/horovod-0.28.1-onerank-avg.patch)
   fi
   rm -rf /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist
   env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE CC=cc CXX=CC MPICC=cc MPICXX=CC FC=ftn MPIFC=ftn HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 HOROVOD_WITH_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="${CUDA_HOME}" HOROVOD_NCCL_HOME="${NCCL_DIR}" HOROVOD_BUILD_CUDA_CC_LIST=80 MPICH_GPU_SUPPORT_ENABLED=0 MAKEFLAGS=-j8 TMPDIR=/global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu @UV@ build --no-config --cache-dir /global/common/software/PROJECT/hpcstack/.hpcstack/cache/uv --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-build-isolation --wheel --out-dir /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/dist /global/common/software/PROJECT/hpcstack/.hpcstack/stage/pytorch-2.3.1-gpu/src/horovod-0.28.1
@@ -620,10 +621,15 @@ def venv_site_packages(venv: Path) -> str:
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
         raise PatchError(f"{python} not found or not executable; is {venv} a venv?")
-    code = 'import sysconfig; print(sysconfig.get_path("purelib"))'
+    # -I -S: nothing of the working directory, the environment or the venv's .pth files runs;
+    # without site, the venv's purelib is sysconfig's for the venv's own prefix
+    code = ("import os, sys, sysconfig\n"
+            "venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))\n"
+            "scheme = 'venv' if 'venv' in sysconfig.get_scheme_names() else 'posix_prefix'\n"
+            "print(sysconfig.get_path('purelib', scheme, {'base': venv, 'platbase': venv}))")
     try:
-        out = subprocess.run([str(python), "-I", "-c", code], check=True, capture_output=True,
-                             text=True, errors="surrogateescape").stdout
+        out = subprocess.run([str(python), "-I", "-S", "-c", code], check=True, capture_output=True,
+                             text=True, errors="surrogateescape", cwd="/").stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or exc
         raise PatchError(f"{python} could not report its site-packages: {detail}") from exc
@@ -631,6 +637,28 @@ def venv_site_packages(venv: Path) -> str:
     if not site.startswith("/") or "\n" in site or ":" in site:
         raise PatchError(f"{python} reported an unusable site-packages path: {site!r}")
     return site
+
+
+def foreign_owner(venv: Path) -> "str | None":
+    """The owner of the venv (its directory, ``bin/`` or ``bin/python``) when that is neither the
+    running account nor root, else None.
+
+    Extending a venv runs its python and rewrites files in a directory its owner controls: run by
+    root (or anyone else) on another user's venv, that user's code would run as the caller.
+    """
+    import pwd
+
+    for path in (venv, venv / "bin", venv / "bin" / "python"):
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if uid not in (0, os.geteuid()):
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
 
 
 def _read(path: Path) -> str:
@@ -788,7 +816,7 @@ Examples:
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage)."""
+    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage or another account's venv)."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("venv", type=Path, help="the virtual environment's directory")
@@ -799,6 +827,11 @@ def main(argv: "list[str] | None" = None) -> int:
                              "script present; 'sh' means bin/activate for bash/zsh/sh)")
     args = parser.parse_args(argv)
     venv = Path(os.path.abspath(args.venv))
+    owner = foreign_owner(venv)
+    if owner:
+        print(f"{PROG}: error: {venv} is {owner}'s: extending it would run its python as you "
+              f"and rewrite files that {owner} controls; let {owner} run {PROG} on it", file=sys.stderr)
+        return 2
     try:
         changed = undo(venv) if args.undo else extend(venv, args.shells)
     except PatchError as exc:
@@ -1038,7 +1071,7 @@ hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config
 /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/extend-venv-activate --help
 /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-doctor --help
-@UV@ pip freeze --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config > /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
+mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack && @UV@ pip freeze --python /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config > /global/common/software/PROJECT/hpcstack/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
 wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable

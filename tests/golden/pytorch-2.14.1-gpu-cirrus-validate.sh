@@ -33,12 +33,15 @@ export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
 srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=4 --hint=nomultithread /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 10 --output @VALIDATION_DIR@/n1/ddp.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n1/ddp.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n1/ddp.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n1/ddp.exit
 echo "==> hpcstack: step "ddp": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
@@ -78,12 +81,15 @@ export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "ddp": starting $(date -u +%H:%M:%S)"
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=10 --ntasks=8 --hint=nomultithread /work/y07/shared/cirrus-software/pytorch/2.14.1-gpu/bin/hpcstack-train-benchmark --backend ddp --model resnet50 --image-size 224 --batch-size 32 --precision fp32 --device cuda --threads 10 --output @VALIDATION_DIR@/n2/ddp.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n2/ddp.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n2/ddp.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n2/ddp.exit
 echo "==> hpcstack: step "ddp": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"

@@ -4,6 +4,7 @@
 # stage prefix: /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/pytorch/2.14.1-gpu.lua
 set -euo pipefail
+cd /  # every command runs in a directory of root's, never the caller's
 module load python
 module load cudatoolkit/12.2
 module load cray-mpich
@@ -526,10 +527,15 @@ def venv_site_packages(venv: Path) -> str:
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
         raise PatchError(f"{python} not found or not executable; is {venv} a venv?")
-    code = 'import sysconfig; print(sysconfig.get_path("purelib"))'
+    # -I -S: nothing of the working directory, the environment or the venv's .pth files runs;
+    # without site, the venv's purelib is sysconfig's for the venv's own prefix
+    code = ("import os, sys, sysconfig\n"
+            "venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))\n"
+            "scheme = 'venv' if 'venv' in sysconfig.get_scheme_names() else 'posix_prefix'\n"
+            "print(sysconfig.get_path('purelib', scheme, {'base': venv, 'platbase': venv}))")
     try:
-        out = subprocess.run([str(python), "-I", "-c", code], check=True, capture_output=True,
-                             text=True, errors="surrogateescape").stdout
+        out = subprocess.run([str(python), "-I", "-S", "-c", code], check=True, capture_output=True,
+                             text=True, errors="surrogateescape", cwd="/").stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or exc
         raise PatchError(f"{python} could not report its site-packages: {detail}") from exc
@@ -537,6 +543,28 @@ def venv_site_packages(venv: Path) -> str:
     if not site.startswith("/") or "\n" in site or ":" in site:
         raise PatchError(f"{python} reported an unusable site-packages path: {site!r}")
     return site
+
+
+def foreign_owner(venv: Path) -> "str | None":
+    """The owner of the venv (its directory, ``bin/`` or ``bin/python``) when that is neither the
+    running account nor root, else None.
+
+    Extending a venv runs its python and rewrites files in a directory its owner controls: run by
+    root (or anyone else) on another user's venv, that user's code would run as the caller.
+    """
+    import pwd
+
+    for path in (venv, venv / "bin", venv / "bin" / "python"):
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if uid not in (0, os.geteuid()):
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
 
 
 def _read(path: Path) -> str:
@@ -694,7 +722,7 @@ Examples:
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage)."""
+    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage or another account's venv)."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("venv", type=Path, help="the virtual environment's directory")
@@ -705,6 +733,11 @@ def main(argv: "list[str] | None" = None) -> int:
                              "script present; 'sh' means bin/activate for bash/zsh/sh)")
     args = parser.parse_args(argv)
     venv = Path(os.path.abspath(args.venv))
+    owner = foreign_owner(venv)
+    if owner:
+        print(f"{PROG}: error: {venv} is {owner}'s: extending it would run its python as you "
+              f"and rewrite files that {owner} controls; let {owner} run {PROG} on it", file=sys.stderr)
+        return 2
     try:
         changed = undo(venv) if args.undo else extend(venv, args.shells)
     except PatchError as exc:
@@ -913,7 +946,7 @@ hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/bin/python --no-config
 /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/extend-venv-activate --help
 /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/bin/python /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-doctor --help
-@UV@ pip freeze --python /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/bin/python --no-config > /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
+mkdir -p /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack && @UV@ pip freeze --python /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/bin/python --no-config > /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
 wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable

@@ -1,0 +1,292 @@
+"""An ordinary user of the login node against the places a red-team review found outside the
+trust rule (docs/admin/security.md, boundaries 6 to 9): root's working directory, the
+validation's directory and its Slurm jobs, ``doctor``'s venv, ``validate --collect``, the
+``hpcstack action`` verbs, ``export -o`` and ``extend-venv-activate``.
+
+The account ``rtuser`` (group ``users``; tests/attacker.py) plants its files as a user of a shared
+login node can; then root runs the real command, as an admin would. Each test asserts that the
+user's code did not run (the canary is absent) or that root's file is unchanged, and, where the
+command must refuse, that it refused in one ``error:`` line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attacker import attacker  # noqa: F401
+from conftest import HPCSTACK, NEUTRAL_DIR, REPO, make_sdist, write_tiny_recipe
+
+pytestmark = pytest.mark.integration
+
+#: Variables of root's environment that would change what the commands read.
+_CLEARED = ("HPCSTACK_PATH", "HPCSTACK_CACHE_DIR", "HPCSTACK_DEBUG", "VIRTUAL_ENV")
+
+#: The recipe whose validation the ``validate`` attacks ask for (built in; refused before its
+#: stack is looked for).
+VALIDATED = "pytorch/2.3.1-gpu"
+
+VICTIM_TEXT = "root's own file\n"
+
+
+def hs(*args, cwd: str | os.PathLike = NEUTRAL_DIR, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Root runs the real ``hpcstack`` command, in ``cwd``."""
+    base = {k: v for k, v in os.environ.items() if k not in _CLEARED}
+    return subprocess.run([*HPCSTACK, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          timeout=600, env={**base, **(env or {})})
+
+
+def refused(attacker, proc: subprocess.CompletedProcess, *words: str) -> None:
+    """:meth:`Attacker.assert_refused`, and the refusal is exactly one line."""
+    attacker.assert_refused(proc, *words)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+
+
+def root_owned(*paths: Path) -> None:
+    """Give ``paths`` and everything under them to root, modes 0755/0644."""
+    for top in paths:
+        for p in [top, *top.rglob("*")]:
+            os.chown(p, 0, 0, follow_symlinks=False)
+            if not p.is_symlink():
+                os.chmod(p, 0o755 if p.is_dir() else 0o644)
+
+
+@pytest.fixture
+def clean_repo(attacker) -> Path:
+    """A root-owned repository with the tiny recipe (no payload: root may run it) and a copy of
+    the built-in localhost site."""
+    root = attacker.shared
+    (root / "src").mkdir()
+    write_tiny_recipe(root / "repo" / "recipes", make_sdist(root / "src"))
+    (root / "repo" / "site-configs").mkdir()
+    shutil.copy(REPO / "site-configs" / "localhost.yaml", root / "repo" / "site-configs" / "localhost.yaml")
+    root_owned(root / "repo", root / "src")
+    return root / "repo"
+
+
+@pytest.fixture
+def jobs_as_root(attacker) -> Path:
+    """A root-owned repository whose localhost site submits its jobs as the running account
+    (``slurm.submit_as: null``, as on every real site: Cirrus, Perlmutter, JUWELS Booster)."""
+    repo = attacker.shared / "repo-val"
+    (repo / "site-configs").mkdir(parents=True)
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["slurm"]["submit_as"] = None
+    (repo / "site-configs" / "localhost.yaml").write_text(yaml.safe_dump(data))
+    root_owned(repo)
+    return repo
+
+
+def victim_file(attacker) -> Path:
+    """A root-only file that no command may write or read into a report."""
+    victim = attacker.shared / "victim"
+    victim.write_text(VICTIM_TEXT)
+    victim.chmod(0o600)
+    return victim
+
+
+def victim_dir(attacker) -> Path:
+    """A root-only directory (mode 0700)."""
+    d = attacker.shared / "victimdir"
+    d.mkdir(mode=0o700)
+    d.chmod(0o700)
+    return d
+
+
+def plant_modules(attacker, where: Path) -> Path:
+    """The user's modules in a directory of theirs, each creating the canary when imported:
+    what ``python -m venv``/``-m pip``/``-m compileall`` and ``-c "import six, …"`` would find
+    first on ``sys.path`` when run there."""
+    attacker.mkdir(where)
+    for name in ("venv", "six", "compileall", "platform", "tinypkg", "ensurepip", "json"):
+        attacker.write(where / f"{name}.py", attacker.payload())
+    attacker.mkdir(where / "pip")
+    attacker.write(where / "pip" / "__init__.py", attacker.payload())
+    attacker.write(where / "pip" / "__main__.py", attacker.payload())
+    return where
+
+
+# ---------------------------------------------- 1 (high): Python started in root's working directory
+
+def test_an_install_from_a_directory_holding_the_users_modules_runs_none_of_them(attacker, clean_repo,
+                                                                               localhost_ready):
+    """The admin ``cd``'d into a user's project directory: ``venv.py``, ``pip/``, ``six.py``,
+    ``compileall.py`` there are not imported by the venv, wheels, sanity or install steps."""
+    cwd = plant_modules(attacker, attacker.home / "project")
+    proc = hs("install", "tiny/1.0", "--site", "localhost", "--repo", clean_repo,
+              "--prefix", attacker.shared / "sw", "--module-root", attacker.shared / "mf", cwd=cwd)
+    assert not attacker.canary.exists(), f"root ran the user's module from its working directory: {proc.stderr}"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (attacker.shared / "mf" / "tiny" / "1.0").is_file()
+
+
+# ---------------------------------- 2 (high): the validation's directory, where root's jobs run
+
+def test_validate_into_an_output_dir_the_user_owns_is_refused(attacker, jobs_as_root):
+    """The jobs would run as root from the user's directory: the user could swap ``job.sh``
+    before ``sbatch`` reads it, or plant links the status files are written through."""
+    out = attacker.mkdir(attacker.home / "val", 0o777)
+    attacker.mkdir(out / "n1", 0o777)
+    victim = victim_file(attacker)
+    attacker.run("ln", "-s", str(victim), str(out / "n1" / "ddp.exit"))
+    proc = hs("validate", VALIDATED, "--site", "localhost", "--repo", jobs_as_root, "--output-dir", out,
+              "--nodes", "1")
+    refused(attacker, proc, "--output-dir", "owned by rtuser")
+    assert not (out / "n1" / "job.sh").exists() and not (out / "jobs.json").exists()
+    assert victim.read_text() == VICTIM_TEXT
+
+
+# --------------------------------------- 4 (medium): a link planted at the validation's directory
+
+def test_validate_through_a_link_planted_at_the_output_dir_changes_no_mode(attacker, jobs_as_root):
+    target = victim_dir(attacker)
+    link = attacker.home / "val"
+    attacker.run("ln", "-s", str(target), str(link))
+    proc = hs("validate", VALIDATED, "--site", "localhost", "--repo", jobs_as_root, "--output-dir", link,
+              "--nodes", "1")
+    refused(attacker, proc, "--output-dir", "owned by rtuser")
+    assert target.stat().st_mode & 0o777 == 0o700
+    assert list(target.iterdir()) == []
+
+
+# ------------------------------------------------------------------ 3 (high): doctor's venv
+
+def users_venv(attacker) -> Path:
+    """A venv of the user's whose ``.pth`` file creates the canary when its python starts."""
+    venv = attacker.home / "venv"
+    attacker.run("python3", "-m", "venv", "--without-pip", str(venv))
+    site = next(venv.glob("lib/python*/site-packages"))
+    attacker.write(site / "evil.pth", attacker.payload())
+    return venv
+
+
+@pytest.fixture
+def roots_stack(attacker) -> Path:
+    """A root-owned stand-in for a stack prefix: ``venv/`` and an empty ``.hpcstack/``."""
+    prefix = attacker.shared / "stack"
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(prefix / "venv")], check=True, cwd="/")
+    (prefix / ".hpcstack").mkdir()
+    return prefix
+
+
+def test_doctor_refuses_to_run_the_python_of_a_users_venv(attacker, roots_stack):
+    venv = users_venv(attacker)
+    proc = hs("doctor", "--venv", venv, "--stack", roots_stack)
+    refused(attacker, proc, "--venv", "owned by rtuser", "hpcstack doctor")
+
+
+def test_doctor_of_the_active_venv_of_a_user_is_refused_too(attacker, roots_stack):
+    """``VIRTUAL_ENV`` left by a user's shell (``sudo -E``) counts as ``--venv``."""
+    venv = users_venv(attacker)
+    proc = hs("doctor", "--stack", roots_stack, env={"VIRTUAL_ENV": str(venv)})
+    refused(attacker, proc, "owned by rtuser")
+
+
+def test_doctor_from_a_directory_holding_the_users_modules_runs_none_of_them(attacker, roots_stack):
+    """``platform.py``, ``json.py`` in root's working directory: the stack's python probe runs in
+    ``/`` with ``-I``."""
+    cwd = plant_modules(attacker, attacker.home / "project")
+    proc = hs("doctor", "--stack", roots_stack, cwd=cwd)
+    assert not attacker.canary.exists(), proc.stderr
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+
+
+# ------------------------------------------- 5 (medium) and 6 (low): validate --collect DIR
+
+def jobs_json(job_dir: str, **job) -> str:
+    return json.dumps({"site": "localhost", "recipe": VALIDATED, "partition": "debug", "scheduler": "slurm",
+                       "settings": {}, "jobs": [{"job_id": "1", "nodes": 1, "ranks": 1, "backends": ["ddp"],
+                                                 "directory": job_dir, **job}]})
+
+
+def test_collect_from_a_directory_the_user_owns_reads_nothing_of_roots(attacker):
+    """The user's ``jobs.json`` names a job whose output would be a root-only file."""
+    victim = victim_file(attacker)
+    col = attacker.mkdir(attacker.home / "col")
+    attacker.mkdir(col / "n1")
+    attacker.run("ln", "-s", str(victim), str(col / "n1" / "slurm-1.out"))
+    attacker.write(col / "jobs.json", jobs_json(str(col / "n1")))
+    proc = hs("validate", VALIDATED, "--site", "localhost", "--collect", col)
+    refused(attacker, proc, "--collect", "owned by rtuser")
+    assert VICTIM_TEXT.strip() not in proc.stdout + proc.stderr
+    assert not (col / "report.json").exists()
+
+
+@pytest.mark.parametrize("case", ["wrong types", "a directory outside"])
+def test_collect_with_a_jobs_file_of_the_wrong_shape_is_one_line(attacker, case):
+    """A ``jobs.json`` root keeps (a root-owned validation directory) but of the wrong types, or
+    naming a job directory elsewhere: one line, exit 2, no internal error, nothing read there."""
+    victim = victim_file(attacker)
+    col = attacker.shared / "col"
+    (col / "n1").mkdir(parents=True)
+    if case == "wrong types":
+        text = json.dumps({"site": "localhost", "recipe": VALIDATED, "jobs": [1]})
+    else:
+        (attacker.shared / "elsewhere").mkdir()
+        os.symlink(victim, attacker.shared / "elsewhere" / "slurm-1.out")
+        text = jobs_json(str(attacker.shared / "elsewhere"))
+    (col / "jobs.json").write_text(text)
+    root_owned(col)
+    proc = hs("validate", VALIDATED, "--site", "localhost", "--collect", col)
+    refused(attacker, proc, "jobs.json")
+    assert VICTIM_TEXT.strip() not in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------ 7 (low): hpcstack action verbs
+
+def test_action_unpack_into_a_directory_under_the_users_link_is_refused(attacker):
+    """The dry-run script is run later than it was printed: ``unpack`` empties DEST first, and a
+    link the user planted above it would point that at root's directory."""
+    target = victim_dir(attacker)
+    (target / "keep").write_text(VICTIM_TEXT)
+    archive = attacker.shared / "a.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        info = tarfile.TarInfo("pkg/file")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"x\n"))
+    stage = attacker.mkdir(attacker.home / "stage")
+    attacker.run("ln", "-s", str(target), str(stage / "src"))
+    proc = hs("action", "unpack", archive, stage / "src" / "tinypkg")
+    refused(attacker, proc, "hpcstack action unpack DEST", "owned by rtuser")
+    assert sorted(p.name for p in target.iterdir()) == ["keep"]
+    assert (target / "keep").read_text() == VICTIM_TEXT
+
+
+# ---------------------------------------------------------------- 8 (low): export -o FILE
+
+def test_export_into_a_directory_the_user_linked_elsewhere_is_refused(attacker, clean_repo):
+    target = victim_dir(attacker)
+    link = attacker.home / "exp"
+    attacker.run("ln", "-s", str(target), str(link))
+    proc = hs("export", "tiny/1.0", "--site", "localhost", "--repo", clean_repo, "--format", "json",
+              "-o", link / "plan.json")
+    refused(attacker, proc, "-o", "owned by rtuser")
+    assert list(target.iterdir()) == []
+
+
+# ----------------------------------------------- 9 (low): extend-venv-activate on another's venv
+
+def test_extend_venv_activate_by_root_on_a_users_venv_is_refused(attacker):
+    from hpcstack.modules.activate import render_extend_venv_activate
+
+    venv = users_venv(attacker)
+    before = (venv / "bin" / "activate").read_bytes()
+    tool = attacker.shared / "extend-venv-activate"
+    tool.write_text(render_extend_venv_activate("tiny/1.0", {}, sys.executable))
+    tool.chmod(0o755)
+    proc = subprocess.run([str(tool), str(venv)], capture_output=True, text=True, cwd="/", timeout=120)
+    assert not attacker.canary.exists(), proc.stderr
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "rtuser" in errors[0], proc.stderr
+    assert (venv / "bin" / "activate").read_bytes() == before
