@@ -193,3 +193,37 @@ def test_the_raw_loader_rule_finds_each_form_of_use(tmp_path):
         mods[f"hpcstack.{stem}"] = tmp_path / f"{stem}.py"
     uses = raw_loader_uses(mods, base=tmp_path)
     assert [u.split(":")[0] for u in uses] == ["a.py", "b.py", "c.py"], uses
+
+
+#: The functions of :mod:`subprocess` that start a process.
+_STARTERS = ("run", "Popen", "call", "check_call", "check_output")
+
+
+def processes_without_cwd(mods: dict[str, Path]) -> list[str]:
+    """``file:line`` of every ``subprocess.<starter>(…)`` call without a ``cwd=`` keyword."""
+    found = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _STARTERS and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "subprocess"
+                    and not any(k.arg == "cwd" for k in node.keywords)):
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    return found
+
+
+def test_every_process_hpcstack_starts_gets_a_working_directory_of_its_own():
+    """No child inherits the caller's working directory, where ``python -m``/``-c`` would import
+    a user's files as root (docs/admin/security.md, boundary 6: ``cwd=CHILD_CWD`` or a directory
+    of hpcstack's own)."""
+    assert processes_without_cwd(modules()) == []
+
+
+def test_the_working_directory_rule_finds_a_call_without_one(tmp_path):
+    (tmp_path / "m.py").write_text("import subprocess\nsubprocess.run(['x'])\nsubprocess.run(['y'], cwd='/')\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, tmp_path
+    try:
+        assert processes_without_cwd({"m": tmp_path / "m.py"}) == [f"{tmp_path.name}/m.py:2"]
+    finally:
+        PACKAGE = saved

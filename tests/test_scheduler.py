@@ -252,6 +252,22 @@ def test_submit_parses_parsable_output_and_uses_runuser_as_root(tmp_path):
         assert fake.calls[-1][0] == "sbatch"
 
 
+@pytest.mark.unit
+def test_a_script_given_as_text_goes_to_sbatch_on_stdin_not_by_its_path(tmp_path):
+    """What is submitted is what hpcstack rendered: no path for sbatch to read later (a user who
+    can rename in its directory could swap the file in between), and sbatch runs in ``/``."""
+    calls = []
+
+    def fake(argv, **kw):
+        calls.append((argv, kw))
+        return subprocess.CompletedProcess(argv, 0, "77\n", "")
+
+    assert Slurm(run=fake).submit(tmp_path / "job.sh", content="#!/bin/bash\ntrue\n") == "77"
+    argv, kw = calls[-1]
+    assert str(tmp_path / "job.sh") not in argv and argv[-1] == "--parsable"
+    assert kw["input"] == "#!/bin/bash\ntrue\n" and kw["cwd"] == "/"
+
+
 @pytest.mark.integration
 def test_refused_submission_shows_sbatchs_message(tmp_path):
     fake = FakeRun({"sbatch": (1, "", "sbatch: error: Batch job submission failed: Invalid account\n")})
