@@ -1031,7 +1031,7 @@ hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config
 /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/bin/extend-venv-activate --help
 /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/bin/hpcstack-doctor --help
-@UV@ pip freeze --python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config > /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
+mkdir -p /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack && @UV@ pip freeze --python /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/venv/bin/python --no-config > /work/y07/shared/cirrus-software/pytorch/.2.3.1-gpu-@BUILD@/.hpcstack/pip-freeze.txt
 wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
@@ -1130,12 +1130,16 @@ depends-on python/3.12.1-gpu
 
 if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUAL_ENV) ne ""} {
     set hpcstack_extended 0
-    if {![catch {open [file join $::env(VIRTUAL_ENV) bin activate] r} hpcstack_fh]} {
-        set hpcstack_extended [expr {[string first {# >>> hpcstack pytorch/2.3.1-gpu >>>} [read $hpcstack_fh]] >= 0}]
+    set hpcstack_activate [file join $::env(VIRTUAL_ENV) bin activate]
+    if {[file pathtype $::env(VIRTUAL_ENV)] eq "absolute" && [string index $hpcstack_activate 0] eq "/"
+            && [file isfile $hpcstack_activate] && [file readable $hpcstack_activate]
+            && ![catch {open $hpcstack_activate {RDONLY NONBLOCK}} hpcstack_fh]} {
+        catch {set hpcstack_extended [expr {[string first {# >>> hpcstack pytorch/2.3.1-gpu >>>} [read $hpcstack_fh 1048576]] >= 0}]}
         close $hpcstack_fh
     }
     if {!$hpcstack_extended} {
-        puts stderr [string map [list @VENV@ $::env(VIRTUAL_ENV)] {pytorch/2.3.1-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload pytorch/2.3.1-gpu; deactivate; module load pytorch/2.3.1-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate}]
+        regsub -all {[[:cntrl:]]} $::env(VIRTUAL_ENV) ? hpcstack_venv
+        puts stderr [string map [list @VENV@ $hpcstack_venv] {pytorch/2.3.1-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload pytorch/2.3.1-gpu; deactivate; module load pytorch/2.3.1-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate}]
     }
 }
 

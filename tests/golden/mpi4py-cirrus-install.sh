@@ -121,7 +121,7 @@ hpcstack_sanitycheck_1=$!
 env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip check --python /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-config
 /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/venv/bin/python @HPCSTACK_DATA@/recipes/mpi4py/mpi4py-sanity mpicc
 /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/venv/bin/python /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/bin/hpcstack-doctor --help
-@UV@ pip freeze --python /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-config > /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/.hpcstack/pip-freeze.txt
+mkdir -p /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/.hpcstack && @UV@ pip freeze --python /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/venv/bin/python --no-config > /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@/.hpcstack/pip-freeze.txt
 wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
