@@ -26,9 +26,21 @@ def _add_repo_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", action="append", default=[], metavar="DIR",
                    help="a repository of recipes/ and site-configs/, searched before HPCSTACK_PATH "
                         "and the built-in ones (repeatable; first match wins)")
+    _add_trust_args(p)
+
+
+def _add_trust_args(p: argparse.ArgumentParser) -> None:
+    """The options of the trust rule (:mod:`hpcstack.trust`, docs/admin/security.md)."""
     p.add_argument("--trust-writable", action="store_true",
-                   help="as root, read recipes, site configs and repositories even where users other "
-                        "than root (and the site's admin_group) can write them")
+                   help="read recipes, site configs and repositories, and write into directories, even "
+                        "where accounts other than root, you and the admin group can change them")
+    p.add_argument("--admin-group", metavar="GROUP",
+                   help="the admin group: its members and group-writable files are trusted as root's "
+                        "(default: admin_group of /etc/hpcstack/config.yaml; a site config's "
+                        "permissions.admin_group does not count)")
+    p.add_argument("--system-config", metavar="FILE",
+                   help="hpcstack's system configuration instead of /etc/hpcstack/config.yaml (it "
+                        "must be root's and writable by root alone)")
 
 
 def _add_site_args(p: argparse.ArgumentParser) -> None:
@@ -323,11 +335,13 @@ def cmd_module_deprecation(args) -> int:
     from hpcstack.lifecycle import deprecation
 
     site = _load_site(args, module_root=args.module_root)
+    _check_site_dirs(args, site)
     if args.target.endswith(".py"):
-        name, version = _stack_of(args.target, site)
+        name, version = _stack_of(args, args.target, site)
         target = f"{name}/{version}"
     else:
         target = args.target
+    _check_site_dirs(args, site, tuple(target.split("/", 1)) if target.count("/") == 1 else None)
     if args.module_command == "undeprecate":
         for path in deprecation.undeprecate(site, target):
             print(f"changed {path}")
@@ -431,59 +445,60 @@ def _check_dirs(args) -> None:
     """Refuse ``--prefix``/``--module-root`` values that no venv or modulefile can hold."""
     import re
 
+    from hpcstack.site import dir_problem
+
     for opt in ("prefix", "module_root"):
         value = getattr(args, opt, None)
         if value is not None and (not value or re.search(r"[\x00-\x20\x7f]", value)):
             raise ConfigError([f"--{opt.replace('_', '-')}: {value!r}: give a directory path without "
                                "white space or control characters"])
+        problem = dir_problem(value, f"--{opt.replace('_', '-')}") if value else None
+        if problem:
+            raise ConfigError([problem])
 
 
-def _search(args):
-    """The search path of recipes and site configs: ``--repo``, ``HPCSTACK_PATH``, built-in."""
-    from hpcstack.repos import SearchPath
+def _loader(args):
+    """The one way in of this command (:class:`hpcstack.loader.Loader`): its search path, site and
+    recipe, each checked by the trust rule before it is read (``--trust-writable`` skips it)."""
+    from hpcstack.loader import Loader
 
-    return SearchPath.from_args(getattr(args, "repo", None) or ())
-
-
-def _admin_group(site) -> str | None:
-    return (site.raw.get("permissions") or {}).get("admin_group")
+    _check_dirs(args)
+    return Loader.from_args(args)
 
 
 def _load_site(args, **overrides):
-    """Load the site; as root, only from a site file and repositories that root alone can change
-    (:mod:`hpcstack.trust`; ``--trust-writable`` skips the check)."""
-    from hpcstack.site import load_site
-    from hpcstack.trust import check_inputs
-
-    _check_dirs(args)
-    search = _search(args)
-    site = load_site(args.site, search=search, **overrides)
-    if not getattr(args, "trust_writable", False):
-        repos = [r.path for r in search.repos if r.origin != "built-in"]
-        check_inputs([site.path, *repos, *(r / d for r in repos for d in ("recipes", "site-configs") if (r / d).is_dir())],
-                     _admin_group(site))
-    return site
+    """Load the site through the command's loader (:func:`_loader`)."""
+    return _loader(args).site(args.site, **overrides)
 
 
-def _load(args):
-    """Load the site and the recipe; as root, the recipe's file and directory are checked as the
-    site's are before the recipe runs."""
-    from hpcstack.recipe import load_recipe, recipe_path
-    from hpcstack.trust import check_inputs
-
+def _load(args, **dirs):
+    """Load the site and the recipe through the command's loader: the recipe's file and
+    directory are checked as the site's are before the recipe runs. ``dirs`` (the keywords of
+    :func:`hpcstack.loader.site_dirs`): the site's directories the command writes to or reads
+    back, checked before the recipe runs (and the stack's own ones after)."""
     site = _load_site(args, install_root=getattr(args, "prefix", None),
                       module_root=getattr(args, "module_root", None))
-    if not getattr(args, "trust_writable", False):
-        path = recipe_path(args.recipe, _search(args))
-        check_inputs([path], _admin_group(site), recurse=(path.parent,))
-    return site, load_recipe(args.recipe, site, _search(args))
+    if dirs:
+        _check_site_dirs(args, site, **dirs)
+    recipe = _loader(args).recipe(args.recipe, site)
+    if dirs:
+        _check_site_dirs(args, site, (recipe.name, recipe.version), **dirs)
+    return site, recipe
+
+
+def _check_site_dirs(args, site, stack=None, **which) -> None:
+    """Refuse the site's directories that this command writes to or reads back when an untrusted
+    account can change them (:func:`hpcstack.loader.site_dirs`)."""
+    from hpcstack.loader import site_dirs
+
+    _loader(args).check_dirs(site_dirs(site, stack, **which), site)
 
 
 def _shadowing(args, site) -> list[str]:
     """Lines naming the recipe and site of this command where they shadow built-in ones."""
     from hpcstack.repos import RECIPES, SITES
 
-    search, lines = _search(args), []
+    search, lines = _loader(args), []
     for kind, name, what in ((RECIPES, args.recipe, "recipe"), (SITES, args.site, "site")):
         entry = search.find(kind, name)
         if entry and any(r.origin == "built-in" for r in entry.shadows):
@@ -507,7 +522,6 @@ def cmd_install(args) -> int:
     (:class:`hpcstack.install.service.InstallService` does the work; this prints)."""
     from hpcstack.install.runner import console
     from hpcstack.install.service import InstallService
-    from hpcstack.recipe import recipe_path
 
     if args.json and not args.dry_run:
         raise ConfigError(["--json: only with --dry-run"])
@@ -516,12 +530,14 @@ def cmd_install(args) -> int:
                            "whole plan; --stop-after stops a real install)"])
     if args.default and args.stop_after:
         raise ConfigError(["--default: not with --stop-after (only a published stack can be the default)"])
-    site, recipe = _load(args)
+    if args.from_bundle:
+        _loader(args).check_input_dir("bundle", args.from_bundle)
+    site, recipe = _load(args, caches=True)
     if args.from_bundle:
         site = _site_from_bundle(site, recipe, args.from_bundle)
     for line in _shadowing(args, site):
         print(line, file=sys.stderr)
-    service = InstallService(site, recipe, recipe_path(args.recipe, _search(args)), jobs=args.jobs)
+    service = InstallService(site, recipe, recipe.file, jobs=args.jobs, trust=_loader(args).policy)
     if args.dry_run:
         plan = service.dry_run(force=args.force)
         from hpcstack import secrets
@@ -556,7 +572,7 @@ def cmd_validate(args) -> int:
     this host (``--local``); :class:`hpcstack.validate.service.ValidationService` does the work."""
     from hpcstack.validate.service import ValidationRequest, ValidationService
 
-    site, recipe = _load(args)
+    site, recipe = _load(args, **({} if args.emit else {"install": True}))  # the stack it runs
     if args.emit:
         return _emit_validation(args, site, recipe)
     return ValidationService(site, recipe).run(ValidationRequest(
@@ -600,7 +616,7 @@ def cmd_lock(args) -> int:
     from hpcstack.install.components.cudawheels import CudaWheelArchs
     from hpcstack.install.lockgen import record_gpu_archs
 
-    site, recipe = _load(args)
+    site, recipe = _load(args, install=False, modules=False, caches=True)
     if not args.gpu_archs_from:
         path = write_lock(recipe, site)
         print(f"wrote {path}")
@@ -622,11 +638,11 @@ def cmd_list(args) -> int:
     from hpcstack.recipe import check_syntax
     from hpcstack.repos import RECIPES, SITES
 
-    search = _search(args)
+    search = _loader(args)
     listing = {kind: search.entries(kind) for kind in (RECIPES, SITES)}
     problems = [line for e in listing[RECIPES] for line in [check_syntax(e.path)] if line]
     if args.json:
-        print(json.dumps({"search_path": [{"path": str(r.path), "origin": r.origin} for r in search.repos],
+        print(json.dumps({"search_path": [{"path": str(r.path), "origin": r.origin} for r in search.search_repos],
                           **{kind: [{"name": e.name, "path": str(e.path), "origin": e.repo.origin,
                                      "repo": str(e.repo.path),
                                      "shadows": [str(r.path) for r in e.shadows]} for e in entries]
@@ -645,12 +661,11 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _stack_of(target: str, site) -> tuple[str, str]:
-    """``(name, version)`` from ``NAME/VERSION`` or a recipe file."""
+def _stack_of(args, target: str, site) -> tuple[str, str]:
+    """``(name, version)`` from ``NAME/VERSION`` or a recipe file (run through the command's
+    loader, checked first)."""
     if target.endswith(".py") and Path(target).is_file():
-        from hpcstack.recipe import load_recipe
-
-        recipe = load_recipe(target, site)
+        recipe = _loader(args).recipe(target, site)
         return recipe.name, recipe.version
     parts = target.split("/")
     if len(parts) != 2 or not all(parts) or any(p in (".", "..") or p.startswith(".") for p in parts):
@@ -670,7 +685,9 @@ def cmd_show(args) -> int:
         build, prefix = Path(os.path.realpath(target)), (target if target.is_symlink() else None)
     else:
         site = _load_site(args, install_root=args.prefix)
-        name, version = _stack_of(args.target, site)
+        _check_site_dirs(args, site, modules=False)
+        name, version = _stack_of(args, args.target, site)
+        _check_site_dirs(args, site, (name, version), modules=False)
         layout = StackLayout.for_site(site, name, version)
         published = layout.published()
         building = layout.read_state()["building"]
@@ -721,7 +738,9 @@ def cmd_uninstall(args) -> int:
     from hpcstack.install.service import InstallService
 
     site = _load_site(args, install_root=args.prefix, module_root=args.module_root)
-    name, version = _stack_of(args.target, site)
+    _check_site_dirs(args, site, caches=True)
+    name, version = _stack_of(args, args.target, site)
+    _check_site_dirs(args, site, (name, version), caches=True)
     from hpcstack.lifecycle.deprecation import uninstall_refusal
 
     refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
@@ -755,7 +774,9 @@ def cmd_mount(args) -> int:
     from hpcstack.install.layout import StackLayout
 
     site = _load_site(args, install_root=args.prefix)
-    name, version = _stack_of(args.target, site)
+    _check_site_dirs(args, site, modules=False)
+    name, version = _stack_of(args, args.target, site)
+    _check_site_dirs(args, site, (name, version), modules=False)
     if image.settings(site) is None:
         raise ConfigError([f"{site.path}: layout: the site's stacks are directories (layout: directory); "
                            "there is no image to mount"])
@@ -820,7 +841,6 @@ def _infer_site(args) -> tuple[str, dict]:
     """
     from hpcstack.modules.writer import modulefile_path, root_variable
     from hpcstack.repos import SITES
-    from hpcstack.site import load_site
 
     def known_sites(search) -> list[str]:
         return [entry.name for entry in search.entries(SITES)]
@@ -837,21 +857,39 @@ def _infer_site(args) -> tuple[str, dict]:
                 recorded = json.load(f)["site"]
             with open(os.path.join(state, "site.json")) as f:
                 used = json.load(f)
-            site = recorded["name"] if recorded["name"] in known_sites(_search(args)) else recorded["file"]
+            site = recorded["name"] if recorded["name"] in known_sites(_loader(args)) else recorded["file"]
             return site, {"install_root": used.get("install_root"), "module_root": used.get("module_root")}
         except (OSError, ValueError, KeyError, TypeError):
             pass
     tool = "lmod" if os.environ.get("LMOD_CMD") else "environment-modules"
     found = []
-    for candidate in known_sites(_search(args)):
+    for candidate in known_sites(_loader(args)):
         try:
-            site = load_site(candidate, search=_search(args))
+            site = _loader(args).site(candidate)
         except HpcstackError:
             continue
         if site.modules.tool == tool and os.path.isfile(
                 modulefile_path(site.module_root, name, version, site.modules.syntax)):
             found.append(candidate)
     return (found[0] if len(found) == 1 else "localhost"), {}
+
+
+def _check_venv(args, venv: str) -> None:
+    """``kernel install --venv``: the kernel runs the venv's python in everyone who starts it, so
+    the venv must be changeable only by accounts the trust rule trusts (:mod:`hpcstack.trust`).
+
+    Raises:
+        ConfigError: one line naming whose the venv is and what to do instead (exit status 2).
+    """
+    from hpcstack import trust
+
+    pol = _loader(args).policy
+    path = os.path.abspath(os.path.expanduser(venv))
+    problem = None if pol.trust_writable else trust.path_problem(os.path.join(path, "bin", "python"), pol)
+    if problem:
+        raise ConfigError([f"--venv {venv}: {problem}; the kernel would run that venv's python in everyone "
+                           f"who starts it, and {pol.who()} alone may change what hpcstack hands on: let its "
+                           f"owner install the kernel (--user), or pass {trust.OVERRIDE}"])
 
 
 def cmd_kernel(args) -> int:
@@ -864,15 +902,24 @@ def cmd_kernel(args) -> int:
         HpcstackError: no such kernel to remove (exit 1).
     """
     from hpcstack.modules import kernel
-    from hpcstack.recipe import load_recipe
 
     overrides = {}
     if args.site is None:
         args.site, overrides = _infer_site(args)
     if getattr(args, "module_root", None):
         overrides["module_root"] = args.module_root
+    from hpcstack.loader import site_dirs
+
     site = _load_site(args, **overrides)
-    recipe = load_recipe(args.recipe, site, _search(args))
+    kernels = ("kernels directory", kernel.kernels_dir(args.user, args.prefix))
+    if args.kernel_command == "remove":
+        _loader(args).check_dirs([kernels])
+    else:
+        _loader(args).check_dirs(site_dirs(site), site)
+        _loader(args).check_dirs([kernels])
+        if args.venv:
+            _check_venv(args, args.venv)
+    recipe = _loader(args).recipe(args.recipe, site)
     if args.kernel_command == "remove":
         name = args.name or kernel.default_kernel_name(recipe.name, recipe.version)
         removed = kernel.remove_kernel(name, user=args.user, prefix=args.prefix)
@@ -882,6 +929,7 @@ def cmd_kernel(args) -> int:
 
     command = "hpcstack kernel install " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
         if sys.argv[1:3] == ["kernel", "install"] else ""
+    _loader(args).check_dirs(site_dirs(site, (recipe.name, recipe.version)), site)
     spec = kernel.make_kernel(site, recipe, name=args.name, user=args.user, prefix=args.prefix,
                               venv=args.venv, command=command)
     try:
@@ -970,6 +1018,7 @@ def cmd_module(args) -> int:
     if args.module_command != "set-default" and (not word.match(name) or version):
         raise ConfigError([f"{args.target!r}: expected a module NAME, e.g. pytorch"])
     site = _load_site(args, module_root=args.module_root)
+    _check_site_dirs(args, site, (name, version or ""), install=False)
     module_dir = os.path.join(site.module_root, name)
     site_args = f" --site {args.site}" + (f" --module-root {args.module_root}" if args.module_root else "")
     if args.module_command == "set-default":
@@ -1022,12 +1071,13 @@ def cmd_bundle(args) -> int:
 
     from hpcstack.install.resolve import build_environment, detect_python_version
     from hpcstack.lifecycle import bundle
-    from hpcstack.recipe import recipe_path
 
-    site, recipe = _load(args)
+    output = os.path.abspath(args.output)
+    _loader(args).check_dirs([("bundle output", output), ("bundle output", os.path.dirname(output))])
+    site, recipe = _load(args, install=False, modules=False, caches=True)
     python = site.python_version or detect_python_version(build_environment(site))
     start = time.monotonic()
-    manifest = bundle.make_bundle(recipe, site, recipe_path(args.recipe, _search(args)), Path(args.output),
+    manifest = bundle.make_bundle(recipe, site, recipe.file, Path(args.output),
                                   python, tool_wheel=args.tool_wheel, announce=lambda line: print(line, file=sys.stderr))
     size = sum(f["size"] for f in manifest["files"].values())
     print(f"bundle of {recipe.full_name} for site {site.name} (Python {python}): {args.output}: "
@@ -1047,10 +1097,13 @@ def cmd_audit(args) -> int:
                            if args.recipe else "give a recipe (NAME/VERSION, with --site) or --stack PREFIX"])
     if args.db and args.osv_url:
         raise ConfigError(["--db and --osv-url: give one advisory source"])
+    if args.db:
+        _loader(args).check_input_dir("advisory database", args.db)
     source = audit.OsvDatabase(args.db) if args.db else audit.OsvService(args.osv_url or audit.OSV_URL)
     note = None
     if args.stack:
         state = audit.stack_state_dir(args.stack)
+        _loader(args).check_dirs([("stack", args.stack)])   # it reads back its SBOM, and records there
         packages = audit.stack_packages(args.stack)
         title = (json.loads((state / "provenance.json").read_text()).get("title")
                  if (state / "provenance.json").is_file() else None) or args.stack

@@ -37,6 +37,7 @@ class Recipe:
         keywords (tuple[str, ...]): words users search modules by (``module search`` /
             ``module keyword``), besides the stack's name and its key packages, e.g.
             ``("deep learning", "GPU")``.
+        file (Path | None): the recipe file that was run; set by :func:`load_recipe`.
     """
 
     name: str
@@ -46,6 +47,7 @@ class Recipe:
     directory: Path | None = None
     ref: str = ""
     keywords: tuple = ()
+    file: Path | None = None
 
     @property
     def full_name(self) -> str:
@@ -239,6 +241,7 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
     if problems:
         raise ConfigError(problems)
     result.directory = path.parent
+    result.file = path
     entry = (search or default_search_path()).find(RECIPES, spec) if Path(spec).suffix != ".py" else None
     result.ref = spec if entry and entry.repo.origin != "--repo" else str(path)
     return result

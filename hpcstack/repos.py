@@ -89,8 +89,10 @@ class SearchPath:
             environ (dict | None): environment to read ``HPCSTACK_PATH`` from (default ``os.environ``).
 
         Raises:
-            ConfigError: a directory that does not exist, or holds neither ``recipes/`` nor
-                ``site-configs/`` (one line each, naming where it was given).
+            ConfigError: a directory that does not exist, holds neither ``recipes/`` nor
+                ``site-configs/``, or whose path holds a ``$`` (the build expands ``${NAME}`` in
+                its commands' words, so the lock or patch it applies would be another file than
+                the one checked); one line each, naming where it was given.
         """
         environ = os.environ if environ is None else environ
         named = [(d, "--repo") for d in repo_dirs]
@@ -105,6 +107,9 @@ class SearchPath:
             elif not ((path / RECIPES).is_dir() or (path / SITES).is_dir()):
                 problems.append(f"{origin} {directory}: not an hpcstack repository (it holds neither "
                                 f"{RECIPES}/ nor {SITES}/)")
+            elif "$" in str(path.resolve()):
+                problems.append(f"{origin} {directory}: its path {str(path.resolve())!r} holds a $, which the "
+                                "build would expand in the commands that read its files; move or link it elsewhere")
             elif path.resolve() not in seen:
                 seen.add(path.resolve())
                 repos.append(Repo(path.resolve(), origin))

@@ -13,6 +13,7 @@ anything is written.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,45 @@ MAX_NODES = 100_000
 MAX_JOBS = 4096
 #: A directory path: no control characters, no white space (venv scripts cannot hold it).
 _PATH = {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": r"^[^\x00-\x20\x7f-\x9f\u2028\u2029]+$"}
+
+
+#: A directory hpcstack creates and writes into other languages (install and module roots,
+#: caches, stage and output directories, ``--prefix``): letters, digits and ``._+@%~,=/-``. No
+#: ``$`` (the build expands ``${NAME}`` in its commands' words: ``${IFS}`` in an install root
+#: would be expanded), no ``:`` (it separates ``PATH`` entries: ``/a:b`` would add the relative
+#: entry ``b/bin``), no quotes, backslashes, white space or shell characters (venv activate scripts
+#: write the path inside double quotes, where `` ` `` and ``$`` run).
+DIR_PATH = re.compile(r"[\w.+@%~,=/-]+")
+#: Site config keys that hold such a directory.
+DIR_KEYS = (("install_root",), ("module_root",), ("cache_dir",), ("stage_root",), ("slurm", "output_root"))
+
+
+def dir_problem(value: str, what: str) -> str | None:
+    """The line that refuses ``value`` as a directory hpcstack writes (:data:`DIR_PATH`), or None.
+
+    Args:
+        value (str): the path.
+        what (str): where it comes from (``"site.yaml: install_root"``, ``"--prefix"``).
+    """
+    if DIR_PATH.fullmatch(value):
+        return None
+    bad = "".join(sorted({c for c in value if not DIR_PATH.fullmatch(c)}))
+    return (f"{what}: {value[:80]!r}: a directory path holds letters, digits and ._+@%~,=/- only, not "
+            f"{bad[:20]!r} (it is written into scripts, modulefiles and PATH, and the build expands ${{NAME}})")
+
+
+def _dir_problems(data: dict, where: str) -> list[str]:
+    """:func:`dir_problem` lines for the :data:`DIR_KEYS` of a config the schema accepted."""
+    lines = []
+    for keys in DIR_KEYS:
+        value = data
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, str):
+            line = dir_problem(value, f"{where}: {'.'.join(keys)}")
+            if line:
+                lines.append(line)
+    return lines
 
 
 #: Keys a site config held before sites described only the machine, and where they went.
@@ -154,8 +194,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
     # symbolic chmod mode on top of hpcstack's own (world-readable, nothing world-writable).
     "permissions": _obj([], {
         "group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
-        # the site's administrators: as root, hpcstack also trusts recipes, site configs and
-        # repositories this group can write (hpcstack/trust.py)
+        # read for compatibility, and it does not count: a file under check cannot name who may
+        # write it; the admin group comes from /etc/hpcstack/config.yaml or --admin-group
+        # (hpcstack/trust.py, hpcstack/loader.py: a note says so; docs/admin/security.md)
         "admin_group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
@@ -468,7 +509,7 @@ def check_config(data: object, where: str) -> list[str]:
     found = value_problems(data, where)
     if found:       # control characters first: the schema's lines would repeat them
         return found
-    found = schema_problems(SCHEMA, data, where, moved=_MOVED)
+    found = schema_problems(SCHEMA, data, where, moved=_MOVED) or _dir_problems(data, where)
     if found:
         return found
     # no secret in a build key (hpcstack.secrets, rule 2)

@@ -136,6 +136,12 @@ KEYS: dict[str, Key] = {
     "permissions": Key("Who owns an installed stack and who may write it, on top of hpcstack's own "
                        "rule (world-readable, nothing world-writable).", "{}"),
     "permissions.group": Key("A shared software group for the stack's files.", "null"),
+    "permissions.admin_group": Key("Read for compatibility, and does not count: a file under check cannot "
+                                   "name who may write it. The admin group, trusted as root is (its members' "
+                                   "files, files it can write), comes from `admin_group` in "
+                                   "`/etc/hpcstack/config.yaml` (root's alone) or `--admin-group`; a site that "
+                                   "sets this key gets a `note:` saying so "
+                                   "(docs/admin/security.md).", "null"),
     "permissions.mode": Key("A symbolic `chmod` mode applied after hpcstack's own, e.g. `g+rwX,g+s`.",
                             "null"),
     "layout": Key("How a published build lies on the file system: a `directory`, or `squashfs` "

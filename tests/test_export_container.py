@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 
 import pytest
 import yaml
@@ -148,3 +149,164 @@ def test_a_parallel_file_system_outside_is_not_carried_into_the_image():
     inside, raw = inside_site(site)
     assert "filesystem" not in raw and "layout" not in raw
     assert image.layout_of(inside) == "directory" and image.layout_note(inside) is None
+
+
+# ----------------------------------------------------------------------- values quoted for each language
+
+#: Site values that would run a command, start an instruction or an Apptainer section, or expand,
+#: if a container spec wrote them unquoted (each fits on one line: the site loader refuses control
+#: characters, test_attacker_quoting.py checks that).
+HOSTILE_ENV = [
+    "$(touch {canary})",
+    "`touch {canary}`",
+    "'; touch {canary}; echo '",
+    '"; touch {canary}; echo "',
+    "a b && touch {canary} #",
+    "${{HOME}} $HOME \\$(touch {canary}) ends in a backslash\\",
+    "%setup",
+    "\u00a0%setup touch {canary}",
+    '" \\" \\\\" ${{PATH}} $PATH \' ; | & < > * ? [ ] {{ }} ! %',
+]
+
+
+def apptainer_sections(text: str) -> list[tuple[str, str]]:
+    """The definition's sections as Apptainer reads them: a line whose first word starts with %
+    starts one (apptainer's pkg/build/types/parser/deffile.go, scanDefinitionFile)."""
+    out: list[tuple[str, list[str]]] = []
+    for line in text.split("\n"):
+        words = line.split()
+        if words and words[0].startswith("%"):
+            out.append((words[0][1:], []))
+        elif out:
+            out[-1][1].append(line)
+    return [(name, "\n".join(body) + "\n") for name, body in out]
+
+
+def hostile_site(tmp_path, value: str, **container) -> str:
+    data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    data["name"] = "ctr"
+    data["modules"]["env"] = {"HOSTILE": value}
+    data["container"].update(container)
+    path = tmp_path / "ctr.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def rootfs_tar(directory) -> None:
+    """``directory/rootfs.tar``: a root filesystem of one file, etc/hello."""
+    import tarfile
+
+    src = directory / "rootfs-src"
+    (src / "etc").mkdir(parents=True)
+    (src / "etc" / "hello").write_text("hello\n")
+    with tarfile.open(directory / "rootfs.tar", "w") as tar:
+        tar.add(src / "etc", arcname="etc")
+
+
+@pytest.mark.parametrize("template", HOSTILE_ENV)
+def test_an_apptainer_definition_keeps_hostile_env_values_as_data(tmp_path, template):
+    """modules.env reaches %environment and %post (both shell): each section passes ``sh -n``,
+    and running %setup (the build host's) and the environment sections creates no canary and
+    sets the value byte for byte."""
+    canary = tmp_path / "canary"
+    value = template.format(canary=canary)
+    proc = hpcstack("export", "pytorch/2.3.1-gpu", "--site", hostile_site(tmp_path, value), "--format", "apptainer")
+    assert proc.returncode == 0, proc.stderr
+    sections = apptainer_sections(proc.stdout)
+    names = [n for n, _ in sections]
+    assert names.count("setup") == 1 and names[0] == "setup", names
+    assert set(names) <= {"setup", "environment", "post", "files", "labels", "runscript"}, names
+    for name, body in sections:
+        if name in ("setup", "environment", "post", "runscript"):
+            check = subprocess.run(["sh", "-n"], input=body, capture_output=True, text=True)
+            assert check.returncode == 0, (name, check.stderr, body)
+    work = tmp_path / "build"
+    work.mkdir()
+    rootfs_tar(work)
+    (work / "rootfs").mkdir()
+    setup = dict(sections)["setup"]
+    run = subprocess.run(["sh", "-c", setup], cwd=work, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "APPTAINER_ROOTFS": str(work / "rootfs")})
+    assert run.returncode == 0, run.stderr
+    assert (work / "rootfs" / "etc" / "hello").read_text() == "hello\n"
+    exports = [body for name, body in sections if name in ("environment", "post") and "HOSTILE" in body
+               and all(line.strip().startswith("export ") for line in body.splitlines() if line.strip())]
+    assert len(exports) == 2, sections
+    for body in exports:
+        for shell in ("sh", "bash"):
+            got = subprocess.run([shell, "-c", body + 'printf "%s" "$HOSTILE"'], cwd=work, capture_output=True,
+                                 text=True, env={"PATH": "/usr/bin:/bin", "HOME": "/home-of-nobody"})
+            assert got.returncode == 0, got.stderr
+            assert got.stdout == value, (shell, body)
+    assert not canary.exists()
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """``(INSTRUCTION, its text)`` as Docker's parser splits a Dockerfile: comment lines dropped
+    (inside a continuation too), a line ending in a backslash continued on the next; the text is
+    the instruction's lines as written (continuations kept)."""
+    out, current = [], None
+    for line in text.split("\n"):
+        if line.strip().startswith("#") or (current is None and not line.strip()):
+            continue
+        current = line if current is None else current + "\n" + line
+        if line.endswith("\\"):
+            continue
+        out.append((current.strip().split()[0].upper(), current))
+        current = None
+    return out
+
+
+@pytest.mark.parametrize("template", HOSTILE_ENV)
+def test_a_dockerfile_keeps_hostile_env_values_in_one_env_instruction(tmp_path, template):
+    """The instructions stay the ones hpcstack writes, and each ENV value is a Dockerfile word
+    whose unquoting gives the value back (the real build: test_attacker_quoting.py, buildah)."""
+    from hpcstack.export.container import docker_word
+
+    canary = tmp_path / "canary"
+    value = template.format(canary=canary)
+    proc = hpcstack("export", "pytorch/2.3.1-gpu", "--site", hostile_site(tmp_path, value), "--format", "docker")
+    assert proc.returncode == 0, proc.stderr
+    clean = hpcstack("export", "pytorch/2.3.1-gpu", "--site", hostile_site(tmp_path, "plain"), "--format", "docker")
+    got = [i for i, _ in dockerfile_instructions(proc.stdout)]
+    assert got == [i for i, _ in dockerfile_instructions(clean.stdout)]
+    assert got[:2] == ["FROM", "ADD"] and got[-1] == "ENTRYPOINT"
+    assert re.search(r"^(ENV |    )HOSTILE=" + re.escape(docker_word(value)) + r" \\$", proc.stdout, re.M)
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize("value, word", [
+    ("/opt/x/bin", "/opt/x/bin"),
+    ("$(touch x)", '"\\$(touch x)"'),
+    ('a "b" \\c', '"a \\"b\\" \\\\c"'),
+    ("", '""'),
+])
+def test_docker_words(value, word):
+    from hpcstack.export.container import docker_value, docker_word
+
+    assert (docker_word(value) if value else docker_value([value])) == word
+
+
+def test_module_path_variables_keep_only_their_own_reference_live():
+    from hpcstack.export.container import Ref, docker_value, shell_value
+
+    parts = ("/opt/a b/bin", ":", Ref("PATH"))
+    assert shell_value(parts) == "'/opt/a b/bin:'\"$PATH\""
+    assert docker_value(parts) == '"/opt/a b/bin:"${PATH}'
+    assert subprocess.run(["sh", "-c", f"PATH=/usr/bin; X={shell_value(parts)}; printf %s \"$X\""],
+                          capture_output=True, text=True).stdout == "/opt/a b/bin:/usr/bin"
+
+
+@pytest.mark.parametrize("fmt", ["docker", "apptainer"])
+@pytest.mark.parametrize("container, says", [
+    ({"rootfs": "rootfs.tar;touch${IFS}x"}, "container.rootfs: 'rootfs.tar;touch${IFS}x': give a file name"),
+    ({"rootfs": "-xf/etc/shadow"}, "container.rootfs: '-xf/etc/shadow': give a file name"),
+    ({"setup": ["%setup", "touch /x"]}, "container.setup: '%setup': a command may not start with %"),
+    ({"setup": ["echo \\"]}, "container.setup: 'echo \\\\': a command may not end with a backslash"),
+])
+def test_container_values_no_language_can_hold_are_refused_in_one_line(tmp_path, fmt, container, says):
+    out = tmp_path / "spec"
+    proc = hpcstack("export", "pytorch/2.3.1-gpu", "--site", hostile_site(tmp_path, "x", **container),
+                    "--format", fmt, "-o", str(out))
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.exists()

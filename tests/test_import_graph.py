@@ -11,7 +11,8 @@ The layers, lowest first (a module may import its own layer and those below):
    ``templates``, and ``doctor`` (the stand-alone ``hpcstack-doctor`` copied into every stack:
    it may import nothing above the utilities);
 1. ``repos``, ``recipe``, ``modules`` (the search path, recipe files, modulefiles and module tools);
-2. ``site`` (reads the module tools' names and syntaxes);
+2. ``site`` (reads the module tools' names and syntaxes), and ``loader``, the one way in to
+   recipes, site configs and repositories (:func:`test_only_the_loader_calls_the_raw_loaders`);
 3. ``install`` (plan, actions, runner, builds, components);
 4. ``validate``;
 5. ``export`` (container specs, EasyBuild, ReFrame: they read installs and validations);
@@ -33,7 +34,7 @@ LAYERS = (
     ("hpcstack", "hpcstack.fsutil", "hpcstack.errors", "hpcstack.schema", "hpcstack.registry",
      "hpcstack.templates", "hpcstack.doctor", "hpcstack.secrets", "hpcstack.trust"),
     ("hpcstack.repos", "hpcstack.recipe", "hpcstack.modules"),
-    ("hpcstack.site", "hpcstack.site_keys"),
+    ("hpcstack.site", "hpcstack.site_keys", "hpcstack.loader"),
     ("hpcstack.install", "hpcstack.lifecycle"),
     ("hpcstack.validate",),
     ("hpcstack.export",),
@@ -124,3 +125,71 @@ def test_the_import_graph_has_no_cycle():
             visit(node)
     shown = ["\n".join("  " + where(mods, a, b, graph[a][b]) for a, b in zip(c, c[1:])) for c in cycles]
     assert not cycles, "import cycles (each edge with its line):\n" + "\n--\n".join(shown)
+
+
+#: The raw loaders of recipes, site configs and the search path, by the module that defines
+#: them; only :data:`LOADER` (and these modules among themselves) may use them, so that every
+#: command reads what it reads through the trust rule (hpcstack/loader.py, hpcstack/trust.py).
+RAW_LOADERS = {
+    "hpcstack.recipe": {"load_recipe", "recipe_path"},
+    "hpcstack.site": {"load_site", "site_path"},
+    "hpcstack.repos": {"SearchPath", "default_search_path"},
+}
+LOADER = "hpcstack.loader"
+
+
+def raw_loader_uses(mods: dict[str, Path], base: Path = PACKAGE.parent) -> list[str]:
+    """``file:line: module uses hpcstack.x.name`` for every import or attribute use of a raw
+    loader outside :data:`LOADER` and the module defining it (``from m import name``,
+    ``import m`` then ``m.name``, ``from hpcstack import m`` then ``m.name``)."""
+    found = []
+    for name, path in mods.items():
+        if name == LOADER or name in RAW_LOADERS:   # the loader, and the raw loaders among themselves
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        aliases: dict[str, str] = {}      # local name -> raw module it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    if full in RAW_LOADERS:
+                        aliases[alias.asname or alias.name] = full
+                    elif node.module in RAW_LOADERS and alias.name in RAW_LOADERS[node.module] \
+                            and node.module != name:
+                        found.append(f"{path.relative_to(base)}:{node.lineno}: {name} imports "
+                                     f"{node.module}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in RAW_LOADERS:
+                        aliases[alias.asname or alias.name] = alias.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                value = node.value
+                dotted = value.id if isinstance(value, ast.Name) else ast.unparse(value)
+                module = aliases.get(dotted, dotted)
+                if module in RAW_LOADERS and module != name and node.attr in RAW_LOADERS[module]:
+                    found.append(f"{path.relative_to(base)}:{node.lineno}: {name} uses "
+                                 f"{module}.{node.attr}")
+    return found
+
+
+def test_only_the_loader_calls_the_raw_loaders():
+    uses = raw_loader_uses(modules())
+    assert not uses, (f"read recipes, site configs and repositories through {LOADER} (the trust rule), "
+                      "not the raw loaders:\n" + "\n".join(uses))
+
+
+def test_the_raw_loader_rule_finds_each_form_of_use(tmp_path):
+    """The check itself: each way of reaching a raw loader is found."""
+    forms = {
+        "a": "from hpcstack.recipe import load_recipe\n",
+        "b": "import hpcstack.site\nhpcstack.site.load_site('x')\n",
+        "c": "from hpcstack import repos as r\nr.SearchPath.from_args(())\n",
+        "d": "from hpcstack.site import Site\n",     # not a loader: fine
+    }
+    mods = {}
+    for stem, text in forms.items():
+        (tmp_path / f"{stem}.py").write_text(text)
+        mods[f"hpcstack.{stem}"] = tmp_path / f"{stem}.py"
+    uses = raw_loader_uses(mods, base=tmp_path)
+    assert [u.split(":")[0] for u in uses] == ["a.py", "b.py", "c.py"], uses

@@ -2,7 +2,9 @@
 
 A repository anyone can write, a recipe owned by another user, a site config in a directory
 another group can write: one line naming the path, exit status 2, and the recipe never runs
-(not even for ``--dry-run``). The site's ``permissions.admin_group`` is trusted as root is;
+(not even for ``--dry-run``). The admin group, trusted as root is, comes from
+``/etc/hpcstack/config.yaml`` (root's alone) or ``--admin-group``, never from the site config
+under check (its ``permissions.admin_group`` is read, and a ``note:`` says it does not count);
 ``--trust-writable`` turns the check off. ``install`` names a recipe or site that shadows a
 built-in one.
 """
@@ -20,6 +22,7 @@ import pytest
 import yaml
 
 from conftest import HPCSTACK, NEUTRAL_DIR, REPO, make_sdist, write_tiny_recipe
+from hpcstack.trust import SYSTEM_CONFIG
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +68,8 @@ def test_a_world_writable_repository_is_refused_before_its_recipe_runs(as_root, 
     res = dry_run(repo, tmp_path)
     assert res.returncode == 2, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert lines[0] == (f"error: {repo / 'recipes'}: writable by every user; as root, hpcstack reads recipes and "
-                        "site configs only where only root can write (fix with chown root / chmod go-w, or pass "
+    assert lines[0] == (f"error: {repo / 'recipes'}: writable by every user; hpcstack reads recipes and "
+                        "site configs only where root alone can write (fix with chown root / chmod go-w, or pass "
                         "--trust-writable)"), lines
     assert len(lines) == 1 and not marker.exists()
     os.chmod(repo / "recipes", 0o755)
@@ -85,19 +88,94 @@ def test_hpcstack_path_is_checked_too(as_root, tmp_path):
     assert res.returncode == 2 and f"error: {repo}: writable by every user" in res.stderr, res.stderr
 
 
-def test_a_group_writable_site_config_is_refused_unless_the_group_is_the_sites_admins(as_root, tmp_path):
-    group = grp.getgrgid(next(g.gr_gid for g in grp.getgrall() if g.gr_gid != 0)).gr_name
-    repo = make_repo(tmp_path, tmp_path / "ran")
+@pytest.fixture
+def system_config():
+    """Write /etc/hpcstack/config.yaml for one test; the file (and the directory, where the test
+    made it) as they were afterwards."""
+    path = Path(SYSTEM_CONFIG)
+    made_dir = not path.parent.exists()
+    saved = path.read_bytes() if path.exists() else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    finally:
+        if saved is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_bytes(saved)
+        if made_dir:
+            shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def a_group() -> str:
+    return grp.getgrgid(next(g.gr_gid for g in grp.getgrall() if g.gr_gid != 0)).gr_name
+
+
+def group_writable_site(tmp_path: Path, group: str) -> tuple[Path, Path]:
+    """A repository whose site config a group can write, and that names the group its admins."""
+    repo = make_repo(tmp_path, tmp_path / "ran", admin_group=group)
     site = repo / "site-configs" / "localhost.yaml"
     os.chown(site, 0, grp.getgrnam(group).gr_gid)
     os.chmod(site, 0o664)
+    return repo, site
+
+
+def test_a_site_config_cannot_name_who_may_write_it(as_root, tmp_path):
+    group = a_group()
+    repo, site = group_writable_site(tmp_path, group)
+    assert yaml.safe_load(site.read_text())["permissions"]["admin_group"] == group
     res = dry_run(repo, tmp_path)
     assert res.returncode == 2 and f"error: {site}: writable by group {group}" in res.stderr, res.stderr
-    data = yaml.safe_load(site.read_text())
-    data["permissions"] = {"admin_group": group}
-    site.write_text(yaml.safe_dump(data))
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_admin_group_comes_from_the_system_config(as_root, tmp_path, system_config):
+    group = a_group()
+    repo, site = group_writable_site(tmp_path, group)
+    system_config.write_text(yaml.safe_dump({"admin_group": group}))
+    os.chmod(system_config, 0o644)
     res = dry_run(repo, tmp_path)
     assert res.returncode == 0, res.stderr
+    assert "does not change whom hpcstack trusts" not in res.stderr      # it names the same group
+    # a system config that another group can write names no one
+    os.chown(system_config, 0, grp.getgrnam(group).gr_gid)
+    os.chmod(system_config, 0o664)
+    res = dry_run(repo, tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"error: system configuration {SYSTEM_CONFIG}: writable by "
+                                 f"group {group};"), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_admin_group_from_the_command_line(as_root, tmp_path):
+    group = a_group()
+    repo, site = group_writable_site(tmp_path, group)
+    res = dry_run(repo, tmp_path, "--admin-group", group)
+    assert res.returncode == 0, res.stderr
+    other = next(g.gr_name for g in grp.getgrall() if g.gr_gid not in (0, grp.getgrnam(group).gr_gid))
+    res = dry_run(repo, tmp_path, "--admin-group", other)
+    assert res.returncode == 2 and f"error: {site}: writable by group {group};" in res.stderr, res.stderr
+    assert f"where root and group {other} alone can write" in res.stderr
+    # the site's key is read, and said not to count
+    res = dry_run(repo, tmp_path, "--trust-writable")
+    assert res.returncode == 0, res.stderr
+    assert (f"note: {site}: permissions.admin_group ({group}) does not change whom hpcstack trusts"
+            in res.stderr), res.stderr
+
+
+def test_a_system_config_named_on_the_command_line(as_root, tmp_path):
+    group = a_group()
+    repo, site = group_writable_site(tmp_path, group)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"admin_group": group}))
+    os.chmod(config, 0o644)
+    res = dry_run(repo, tmp_path, "--system-config", str(config))
+    assert res.returncode == 0, res.stderr
+    config.write_text("admin_group: [1]\nother: 2\n")
+    res = dry_run(repo, tmp_path, "--system-config", str(config))
+    assert res.returncode == 2, res.stderr
+    assert f"error: {config}: other: unknown key" in res.stderr, res.stderr
+    assert f"error: {config}: admin_group: [1] is not of type 'string', 'null'" in res.stderr, res.stderr
 
 
 def test_install_names_the_recipe_and_site_that_shadow_built_in_ones(as_root, tmp_path):
@@ -111,3 +189,36 @@ def test_install_names_the_recipe_and_site_that_shadow_built_in_ones(as_root, tm
     res = run("install", "pytorch/2.3.1-gpu", "--repo", str(repo), "--dry-run")
     assert res.returncode == 0, res.stderr
     assert f"note: recipe pytorch/2.3.1-gpu is {repo / 'recipes' / 'pytorch' / '2.3.1-gpu.py'}" in res.stderr
+
+
+def test_a_system_config_that_is_not_there(as_root, tmp_path):
+    res = run("list", "--system-config", str(tmp_path / "none.yaml"))
+    assert res.returncode == 2 and res.stderr == f"error: --system-config {tmp_path / 'none.yaml'}: no such file\n"
+
+
+def test_a_recipe_directory_too_large_to_check_is_refused_not_checked_in_part(tmp_path, monkeypatch):
+    from hpcstack import trust
+    from hpcstack.errors import ConfigError
+
+    monkeypatch.setattr(trust, "_MAX_FILES", 5)
+    recipe_dir = tmp_path / "tiny"
+    recipe_dir.mkdir()
+    for i in range(5):
+        (recipe_dir / f"f{i}").touch()
+    trust.check_inputs([recipe_dir], trust.Policy(uid=os.geteuid()), recurse=(recipe_dir,))
+    (recipe_dir / "f5").touch()
+    with pytest.raises(ConfigError) as exc:
+        trust.check_inputs([recipe_dir], trust.Policy(uid=os.geteuid()), recurse=(recipe_dir,))
+    assert exc.value.lines() == [f"{recipe_dir}: holds more than 5 files; hpcstack checks every file of a recipe's "
+                                 "directory: keep only what the recipe needs there, or pass --trust-writable"]
+
+
+def test_files_of_the_admin_groups_members_are_trusted(as_root, tmp_path):
+    from hpcstack import trust
+
+    member = pwd.getpwnam("nobody")
+    path = tmp_path / "recipe.py"
+    path.touch()
+    os.chown(path, member.pw_uid, -1)
+    assert trust.path_problem(path, trust.Policy(uid=0)) == f"{path}: owned by nobody"
+    assert trust.path_problem(path, trust.Policy(uid=0, admin_uids=frozenset({member.pw_uid}))) is None

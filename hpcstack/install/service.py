@@ -21,6 +21,7 @@ Every path comes from the :class:`hpcstack.install.layout.StackLayout` of the st
 from __future__ import annotations
 
 import os
+import stat
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,8 @@ class InstallService:
             and ``version`` will do).
         recipe_file (Path | None): the recipe's file, recorded in the stack's provenance (install).
         jobs (int | None): parallel build jobs (``--jobs``); default the site's, else the core count.
+        trust (hpcstack.trust.Policy | None): whom the directories it makes and reads back
+            must belong to (:mod:`hpcstack.trust`); default root and the running account only.
 
     Raises:
         ConfigError: ``jobs`` below 1.
@@ -105,10 +108,12 @@ class InstallService:
         ``InstallService(site, recipe, path).install(announce=print)``
     """
 
-    def __init__(self, site, recipe, recipe_file: Path | None = None, jobs: int | None = None):
+    def __init__(self, site, recipe, recipe_file: Path | None = None, jobs: int | None = None,
+                 trust=None):
         if jobs is not None and jobs < 1:
             raise ConfigError(["--jobs: must be at least 1"])
         self.site, self.recipe, self.recipe_file, self.jobs = site, recipe, recipe_file, jobs
+        self.trust = trust
         self.name, self.version = recipe.name, recipe.version
         self.layout = layout.StackLayout.for_site(site, self.name, self.version)
         self.modulefile, self.stage_dir = self.layout.modulefile, self.layout.stage_dir
@@ -262,19 +267,39 @@ class InstallService:
         whatever the umask). What a stack is made of reaches users through the stack itself
         (hard links keep the modes the permissions step gives). Afterwards uv's lock files
         lose group and other write; not after an install that ran no step (nothing of uv ran:
-        a no-op re-install walks no cache). Yields a dict whose ``ran`` the caller sets."""
+        a no-op re-install walks no cache). Yields a dict whose ``ran`` the caller sets.
+
+        Each directory, once made, must belong to an account the trust rule trusts
+        (:func:`hpcstack.trust.check_dirs`): one another user made first, or under a parent
+        another user can write, is refused before anything is written into it.
+
+        Raises:
+            ConfigError: such a directory (one line, naming whose it is and the fix).
+        """
+        from hpcstack import trust
+
         mode = 0o770 if self._lock_mode() == 0o660 else 0o700
         inst = self.site.installer
-        dirs = [self.site.cache_dir, self.site.stage_root, os.path.dirname(self.layout.lock_file),
-                *([inst.wheel_cache] if getattr(inst, "wheel_cache", None) else [])]
+        labelled = [("cache_dir", self.site.cache_dir), ("stage_root", self.site.stage_root),
+                    ("install root", os.path.dirname(self.layout.lock_file)),
+                    *([("installer.wheel_cache", inst.wheel_cache)] if getattr(inst, "wheel_cache", None) else [])]
+        dirs = [d for _, d in labelled]
+        pol = (self.trust or trust.Policy(uid=os.geteuid())).for_site_dirs(permission_settings(self.site)[0])
+        checked = [*labelled, ("install root", self.site.install_root), ("install root", self.layout.top)]
+        trust.check_dirs(checked, pol)      # before a directory is made in a place another user owns
         for d in dirs:
             try:
                 os.makedirs(d, mode=mode, exist_ok=True)
-                st = os.stat(d)
-                if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
-                    os.chmod(d, mode)
             except OSError:
                 pass  # the step that writes there names the problem
+        trust.check_dirs(checked, pol)      # and again: one another user made meanwhile
+        for d in dirs:
+            try:
+                st = os.lstat(d)
+                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+                    os.chmod(d, mode)
+            except OSError:
+                pass
         state = {"ran": True}
         try:
             yield state

@@ -16,7 +16,13 @@ Where the advisories come from, in the `OSV format <https://ossf.github.io/osv-s
 
 Which versions an advisory affects follows the OSV rules: a version listed in ``affected[].versions``,
 or inside an ``ECOSYSTEM`` range (``introduced`` … ``fixed``/``last_affected`` events, compared as
-PEP 440 versions with :mod:`packaging`); records with ``withdrawn`` are skipped. A local version
+PEP 440 versions with :mod:`packaging`); records with ``withdrawn`` are skipped.
+
+A record is data from outside: YAML is read with PyYAML's safe loader and refused when it uses an
+alias (OSV records never need one; nested aliases expand a few KB into billions of values), when
+it is larger than :data:`MAX_RECORD_BYTES`, nested too deeply, or when a field hpcstack reads has
+the wrong type (:data:`OSV_SCHEMA`, a subset of the OSV schema, https://ossf.github.io/osv-schema/):
+one line per file, exit 2. A file that is not a record at all (no ``id``) is skipped. A local version
 label (``2.3.1+cu121``) is audited as its public version (``2.3.1``): the same release, built for
 another platform. "Fixed in" is the first ``fixed`` event above the version in the range that
 matched (an advisory fixed on two branches, such as urllib3 1.26.17 and 2.0.6, names the branch's).
@@ -40,6 +46,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.schema import CONTROL
 
 #: The file of an installed stack's ``.hpcstack/`` that records its last audit.
 AUDIT_RECORD = "audit.cdx.json"
@@ -47,6 +54,127 @@ AUDIT_RECORD = "audit.cdx.json"
 OSV_URL = "https://api.osv.dev"
 #: Where to get a local advisory database (said when the live service cannot be reached).
 PYPA_DB = "https://github.com/pypa/advisory-database"
+
+
+#: The largest OSV record file read (the PyPA database's largest is about 17 KB).
+MAX_RECORD_BYTES = 4 * 1024 * 1024
+#: The deepest nesting of lists and mappings in a record (OSV's is 5).
+MAX_RECORD_DEPTH = 32
+_OSV_VERSION = {"type": ["string", "number"]}   # YAML reads an unquoted 1.0 as a number
+_OSV_LIST = {"type": ["array", "null"]}
+#: The fields of an OSV record that hpcstack reads, with their types (OSV schema 1.6); other
+#: fields are not read and not checked.
+OSV_SCHEMA = {
+    "type": "object", "required": ["id"],
+    "properties": {
+        "id": {"type": "string", "minLength": 1, "maxLength": 256},
+        "aliases": {**_OSV_LIST, "items": {"type": "string", "maxLength": 256}},
+        "summary": {"type": ["string", "null"]},
+        "details": {"type": ["string", "null"]},
+        "affected": {**_OSV_LIST, "items": {"type": "object", "properties": {
+            "package": {"type": ["object", "null"], "properties": {
+                "ecosystem": {"type": ["string", "null"]}, "name": {"type": ["string", "null"]}}},
+            "versions": {**_OSV_LIST, "items": _OSV_VERSION},
+            "ranges": {**_OSV_LIST, "items": {"type": "object", "properties": {
+                "type": {"type": ["string", "null"]},
+                "events": {**_OSV_LIST, "items": {"type": "object", "additionalProperties": _OSV_VERSION}},
+            }}},
+        }}},
+    },
+}
+
+
+def check_record(record: object, where: str) -> list[str]:
+    """Problems of one OSV record: the fields hpcstack reads, against :data:`OSV_SCHEMA`.
+
+    Args:
+        record (object): the parsed record.
+        where (str): the file (or URL) it came from, to start each line with.
+
+    Returns:
+        list[str]: ``"<where>: <key.path>: <message>"`` lines (the first problem only: one line
+        per record); empty when it can be read.
+    """
+    from hpcstack.schema import problems
+
+    found = problems(OSV_SCHEMA, record, where)
+    return [f"{found[0]} (not an OSV record hpcstack can read)"] if found else []
+
+
+def load_record_text(text: str, where: str, json_text: bool = False) -> object:
+    """Parse one OSV record: JSON, or YAML with the safe loader, no alias allowed.
+
+    Args:
+        text (str): the file's text.
+        where (str): the file, for the error line.
+        json_text (bool): JSON (``.json``) rather than YAML.
+
+    Returns:
+        object: what the text holds (a dict for a record).
+
+    Raises:
+        ConfigError: not valid JSON/YAML, an alias, nested deeper than :data:`MAX_RECORD_DEPTH`;
+            one line naming ``where``.
+    """
+    import yaml
+
+    try:
+        if json_text:
+            data = json.loads(text)
+            _check_depth(data, where)
+            return data
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _check_nodes(node, where)
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        loc = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ConfigError([f"{where}: {loc}not valid YAML: {CONTROL.sub('?', problem)[:200]}"]) from None
+    except ValueError as exc:      # JSON's errors; an integer of more than 4300 digits
+        raise ConfigError([f"{where}: not valid JSON: {CONTROL.sub('?', ' '.join(str(exc).split()))[:200]}"]) from None
+    except RecursionError:
+        raise ConfigError([f"{where}: nested too deeply"]) from None
+
+
+def _check_nodes(root, where: str) -> None:
+    """Refuse a YAML node graph where one node is reached twice (an alias) or that is nested
+    deeper than :data:`MAX_RECORD_DEPTH`; the graph of an alias bomb is small, so this is quick."""
+    import yaml
+
+    seen: set[int] = set()
+    todo = [(root, 0)]
+    while todo:
+        node, depth = todo.pop()
+        if id(node) in seen:
+            raise ConfigError([f"{where}: a YAML alias (*name) repeats the value of line {node.start_mark.line + 1}; "
+                               "an OSV record has none (write the values out)"])
+        seen.add(id(node))
+        if depth > MAX_RECORD_DEPTH:
+            raise ConfigError([f"{where}: nested more than {MAX_RECORD_DEPTH} levels deep"])
+        if isinstance(node, yaml.SequenceNode):
+            todo.extend((child, depth + 1) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            todo.extend((child, depth + 1) for pair in node.value for child in pair)
+
+
+def _check_depth(data, where: str) -> None:
+    """Refuse JSON nested deeper than :data:`MAX_RECORD_DEPTH`."""
+    todo = [(data, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if depth > MAX_RECORD_DEPTH:
+            raise ConfigError([f"{where}: nested more than {MAX_RECORD_DEPTH} levels deep"])
+        if isinstance(item, dict):
+            todo.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            todo.extend((v, depth + 1) for v in item)
 
 
 class AuditUnavailable(HpcstackError):
@@ -256,17 +384,32 @@ class OsvDatabase:
                     yield Path(dirpath) / f
 
     def _read(self, path: Path) -> dict | None:
-        import yaml
+        """One record file: the record, or None for a file that is not a record (no ``id``).
 
+        Raises:
+            ConfigError: unreadable, too large, not valid JSON/YAML, an alias, or a field of the
+                wrong type; one line naming the file.
+        """
         try:
-            text = path.read_text(encoding="utf-8")
-            if path.suffix == ".json":
-                record = json.loads(text)
-            else:
-                record = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        except (OSError, ValueError, yaml.YAMLError):
+            with open(path, "rb") as f:
+                raw = f.read(MAX_RECORD_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError([f"--db {self.path}: {path.relative_to(self.path)}: cannot read: {exc.strerror}"]) from None
+        if len(raw) > MAX_RECORD_BYTES:
+            raise ConfigError([f"--db {self.path}: {path.relative_to(self.path)}: larger than {MAX_RECORD_BYTES // 1024 // 1024} MiB; "
+                               "not an OSV record"])
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError([f"--db {self.path}: {path.relative_to(self.path)}: not UTF-8 text (byte {exc.start})"]) from None
+        where = f"--db {self.path}: {path.relative_to(self.path)}"
+        record = load_record_text(text, where, json_text=path.suffix == ".json")
+        if not isinstance(record, dict) or "id" not in record:
             return None
-        return record if isinstance(record, dict) and "id" in record else None
+        problems = check_record(record, where)
+        if problems:
+            raise ConfigError(problems)
+        return record
 
     def records(self, packages) -> list[dict]:
         """The records that may concern ``packages`` (all of them for a flat tree)."""
@@ -276,7 +419,18 @@ class OsvDatabase:
             paths = [f for d in sorted(dirs) for f in self._files(d)]
         else:
             paths = list(self._files(self.path))
-        return [r for r in map(self._read, paths) if r is not None]
+        records, problems = [], []
+        for path in paths:
+            try:
+                record = self._read(path)
+            except ConfigError as exc:
+                problems += exc.problems
+                continue
+            if record is not None:
+                records.append(record)
+        if problems:
+            raise ConfigError(problems)
+        return records
 
 
 class OsvService:
@@ -318,8 +472,17 @@ class OsvService:
         ids = []
         for i in range(0, len(queries), 1000):
             answer = self._get("/v1/querybatch", {"queries": queries[i:i + 1000]})
-            ids += [v["id"] for r in answer.get("results", ()) for v in (r or {}).get("vulns", ()) or ()]
-        return [self._get(f"/v1/vulns/{i}") for i in dict.fromkeys(ids)]
+            try:
+                ids += [str(v["id"]) for r in answer.get("results", ()) for v in (r or {}).get("vulns", ()) or ()]
+            except (AttributeError, KeyError, TypeError):
+                raise AuditUnavailable(f"the OSV service at {self.url} answered /v1/querybatch with something "
+                                       "that is not an OSV answer") from None
+        records = [self._get(f"/v1/vulns/{i}") for i in dict.fromkeys(ids)]
+        problems = [line for i, r in zip(dict.fromkeys(ids), records)
+                    for line in check_record(r, f"{self.url}/v1/vulns/{i}")]
+        if problems:
+            raise ConfigError(problems)
+        return records
 
 
 # --------------------------------------------------------------------------- what is audited

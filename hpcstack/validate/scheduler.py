@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, ClassVar
 
 from hpcstack import templates
-from hpcstack.errors import HpcstackError
+from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.registry import Registry
 from hpcstack.validate.launchers import Allocation
 
@@ -54,6 +54,35 @@ TEMPLATE = "templates/slurm-job.sh.j2"
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED",
                  "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_HOLD",
                  "REQUEUE_FED", "SPECIAL_EXIT")
+
+#: What an ``#SBATCH`` line's value may not hold. sbatch reads those lines itself, not a shell:
+#: white space ends the value (the rest becomes more options: ``--output=/x a --export=ALL``),
+#: quotes and ``\\`` are read as quoting, an unquoted ``#`` ends the line (Slurm's
+#: ``src/sbatch/opt.c``, ``_get_argument``), and control characters end the line in the script.
+#: hpcstack refuses these rather than quote them.
+SBATCH_UNSAFE = re.compile(r"[\s\"'\\#\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def check_sbatch_value(value: str, what: str, pattern: bool = True) -> str:
+    """Return ``value`` if it can stand in an ``#SBATCH`` line as it is.
+
+    Args:
+        value (str): the option's value (a directory, a name).
+        what (str): where it comes from (``--output-dir``), for the error line.
+        pattern (bool): refuse ``%`` too: in ``--output`` and ``--chdir`` Slurm reads ``%j``,
+            ``%u``, … as a file name pattern (``sbatch(1)``, "filename pattern").
+
+    Raises:
+        ConfigError: a character of :data:`SBATCH_UNSAFE` (or ``%``); one line.
+    """
+    bad = SBATCH_UNSAFE.search(value) or (pattern and "%" in value)
+    if bad:
+        raise ConfigError([f"{what}: {value[:80]!r}: an #SBATCH line cannot hold white space, quotes, "
+                           "backslashes, # or control characters" + (", nor % (Slurm's file name patterns)"
+                                                                    if pattern else "")
+                           + "; give a path without them"])
+    return value
+
 
 _SLURM_HINT = ("is Slurm running? (localhost: scripts/localhost-slurm install && "
                "scripts/localhost-slurm up; or validate with --local)")
@@ -134,7 +163,17 @@ class BatchJob:
     unset_bash_env: bool = False
 
     def sbatch_options(self) -> list[str]:
-        """Return the ``#SBATCH`` options, in the order they appear in the script."""
+        """Return the ``#SBATCH`` options, in the order they appear in the script.
+
+        Raises:
+            ConfigError: a value an ``#SBATCH`` line cannot hold (:func:`check_sbatch_value`).
+        """
+        for what, value in (("the job's name", self.name), ("--output-dir", self.workdir),
+                            ("--partition", self.partition), ("--qos", self.qos), ("--account", self.account),
+                            ("slurm.constraint", self.constraint)):
+            if value:
+                check_sbatch_value(str(value), what, pattern=what == "--output-dir")
+        check_sbatch_value(os.path.dirname(self.output), "--output-dir")
         opts = [f"--job-name={self.name}"]
         opts += [f"--partition={self.partition}"] if self.partition else []
         opts += [f"--qos={self.qos}"] if self.qos else []

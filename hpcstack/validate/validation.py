@@ -47,7 +47,7 @@ from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.site import MAX_NODES
 from hpcstack.validate.backends import get_backend
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
-from hpcstack.validate.scheduler import get_scheduler
+from hpcstack.validate.scheduler import check_sbatch_value, get_scheduler
 from hpcstack.validate.workload import ValidationSpec, validation_of
 
 
@@ -654,6 +654,13 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = f"hpcstack-validate-{recipe.name}-{recipe.version}-{stamp}"
     output_root = s.output_root or os.getcwd()
+    # the jobs' --output and --chdir are written into #SBATCH lines: checked before anything is made
+    if output_dir:
+        check_sbatch_value(os.path.abspath(output_dir), "--output-dir")
+    else:
+        check_sbatch_value(os.path.abspath(output_root),
+                           "slurm.output_root" if s.output_root else "the working directory (the default "
+                           "--output-dir is made in it)")
     if dry_run:
         out = Path(os.path.abspath(output_dir or os.path.join(output_root, base)))
         jobs = plan_jobs(site, recipe, nodes, backends, settings, out)

@@ -106,7 +106,7 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
 # `module load pytorch/2.3.1-gpu`)
 
 ENV HPCSTACK_PYTORCH_ROOT=/opt/hpcstack/software/pytorch/2.3.1-gpu \
-    PATH=/opt/hpcstack/software/pytorch/2.3.1-gpu/venv/bin:/opt/hpcstack/software/pytorch/2.3.1-gpu/bin:$PATH \
+    PATH=/opt/hpcstack/software/pytorch/2.3.1-gpu/venv/bin:/opt/hpcstack/software/pytorch/2.3.1-gpu/bin:${PATH} \
     PIP_CONSTRAINT=/opt/hpcstack/software/pytorch/2.3.1-gpu/.hpcstack/constraints.txt \
     PYTHONNOUSERSITE=1 \
     PYTHONPATH=/opt/hpcstack/software/pytorch/2.3.1-gpu/venv/lib/python3.10/site-packages \

@@ -208,12 +208,16 @@ depends-on python/3.12.1-gpu
 
 if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUAL_ENV) ne ""} {
     set hpcstack_extended 0
-    if {![catch {open [file join $::env(VIRTUAL_ENV) bin activate] r} hpcstack_fh]} {
-        set hpcstack_extended [expr {[string first {# >>> hpcstack mpi4py/4.1.2 >>>} [read $hpcstack_fh]] >= 0}]
+    set hpcstack_activate [file join $::env(VIRTUAL_ENV) bin activate]
+    if {[file pathtype $::env(VIRTUAL_ENV)] eq "absolute" && [string index $hpcstack_activate 0] eq "/"
+            && [file isfile $hpcstack_activate] && [file readable $hpcstack_activate]
+            && ![catch {open $hpcstack_activate {RDONLY NONBLOCK}} hpcstack_fh]} {
+        catch {set hpcstack_extended [expr {[string first {# >>> hpcstack mpi4py/4.1.2 >>>} [read $hpcstack_fh 1048576]] >= 0}]}
         close $hpcstack_fh
     }
     if {!$hpcstack_extended} {
-        puts stderr [string map [list @VENV@ $::env(VIRTUAL_ENV)] {mpi4py/4.1.2: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload mpi4py/4.1.2; deactivate; module load mpi4py/4.1.2; extend-venv-activate @VENV@; source @VENV@/bin/activate}]
+        regsub -all {[[:cntrl:]]} $::env(VIRTUAL_ENV) ? hpcstack_venv
+        puts stderr [string map [list @VENV@ $hpcstack_venv] {mpi4py/4.1.2: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload mpi4py/4.1.2; deactivate; module load mpi4py/4.1.2; extend-venv-activate @VENV@; source @VENV@/bin/activate}]
     }
 }
 

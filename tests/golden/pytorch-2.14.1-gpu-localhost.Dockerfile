@@ -6,7 +6,7 @@
 # Run: podman run --rm hpcstack-pytorch:2.14.1-gpu --ranks 2   (the validation; or any command after --entrypoint)
 
 FROM scratch
-ADD rootfs.tar /
+ADD ["rootfs.tar", "/"]
 
 # the image's tools trust the image's CA bundle (a site's CAs added at
 # build time too)
@@ -109,7 +109,7 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
 # `module load pytorch/2.14.1-gpu`)
 
 ENV HPCSTACK_PYTORCH_ROOT=/opt/hpcstack/software/pytorch/2.14.1-gpu \
-    PATH=/opt/hpcstack/software/pytorch/2.14.1-gpu/venv/bin:/opt/hpcstack/software/pytorch/2.14.1-gpu/bin:$PATH \
+    PATH=/opt/hpcstack/software/pytorch/2.14.1-gpu/venv/bin:/opt/hpcstack/software/pytorch/2.14.1-gpu/bin:${PATH} \
     PIP_CONSTRAINT=/opt/hpcstack/software/pytorch/2.14.1-gpu/.hpcstack/constraints.txt \
     PYTHONNOUSERSITE=1 \
     PYTHONPATH=/opt/hpcstack/software/pytorch/2.14.1-gpu/venv/lib/python3.11/site-packages \

@@ -1004,11 +1004,18 @@ depends_on("cray-mpich")
 
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
-    local fh = io.open(pathJoin(venv, "bin", "activate"), "r")
-    local text = fh and fh:read("*a") or ""
-    if fh then fh:close() end
+    local activate = pathJoin(venv, "bin", "activate")
+    local text = ""
+    if venv:sub(1, 1) == "/" and activate:sub(1, 1) == "/" and isFile(activate) then
+        local fh = io.open(activate, "r")
+        if fh then
+            text = fh:read(1048576) or ""
+            fh:close()
+        end
+    end
     if not text:find("# >>> hpcstack pytorch/2.14.1-gpu >>>", 1, true) then
-        LmodMessage((("pytorch/2.14.1-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload pytorch/2.14.1-gpu; deactivate; module load pytorch/2.14.1-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return venv end)))
+        local shown = venv:gsub("%c", "?")
+        LmodMessage((("pytorch/2.14.1-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload pytorch/2.14.1-gpu; deactivate; module load pytorch/2.14.1-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return shown end)))
     end
 end
 

@@ -18,11 +18,18 @@ depends_on("python/3.12.1-gpu")
 
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
-    local fh = io.open(pathJoin(venv, "bin", "activate"), "r")
-    local text = fh and fh:read("*a") or ""
-    if fh then fh:close() end
+    local activate = pathJoin(venv, "bin", "activate")
+    local text = ""
+    if venv:sub(1, 1) == "/" and activate:sub(1, 1) == "/" and isFile(activate) then
+        local fh = io.open(activate, "r")
+        if fh then
+            text = fh:read(1048576) or ""
+            fh:close()
+        end
+    end
     if not text:find("# >>> hpcstack pytorch/2.3.1-gpu >>>", 1, true) then
-        LmodMessage((("pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@"):gsub("@VENV@", function() return venv end)))
+        local shown = venv:gsub("%c", "?")
+        LmodMessage((("pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@"):gsub("@VENV@", function() return shown end)))
     end
 end
 

@@ -20,12 +20,16 @@ depends-on python/3.12.1-gpu
 
 if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUAL_ENV) ne ""} {
     set hpcstack_extended 0
-    if {![catch {open [file join $::env(VIRTUAL_ENV) bin activate] r} hpcstack_fh]} {
-        set hpcstack_extended [expr {[string first {# >>> hpcstack pytorch/2.3.1-gpu >>>} [read $hpcstack_fh]] >= 0}]
+    set hpcstack_activate [file join $::env(VIRTUAL_ENV) bin activate]
+    if {[file pathtype $::env(VIRTUAL_ENV)] eq "absolute" && [string index $hpcstack_activate 0] eq "/"
+            && [file isfile $hpcstack_activate] && [file readable $hpcstack_activate]
+            && ![catch {open $hpcstack_activate {RDONLY NONBLOCK}} hpcstack_fh]} {
+        catch {set hpcstack_extended [expr {[string first {# >>> hpcstack pytorch/2.3.1-gpu >>>} [read $hpcstack_fh 1048576]] >= 0}]}
         close $hpcstack_fh
     }
     if {!$hpcstack_extended} {
-        puts stderr [string map [list @VENV@ $::env(VIRTUAL_ENV)] {pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@}]
+        regsub -all {[[:cntrl:]]} $::env(VIRTUAL_ENV) ? hpcstack_venv
+        puts stderr [string map [list @VENV@ $hpcstack_venv] {pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@}]
     }
 }
 
