@@ -5,9 +5,10 @@ The exports are generic: nothing in ``hpcstack/`` names this recipe. Golden file
 the GPU-architecture preflight: its one line is a golden file too) and validation dry-runs
 (the install script carries the constraints file and the modulefiles), the ReFrame check and
 its settings (``validate --emit reframe``), the CycloneDX SBOM (``hpcstack action sbom`` with the
-dry-run's own spec; the number of a component's hashes, not each) and the Jupyter kernel (launcher and ``kernel.json``); for cirrus also the
-Dockerfile and Apptainer definition (perlmutter's site config has no ``container`` section: a
-clear error). The easyconfig reads PyPI: tests/test_pytorch_next_easyconfig.py.
+dry-run's own spec; the number of a component's hashes, not each) and the Jupyter kernel (launcher and ``kernel.json``); for localhost the
+Dockerfile and Apptainer definition (cirrus's are refused as its install is; perlmutter's site
+config has no ``container`` section: a clear error). docs/recipe-pytorch-next.md lists every
+golden file of the recipe (tests/test_docs_pages.py). The easyconfig reads PyPI: tests/test_pytorch_next_easyconfig.py.
 
 Normalised before the comparison: the build id, hpcstack's data directory and version, the uv
 binary, the validation's output directory, the SBOM's serial number and time stamp, and the
