@@ -27,9 +27,9 @@ def inner(pytester, monkeypatch):
     shutil.copy(CONFTEST, pytester.path / "conftest.py")
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg")
-    pytester.makeini("[pytest]\n" + "".join(f"{key} ={textwrap.indent(value, '    ')}\n"
-                                             for key, value in cfg["tool:pytest"].items()
-                                             if key in ("addopts", "markers")))
+    settings = [f"{key} ={textwrap.indent(value, '    ')}\n" for key, value in cfg["tool:pytest"].items()
+                if key in ("addopts", "markers")]
+    pytester.makeini("[pytest]\n" + "".join(settings))
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.delenv("HPCSTACK_UPDATE_GOLDEN", raising=False)
     return pytester
