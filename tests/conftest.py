@@ -3,9 +3,10 @@ through every step; the test run's policy on markers, skips and expected failure
 
 Levels: every test has exactly one of ``unit``, ``integration`` and ``e2e``:
 
-* ``unit``: needs nothing outside its environment: no root, no network (servers a test starts on
-  127.0.0.1 are fine), nothing under /opt/hpcstack, no module tool; the real ``hpcstack`` command
-  and Python's own tools (bash, the compilers' ``--version``) only. Seconds each.
+* ``unit``: needs nothing outside its environment and the base system: no root, no network
+  (servers a test starts on 127.0.0.1 are fine), nothing under /opt/hpcstack or the machine's
+  hpcstack cache, no module tool; the real ``hpcstack`` command of this environment, bash and
+  what a build key probes (the compilers' ``--version``). Seconds each.
   ``scripts/run-tests --quick`` runs these; the full run runs them as a throw-away unprivileged
   user in a sandbox that has no network and no /opt/hpcstack and hides the module tools
   (``scripts/run-tests --unit-sandbox``), so a unit test that needs more fails there. A unit test
@@ -35,6 +36,7 @@ cannot run, but CI does not show it green.
 Shipped data: tests read what the installed package holds (``hpcstack.data_root()``),
 not the checkout, where the two can differ (under scripts/run-tests the installed wheel is tested).
 """
+
 from __future__ import annotations
 
 import os
