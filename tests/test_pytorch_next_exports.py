@@ -18,7 +18,6 @@ tests/test_pytorch_next_exports.py`` and review the diff of ``tests/golden/``.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import re
@@ -29,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import hpcstack
+from hpcstack.fsutil import current_user
 from conftest import REPO, assert_golden, hpcstack as run_hpcstack
 from hpcstack import __version__
 
@@ -47,7 +47,7 @@ def normalise(text: str) -> str:
     text = text.replace(hashlib.sha256(LOCK.read_bytes()).hexdigest(), "@LOCK_SHA256@")
     text = re.sub(r"[^\s=\"']*/hpcstack-validate-pytorch-2\.14\.1-gpu-\d{8}-\d{6}", "@VALIDATION_DIR@", text)
     text = re.sub(r"(?<=\s)[^\s=]*/uv(?= pip | build )", "@UV@", text)
-    text = text.replace(f" -user {getpass.getuser()} ", " -user @USER@ ")
+    text = text.replace(f" -user {current_user()} ", " -user @USER@ ")
     text = re.sub(r"hpcstack \d+\.\d+\.\d+[^\s:'\"]*", "hpcstack @VERSION@", text)
     text = text.replace(__version__, "@VERSION@")
     return re.sub(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])", "@BUILD@", text)
