@@ -40,7 +40,7 @@ def test_every_schema_key_has_an_entry_with_its_type_default_example_and_users(r
     for key in _schema_keys():
         assert f"`{key}` {{#{key.replace('.', '-').replace('_', '-')}}}" in page, key
     entry = page.split("`toolchain.cuda.cc_list`", 1)[1].split("\n#", 1)[0]
-    for words in ("| type | list of integer |", "| default | `[]` |", "| used by | `pytorch/2.14.1-gpu`, `pytorch/2.3.1-gpu`",
+    for words in ("| type | list of integer |", "| default | `[]` |", "| used by | `jax/0.10.2-gpu`, `pytorch/2.14.1-gpu`, `pytorch/2.3.1-gpu`",
                   "From `cirrus.yaml`", "cc_list:\n    - 70"):
         assert words in entry, (words, entry)
     assert "| allowed | `environment-modules`, `lmod` |" in page
