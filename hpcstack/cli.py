@@ -129,17 +129,20 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="run the recipe's validation on the installed stack in Slurm jobs across "
                          "nodes (or locally) and judge sanity, performance, start-up and scaling",
         description="Submit one Slurm job per node count; each loads the stack's module and runs the "
-                    "recipe's validation program with every backend it offers (pytorch/2.3.1-gpu: "
-                    "Horovod, then torch.distributed DDP; pytorch/2.14.1-gpu: DDP; mpi4py: MPI); then check sanity, compare the "
-                    "figures with the recipe's references and report start-up per rank and scaling "
-                    "(JSON, markdown, PNG in the output directory). With --local, or for a site "
-                    "without a slurm section: run on --ranks ranks of this host with the site's launcher.")
+                    "recipe's validation program (declared by its validation file: the program, the "
+                    "backends it offers, its workloads, figures and references) once per backend; "
+                    "then check sanity (exit status, the program's result record, exact collectives, "
+                    "world size, every rank's records), compare the figures with the recipe's "
+                    "references and report start-up per rank and scaling (JSON, markdown, PNG in "
+                    "the output directory). With --local, or for a site without a slurm section: "
+                    "run on --ranks ranks of this host with the site's launcher and judge sanity "
+                    "alone.")
     _add_site_args(p)
     p.add_argument("--nodes", metavar="N[,N...]",
                    help="node counts, one job each, e.g. 1,2,4 (default: the site's validation.nodes, else 1,2)")
     p.add_argument("--backend", metavar="NAME",
-                   help="a backend of the recipe's validation (pytorch/2.3.1-gpu: horovod, ddp), or all (also: "
-                        "both); default all, one after the other")
+                   help="a backend of the recipe's validation file (its `backends`: e.g. mpi, ddp, "
+                        "horovod), or all (also: both); default all, one after the other")
     p.add_argument("--partition", help="Slurm partition (default: the site's slurm.partition)")
     p.add_argument("--qos", help="Slurm QoS (default: the site's slurm.qos)")
     p.add_argument("--account", help="Slurm account / budget (default: the site's slurm.account)")
@@ -152,23 +155,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collect", metavar="DIR",
                    help="report on the jobs of an earlier --no-wait run in DIR (waits for them)")
     p.add_argument("--local", action="store_true",
-                   help="no Slurm: run the recipe's first backend that runs here (Horovod; DDP under "
-                        "mpirun where the site names horovodrun) on --ranks ranks of this host (e.g. a "
-                        "compute node you are logged in to) with the site's launcher.command and, "
-                        "as the Slurm jobs would, its slurm.mpi plugin, slurm.cpus_per_task (cores "
-                        "and torch threads per rank), slurm.env (under launcher.env) and the "
-                        "recipe's workload for the site (model, device, sizes); PASS/FAIL from the "
-                        "training program's own checks (collectives, convergence), no report files")
+                   help="no Slurm: run the recipe's first backend that runs here on --ranks ranks of "
+                        "this host (e.g. a compute node you are logged in to) with the site's "
+                        "launcher.command (mpirun for a backend that cannot use the launcher the site "
+                        "names, e.g. horovodrun) and, as the Slurm jobs would, its slurm.mpi plugin, "
+                        "slurm.cpus_per_task (cores and threads per rank), slurm.env (under "
+                        "launcher.env) and the recipe's workload for the site (its settings, e.g. "
+                        "device and sizes); PASS/FAIL from sanity alone (the program's own checks, "
+                        "its world size): the figures are printed, never compared with the "
+                        "references; no report files")
     p.add_argument("--ranks", type=int, metavar="N", help="with --local: ranks (default: the site's launcher.ranks)")
     p.add_argument("--workload", metavar="NAME",
-                   help="train a named workload of the recipe's validation file instead of its "
-                        "workload for the site, e.g. digits: a small CNN on scikit-learn's 8x8 "
-                        "handwritten digits, judged on its test accuracy (reported next to img/s); "
-                        "on the site's device (default: the recipe's workload for the site)")
+                   help="run a named workload of the recipe's validation file instead of its "
+                        "workload for the site (e.g. pytorch's digits: a small CNN judged on its test "
+                        "accuracy; jax's corrupted: a negative control that must fail); on the "
+                        "site's device unless it names one (default: the recipe's workload for the site)")
     p.add_argument("--json", action="store_true", help="print the result (or with --dry-run the job scripts) as JSON")
     p.add_argument("--emit", nargs=2, metavar=("FORMAT", "DIR"),
                    help="write the validation for another tool into DIR instead of running it: "
-                        "reframe: a ReFrame check (the same trainer, options, sanity and performance "
+                        "reframe: a ReFrame check (the same program, options, sanity and performance "
                         "references, per --nodes and --backend) and a ReFrame site configuration "
                         "for the site; run with: reframe -C DIR/settings.py -c DIR -r")
 

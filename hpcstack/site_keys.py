@@ -3,9 +3,10 @@
 :data:`hpcstack.site.SCHEMA` says what a key may hold (type, allowed values, pattern); this
 module says what it is for, its default when left out, and what reads it. The documentation
 site's reference page (``docs/hooks/reference.py``) joins the two with an example from the
-shipped site configs and the recipes that use each key. A key of the schema missing here is
-still listed there, marked as not described yet; a description written as the schema's own
-``description`` (and ``default``) keyword takes precedence over this table.
+shipped site configs and the recipes that use each key. A key of the schema missing here fails
+that build (``mkdocs build --strict``; ``tests/test_docs_reference.py`` checks it without MkDocs);
+a description written as the schema's own ``description`` (and ``default``) keyword takes
+precedence over this table.
 
 ``used_by`` names what reads the key: ``"install"`` (the install machinery, so every recipe),
 ``"validate"`` (``hpcstack validate`` and its ReFrame check: recipes with a ``Validation``
@@ -93,6 +94,11 @@ KEYS: dict[str, Key] = {
     "modules.build": Key("Modules loaded only to build (e.g. `cmake/3.25.2`).", "[]"),
     "modules.runtime": Key("Modules the stack's modulefile `depends-on` besides `base` (e.g. the MPI "
                            "and CUDA modules).", "[]"),
+    "modules.env": Key("Variables every stack's modulefile sets for its users (`setenv`; `module "
+                       "help` lists them), e.g. a launcher default the way users launch on this "
+                       "machine: `SLURM_MPI_TYPE: pmix` where Slurm's `MpiDefault` is none. A "
+                       "user's own value set after `module load` wins; unloading restores the "
+                       "previous one.", "{}", ("Modulefile",)),
     "python": Key("Facts about the base module's Python.", "{}"),
     "python.version": Key("`X.Y` of the base module's Python, when it cannot be asked (a dry run for "
                           "another machine); the lock file is chosen by it.", "null (probed)"),
@@ -140,6 +146,14 @@ KEYS: dict[str, Key] = {
                                          "[] (level 0 only)", ("PipWheels",)),
     "installer.build_cache": Key("Reuse a wheel built from source (Horovod) whose build key is "
                                  "unchanged.", "true", ("HorovodBuild",)),
+    "installer.index_url": Key("The site's package index (a devpi, Nexus or Artifactory mirror the "
+                               "login nodes reach), a PEP 503 \"simple\" URL: the lock's wheels come "
+                               "from it (`--index-url`, in place of the lock's own index line) and "
+                               "the recipes' sdists from its project pages (`<index_url>/<package>/`, "
+                               "found by file name). The lock's and the recipe's sha256 still decide "
+                               "which files are accepted; a bundle, when given, is the only source "
+                               "instead (docs/lifecycle.md, \"A site mirror\").",
+                               "null (the lock's indexes)", ("PipWheels", "SourceBuild")),
     "permissions": Key("Who owns an installed stack and who may write it, on top of hpcstack's own "
                        "rule (world-readable, nothing world-writable).", "{}"),
     "permissions.group": Key("A shared software group for the stack's files.", "null"),

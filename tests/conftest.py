@@ -1,15 +1,40 @@
 """Shared fixtures: the real tools the tests need, the installed stack, and a tiny recipe that goes
-through every step; the test run's policy on markers and skips.
+through every step; the test run's policy on markers, skips and expected failures.
 
-Markers: every test carries exactly one of ``unit`` (no network, no root, no installed stack:
-seconds each; ``scripts/run-tests --quick`` runs these), ``integration`` (real external tools:
-module tools, MPI, Slurm, pip/uv from PyPI, root) and ``e2e`` (the installed ``pytorch/2.3.1-gpu``
-stack, through the :func:`installed_stack` fixture, or a fresh machine). A test without one, or
-with two, stops the collection.
+Levels: every test has exactly one of ``unit``, ``integration`` and ``e2e``:
 
-Skips: a test that cannot find its tool skips with the reason. The README's test command
-(scripts/run-tests) installs every tool, so under ``CI=true`` a skip is a failure unless its reason
-starts with one of :data:`ALLOWED_SKIPS`.
+* ``unit``: needs nothing outside its environment and the base system: no root, no network
+  (servers a test starts on 127.0.0.1 are fine), nothing under /opt/hpcstack or the machine's
+  hpcstack cache, no module tool; the real ``hpcstack`` command of this environment, bash and
+  what a build key probes (the compilers' ``--version``). Seconds each.
+  ``scripts/run-tests --quick`` runs these; the full run runs them as a throw-away unprivileged
+  user in a sandbox that has no network and no /opt/hpcstack and hides the module tools
+  (``scripts/run-tests --unit-sandbox``), so a unit test that needs more fails there. A unit test
+  that plans a stack (``install --dry-run``, an export) takes a site that states its Python
+  version (:func:`unit_site`, :func:`site_overlay`): planning then loads no module.
+* ``integration``: real external tools (module tools, MPI, Slurm, compilers such as a CUDA
+  ``nvcc``, pip/uv from PyPI), root; no installed stack.
+* ``e2e``: the installed ``pytorch/2.3.1-gpu`` stack, through the :func:`installed_stack` fixture
+  (added to every e2e test), or a fresh machine (marker ``fresh``).
+
+The level is the closest one: a test's own marker overrides its class's and its module's
+``pytestmark``. A test without one stops the collection, and so does a test, class or module that
+carries two different levels itself (no guess at which was meant). The tests of this policy are
+tests/test_conftest_policy.py.
+
+Skips: a test that cannot find its tool skips with the reason, and a test that checks several
+tools (shells, module tools) skips, naming what did not run, when one of them is missing after the
+others passed: nothing is passed over in silence. The README's test command (scripts/run-tests)
+installs every tool, so under ``CI=true`` a skip is a failure unless its reason starts with one of
+:data:`ALLOWED_SKIPS`, each of which some test uses (test_conftest_policy checks it): "needs a GPU"
+(marker ``gpu``: tests/test_gpu_horovod.py runs where ``nvidia-smi -L`` lists a GPU).
+
+Expected failures: under ``CI=true`` an ``xfail`` (the marker, whether the test then fails or
+passes, or ``pytest.xfail()``) is a failure: a known defect is fixed, or its test says why it
+cannot run, but CI does not show it green.
+
+Shipped data: tests read what the installed package holds (``hpcstack.data_root()``),
+not the checkout, where the two can differ (under scripts/run-tests the installed wheel is tested).
 """
 
 from __future__ import annotations
@@ -25,6 +50,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_MODULES = Path("/opt/hpcstack/base-modulefiles")
@@ -96,14 +122,31 @@ def test_level(item) -> str | None:
     return next((mark.name for mark in item.iter_markers() if mark.name in LEVELS), None)
 
 
+def _doubled_levels(item) -> list[str]:
+    """``"node: level, level"`` for each node of the test (itself with its parameters' marks, its
+    class, its module) that carries two different ones of :data:`LEVELS`."""
+    found = []
+    for node in item.listchain():
+        names = sorted({m.name for m in node.own_markers if m.name in LEVELS})
+        if len(names) > 1:
+            found.append(f"{node.nodeid or node.name}: {', '.join(names)}")
+    return found
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Every test has a level (:func:`test_level`), and only that one of :data:`LEVELS` applies:
     ``-m unit`` selects a test whose module is ``unit`` but which says ``integration`` itself only
-    by its own marker. Stops the run naming the tests without one."""
+    by its own marker. Stops the run (a usage error, before any test runs) naming the tests
+    without a level, and those where one node says two levels (:func:`_doubled_levels`): which of
+    them the test meant is not for the collection to guess."""
     missing = [item.nodeid for item in items if test_level(item) is None]
     if missing:
         raise pytest.UsageError(f"each test needs one of the markers {', '.join(LEVELS)} "
                                 "(tests/conftest.py):\n  " + "\n  ".join(missing))
+    doubled = sorted({line for item in items for line in _doubled_levels(item)})
+    if doubled:
+        raise pytest.UsageError(f"a test, class or module carries two of the markers {', '.join(LEVELS)}; "
+                                "give it one (tests/conftest.py):\n  " + "\n  ".join(doubled))
     levels = {item.nodeid: test_level(item) for item in items}
     for item in items:  # keep the closest level marker only, so that -m selects by the real level
         for node in item.listchain():
@@ -122,9 +165,13 @@ def _skip_reason(report) -> str:
     return reason.removeprefix("Skipped: ")
 
 
+def _in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
 def _fail_skip_in_ci(report) -> None:
     """Under ``CI=true``, turn a skip whose reason is not in :data:`ALLOWED_SKIPS` into a failure."""
-    if os.environ.get("CI") != "true" or not report.skipped or hasattr(report, "wasxfail"):
+    if not _in_ci() or not report.skipped or hasattr(report, "wasxfail"):
         return
     reason = _skip_reason(report)
     if not reason.startswith(ALLOWED_SKIPS):
@@ -133,10 +180,27 @@ def _fail_skip_in_ci(report) -> None:
                            f"(tests/conftest.py ALLOWED_SKIPS): {reason}")
 
 
+def _fail_xfail_in_ci(report, call) -> None:
+    """Under ``CI=true``, turn an expected failure into a failure: an ``xfail`` marker whose test
+    fails (XFAIL) or passes (XPASS), and a ``pytest.xfail()`` call. A known defect is fixed, or
+    its test is removed with the reason in the commit; CI does not carry it as green."""
+    if not _in_ci() or not hasattr(report, "wasxfail"):
+        return
+    reason = report.wasxfail
+    del report.wasxfail  # else the terminal reports it as XFAIL/XPASS whatever the outcome
+    called = call.excinfo is not None and call.excinfo.errisinstance(pytest.xfail.Exception)
+    state = "called pytest.xfail()" if called else "passed" if report.passed else "failed"
+    report.outcome = "failed"
+    report.longrepr = (f"xfail in CI, where an expected failure is a failure (tests/conftest.py): "
+                       f"the test {state}; xfail reason: {reason or '(none given)'}")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
-    _fail_skip_in_ci(outcome.get_result())
+    report = outcome.get_result()
+    _fail_xfail_in_ci(report, call)
+    _fail_skip_in_ci(report)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -177,6 +241,52 @@ def localhost_ready(modules_tool):
     for tool in ("mpicc", "mpirun", "cmake", "patch"):
         if not shutil.which(tool):
             pytest.skip(f"{tool} missing; run scripts/localhost-setup")
+
+
+#: The Python (X.Y) of the interpreter that runs the tests: the one the localhost sites' base
+#: module gives (scripts/localhost-setup writes python/X.Y for the machine's Python, and
+#: scripts/run-tests runs the tests in an environment of that Python). A unit test's site states
+#: it (``python: {version: X.Y}``), so that planning (``install --dry-run``, the exports) loads no
+#: module and needs neither a module tool nor /opt/hpcstack/base-modulefiles.
+TEST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def unit_site(base: str = "localhost", *, name: str | None = None, roots: Path | None = None,
+              **changes) -> dict:
+    """A unit test's copy of the installed package's site config ``base`` (a dict): it states its
+    Python version (:data:`TEST_PYTHON`, unless ``base`` states one), so that a plan of it loads
+    no module.
+
+    Args:
+        base (str): a built-in site config (``site-configs/<base>.yaml`` of the installed data).
+        name (str | None): the copy's ``name`` (default: ``base``).
+        roots (Path | None): its install and module roots go to ``roots/software`` and
+            ``roots/modulefiles``, so that stacks the machine holds do not change what it sees.
+        **changes: top-level keys to set.
+
+    Raises:
+        FileNotFoundError: no such built-in site.
+    """
+    from hpcstack import data_root
+
+    data = yaml.safe_load((data_root() / "site-configs" / f"{base}.yaml").read_text())
+    data["name"] = name or base
+    data.setdefault("python", {}).setdefault("version", TEST_PYTHON)
+    if roots is not None:
+        data["install_root"] = str(roots / "software")
+        data["module_root"] = str(roots / "modulefiles")
+    data.update(changes)
+    return data
+
+
+def site_overlay(repo: Path, base: str = "localhost", **kwargs) -> Path:
+    """A repository (for ``--repo`` or ``HPCSTACK_PATH``) at ``repo`` holding the
+    :func:`unit_site` copy of ``base`` under the same name, so that ``--site <name>`` means the
+    copy, which loads no module. Returns ``repo``; keyword arguments go to :func:`unit_site`."""
+    data = unit_site(base, **kwargs)
+    (repo / "site-configs").mkdir(parents=True, exist_ok=True)
+    (repo / "site-configs" / f"{data['name']}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return repo
 
 
 #: Where the README's main command (scripts/quickstart-localhost) installs ``pytorch/2.3.1-gpu`` for

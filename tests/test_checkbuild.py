@@ -83,7 +83,6 @@ def _fake_horovodrun(tmp_path, output: str, status: int = 0) -> str:
     return str(path)
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("horovodrun, require, status, message", [
     ("/bin/true", "PyTorch", 1, "error: horovodrun --check-build printed nothing"),
     ("GARBAGE", "PyTorch", 1, "error: horovodrun --check-build: line 1 does not parse: 'not horovod'"),

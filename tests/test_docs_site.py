@@ -59,6 +59,22 @@ def site(tmp_path_factory) -> Path:
     return out
 
 
+def test_a_recipe_that_does_not_load_fails_the_strict_build(tmp_path):
+    """The reference hook names the recipe and MkDocs aborts, also with ``--quiet``; the same
+    build of the checkout passes (the ``site`` fixture)."""
+    recipe = tmp_path / "repo" / "recipes" / "broken" / "1.0.py"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text('def recipe(site):\n    raise RuntimeError("no such component")\n')
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet",
+                             "--config-file", str(REPO / "mkdocs.yml"), "--site-dir", str(tmp_path / "site")],
+                            capture_output=True, text=True, timeout=600, cwd=REPO,
+                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "HPCSTACK_PATH": str(tmp_path / "repo")})
+    assert result.returncode == 1, result.stderr[-4000:]
+    assert "reference/site-config.md: recipe broken/1.0 does not load for the localhost site" in result.stderr
+    assert "no such component" in result.stderr
+    assert "Aborted with 1 errors in strict mode" in result.stdout + result.stderr
+
+
 def _render(page: Path, name: str, tmp: Path) -> str:
     """The page's DOM after Chromium rendered it; a screenshot kept as ``<name>.png``."""
     dom = _browser("--dump-dom", page.as_uri(), tmp=tmp)

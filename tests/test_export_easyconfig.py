@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODULES_INIT, REPO, hpcstack
+from conftest import MODULES_INIT, REPO, hpcstack, site_overlay
 
 pytestmark = pytest.mark.unit
 
@@ -89,6 +89,7 @@ def test_an_unreachable_index_fails_with_one_line_and_writes_nothing(tmp_path):
     shutil.copytree(REPO / "recipes" / "pytorch", repo, ignore=shutil.ignore_patterns("__pycache__"))
     lock = repo / "2.3.1-gpu.pypi.lock"
     lock.write_text(lock.read_text().replace("https://pypi.org/simple", "http://127.0.0.1:9/simple"))
+    site_overlay(tmp_path / "repo", roots=tmp_path / "roots")  # localhost stating its Python: no module loads
     out = tmp_path / "out" / "x.eb"
     proc = hpcstack("export", RECIPE, "--site", "localhost", "--repo", str(tmp_path / "repo"),
                     "--format", "easyconfig", "-o", str(out))

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_golden, MODULES_INIT, hpcstack, two_node_cluster
-from test_validate_slurm import STACK, STACK_ARGS, _installed
+from test_validate_slurm import STACK, STACK_ARGS
 
 pytestmark = pytest.mark.unit
 
@@ -173,10 +173,9 @@ def test_reframe_loads_the_check_with_one_test_per_node_count_and_backend(refram
 # ----------------------------------------------------------------------------- real Slurm jobs
 
 @pytest.fixture(scope="module")
-def localhost_stack(reframe_tool):
+def localhost_stack(reframe_tool, installed_stack):
+    """The roots of the installed stack (conftest's ``installed_stack``), with the local cluster up."""
     with two_node_cluster():
-        if not _installed(STACK):
-            pytest.skip(f"{RECIPE} is not installed under {STACK}; install it or set HPCSTACK_VALIDATE_ROOT")
         yield STACK
 
 

@@ -36,6 +36,7 @@ def nvcc():
     return str(NVCC)
 
 
+@pytest.mark.integration  # the real CUDA 13 compiler driver
 def test_the_check_passes_for_capabilities_the_toolkit_offers(nvcc):
     assert CudaArchCheck(nvcc, (80, 90), _nvcc_version()).problems({"PATH": "/usr/bin:/bin"}) == []
 
@@ -67,6 +68,7 @@ def test_the_dry_run_prints_the_same_check(tmp_path):
     assert "for cc in 70; do" in proc.stdout
 
 
+@pytest.mark.integration  # the real CUDA 13 compiler driver
 def test_the_printed_check_fails_in_bash_as_the_preflight_does(nvcc, tmp_path):
     import subprocess
 

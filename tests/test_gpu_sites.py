@@ -22,7 +22,6 @@ asserted one by one (module loads, HOROVOD_* variables, the Lua modulefile, #SBA
 
 from __future__ import annotations
 
-import getpass
 import os
 import re
 import subprocess
@@ -31,6 +30,7 @@ from pathlib import Path
 import pytest
 
 import hpcstack
+from hpcstack.fsutil import current_user
 from conftest import assert_golden, hpcstack as run_hpcstack
 
 pytestmark = pytest.mark.unit
@@ -45,7 +45,7 @@ def normalise(text: str) -> str:
     text = re.sub(r"[^\s=]*/hpcstack-validate-pytorch-2\.3\.1-gpu-\d{8}-\d{6}", "@VALIDATION_DIR@", text)
     text = re.sub(r"(?<=\s)[^\s=]*/uv(?= pip | build )", "@UV@", text)
     # the permissions step hands the files of the user who installs over to the site's mode
-    text = text.replace(f" -user {getpass.getuser()} ", " -user @USER@ ")
+    text = text.replace(f" -user {current_user()} ", " -user @USER@ ")
     return re.sub(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])", "@BUILD@", text)
 
 

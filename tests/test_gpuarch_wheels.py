@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from hpcstack import data_root
 from hpcstack.install import gpuarch
 from hpcstack.site import load_site
 
@@ -24,6 +24,9 @@ UV_CACHE = os.path.join(load_site("localhost").cache_dir, "uv")
 CUOBJDUMP_13 = "/opt/hpcstack/cuda-tools/bin/cuobjdump"
 CUOBJDUMP_12 = "/opt/hpcstack/cuda-12.4/bin/cuobjdump"
 LIBS = ("torch/lib/libtorch_cuda*.so",)
+#: The record of the installed package (the one ``hpcstack lock`` writes and installs read; under
+#: scripts/run-tests the wheel's copy, not the checkout's).
+RECORD_231 = data_root() / "recipes" / "pytorch" / "2.3.1-gpu.pypi.gpu-archs.json"
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def _tool(path: str) -> str:
 
 
 def _recorded_231(python: str):
-    records = gpuarch.load_records(str(REPO / "recipes" / "pytorch" / "2.3.1-gpu.pypi.gpu-archs.json"))
+    records = gpuarch.load_records(str(RECORD_231))
     return next(r for r in records.values() if f"-cp{python}-" in r.file)
 
 
@@ -88,7 +91,7 @@ def test_hpcstack_lock_records_only_wheels_the_lock_pins(torch231, tmp_path):
     wheel = tmp_path / "torch-2.3.1-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         z.write(torch231 / "torch" / "lib" / "libtorch_cuda_linalg.so", "torch/lib/libtorch_cuda_linalg.so")
-    record = REPO / "recipes" / "pytorch" / "2.3.1-gpu.pypi.gpu-archs.json"
+    record = RECORD_231
     before = record.read_text()
     proc = hpcstack("lock", "pytorch/2.3.1-gpu", "--site", "perlmutter", "--gpu-archs-from", str(wheel),
                     env={"PATH": f"{os.path.dirname(_tool(CUOBJDUMP_13))}:{os.environ['PATH']}"})

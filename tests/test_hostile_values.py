@@ -322,8 +322,10 @@ def test_lua_templates_take_hostile_values_as_data(template, tmp_path):
 # ---------------------------------------------------------------------------------------- bash
 
 def _fs_safe(v: str) -> str:
-    """``v`` as a file name (NUL cannot be in one, ``/`` would make directories)."""
-    return v.replace("\x00", "").replace("/", "|")
+    """``v`` as a file name: NUL cannot be in one, ``/`` would make directories, and a name has at
+    most 255 bytes (NAME_MAX; the values hold the marker's path, as long as the temporary
+    directory's: cut, the name keeps the value's hostile characters, which come first)."""
+    return v.replace("\x00", "").replace("/", "|").encode()[:255].decode(errors="ignore")
 
 
 _INIT = """\

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, hpcstack, make_sdist, write_tiny_recipe
+from conftest import REPO, TEST_PYTHON, hpcstack, make_sdist, unit_site, write_tiny_recipe
 from hpcstack import data_root
 from hpcstack.install.components.source import CachedWheelBuild
 from hpcstack.install.plan import BUILD
@@ -26,9 +26,12 @@ DEAD_INDEX = "http://127.0.0.1:9/simple"  # nothing listens there: using it fail
 
 
 def write_site(path: Path, cache_dir: Path | None = None, installer: dict | None = None,
-               build_env: dict | None = None) -> Path:
-    """A copy of the localhost site with the given cache dir, installer section and build env."""
+               build_env: dict | None = None, python: str | None = None) -> Path:
+    """A copy of the localhost site with the given cache dir, installer section and build env;
+    with ``python``, it states that Python version (a dry-run of it then loads no module)."""
     data = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    if python:
+        data["python"] = {"version": python}
     if cache_dir is not None:
         data["cache_dir"] = str(cache_dir)
     if installer is None:
@@ -106,7 +109,8 @@ def test_a_lock_with_two_indexes_lets_uv_look_in_both():
 
 
 def test_pip_backend_is_the_fallback(tmp_path):
-    site = write_site(tmp_path / "s.yaml", installer={"backend": "pip", "compile_bytecode": False})
+    site = write_site(tmp_path / "s.yaml", installer={"backend": "pip", "compile_bytecode": False},
+                      python=TEST_PYTHON)
     script = dry_run("pytorch/2.3.1-gpu", "--site", str(site), "--prefix", str(tmp_path / "sw"))
     wheels = step(script, "wheels")
     assert "-m pip --isolated" in wheels and f"--cache-dir {tmp_path}/sw/.hpcstack/cache/pip" in wheels
@@ -132,7 +136,7 @@ def test_build_step_reuses_a_cached_wheel_or_builds_and_stores_it(tmp_path):
                   'export HOROVOD_CUDA_HOME="${NVHPC_ROOT}/cuda/12.4"',
                   "sdist horovod-0.28.1.tar.gz sha256 92a43f5a", "patch horovod-0.28.1-cxx17.patch sha256"):
         assert probe in build, probe
-    site = write_site(tmp_path / "s.yaml", installer={"build_cache": False})
+    site = write_site(tmp_path / "s.yaml", installer={"build_cache": False}, python=TEST_PYTHON)
     plain = step(dry_run("pytorch/2.3.1-gpu", "--site", str(site), "--prefix", str(tmp_path / "sw")), "build")
     assert "hpcstack_build_key" not in plain and " --no-build-isolation --wheel" in plain
 
@@ -140,9 +144,13 @@ def test_build_step_reuses_a_cached_wheel_or_builds_and_stores_it(tmp_path):
 # ------------------------------------------------------------------------------ the build key
 
 @pytest.fixture(scope="module")
-def horovod_build():
-    """The Horovod build action of the localhost plan (nothing runs)."""
-    site = load_site("localhost")
+def horovod_build(tmp_path_factory):
+    """The Horovod build action of the localhost plan (nothing runs), its roots in a temporary
+    directory (the key reads the stack's python there: none, whatever the machine holds)."""
+    root = tmp_path_factory.mktemp("horovod-build")
+    path = root / "localhost.yaml"
+    path.write_text(yaml.safe_dump(unit_site("localhost", roots=root)))
+    site = load_site(str(path))
     plan = resolve(load_recipe("pytorch/2.3.1-gpu", site), site, python_version="3.11")
     action = next(a for s in plan.steps if s.name == BUILD for a in s.actions
                   if isinstance(a, CachedWheelBuild))

@@ -2,8 +2,8 @@
 and for a local run, and real runs: mpirun and torchrun on this host, torchrun across the local
 2-node Slurm cluster (scripts/localhost-slurm) with the installed stack's torch.
 
-Real runs skip, saying why, when their tool is missing (mpirun: scripts/localhost-setup; torchrun:
-the PyTorch stack, /var/tmp/hpcstack-e2e or /opt/hpcstack, or $HPCSTACK_VALIDATE_ROOT).
+Real runs skip, saying why, when their tool is missing (mpirun: scripts/localhost-setup); torchrun is
+the installed stack's (conftest's ``installed_stack``: the README's main command installs it).
 """
 
 from __future__ import annotations
@@ -125,21 +125,11 @@ def test_a_new_launcher_is_one_registered_class():
 
 # ----------------------------------------------------------------------------- real runs
 
-def _stack_bin() -> Path | None:
-    roots = [os.environ.get("HPCSTACK_VALIDATE_ROOT"), "/var/tmp/hpcstack-e2e", "/opt/hpcstack"]
-    for root in filter(None, roots):
-        venv_bin = Path(root) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin"
-        if (venv_bin / "torchrun").is_file():
-            return venv_bin
-    return None
-
-
-def _needs_torchrun() -> Path:
-    found = _stack_bin()
-    if found is None:
-        pytest.skip("no installed PyTorch stack with torchrun (install pytorch/2.3.1-gpu, or set "
-                    "HPCSTACK_VALIDATE_ROOT)")
-    return found
+def _torchrun_bin(stack: Path) -> Path:
+    """The bin directory of the installed stack's venv (``installed_stack``), which holds torchrun."""
+    venv_bin = stack / "venv" / "bin"
+    assert (venv_bin / "torchrun").is_file(), f"the installed stack has no {venv_bin / 'torchrun'}"
+    return venv_bin
 
 
 PRINT_RANKS = ["sh", "-c", 'echo "rank ${RANK:-$OMPI_COMM_WORLD_RANK} of ${WORLD_SIZE:-$OMPI_COMM_WORLD_SIZE} '
@@ -158,8 +148,8 @@ def test_mpirun_starts_every_local_rank(tmp_path):
 
 
 @pytest.mark.e2e
-def test_torchrun_starts_every_local_rank(tmp_path):
-    venv_bin = _needs_torchrun()
+def test_torchrun_starts_every_local_rank(tmp_path, installed_stack):
+    venv_bin = _torchrun_bin(installed_stack)
     argv = get_launcher("torchrun")().argv(PRINT_RANKS, local_alloc(2))
     env = {**os.environ, "PATH": f"{venv_bin}:{os.environ['PATH']}"}
     proc = LocalScheduler().run(argv, env=env, cwd=str(tmp_path), timeout=300)
@@ -175,8 +165,8 @@ def cluster():
 
 
 @pytest.mark.e2e
-def test_torchrun_across_two_slurm_nodes_meets_at_one_rendezvous(cluster):
-    venv_bin = _needs_torchrun()
+def test_torchrun_across_two_slurm_nodes_meets_at_one_rendezvous(cluster, installed_stack):
+    venv_bin = _torchrun_bin(installed_stack)
     workdir = next(user_writable_dir(TEST_USER, "hpcstack-launch-test-"))
     try:
         slurm = Slurm(submit_as=TEST_USER)

@@ -5,9 +5,10 @@ The exports are generic: nothing in ``hpcstack/`` names this recipe. Golden file
 the GPU-architecture preflight: its one line is a golden file too) and validation dry-runs
 (the install script carries the constraints file and the modulefiles), the ReFrame check and
 its settings (``validate --emit reframe``), the CycloneDX SBOM (``hpcstack action sbom`` with the
-dry-run's own spec; the number of a component's hashes, not each) and the Jupyter kernel (launcher and ``kernel.json``); for cirrus also the
-Dockerfile and Apptainer definition (perlmutter's site config has no ``container`` section: a
-clear error). The easyconfig reads PyPI: tests/test_pytorch_next_easyconfig.py.
+dry-run's own spec; the number of a component's hashes, not each) and the Jupyter kernel (launcher and ``kernel.json``); for localhost the
+Dockerfile and Apptainer definition (cirrus's are refused as its install is; perlmutter's site
+config has no ``container`` section: a clear error). docs/recipe-pytorch-next.md lists every
+golden file of the recipe (tests/test_docs_pages.py). The easyconfig reads PyPI: tests/test_pytorch_next_easyconfig.py.
 
 Normalised before the comparison: the build id, hpcstack's data directory and version, the uv
 binary, the validation's output directory, the SBOM's serial number and time stamp, and the
@@ -17,7 +18,6 @@ tests/test_pytorch_next_exports.py`` and review the diff of ``tests/golden/``.
 
 from __future__ import annotations
 
-import getpass
 import hashlib
 import json
 import re
@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import hpcstack
+from hpcstack.fsutil import current_user
 from conftest import REPO, assert_golden, hpcstack as run_hpcstack
 from hpcstack import __version__
 
@@ -46,7 +47,7 @@ def normalise(text: str) -> str:
     text = text.replace(hashlib.sha256(LOCK.read_bytes()).hexdigest(), "@LOCK_SHA256@")
     text = re.sub(r"[^\s=\"']*/hpcstack-validate-pytorch-2\.14\.1-gpu-\d{8}-\d{6}", "@VALIDATION_DIR@", text)
     text = re.sub(r"(?<=\s)[^\s=]*/uv(?= pip | build )", "@UV@", text)
-    text = text.replace(f" -user {getpass.getuser()} ", " -user @USER@ ")
+    text = text.replace(f" -user {current_user()} ", " -user @USER@ ")
     text = re.sub(r"hpcstack \d+\.\d+\.\d+[^\s:'\"]*", "hpcstack @VERSION@", text)
     text = text.replace(__version__, "@VERSION@")
     return re.sub(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])", "@BUILD@", text)

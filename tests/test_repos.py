@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import HPCSTACK, REPO, hpcstack
+from conftest import HPCSTACK, REPO, TEST_PYTHON, hpcstack, site_overlay
 
 pytestmark = pytest.mark.unit
 
@@ -56,11 +56,13 @@ def _one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 def _site(builtin: Path, name: str, base: str = "localhost", roots: Path | None = None, **changes) -> str:
-    """A copy of the built-in site ``base`` named ``name``; with ``roots``, its install and module
-    roots live there, so that the test does not meet stacks the machine already holds (the README's
-    main command publishes ``pytorch/2.3.1-gpu`` for ``localhost`` under /opt/hpcstack)."""
+    """A copy of the built-in site ``base`` named ``name``, stating its Python version (a dry-run
+    of it loads no module: conftest.TEST_PYTHON); with ``roots``, its install and module roots live
+    there, so that the test does not meet stacks the machine already holds (the README's main
+    command publishes ``pytorch/2.3.1-gpu`` for ``localhost`` under /opt/hpcstack)."""
     data = yaml.safe_load((builtin / "site-configs" / f"{base}.yaml").read_text())
     data["name"] = name
+    data.setdefault("python", {}).setdefault("version", TEST_PYTHON)
     if roots is not None:
         data["install_root"] = str(roots / "software")
         data["module_root"] = str(roots / "modulefiles")
@@ -268,14 +270,16 @@ def test_a_site_whose_name_differs_from_its_file_is_refused_by_name(tmp_path, bu
     assert line == f"error: {path}: name: 'mysite' differs from the file name 'other'"
 
 
-def test_install_dry_run_uses_the_repos_recipe(site_repo, builtin):
+def test_install_dry_run_uses_the_repos_recipe(tmp_path, site_repo, builtin):
+    # the site: localhost stating its Python (no module loads), from a repository without recipes
+    sites = site_overlay(tmp_path / "sites", roots=tmp_path / "roots")
     args = ["install", RECIPE, "--site", "localhost", "--dry-run"]
-    proc = hpcstack(*args, "--repo", str(site_repo), env={"HPCSTACK_PATH": ""})
+    proc = hpcstack(*args, "--repo", str(site_repo), "--repo", str(sites), env={"HPCSTACK_PATH": ""})
     assert proc.returncode == 0, proc.stderr
     assert f"-r {site_repo}/recipes/pytorch/2.3.1-gpu.pypi.lock" in proc.stdout
     assert f"{site_repo}/recipes/pytorch/patches/horovod-0.28.1-cxx17.patch" in proc.stdout
     assert str(builtin / "recipes") not in proc.stdout
-    proc = hpcstack(*args, env={"HPCSTACK_PATH": ""})
+    proc = hpcstack(*args, "--repo", str(sites), env={"HPCSTACK_PATH": ""})
     assert proc.returncode == 0, proc.stderr
     assert f"-r {builtin}/recipes/pytorch/2.3.1-gpu.pypi.lock" in proc.stdout
     assert str(site_repo) not in proc.stdout

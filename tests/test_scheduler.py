@@ -43,7 +43,6 @@ def job(**kw) -> BatchJob:
 
 # ----------------------------------------------------------------------------- rendering
 
-@pytest.mark.integration
 def test_sbatch_options_in_order_and_only_when_set():
     assert job().sbatch_options() == [
         "--job-name=t", "--partition=gpu", "--qos=gpu", "--account=y07", "--nodes=2",
@@ -53,7 +52,6 @@ def test_sbatch_options_in_order_and_only_when_set():
     assert not any(o.startswith(("--qos", "--account", "--gres", "--exclusive", "--export")) for o in opts)
 
 
-@pytest.mark.integration
 def test_rendered_script_sources_module_init_and_keeps_env_for_steps():
     text = render_job_script(job(), header="a test")
     lines = text.splitlines()
@@ -94,14 +92,12 @@ def test_module_hierarchy_loads_before_the_module_root():
     assert "hierarchy" not in render_job_script(job())
 
 
-@pytest.mark.integration
 def test_values_are_shell_quoted():
     text = render_job_script(job(env={"X": "a b; rm -rf /"}, module_use=["/dir with space"]))
     assert "export X='a b; rm -rf /'" in text
     assert "module use '/dir with space'" in text
 
 
-@pytest.mark.integration
 def test_slurm_allocation_lists_hosts_inside_the_job():
     alloc = Slurm().allocation(2, 4, 10)
     assert (alloc.nodes, alloc.ranks, alloc.hosts) == (2, 8, ())
@@ -130,7 +126,6 @@ def test_local_scheduler_runs_one_node_here_and_says_what_is_missing(tmp_path):
         LocalScheduler().run(["no-such-launcher"], env={}, cwd=str(tmp_path))
 
 
-@pytest.mark.integration
 def test_a_new_scheduler_is_one_registered_class():
     @register_scheduler("test-direct")
     class Direct(JobScheduler):
@@ -172,7 +167,6 @@ def test_a_twenty_minute_job_costs_about_150_squeue_calls_not_6000():
     assert calls < 1200 / 0.2 / 30
 
 
-@pytest.mark.integration
 def test_wait_backs_off_between_polls_and_starts_again_when_a_job_ends():
     # job 5 ends at the 4th poll, job 6 at the 7th
     queue = iter(["5 RUNNING\n6 RUNNING\n"] * 3 + ["6 RUNNING\n"] * 3 + [""])
@@ -242,7 +236,6 @@ class FakeRun:
         raise FileNotFoundError(argv[0])
 
 
-@pytest.mark.integration
 def test_submit_parses_parsable_output_and_uses_runuser_as_root(tmp_path):
     fake = FakeRun({"runuser": (0, "4242;cluster\n", ""), "sbatch": (0, "4242\n", "")})
     assert Slurm(submit_as="someone", run=fake).submit(tmp_path / "job.sh") == "4242"
@@ -252,7 +245,6 @@ def test_submit_parses_parsable_output_and_uses_runuser_as_root(tmp_path):
         assert fake.calls[-1][0] == "sbatch"
 
 
-@pytest.mark.unit
 def test_a_script_given_as_text_goes_to_sbatch_on_stdin_not_by_its_path(tmp_path):
     """What is submitted is what hpcstack rendered: no path for sbatch to read later (a user who
     can rename in its directory could swap the file in between), and sbatch runs in ``/``."""
@@ -268,14 +260,12 @@ def test_a_script_given_as_text_goes_to_sbatch_on_stdin_not_by_its_path(tmp_path
     assert kw["input"] == "#!/bin/bash\ntrue\n" and kw["cwd"] == "/"
 
 
-@pytest.mark.integration
 def test_refused_submission_shows_sbatchs_message(tmp_path):
     fake = FakeRun({"sbatch": (1, "", "sbatch: error: Batch job submission failed: Invalid account\n")})
     with pytest.raises(HpcstackError, match="sbatch refused .*Invalid account"):
         Slurm(run=fake).submit(tmp_path / "job.sh")
 
 
-@pytest.mark.integration
 def test_slurm_not_running_says_how_to_start_it(tmp_path):
     fake = FakeRun({"sbatch": (1, "", "sbatch: error: _establish_config_source: failed to fetch config\n"
                                       "sbatch: fatal: Could not establish a configuration source\n")})
@@ -283,7 +273,6 @@ def test_slurm_not_running_says_how_to_start_it(tmp_path):
         Slurm(run=fake).submit(tmp_path / "job.sh")
 
 
-@pytest.mark.integration
 def test_missing_sbatch_says_how_to_get_slurm(tmp_path):
     with pytest.raises(HpcstackError, match="sbatch not found.*localhost-slurm"):
         Slurm(run=FakeRun({})).submit(tmp_path / "job.sh")
@@ -393,7 +382,6 @@ def test_cancelled_job_is_reported_cancelled(workdir):
     assert not (workdir / "sleep.exit").exists()
 
 
-@pytest.mark.integration
 def test_constraint_and_gpus_per_node_replace_gres_where_the_site_asks():
     opts = job(constraint="gpu", gpu_request="gpus-per-node", partition=None).sbatch_options()
     assert "--constraint=gpu" in opts and "--gpus-per-node=4" in opts

@@ -151,7 +151,8 @@ def test_unmounted_the_module_refuses_to_load_and_hpcstack_mount_mounts_it(sq):
     said = " ".join(proc.stderr.split())  # the tool wraps long lines
     assert "is not mounted on this node" in said and f"hpcstack mount {sq['recipe']} --site" in said, said
     assert "while executing" not in proc.stderr  # one message, no Tcl trace
-    if not _missing_cached(LMOD):  # the Lua modulefile of a squashfs site, under Lmod
+    lmod_missing = _missing_cached(LMOD)
+    if not lmod_missing:  # the Lua modulefile of a squashfs site, under Lmod
         from hpcstack.install.components.modulefile import render_for_prefix
         from hpcstack.recipe import load_recipe
         from hpcstack.site import load_site
@@ -175,6 +176,8 @@ def test_unmounted_the_module_refuses_to_load_and_hpcstack_mount_mounts_it(sq):
     assert proc.returncode == 0, proc.stderr
     unit = hpcstack("mount", "tiny/1.0", *sq["where"], "--print-unit")
     assert unit.returncode == 0 and f"{_build(sq)}/venv.sqsh {venv} fuse.squashfuse" in unit.stdout
+    if lmod_missing:  # the Environment Modules half passed; the Lmod half is said, not passed over
+        pytest.skip(f"the Lmod half did not run: {lmod_missing}")
 
 
 def test_mount_refuses_with_one_line(sq, tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import hpcstack, site_overlay
 from hpcstack.install import image
 from hpcstack.site import load_site
 from hpcstack.validate.judge import lookup_references
@@ -53,12 +54,12 @@ def test_cluster_sites_declare_their_parallel_file_system(name):
 
 
 def test_install_prints_the_layout_note_once_and_only_where_it_applies(tmp_path):
-    import subprocess
-    import sys
+    # localhost stating its Python, so that its dry-run loads no module (conftest.site_overlay)
+    overlay = site_overlay(tmp_path / "sites", roots=tmp_path / "roots")
 
     def dry(site):
-        return subprocess.run([sys.executable, "-m", "hpcstack", "install", "pytorch/2.3.1-gpu", "--site", site,
-                               "--dry-run"], capture_output=True, text=True, timeout=120)
+        return hpcstack("install", "pytorch/2.3.1-gpu", "--site", site, "--repo", str(overlay), "--dry-run",
+                        timeout=120)
 
     cirrus = dry("cirrus")
     assert cirrus.returncode == 0, cirrus.stderr

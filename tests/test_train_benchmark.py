@@ -3,10 +3,9 @@
 
 The script runs for real: 2 ranks under Open MPI's ``mpirun`` for each backend (DDP over Gloo,
 Horovod), on the CPU, with the defaults for a 2-core node and a shortened benchmark phase. The
-interpreter is ``$HPCSTACK_TEST_PYTHON`` if set, else the python of an installed pytorch/2.3.1-gpu
-stack (the end-to-end test's under ``$HPCSTACK_E2E_ROOT``, then /opt/hpcstack's), else
-``/opt/hpcdev/bin/python``; it needs torch
-(and horovod.torch for the Horovod tests). Tests skip, with the reason, where these are missing.
+interpreter is the python of the installed pytorch/2.3.1-gpu stack (conftest's ``installed_stack``,
+which the README's main command installs), with torch and horovod.torch. mpirun and scikit-learn
+skip, with the reason, where they are missing.
 The helpers (launcher environment, threads, the collectives check's exact values) run in one
 subprocess of that interpreter, importing the package from the checkout; those that need no torch
 are tested without it in tests/test_trainer_package.py.
@@ -24,16 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import STACK_TOP
-
 pytestmark = pytest.mark.unit
 
 TRAINER_DIR = Path(__file__).resolve().parent.parent / "trainer"
 #: The entry script as the stack installs it; in the checkout it finds the package beside itself.
 SCRIPT = TRAINER_DIR / "hpcstack-train-benchmark"
-DEV_PYTHON = Path("/opt/hpcdev/bin/python")
-STACK_PYTHONS = [Path(top) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin" / "python"
-                 for top in (STACK_TOP, "/opt/hpcstack")]
 # A short benchmark phase; the convergence phase keeps its defaults (tiny model: 100 steps,
 # threshold 1.0) where it must pass.
 FAST = ["--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
@@ -47,19 +41,11 @@ def _probe(python: str, code: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def python() -> str:
-    """The interpreter of the stack under test, with torch importable."""
-    found = [p for p in (*STACK_PYTHONS, DEV_PYTHON) if p.exists()]
-    chosen = os.environ.get("HPCSTACK_TEST_PYTHON") or (str(found[0]) if found else None)
-    if not chosen:
-        pytest.skip("no interpreter: set HPCSTACK_TEST_PYTHON, install the stack, or create "
-                    f"{DEV_PYTHON}")
-    if not shutil.which(chosen):
-        pytest.skip(f"HPCSTACK_TEST_PYTHON={chosen} is not an executable")
+def python(installed_stack: Path) -> str:
+    """The interpreter of the installed stack (conftest's ``installed_stack``), which imports torch."""
+    chosen = str(installed_stack / "venv" / "bin" / "python")
     probe = _probe(chosen, "import torch")
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        pytest.skip(f"{chosen} cannot import torch: {last}")
+    assert probe.returncode == 0, f"{chosen} cannot import torch: {probe.stderr[-2000:]}"
     return chosen
 
 

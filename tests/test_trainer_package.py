@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, STACK_TOP
+from conftest import REPO
 from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.sanity import PythonCheck
 from hpcstack.install.components.trainer import LIBRARY_DIR, PACKAGE, TRAINER, Trainer, trainer_sources
@@ -41,8 +41,6 @@ PACKAGE_DIR = TRAINER_DIR / PACKAGE
 TORCH_FREE = ("errors", "timing", "report", "launch", "collective_cases")
 #: What the package may import besides the standard library and itself.
 THIRD_PARTY = {"torch", "torchvision", "sklearn", "horovod"}
-STACK_PYTHONS = [Path(top) / "software" / "pytorch" / "2.3.1-gpu" / "venv" / "bin" / "python"
-                 for top in (STACK_TOP, "/opt/hpcstack")]
 
 
 def _imports(path: Path) -> list[tuple[str, int, bool]]:
@@ -257,12 +255,9 @@ def test_the_install_step_ships_every_module_and_hashes_each_of_them(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def stack_python() -> str:
-    given = [Path(os.environ["HPCSTACK_TEST_PYTHON"])] if os.environ.get("HPCSTACK_TEST_PYTHON") else []
-    found = [p for p in (*given, *STACK_PYTHONS) if p.exists()]
-    if not found:
-        pytest.skip("no installed pytorch/2.3.1-gpu stack (scripts/quickstart-localhost installs it)")
-    return str(found[0])
+def stack_python(installed_stack: Path) -> str:
+    """The python of the installed stack (conftest's ``installed_stack``)."""
+    return str(installed_stack / "venv" / "bin" / "python")
 
 
 class _ExecContext:

@@ -1,17 +1,15 @@
 """``hpcstack validate`` through Slurm: Cirrus job scripts (dry run), command-line checks, and real
 jobs on the local 2-node cluster that train on the installed localhost stack.
 
-The stack-dependent tests use the stack under $HPCSTACK_VALIDATE_ROOT (a directory holding
-``software/`` and ``modulefiles/``); by default /var/tmp/hpcstack-e2e (where the e2e test installs
-it) if the stack is there, else /opt/hpcstack. They skip, saying why, when it is not installed, when
-not root, or when Slurm is missing (`scripts/localhost-slurm install`). The module fixture starts
+The stack-dependent tests (``e2e``) use the installed stack of the README's main command under
+/opt/hpcstack (conftest's ``installed_stack`` fixture). They skip, saying why, when not root, or when
+Slurm is missing (`scripts/localhost-slurm install`). The module fixture starts
 the local cluster (reusing one already up with 2 nodes, and leaving that one running).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -27,24 +25,8 @@ pytestmark = pytest.mark.unit
 RECIPE = "pytorch/2.3.1-gpu"
 
 
-def _stack_root() -> Path:
-    env = os.environ.get("HPCSTACK_VALIDATE_ROOT")
-    if env:
-        return Path(env)
-    # The end-to-end test (test_e2e_pytorch.py, earlier in the same session) installs its stack
-    # after this module is collected: on a fresh machine neither stack exists yet at this point,
-    # so take the end-to-end one unless only the quickstart's is there.
-    e2e = STACK_TOP
-    opt = Path("/opt/hpcstack")
-    return opt if _installed(opt) and not _installed(e2e) else e2e
-
-
-def _installed(root: Path) -> bool:
-    return ((root / "software" / RECIPE / "bin" / "hpcstack-train-benchmark").is_file()
-            and (root / "modulefiles" / RECIPE).is_file())
-
-
-STACK = _stack_root()
+#: The install and module roots of the installed stack (conftest's ``installed_stack``).
+STACK = STACK_TOP
 STACK_ARGS = ["--prefix", str(STACK / "software"), "--module-root", str(STACK / "modulefiles")]
 
 
@@ -232,10 +214,8 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def stack(cluster):
-    if not _installed(STACK):
-        pytest.skip(f"{RECIPE} is not installed under {STACK} (software/, modulefiles/); install it "
-                    "or set HPCSTACK_VALIDATE_ROOT")
+def stack(cluster, installed_stack):
+    """The roots of the installed stack, with the local cluster up."""
     return STACK
 
 

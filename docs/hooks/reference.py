@@ -4,27 +4,63 @@
   values, default, an example from the shipped site configs, what it is for
   (:mod:`hpcstack.site_keys`) and which recipes use it (the recipes on the search path, loaded
   for the ``localhost`` site, and the components they list);
-* ``reference/cli.md``: every command and option of :func:`hpcstack.cli.build_parser`;
+* ``reference/cli.md``: every command and option of :func:`hpcstack.cli.build_parser`, and of the
+  parsers that commands hand their words to (``hpcstack action``:
+  :func:`hpcstack.install.actions.build_parser`, :data:`DELEGATED`);
 * ``reference/api.md``: the recipe components' API, one mkdocstrings block per module of
   ``hpcstack.install.components`` (and the recipe and validation classes a recipe uses).
 
 A new key, command or component appears without an edit here. The pages are
 ``File.generated`` (MkDocs 1.6): nothing is written into ``docs/``. Run as a script, it prints
 one page (``python docs/hooks/reference.py site-config``).
+
+What the code does not say fails the build: a site-config key without a description in
+:mod:`hpcstack.site_keys`, a recipe on the search path that does not load for ``localhost``, a
+command that hands its words to a parser :data:`DELEGATED` does not name. Each is an error of
+the ``mkdocs`` logger, which ``strict: true`` (mkdocs.yml, ``mkdocs build --strict``) turns into
+a failed build, ``--quiet`` or not; a page function called without a ``problems`` list raises
+:class:`ReferenceProblems` instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
-from pathlib import Path
 
 import yaml
 
-#: Generated page path (relative to docs/) -> function returning its Markdown.
+#: Generated page path (relative to docs/) -> function returning its Markdown; each takes
+#: ``problems`` (a list to append to, or None: raise :class:`ReferenceProblems`).
 PAGES = {}
+
+#: Commands that hand their words to a parser of their own (``hpcstack action VERB …``): command
+#: name -> (the module to import first, ``module:function`` returning that parser).
+DELEGATED = {"action": ("hpcstack.install.components", "hpcstack.install.actions:build_parser")}
+
+log = logging.getLogger("mkdocs.hooks.reference")
+
+
+class ReferenceProblems(Exception):
+    """What the code does not document, one line each (:attr:`problems`).
+
+    Args:
+        problems (list[str]): the lines.
+    """
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def _report(found: list[str], problems: list[str] | None) -> None:
+    """Hand ``found`` to the caller's ``problems`` list, or raise them when it gave none."""
+    if problems is not None:
+        problems.extend(found)
+    elif found:
+        raise ReferenceProblems(found)
 
 
 def _page(path: str):
@@ -97,9 +133,10 @@ def _shipped_sites() -> list[tuple[str, dict]]:
     return [(e.name, yaml.safe_load(e.path.read_text())) for e in entries]
 
 
-def _recipes_by_component() -> tuple[list[str], dict[str, list[str]]]:
+def _recipes_by_component(problems: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """The recipes on the search path and, per component class name (with its bases), the recipes
-    that list one. Each recipe is loaded for the localhost site."""
+    that list one. Each recipe is loaded for the localhost site; one that does not load is a
+    problem (appended to ``problems``): the page would otherwise say less than the recipes do."""
     from hpcstack.recipe import load_recipe
     from hpcstack.repos import RECIPES, default_search_path
     from hpcstack.site import load_site
@@ -108,8 +145,9 @@ def _recipes_by_component() -> tuple[list[str], dict[str, list[str]]]:
     for spec in [e.name for e in default_search_path().entries(RECIPES)]:
         try:
             recipe = load_recipe(spec, site)
-        except Exception as exc:     # a recipe that does not load for localhost is named, not hidden
-            print(f"reference: {spec} does not load for localhost: {exc}", file=sys.stderr)
+        except Exception as exc:     # a recipe that does not load for localhost fails the build
+            problems.append(f"recipe {spec} does not load for the localhost site: "
+                            f"{type(exc).__name__}: {exc}".replace("\n", "; "))
             continue
         names.append(spec)
         for component in getattr(recipe, "components", ()):
@@ -153,13 +191,22 @@ def _example(path: str, sites: list[tuple[str, dict]]) -> str:
 
 
 @_page("reference/site-config.md")
-def site_config_page() -> str:
-    """The site-config reference, every key of the schema."""
+def site_config_page(problems: list[str] | None = None) -> str:
+    """The site-config reference, every key of the schema.
+
+    Args:
+        problems (list[str] | None): where to append what is missing (an undescribed key, a
+            recipe that does not load); None: raise them.
+
+    Raises:
+        ReferenceProblems: something is missing and ``problems`` is None.
+    """
     from hpcstack.site import SCHEMA
     from hpcstack.site_keys import KEYS, REQUIRED
 
+    found: list[str] = []
     sites = _shipped_sites()
-    recipes, users = _recipes_by_component()
+    recipes, users = _recipes_by_component(found)
     out = ["# Site-config reference", "",
            "Generated from the schema in `hpcstack/site.py` and the descriptions in "
            "`hpcstack/site_keys.py` when this site was built. A site config is "
@@ -170,8 +217,9 @@ def site_config_page() -> str:
     body = []
     for path, sub, required in _walk(SCHEMA):
         doc = KEYS.get(path)
-        undescribed = "*Not described yet: add it to `hpcstack/site_keys.py`.*"
-        description = sub.get("description") or (doc.description if doc else undescribed)
+        description = sub.get("description") or (doc.description if doc else "")
+        if not description.strip():
+            found.append(f"site-config key {path} has no description: add it to hpcstack/site_keys.py")
         if "default" in sub:
             default = f"`{sub['default']}`"
         elif required:
@@ -199,6 +247,7 @@ def site_config_page() -> str:
                 when = ", ".join(f"`{k}: {v.get('const')}`" for k, v in cond.items() if "const" in v)
                 rule = "; ".join(f"`{k}` {_allowed(v)}" for k, v in then.items())
                 body += [f"With {when}: {rule}.", ""]
+    _report(found, problems)
     return "\n".join(out + body)
 
 
@@ -226,7 +275,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
         extra = []
         if action.choices and not isinstance(action.choices, dict):
             extra.append("one of " + ", ".join(f"`{c}`" for c in action.choices))
-        if (action.default not in (None, False, [], argparse.SUPPRESS) and action.option_strings
+        if (action.default not in (None, False, [], "", argparse.SUPPRESS) and action.option_strings
                 and "default" not in (action.help or "")):
             extra.append(f"default `{action.default}`")
         if action.required and action.option_strings:
@@ -237,7 +286,25 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
     return rows
 
 
-def _command_section(name: str, help_text: str | None, parser: argparse.ArgumentParser, level: int) -> list[str]:
+def _delegated(name: str, parser: argparse.ArgumentParser, found: list[str]) -> argparse.ArgumentParser:
+    """The parser that documents command ``name``: its own, or the one it hands its words to
+    (:data:`DELEGATED`). A command whose only argument takes the rest of the line
+    (``argparse.REMAINDER``) and that :data:`DELEGATED` does not name is a problem."""
+    command = name.split(" ", 1)[1] if " " in name else name
+    if command in DELEGATED:
+        module, builder = DELEGATED[command]
+        importlib.import_module(module)
+        where, function = builder.split(":")
+        return getattr(importlib.import_module(where), function)()
+    if any(a.nargs == argparse.REMAINDER for a in parser._actions):
+        found.append(f"{name} hands its words to another parser: name it in DELEGATED "
+                     "(docs/hooks/reference.py) so that its verbs and options are listed")
+    return parser
+
+
+def _command_section(name: str, help_text: str | None, parser: argparse.ArgumentParser, level: int,
+                     found: list[str]) -> list[str]:
+    parser = _delegated(name, parser, found)
     usage = parser.format_usage().strip().removeprefix("usage: ")
     lines = [f"{'#' * level} `{name}`", ""]
     if help_text:
@@ -251,14 +318,23 @@ def _command_section(name: str, help_text: str | None, parser: argparse.Argument
     if parser.epilog:
         lines += ["```text", parser.epilog.strip(), "```", ""]
     for sub_name, sub_help, sub in _subparsers(parser):
-        lines += _command_section(f"{name} {sub_name}", sub_help, sub, min(level + 1, 6))
+        lines += _command_section(f"{name} {sub_name}", sub_help, sub, min(level + 1, 6), found)
     return lines
 
 
 @_page("reference/cli.md")
-def cli_page() -> str:
-    """The command reference, every command and option of the parser."""
+def cli_page(problems: list[str] | None = None) -> str:
+    """The command reference, every command and option of the parser (and of the parsers of
+    :data:`DELEGATED`), each command in a section of its own.
+
+    Args:
+        problems (list[str] | None): where to append what is missing; None: raise it.
+
+    Raises:
+        ReferenceProblems: a command hands its words to a parser not named in :data:`DELEGATED`.
+    """
     from hpcstack.cli import build_parser
+    found: list[str] = []
     parser = build_parser()
     lines = ["# Command reference", "",
              "Generated from the argument parser in `hpcstack/cli.py` when this site was built "
@@ -275,15 +351,21 @@ def cli_page() -> str:
               for name, h, _ in _subparsers(parser)]
     lines.append("")
     for name, help_text, sub in _subparsers(parser):
-        lines += _command_section(f"hpcstack {name}", help_text, sub, 2)
+        lines += _command_section(f"hpcstack {name}", help_text, sub, 2, found)
+    _report(found, problems)
     return "\n".join(lines)
 
 
 # --- components API --------------------------------------------------------------------------
 
 @_page("reference/api.md")
-def api_page() -> str:
-    """The recipe components' API: one mkdocstrings block per module."""
+def api_page(problems: list[str] | None = None) -> str:
+    """The recipe components' API: one mkdocstrings block per module (mkdocstrings itself warns,
+    and so fails the strict build, where a docstring does not parse).
+
+    Args:
+        problems (list[str] | None): unused; the pages share one signature.
+    """
     import hpcstack.install.components as components
     modules = ["hpcstack.recipe"]
     modules += sorted(f"{components.__name__}.{m.name}" for m in pkgutil.iter_modules(components.__path__))
@@ -302,16 +384,25 @@ def api_page() -> str:
 # --- the hook --------------------------------------------------------------------------------
 
 def on_files(files, config):
-    """MkDocs event: add the generated pages to the build."""
+    """MkDocs event: add the generated pages to the build; log each problem as an error of the
+    ``mkdocs`` logger, which fails the build under ``strict`` (mkdocs.yml)."""
     from mkdocs.structure.files import File
     for path, make in PAGES.items():
+        problems: list[str] = []
+        content = make(problems)
+        for problem in problems:
+            log.error("reference/%s: %s", path.rsplit("/", 1)[-1], problem)
         existing = files.get_file_from_path(path)
         if existing is not None:
             files.remove(existing)
-        files.append(File.generated(config, path, content=make()))
+        files.append(File.generated(config, path, content=content))
     return files
 
 
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else "site-config"
-    print(PAGES[f"reference/{name}.md"]())
+    found: list[str] = []
+    print(PAGES[f"reference/{name}.md"](found))
+    for line in found:
+        print(f"reference: {line}", file=sys.stderr)
+    sys.exit(1 if found else 0)

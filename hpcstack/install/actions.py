@@ -825,6 +825,31 @@ def _check_written(args) -> None:
         trust.check_dirs(dirs, trust.policy())
 
 
+def build_parser() -> ArgumentParser:
+    """The parser of ``hpcstack action``: ``fetch``, ``unpack`` and every registered verb
+    (:data:`ACTION_VERBS`; the caller imports :mod:`hpcstack.install.components` first, so that
+    the components' verbs are registered). :func:`cli` parses with it, and the documentation's
+    command reference (``docs/hooks/reference.py``) lists its verbs and options.
+
+    Returns:
+        hpcstack.errors.ArgumentParser: the parser (bad arguments raise ``ConfigError``).
+    """
+    parser = ArgumentParser(prog="hpcstack action",
+                            description="run one action of an install's dry-run script")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p = sub.add_parser("fetch", help="download URL to DEST unless DEST has the sha256; check it")
+    p.add_argument("--sha256", required=True, help="the expected sha256 (64 hex digits)")
+    p.add_argument("--page", default="", help="find the file on this package index project page instead")
+    p.add_argument("url", help="where the file is (its last part is the file's name)")
+    p.add_argument("dest", help="the file to write (the download cache's copy)")
+    p = sub.add_parser("unpack", help="unpack ARCHIVE into DEST (emptied first), refusing unsafe members")
+    p.add_argument("archive", help="the tar or zip archive (an sdist)")
+    p.add_argument("dest", help="the directory to unpack into")
+    for name in sorted(ACTION_VERBS):
+        ACTION_VERBS[name].add_arguments(sub.add_parser(name, help=ACTION_VERBS[name].help))
+    return parser
+
+
 def cli(argv: list[str]) -> int:
     """``hpcstack action fetch|unpack|VERB …``: run one action of the dry-run script with the
     code of the real run (the dry-run prints these lines; see the module's docstring).
@@ -847,20 +872,7 @@ def cli(argv: list[str]) -> int:
         HpcstackError: the action failed (``hpcstack`` prints one ``error:`` line, exit 1).
         ConfigError: bad arguments (one line, exit 2).
     """
-    parser = ArgumentParser(prog="hpcstack action",
-                                     description="run one action of an install's dry-run script")
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    p = sub.add_parser("fetch", help="download URL to DEST unless DEST has the sha256; check it")
-    p.add_argument("--sha256", required=True, help="the expected sha256 (64 hex digits)")
-    p.add_argument("--page", default="", help="find the file on this package index project page instead")
-    p.add_argument("url")
-    p.add_argument("dest")
-    p = sub.add_parser("unpack", help="unpack ARCHIVE into DEST (emptied first), refusing unsafe members")
-    p.add_argument("archive")
-    p.add_argument("dest")
-    for name in sorted(ACTION_VERBS):
-        ACTION_VERBS[name].add_arguments(sub.add_parser(name, help=ACTION_VERBS[name].help))
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     _check_written(args)
     if args.verb in ACTION_VERBS:
         return ACTION_VERBS[args.verb].run(args)

@@ -154,9 +154,9 @@ class ReuseWheelVerb:
     @staticmethod
     def add_arguments(parser) -> None:
         """The verb's arguments: ``NAME ENTRY DIST``."""
-        parser.add_argument("name")
-        parser.add_argument("entry")
-        parser.add_argument("dist")
+        parser.add_argument("name", help="the package, for the messages")
+        parser.add_argument("entry", help="the cache entry, <root>/<key>")
+        parser.add_argument("dist", help="where the wheels go (emptied first, on a hit)")
 
     @staticmethod
     def run(args) -> int:

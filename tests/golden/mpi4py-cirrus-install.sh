@@ -127,7 +127,7 @@ wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
 chmod -R u+rwX,go+rX,go-w /work/y07/shared/cirrus-software/mpi4py/.4.1.2-@BUILD@
-find /work/y07/shared/cirrus-software/mpi4py -maxdepth 0 -user root -exec chmod u+rwX,go+rX,go-w '{}' +
+find /work/y07/shared/cirrus-software/mpi4py -maxdepth 0 -user @USER@ -exec chmod u+rwX,go+rX,go-w '{}' +
 
 # --- step module: publish the stack (switch its prefix link atomically) and write the modulefile
 [ -L /work/y07/shared/cirrus-software/mpi4py/4.1.2 ] || [ ! -d /work/y07/shared/cirrus-software/mpi4py/4.1.2 ] || mv -T /work/y07/shared/cirrus-software/mpi4py/4.1.2 /work/y07/shared/cirrus-software/mpi4py/.4.1.2-pre-staging

@@ -129,7 +129,7 @@ wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
 chmod -R u+rwX,go+rX,go-w /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-@BUILD@
-find /global/common/software/PROJECT/hpcstack/mpi4py -maxdepth 0 -user root -exec chmod u+rwX,go+rX,go-w '{}' +
+find /global/common/software/PROJECT/hpcstack/mpi4py -maxdepth 0 -user @USER@ -exec chmod u+rwX,go+rX,go-w '{}' +
 
 # --- step module: publish the stack (switch its prefix link atomically) and write the modulefile
 [ -L /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2 ] || [ ! -d /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2 ] || mv -T /global/common/software/PROJECT/hpcstack/mpi4py/4.1.2 /global/common/software/PROJECT/hpcstack/mpi4py/.4.1.2-pre-staging

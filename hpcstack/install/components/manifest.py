@@ -388,7 +388,7 @@ class SbomVerb:
     def add_arguments(parser) -> None:
         """The verb's arguments: ``--spec JSON`` and ``PATH``."""
         parser.add_argument("--spec", required=True, help="the action's JSON spec, as the dry-run prints it")
-        parser.add_argument("path")
+        parser.add_argument("path", help="the SBOM file to write")
 
     @staticmethod
     def run(args) -> int:

@@ -1,6 +1,6 @@
 """tiny 1.0: the example recipe of docs/recipes.md, a venv with one pinned wheel (six) and a module."""
 
-from hpcstack.install.components import Imports, Modulefile, PipWheels, StackManifest, Venv
+from hpcstack.install.components import Imports, Modulefile, PipWheels, StackManifest, StackTools, Venv
 from hpcstack.recipe import Recipe
 
 
@@ -11,6 +11,9 @@ def recipe(site):
         Venv(),
         # every wheel pinned with its sha256 in 1.0.pypi.lock (`hpcstack lock tiny/1.0`)
         PipWheels("1.0"),
+        # <prefix>/bin: extend-venv-activate (a user's venv on top of the stack) and a pip that
+        # says where packages go; every module help names them
+        StackTools(),
         # <prefix>/.hpcstack/constraints.txt and the SBOM; the module sets PYTHONNOUSERSITE=1
         StackManifest(),
         # sanity check: it imports

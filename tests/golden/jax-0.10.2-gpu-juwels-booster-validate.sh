@@ -1,0 +1,88 @@
+# ===== @VALIDATION_DIR@/n1/job.sh (1 node(s)) =====
+#!/bin/bash
+# hpcstack validation of jax/0.10.2-gpu on juwels-booster:booster, 1 node(s) x 4 rank(s): mpi
+# Written by hpcstack 0.3.0: hpcstack validate jax/0.10.2-gpu --site juwels-booster.
+# Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
+# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
+#SBATCH --job-name=hpcstack-validate-jax-n1
+#SBATCH --partition=booster
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=12
+#SBATCH --gres=gpu:4
+#SBATCH --exclusive
+#SBATCH --time=00:20:00
+#SBATCH --output=@VALIDATION_DIR@/n1/slurm-%j.out
+#SBATCH --chdir=@VALIDATION_DIR@/n1
+#SBATCH --export=NONE
+
+# The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
+# source the module tool's init, then load the stack (its base python module comes with it).
+source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+module use /p/project/PROJECT/hpcstack/modulefiles
+module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" failed" >&2; exit 98; }
+
+# sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
+# the ranks would lose the loaded modules. Steps get this script's environment instead.
+export SLURM_EXPORT_ENV=ALL
+# one torch/OpenMP thread per core of the task (torch would start one per core of the node)
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
+export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
+export NCCL_DEBUG=WARN
+
+echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
+# No `set -e`: every step runs, and the job's exit status is the last failing step's.
+status=0
+
+echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n1/mpi.jsonl
+rc=$?
+echo "$rc" > @VALIDATION_DIR@/n1/mpi.exit
+echo "==> hpcstack: step "mpi": exit status $rc"
+[ "$rc" -eq 0 ] || status=$rc
+exit "$status"
+
+# ===== @VALIDATION_DIR@/n2/job.sh (2 node(s)) =====
+#!/bin/bash
+# hpcstack validation of jax/0.10.2-gpu on juwels-booster:booster, 2 node(s) x 4 rank(s): mpi
+# Written by hpcstack 0.3.0: hpcstack validate jax/0.10.2-gpu --site juwels-booster.
+# Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
+# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
+#SBATCH --job-name=hpcstack-validate-jax-n2
+#SBATCH --partition=booster
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --cpus-per-task=12
+#SBATCH --gres=gpu:4
+#SBATCH --exclusive
+#SBATCH --time=00:20:00
+#SBATCH --output=@VALIDATION_DIR@/n2/slurm-%j.out
+#SBATCH --chdir=@VALIDATION_DIR@/n2
+#SBATCH --export=NONE
+
+# The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
+# source the module tool's init, then load the stack (its base python module comes with it).
+source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+module use /p/project/PROJECT/hpcstack/modulefiles
+module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" failed" >&2; exit 98; }
+
+# sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass on to every step:
+# the ranks would lose the loaded modules. Steps get this script's environment instead.
+export SLURM_EXPORT_ENV=ALL
+# one torch/OpenMP thread per core of the task (torch would start one per core of the node)
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
+export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
+export NCCL_DEBUG=WARN
+
+echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
+# No `set -e`: every step runs, and the job's exit status is the last failing step's.
+status=0
+
+echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n2/mpi.jsonl
+rc=$?
+echo "$rc" > @VALIDATION_DIR@/n2/mpi.exit
+echo "==> hpcstack: step "mpi": exit status $rc"
+[ "$rc" -eq 0 ] || status=$rc
+exit "$status"
+
