@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import hpcstack as package
-from conftest import hpcstack, two_node_cluster, user_writable_dir
+from conftest import hpcstack, site_overlay, two_node_cluster, user_writable_dir
 from moduletools import ENVIRONMENT_MODULES, require
 
 CPU = "jax/0.10.2-cpu"
@@ -113,8 +113,9 @@ def test_cirrus_is_refused_where_the_record_starts_at_sm75(tmp_path):
 
 
 @pytest.mark.unit
-def test_a_cpu_site_is_refused_the_gpu_stack():
-    proc = hpcstack("install", GPU, "--site", "localhost", "--dry-run")
+def test_a_cpu_site_is_refused_the_gpu_stack(tmp_path):
+    repo = site_overlay(tmp_path / "repo")  # localhost, stating its Python: no module tool needed
+    proc = hpcstack("install", GPU, "--site", "localhost", "--repo", str(repo), "--dry-run")
     assert proc.returncode == 2, proc.stderr
     assert error_lines(proc.stderr) == [
         "error: no lock file of this recipe fits site localhost: 0.10.2-gpu.cuda12.lock needs CUDA >= 12.1; "

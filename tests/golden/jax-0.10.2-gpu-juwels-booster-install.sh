@@ -4,10 +4,11 @@
 # stage prefix: /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /p/project/PROJECT/hpcstack/modulefiles/jax/0.10.2-gpu.lua
 set -euo pipefail
-module load Python/3.11.3
+cd /  # every command runs in a directory of root's, never the caller's
 module load Stages/2024
 module load GCC/12.3.0
 module load ParaStationMPI/5.9.2-1
+module load Python/3.11.3
 module load CUDA/12
 module load NCCL/default-CUDA-12
 module load CMake/3.26.3
@@ -530,10 +531,15 @@ def venv_site_packages(venv: Path) -> str:
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
         raise PatchError(f"{python} not found or not executable; is {venv} a venv?")
-    code = 'import sysconfig; print(sysconfig.get_path("purelib"))'
+    # -I -S: nothing of the working directory, the environment or the venv's .pth files runs;
+    # without site, the venv's purelib is sysconfig's for the venv's own prefix
+    code = ("import os, sys, sysconfig\n"
+            "venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))\n"
+            "scheme = 'venv' if 'venv' in sysconfig.get_scheme_names() else 'posix_prefix'\n"
+            "print(sysconfig.get_path('purelib', scheme, {'base': venv, 'platbase': venv}))")
     try:
-        out = subprocess.run([str(python), "-I", "-c", code], check=True, capture_output=True,
-                             text=True, errors="surrogateescape").stdout
+        out = subprocess.run([str(python), "-I", "-S", "-c", code], check=True, capture_output=True,
+                             text=True, errors="surrogateescape", cwd="/").stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or exc
         raise PatchError(f"{python} could not report its site-packages: {detail}") from exc
@@ -541,6 +547,28 @@ def venv_site_packages(venv: Path) -> str:
     if not site.startswith("/") or "\n" in site or ":" in site:
         raise PatchError(f"{python} reported an unusable site-packages path: {site!r}")
     return site
+
+
+def foreign_owner(venv: Path) -> "str | None":
+    """The owner of the venv (its directory, ``bin/`` or ``bin/python``) when that is neither the
+    running account nor root, else None.
+
+    Extending a venv runs its python and rewrites files in a directory its owner controls: run by
+    root (or anyone else) on another user's venv, that user's code would run as the caller.
+    """
+    import pwd
+
+    for path in (venv, venv / "bin", venv / "bin" / "python"):
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if uid not in (0, os.geteuid()):
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
 
 
 def _read(path: Path) -> str:
@@ -698,7 +726,7 @@ Examples:
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage)."""
+    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage or another account's venv)."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("venv", type=Path, help="the virtual environment's directory")
@@ -709,6 +737,11 @@ def main(argv: "list[str] | None" = None) -> int:
                              "script present; 'sh' means bin/activate for bash/zsh/sh)")
     args = parser.parse_args(argv)
     venv = Path(os.path.abspath(args.venv))
+    owner = foreign_owner(venv)
+    if owner:
+        print(f"{PROG}: error: {venv} is {owner}'s: extending it would run its python as you "
+              f"and rewrite files that {owner} controls; let {owner} run {PROG} on it", file=sys.stderr)
+        return 2
     try:
         changed = undo(venv) if args.undo else extend(venv, args.shells)
     except PatchError as exc:
@@ -901,7 +934,9 @@ PYTHONNOUSERSITE=1) but in a venv extended for this module:
 `hpcstack-doctor` checks that venv (or, with none active, ~/.local).
 
 How to launch on juwels-booster (a batch script; `sbatch script`):
-    #SBATCH --partition=booster --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 --gres=gpu:4
+    #SBATCH --partition=booster --account=BUDGET --nodes=2 --ntasks-per-node=4 --cpus-per-task=24 --gres=gpu:4 --exclusive
+    module load Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1
+    module use /p/project/PROJECT/hpcstack/modulefiles   # after the hierarchy: it may reset MODULEPATH
     module load jax/0.10.2-gpu
     export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
     srun python train.py                   # one rank per task (MPI, Horovod)
@@ -917,20 +952,27 @@ whatis("Packages: jax 0.10.2, jaxlib 0.10.2, jax-cuda12-plugin 0.10.2, jax-cuda1
 whatis("Keywords: jax, jaxlib, jax-cuda12-plugin, jax-cuda12-pjrt, nvidia-cudnn-cu12, machine learning, automatic differentiation, XLA, GPU, CUDA")
 whatis("Hardware: GPUs, CUDA 12.2 (site juwels-booster)")
 
-depends_on("Python/3.11.3")
 depends_on("Stages/2024")
 depends_on("GCC/12.3.0")
 depends_on("ParaStationMPI/5.9.2-1")
+depends_on("Python/3.11.3")
 depends_on("CUDA/12")
 depends_on("NCCL/default-CUDA-12")
 
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
-    local fh = io.open(pathJoin(venv, "bin", "activate"), "r")
-    local text = fh and fh:read("*a") or ""
-    if fh then fh:close() end
+    local activate = pathJoin(venv, "bin", "activate")
+    local text = ""
+    if venv:sub(1, 1) == "/" and activate:sub(1, 1) == "/" and isFile(activate) then
+        local fh = io.open(activate, "r")
+        if fh then
+            text = fh:read(1048576) or ""
+            fh:close()
+        end
+    end
     if not text:find("# >>> hpcstack jax/0.10.2-gpu >>>", 1, true) then
-        LmodMessage((("jax/0.10.2-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload jax/0.10.2-gpu; deactivate; module load jax/0.10.2-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return venv end)))
+        local shown = venv:gsub("%c", "?")
+        LmodMessage((("jax/0.10.2-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload jax/0.10.2-gpu; deactivate; module load jax/0.10.2-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return shown end)))
     end
 end
 

@@ -8,7 +8,7 @@
 #SBATCH --partition=booster
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=12
+#SBATCH --cpus-per-task=24
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -19,6 +19,10 @@
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
 source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+module load Stages/2024 || { echo "hpcstack: module load "Stages/2024" failed" >&2; exit 98; }
+module load GCC/12.3.0 || { echo "hpcstack: module load "GCC/12.3.0" failed" >&2; exit 98; }
+module load ParaStationMPI/5.9.2-1 || { echo "hpcstack: module load "ParaStationMPI/5.9.2-1" failed" >&2; exit 98; }
 module use /p/project/PROJECT/hpcstack/modulefiles
 module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" failed" >&2; exit 98; }
 
@@ -26,18 +30,21 @@ module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" fai
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
 # one torch/OpenMP thread per core of the task (torch would start one per core of the node)
-export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
-export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-24}
+export SRUN_CPUS_PER_TASK=24   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
-srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n1/mpi.jsonl
+srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=24 /p/project/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n1/mpi.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n1/mpi.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n1/mpi.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n1/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
@@ -52,7 +59,7 @@ exit "$status"
 #SBATCH --partition=booster
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=4
-#SBATCH --cpus-per-task=12
+#SBATCH --cpus-per-task=24
 #SBATCH --gres=gpu:4
 #SBATCH --exclusive
 #SBATCH --time=00:20:00
@@ -63,6 +70,10 @@ exit "$status"
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
 source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+module load Stages/2024 || { echo "hpcstack: module load "Stages/2024" failed" >&2; exit 98; }
+module load GCC/12.3.0 || { echo "hpcstack: module load "GCC/12.3.0" failed" >&2; exit 98; }
+module load ParaStationMPI/5.9.2-1 || { echo "hpcstack: module load "ParaStationMPI/5.9.2-1" failed" >&2; exit 98; }
 module use /p/project/PROJECT/hpcstack/modulefiles
 module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" failed" >&2; exit 98; }
 
@@ -70,18 +81,21 @@ module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" fai
 # the ranks would lose the loaded modules. Steps get this script's environment instead.
 export SLURM_EXPORT_ENV=ALL
 # one torch/OpenMP thread per core of the task (torch would start one per core of the node)
-export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-12}
-export SRUN_CPUS_PER_TASK=12   # srun >= 22.05 does not inherit --cpus-per-task
+export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-24}
+export SRUN_CPUS_PER_TASK=24   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=WARN
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
-srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=12 /p/project/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n2/mpi.jsonl
+srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=24 /p/project/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n2/mpi.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n2/mpi.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n2/mpi.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n2/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"

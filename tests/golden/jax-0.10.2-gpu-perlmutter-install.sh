@@ -4,9 +4,11 @@
 # stage prefix: /global/common/software/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@ (build @BUILD@)
 # modulefile: /global/common/software/PROJECT/hpcstack/modulefiles/jax/0.10.2-gpu.lua
 set -euo pipefail
+cd /  # every command runs in a directory of root's, never the caller's
 module load python
-module load cudatoolkit
+module load cudatoolkit/12.2
 module load cray-mpich
+module load nccl/2.21.5
 
 # --- step venv: create the venv on top of the site's Python module
 python3 -m venv --clear --without-pip /global/common/software/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/venv
@@ -526,10 +528,15 @@ def venv_site_packages(venv: Path) -> str:
     python = venv / "bin" / "python"
     if not os.access(python, os.X_OK):
         raise PatchError(f"{python} not found or not executable; is {venv} a venv?")
-    code = 'import sysconfig; print(sysconfig.get_path("purelib"))'
+    # -I -S: nothing of the working directory, the environment or the venv's .pth files runs;
+    # without site, the venv's purelib is sysconfig's for the venv's own prefix
+    code = ("import os, sys, sysconfig\n"
+            "venv = os.path.dirname(os.path.dirname(os.path.abspath(sys.executable)))\n"
+            "scheme = 'venv' if 'venv' in sysconfig.get_scheme_names() else 'posix_prefix'\n"
+            "print(sysconfig.get_path('purelib', scheme, {'base': venv, 'platbase': venv}))")
     try:
-        out = subprocess.run([str(python), "-I", "-c", code], check=True, capture_output=True,
-                             text=True, errors="surrogateescape").stdout
+        out = subprocess.run([str(python), "-I", "-S", "-c", code], check=True, capture_output=True,
+                             text=True, errors="surrogateescape", cwd="/").stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or exc
         raise PatchError(f"{python} could not report its site-packages: {detail}") from exc
@@ -537,6 +544,28 @@ def venv_site_packages(venv: Path) -> str:
     if not site.startswith("/") or "\n" in site or ":" in site:
         raise PatchError(f"{python} reported an unusable site-packages path: {site!r}")
     return site
+
+
+def foreign_owner(venv: Path) -> "str | None":
+    """The owner of the venv (its directory, ``bin/`` or ``bin/python``) when that is neither the
+    running account nor root, else None.
+
+    Extending a venv runs its python and rewrites files in a directory its owner controls: run by
+    root (or anyone else) on another user's venv, that user's code would run as the caller.
+    """
+    import pwd
+
+    for path in (venv, venv / "bin", venv / "bin" / "python"):
+        try:
+            uid = os.lstat(path).st_uid
+        except OSError:
+            continue
+        if uid not in (0, os.geteuid()):
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
 
 
 def _read(path: Path) -> str:
@@ -694,7 +723,7 @@ Examples:
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage)."""
+    """Command-line entry point; returns the exit status (0 ok, 1 refused, 2 usage or another account's venv)."""
     parser = argparse.ArgumentParser(prog=PROG, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("venv", type=Path, help="the virtual environment's directory")
@@ -705,6 +734,11 @@ def main(argv: "list[str] | None" = None) -> int:
                              "script present; 'sh' means bin/activate for bash/zsh/sh)")
     args = parser.parse_args(argv)
     venv = Path(os.path.abspath(args.venv))
+    owner = foreign_owner(venv)
+    if owner:
+        print(f"{PROG}: error: {venv} is {owner}'s: extending it would run its python as you "
+              f"and rewrite files that {owner} controls; let {owner} run {PROG} on it", file=sys.stderr)
+        return 2
     try:
         changed = undo(venv) if args.undo else extend(venv, args.shells)
     except PatchError as exc:
@@ -888,6 +922,10 @@ What loading it changes (unloading restores each):
     UV_CONSTRAINT=$HPCSTACK_JAX_ROOT/.hpcstack/constraints.txt: replace your
     own settings; pip and uv keep the stack's versions of its packages in
     your venv (and refuse what breaks them)
+    NCCL_SOCKET_IFNAME=hsn: set for everyone on this site (its modules.env;
+    your own value after `module load` wins)
+    MPICH_GPU_SUPPORT_ENABLED=0: set for everyone on this site (its
+    modules.env; your own value after `module load` wins)
     SLURM_EXPORT_ENV: NONE (a job of `sbatch --export=NONE`) becomes ALL, so
     the tasks srun starts get this module's environment
 
@@ -898,7 +936,7 @@ PYTHONNOUSERSITE=1) but in a venv extended for this module:
 `hpcstack-doctor` checks that venv (or, with none active, ~/.local).
 
 How to launch on perlmutter (a batch script; `sbatch script`):
-    #SBATCH --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4
+    #SBATCH --qos=regular --constraint=gpu --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 --gpus-per-node=4 --exclusive
     module load jax/0.10.2-gpu
     export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
     srun python train.py                   # one rank per task (MPI, Horovod)
@@ -915,16 +953,24 @@ whatis("Keywords: jax, jaxlib, jax-cuda12-plugin, jax-cuda12-pjrt, nvidia-cudnn-
 whatis("Hardware: GPUs, CUDA 12.2 (site perlmutter)")
 
 depends_on("python")
-depends_on("cudatoolkit")
+depends_on("cudatoolkit/12.2")
 depends_on("cray-mpich")
+depends_on("nccl/2.21.5")
 
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
-    local fh = io.open(pathJoin(venv, "bin", "activate"), "r")
-    local text = fh and fh:read("*a") or ""
-    if fh then fh:close() end
+    local activate = pathJoin(venv, "bin", "activate")
+    local text = ""
+    if venv:sub(1, 1) == "/" and activate:sub(1, 1) == "/" and isFile(activate) then
+        local fh = io.open(activate, "r")
+        if fh then
+            text = fh:read(1048576) or ""
+            fh:close()
+        end
+    end
     if not text:find("# >>> hpcstack jax/0.10.2-gpu >>>", 1, true) then
-        LmodMessage((("jax/0.10.2-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload jax/0.10.2-gpu; deactivate; module load jax/0.10.2-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return venv end)))
+        local shown = venv:gsub("%c", "?")
+        LmodMessage((("jax/0.10.2-gpu: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload jax/0.10.2-gpu; deactivate; module load jax/0.10.2-gpu; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return shown end)))
     end
 end
 
@@ -944,6 +990,8 @@ prepend_path("PYTHONPATH", "/global/common/software/PROJECT/hpcstack/jax/0.10.2-
 setenv("PYTHONNOUSERSITE", "1")
 setenv("PIP_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/jax/0.10.2-gpu/.hpcstack/constraints.txt")
 setenv("UV_CONSTRAINT", "/global/common/software/PROJECT/hpcstack/jax/0.10.2-gpu/.hpcstack/constraints.txt")
+setenv("NCCL_SOCKET_IFNAME", "hsn")
+setenv("MPICH_GPU_SUPPORT_ENABLED", "0")
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/modulefiles/jax/0.10.2-gpu.lua

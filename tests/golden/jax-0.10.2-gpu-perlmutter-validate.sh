@@ -3,7 +3,6 @@
 # hpcstack validation of jax/0.10.2-gpu on perlmutter:gpu, 1 node(s) x 4 rank(s): mpi
 # Written by hpcstack 0.3.0: hpcstack validate jax/0.10.2-gpu --site perlmutter.
 # Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
-# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
 #SBATCH --job-name=hpcstack-validate-jax-n1
 #SBATCH --qos=regular
 #SBATCH --nodes=1
@@ -33,12 +32,15 @@ export NCCL_DEBUG=WARN
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
 srun --nodes=1 --ntasks-per-node=4 --cpus-per-task=32 /global/common/software/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n1/mpi.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n1/mpi.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n1/mpi.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n1/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
@@ -48,7 +50,6 @@ exit "$status"
 # hpcstack validation of jax/0.10.2-gpu on perlmutter:gpu, 2 node(s) x 4 rank(s): mpi
 # Written by hpcstack 0.3.0: hpcstack validate jax/0.10.2-gpu --site perlmutter.
 # Submit with: sbatch job.sh. Its directory (--chdir, --output) must exist first and be writable on the compute nodes; hpcstack validate creates it.
-# No account given, and this site charges jobs to a budget: pass --account=BUDGET to hpcstack, add #SBATCH --account=BUDGET, or export SBATCH_ACCOUNT=BUDGET before sbatch.
 #SBATCH --job-name=hpcstack-validate-jax-n2
 #SBATCH --qos=regular
 #SBATCH --nodes=2
@@ -78,12 +79,15 @@ export NCCL_DEBUG=WARN
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
+# Each step's status file is made anew beside the old name and renamed over it: a link left at
+# that name is replaced, never written through.
 status=0
 
 echo "==> hpcstack: step "mpi": starting $(date -u +%H:%M:%S)"
 srun --nodes=2 --ntasks-per-node=4 --cpus-per-task=32 /global/common/software/PROJECT/hpcstack/jax/0.10.2-gpu/bin/jax-validate --backend mpi --device gpu --steps 200 --batch-size 1024 --allreduce-bytes 67108864 --output @VALIDATION_DIR@/n2/mpi.jsonl
 rc=$?
-echo "$rc" > @VALIDATION_DIR@/n2/mpi.exit
+hpcstack_tmp=$(mktemp @VALIDATION_DIR@/n2/mpi.exit.XXXXXX) && echo "$rc" > "$hpcstack_tmp" \
+  && chmod 644 "$hpcstack_tmp" && mv -fT "$hpcstack_tmp" @VALIDATION_DIR@/n2/mpi.exit
 echo "==> hpcstack: step "mpi": exit status $rc"
 [ "$rc" -eq 0 ] || status=$rc
 exit "$status"
