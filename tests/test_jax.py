@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 import hpcstack as package
-from conftest import hpcstack, site_overlay, two_node_cluster, user_writable_dir
+from conftest import assert_golden, hpcstack, site_overlay, two_node_cluster, user_writable_dir
+from hpcstack.fsutil import current_user
 from moduletools import ENVIRONMENT_MODULES, require
 
 CPU = "jax/0.10.2-cpu"
@@ -40,6 +41,7 @@ RECIPE_DIR = Path(DATA_DIR) / "recipes" / "jax"
 
 def normalise(text: str) -> str:
     text = text.replace(DATA_DIR, "@HPCSTACK_DATA@")
+    text = text.replace(f" -user {current_user()} ", " -user @USER@ ")  # whoever runs the tests
     text = re.sub(r"[^\s=]*/hpcstack-validate-jax-0\.10\.2-gpu-\d{8}-\d{6}", "@VALIDATION_DIR@", text)
     text = re.sub(r"(?<=\s)[^\s=]*/uv(?= pip | build )", "@UV@", text)
     return re.sub(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])", "@BUILD@", text)
@@ -60,9 +62,7 @@ def test_gpu_dry_run_matches_the_golden_file(site, command):
     assert proc.returncode == 0, proc.stderr
     got = normalise(proc.stdout)
     path = GOLDEN / f"jax-0.10.2-gpu-{site}-{command}.sh"
-    if os.environ.get("HPCSTACK_UPDATE_GOLDEN"):
-        path.write_text(got)
-    assert got == path.read_text(), f"{path} differs: HPCSTACK_UPDATE_GOLDEN=1 regenerates it"
+    assert_golden(path, got)
     if command == "install":
         # the lock's hashes, the cuDNN with Volta kernels, both plugin packages checked
         assert "--require-hashes -r @HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.lock" in got

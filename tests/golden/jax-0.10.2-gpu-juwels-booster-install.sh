@@ -872,7 +872,7 @@ wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
 chmod -R u+rwX,go+rX,go-w /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@
-find /p/project/PROJECT/hpcstack/jax -maxdepth 0 -user root -exec chmod u+rwX,go+rX,go-w '{}' +
+find /p/project/PROJECT/hpcstack/jax -maxdepth 0 -user @USER@ -exec chmod u+rwX,go+rX,go-w '{}' +
 
 # --- step module: publish the stack (switch its prefix link atomically) and write the modulefile
 [ -L /p/project/PROJECT/hpcstack/jax/0.10.2-gpu ] || [ ! -d /p/project/PROJECT/hpcstack/jax/0.10.2-gpu ] || mv -T /p/project/PROJECT/hpcstack/jax/0.10.2-gpu /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-pre-staging

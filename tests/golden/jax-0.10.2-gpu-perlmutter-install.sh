@@ -869,7 +869,7 @@ wait "$hpcstack_sanitycheck_1"
 
 # --- step permissions: make the stack world-readable and not world-writable
 chmod -R u+rwX,go+rX,go-w /global/common/software/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@
-find /global/common/software/PROJECT/hpcstack/jax -maxdepth 0 -user root -exec chmod u+rwX,go+rX,go-w '{}' +
+find /global/common/software/PROJECT/hpcstack/jax -maxdepth 0 -user @USER@ -exec chmod u+rwX,go+rX,go-w '{}' +
 
 # --- step module: publish the stack (switch its prefix link atomically) and write the modulefile
 [ -L /global/common/software/PROJECT/hpcstack/jax/0.10.2-gpu ] || [ ! -d /global/common/software/PROJECT/hpcstack/jax/0.10.2-gpu ] || mv -T /global/common/software/PROJECT/hpcstack/jax/0.10.2-gpu /global/common/software/PROJECT/hpcstack/jax/.0.10.2-gpu-pre-staging
