@@ -102,7 +102,8 @@ def test_the_base_module_is_hidden_until_the_hierarchy_is_loaded(twin):
 
 def test_the_install_plan_loads_the_build_environment(twin):
     head = twin["install"].split("set -euo pipefail\n", 1)[1].split("\n\n", 1)[0]
-    preamble = head.splitlines()
+    cd, *preamble = head.splitlines()
+    assert cd.startswith("cd / "), cd  # the script runs in a directory of root's
     assert all(l.startswith("module load ") for l in preamble), preamble
     assert preamble[:4] == [f"module load {m}" for m in [*HIERARCHY, "Python/3.11.3"]], preamble
     proc = _run(twin, "set -e\n" + "\n".join(preamble))
