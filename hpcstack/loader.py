@@ -138,6 +138,7 @@ class Loader:
         """
         self.site_file(spec)
         site = load_site(spec, install_root=install_root, module_root=module_root, search=self._search)
+        trust.check_inputs(site_code_paths(site), self.policy)
         named = (site.raw.get("permissions") or {}).get("admin_group")
         if named and named != self.policy.admin_group and str(site.path) not in self._noted:
             self._noted.add(str(site.path))
@@ -194,6 +195,43 @@ class Loader:
             trust.check_inputs([Path(os.path.abspath(path))], self.policy, recurse=(path,))
         else:
             trust.check_inputs([Path(os.path.abspath(path))], self.policy)
+
+
+def site_code_paths(site: Site) -> list[Path]:
+    """What a site config names that hpcstack runs, as root too, besides recipes: its module
+    directories (``modules.use``, each with its entries one level down: a modulefile is Tcl or
+    Lua that ``module load`` runs), its module command and init files, and the absolute paths of
+    its toolchain (compilers, ``cuda.home`` with its ``bin/`` and stubs, ``nccl.home``). Only
+    paths that exist and name no ``${VARIABLE}`` (those come from the site's own modules).
+
+    Each is then checked as a site config is (:func:`hpcstack.trust.check_inputs`): a module
+    directory a user created first, or could write, would have root run the user's modulefile.
+
+    Args:
+        site (Site): the loaded site.
+
+    Returns:
+        list[Path]: absolute paths, in the order the config names them.
+    """
+    raw = site.raw
+    mods = raw.get("modules") or {}
+    tc = raw.get("toolchain") or {}
+    cuda, nccl = tc.get("cuda") or {}, tc.get("nccl") or {}
+    named = [*(mods.get("use") or []), mods.get("command"), *(mods.get("init") or {}).values(),
+             *(tc.get(k) for k in ("cc", "cxx", "fc")), cuda.get("home"), cuda.get("stubs"), nccl.get("home")]
+    if cuda.get("home"):
+        named.append(os.path.join(cuda["home"], "bin"))
+    out: list[Path] = []
+    for value in named:
+        if not isinstance(value, str) or not os.path.isabs(value) or "$" in value or not os.path.lexists(value):
+            continue
+        out.append(Path(value))
+        if value in (mods.get("use") or []) and os.path.isdir(value):
+            try:
+                out += sorted(Path(value).iterdir())[:10000]
+            except OSError:
+                pass
+    return out
 
 
 def stack_group(site: Site) -> str | None:

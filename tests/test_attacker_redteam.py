@@ -290,3 +290,30 @@ def test_extend_venv_activate_by_root_on_a_users_venv_is_refused(attacker):
     errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
     assert len(errors) == 1 and "rtuser" in errors[0], proc.stderr
     assert (venv / "bin" / "activate").read_bytes() == before
+
+
+@pytest.mark.parametrize("planted", ["use", "child"])
+def test_a_module_directory_of_the_site_that_the_user_made_first_is_refused(attacker, planted):
+    """A site config (root's) lists a module directory in ``modules.use`` that the user created
+    first (``use``), or that root made but in which the user owns the directory of a module
+    (``child``): root's ``install --dry-run`` would ``module load python`` from it and run the
+    user's modulefile (Tcl ``exec``). The site's module directories are checked as its file is."""
+    mods = attacker.shared / "usermods" if planted == "child" else Path(f"/tmp/hpcstack-usermods-{attacker.shared.name}")
+    try:
+        if planted == "child":
+            mods.mkdir()  # root's, mode 0755; the user's module directory inside it
+        else:
+            attacker.mkdir(mods)  # the user's, made before root's site names it
+        attacker.mkdir(mods / "python")
+        attacker.write(mods / "python" / "99.0", f"#%Module\nexec sh -c {{{attacker.shell_payload()}}}\n")
+        site = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+        site["modules"]["use"] = ["/opt/hpcstack/base-modulefiles", str(mods)]
+        site["modules"]["base"] = "python/99.0"
+        (attacker.shared / "site.yaml").write_text(yaml.safe_dump(site))
+        recipe = write_tiny_recipe(attacker.shared / "recipes", make_sdist(attacker.shared))
+        root_owned(attacker.shared / "recipes", attacker.shared / "site.yaml")
+        proc = hs("install", recipe, "--site", attacker.shared / "site.yaml", "--prefix", attacker.shared / "sw",
+                  "--module-root", attacker.shared / "mf", "--dry-run")
+        refused(attacker, proc, "owned by rtuser")
+    finally:
+        shutil.rmtree(mods, ignore_errors=True)
