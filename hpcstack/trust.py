@@ -63,7 +63,8 @@ _CONFIG_SCHEMA = {
 }
 
 
-def _user(uid: int) -> str:
+def user_name(uid: int) -> str:
+    """The account name of ``uid`` (the number itself where the password database has none)."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -128,7 +129,7 @@ class Policy:
 
     def who(self) -> str:
         """Whom the rule trusts, in words: ``"root"``, ``"root and group hpcadm"``, ``"root and you"``."""
-        who = "root" if self.uid == 0 else f"root and you ({_user(self.uid)})"
+        who = "root" if self.uid == 0 else f"root and you ({user_name(self.uid)})"
         return who + (f" and group {self.admin_group}" if self.admin_group else "")
 
 
@@ -236,7 +237,7 @@ def _problem(st: os.stat_result, pol: Policy, child_trusted: bool) -> str | None
     """Why a path with lstat ``st`` lets an untrusted account change what lies at or below it."""
     sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and child_trusted
     if not pol.trusted_uid(st.st_uid):
-        return f"owned by {_user(st.st_uid)}"
+        return f"owned by {user_name(st.st_uid)}"
     if stat.S_ISLNK(st.st_mode) or sticky:
         return None
     if st.st_mode & 0o002:
@@ -402,7 +403,7 @@ def dir_problem(label: str, path: str | os.PathLike, pol: Policy) -> str | None:
         return None
     where, _, what = problem.partition(": ")
     subject = f"{label} {path}" + ("" if os.path.abspath(where) == os.path.abspath(path) else f": {where}")
-    fix = (f"chown {'root' if pol.uid == 0 else _user(pol.uid)} {where}" if what.startswith("owned by")
+    fix = (f"chown {'root' if pol.uid == 0 else user_name(pol.uid)} {where}" if what.startswith("owned by")
            else f"chmod {'o' if 'every' in what else 'g'}-w {where}")
     return (f"{subject}: {what}; hpcstack writes and reads back only directories that {pol.who()} alone can "
             f"change ({fix}, choose another path, or pass {OVERRIDE})")

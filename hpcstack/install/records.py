@@ -42,7 +42,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import pwd
 import re
 import shutil
 import stat
@@ -51,6 +50,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.trust import user_name
 from hpcstack.install import image
 from hpcstack.install.actions import PRE_STAGING, describe_os_error
 from hpcstack.install.layout import STATE_DIR, StackLayout, default_marker
@@ -80,13 +80,6 @@ class Refused(ConfigError):
         super().__init__([f"refusing to uninstall {stack}: {why}"])
 
 
-def _user(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
 def _owners() -> set[int]:
     """Who may own what uninstall reads and removes: root (and the running user, when not root)."""
     return {0, os.geteuid()}
@@ -95,7 +88,7 @@ def _owners() -> set[int]:
 def _problem(st: os.stat_result) -> str | None:
     """Why what ``st`` describes (lstat) is not root's to remove, or None."""
     if st.st_uid not in _owners():
-        return f"is owned by {_user(st.st_uid)}, not root" + ("" if os.geteuid() == 0 else " or you")
+        return f"is owned by {user_name(st.st_uid)}, not root" + ("" if os.geteuid() == 0 else " or you")
     if (stat.S_ISDIR(st.st_mode) and st.st_mode & 0o002 and not st.st_mode & stat.S_ISVTX):
         return "is writable by every user"
     return None
@@ -141,7 +134,7 @@ class _Walk:
                 return None
             except OSError as exc:
                 self.refuse(f"cannot look at {here}: {describe_os_error(exc)}")
-            why = (f"is a symbolic link owned by {_user(st.st_uid)}" if stat.S_ISLNK(st.st_mode)
+            why = (f"is a symbolic link owned by {user_name(st.st_uid)}" if stat.S_ISLNK(st.st_mode)
                    and st.st_uid not in _owners() else None if stat.S_ISLNK(st.st_mode) else _problem(st))
             if why:
                 self.refuse(f"{here} {why}; hpcstack removes nothing through a path another user can change")
