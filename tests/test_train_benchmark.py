@@ -32,7 +32,7 @@ SCRIPT = TRAINER_DIR / "hpcstack-train-benchmark"
 # threshold 1.0) where it must pass.
 FAST = ["--num-warmup-batches", "2", "--num-batches-per-iter", "3", "--num-iters", "3"]
 RUN_TIMEOUT_S = 180
-RECORD_ORDER = ["config", "collectives", "throughput", "throughput", "throughput_total",
+RECORD_ORDER = ["config", "gpu", "gpu", "collectives", "throughput", "throughput", "throughput_total",
                 "convergence", "startup", "startup", "result"]
 
 
@@ -159,6 +159,14 @@ def test_two_ranks_converge_with_identical_parameters(mpirun, python, backend):
     result = by_kind(records, "result")[0]
     assert result["ok"] is True and result["reasons"] == []
     assert "result: OK" in done.stderr
+
+    # one gpu record per rank: on this CPU node, what each rank would pick (mpirun: local ranks
+    # 0 and 1 of one host, CUDA_VISIBLE_DEVICES as the test's environment has it)
+    gpus = by_kind(records, "gpu")
+    assert [(g["rank"], g["local_rank"], g["local_size"], g["uses"]) for g in gpus] == [
+        (0, 0, 2, "cpu"), (1, 1, 2, "cpu")]
+    assert gpus[0]["host"] == gpus[1]["host"] == socket.gethostname()
+    assert all(g["cuda_visible_devices"] == os.environ.get("CUDA_VISIBLE_DEVICES") for g in gpus)
 
     collectives = by_kind(records, "collectives")[0]
     assert collectives["ok"] is True and collectives["failures"] == []
@@ -473,7 +481,7 @@ def test_skipped_ops_are_summarised_per_reason(collective_cases):
 # --------------------------------------------------------------------------------------------
 
 DIGITS = ["--model", "digits", "--batch-size", "32", "--no-collectives-check"]
-DIGITS_RECORDS = ["config", "throughput", "throughput", "throughput_total", "classifier", "startup", "startup",
+DIGITS_RECORDS = ["config", "gpu", "gpu", "throughput", "throughput", "throughput_total", "classifier", "startup", "startup",
                   "result"]
 
 

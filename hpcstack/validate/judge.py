@@ -75,6 +75,18 @@ def startup_summary(records: list[dict]) -> dict | None:
     return out
 
 
+#: The fields of a ``gpu`` record that the report keeps, per rank.
+GPU_FIELDS = ("rank", "host", "local_rank", "cuda_visible_devices", "device", "physical_gpu", "uses")
+
+
+def gpu_summary(records: list[dict]) -> list[dict]:
+    """Per rank, the GPU it uses or would use, from the ``gpu`` records (:data:`GPU_FIELDS`),
+    sorted by rank; empty when the program writes none."""
+    rows = [r for r in records if r.get("record") == "gpu"]
+    return [{key: r.get(key) for key in GPU_FIELDS}
+            for r in sorted(rows, key=lambda r: _int_or(r.get("rank")))]
+
+
 @dataclass(frozen=True)
 class Reference:
     """A performance reference ``(value, lower, upper, unit)``, ReFrame style.
@@ -242,8 +254,89 @@ def scaling_efficiency(throughput_n: float, throughput_1: float, nodes: int) -> 
     return throughput_n / (nodes * throughput_1)
 
 
+def gpu_binding_reasons(records: list[dict], gpus_per_node: int) -> list[str]:
+    """Why a run's ranks would not each have a GPU of their own (empty when they would).
+
+    Reads the training program's ``gpu`` records (one per rank: ``rank``, ``host``,
+    ``local_rank``, ``cuda_visible_devices``, ``visible``, ``device``, ``physical_gpu``,
+    ``problem``; see ``hpcstack_train.launch.choose_gpu``). They state what each rank uses, or on
+    a node without CUDA (a site twin, a CPU test partition) what it *would* use, given the
+    ``CUDA_VISIBLE_DEVICES`` Slurm set for it. A run fails, one line per problem, when
+
+    * a rank has no GPU of its own or would pick an index it cannot see: its ``problem``, a
+      ``cuda:N`` with N at or past the GPUs it sees (``visible``), or, with
+      ``CUDA_VISIBLE_DEVICES`` unset, past the node's ``slurm.gpus_per_node``;
+    * two ranks of one node would use the same physical GPU (the N-th entry of their
+      ``CUDA_VISIBLE_DEVICES``, or N where it is unset): e.g. four ranks that each see ``0,1,2,3``
+      and all pick ``cuda:0``, or ranks bound to one GPU each that pick ``cuda:<local rank>``.
+
+    Each line names the ranks, the node and the ``CUDA_VISIBLE_DEVICES`` they saw. The rule is
+    off (no lines) on a site without GPUs (``gpus_per_node == 0``) and for a program that writes
+    no ``gpu`` records.
+
+    Args:
+        records (list[dict]): the run's JSON-lines records.
+        gpus_per_node (int): the site's ``slurm.gpus_per_node``.
+
+    Returns:
+        list[str]: one line per problem.
+
+    Example:
+        >>> recs = [{"record": "gpu", "rank": r, "host": "n1", "local_rank": r,
+        ...          "cuda_visible_devices": "0,1", "visible": 2, "device": "cuda:0",
+        ...          "physical_gpu": "0"} for r in (0, 1)]
+        >>> gpu_binding_reasons(recs, 4)
+        ["ranks 0, 1 on n1 would share GPU 0 (cuda:0; CUDA_VISIBLE_DEVICES '0,1', '0,1')"]
+    """
+    if not gpus_per_node:
+        return []
+    rows = [r for r in records if r.get("record") == "gpu"]
+
+    def seen(r: dict) -> str:
+        value = r.get("cuda_visible_devices")
+        return "unset" if value is None else repr(str(value))
+
+    def who(r: dict) -> str:
+        return f"rank {r.get('rank')} on {r.get('host')} (local rank {r.get('local_rank')})"
+
+    reasons = []
+    shared: dict[tuple[str, str], list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (str(r.get("host")), _int_or(r.get("rank")))):
+        device, visible = r.get("device"), r.get("visible")
+        index = _int_or(str(device).rpartition(":")[2], None) if device else None
+        if r.get("problem") or index is None:
+            reasons.append(f"{who(r)} has no GPU to use: "
+                           f"{r.get('problem') or 'no device reported'} (CUDA_VISIBLE_DEVICES {seen(r)})")
+            continue
+        if isinstance(visible, int) and index >= visible:
+            reasons.append(f"{who(r)} would pick {device} but sees {visible} GPU(s) "
+                           f"(CUDA_VISIBLE_DEVICES {seen(r)})")
+            continue
+        if visible is None and r.get("cuda_visible_devices") is None and index >= gpus_per_node:
+            reasons.append(f"{who(r)} would pick {device} but the node has {gpus_per_node} GPU(s) "
+                           f"(slurm.gpus_per_node; CUDA_VISIBLE_DEVICES unset)")
+            continue
+        shared.setdefault((str(r.get("host")), str(r.get("physical_gpu"))), []).append(r)
+    for (host, physical), group in shared.items():
+        if len(group) > 1:
+            devices = sorted({str(r.get("device")) for r in group})
+            reasons.append(f"ranks {', '.join(str(r.get('rank')) for r in group)} on {host} would share "
+                           f"GPU {physical} ({', '.join(devices)}; CUDA_VISIBLE_DEVICES "
+                           f"{', '.join(seen(r) for r in group)})")
+    return reasons
+
+
+def _int_or(value, default: int | None = -1) -> int | None:
+    """``int(value)``, or ``default`` when it is not an integer."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
 def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
-                   every_rank: str | None = "throughput", check_ranks: bool = True) -> list[str]:
+                   every_rank: str | None = "throughput", check_ranks: bool = True,
+                   gpus_per_node: int = 0) -> list[str]:
     """Why a run fails its sanity checks (empty when it passes).
 
     Checks, in order: the backend finished (else the job's id, state and exit code are named),
@@ -252,7 +345,8 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
     wrong element); the test accuracy of its ``classifier`` record (``--model digits``), if any,
     reached its threshold (every rank's; the lowest is named); its ``result`` record exists and is ok (the training program's own
     reasons are passed on); it ran on the expected number of ranks, and reported the throughput
-    of every rank; its transport contains ``required_transport`` (e.g. ``nccl`` on GPU sites).
+    of every rank; its transport contains ``required_transport`` (e.g. ``nccl`` on GPU sites);
+    on a site with GPUs, every rank has a GPU of its own (:func:`gpu_binding_reasons`).
 
     Args:
         run (RunOutcome): the run.
@@ -260,6 +354,7 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
         every_rank (str | None): a record kind every rank reports (``"rank": R``), from the
             validation file's ``sanity.every_rank`` (default the trainer's ``throughput``).
         check_ranks (bool): compare the ``config`` record's world size with ``run.ranks``.
+        gpus_per_node (int): the site's ``slurm.gpus_per_node``; 0 turns the GPU rule off.
     """
     if run.exit_status is None:
         return [f"did not finish: job {run.job_id} ended {run.job_state} "
@@ -293,6 +388,7 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
         reasons.append(f"{every_rank} reported for ranks {sorted(per_rank)}, expected 0..{run.ranks - 1}")
     if required_transport and config is not None and required_transport not in str(config.get("transport")):
         reasons.append(f"transport {config.get('transport')!r} does not use {required_transport}")
+    reasons += gpu_binding_reasons(run.records, gpus_per_node)
     return reasons
 
 
@@ -434,6 +530,7 @@ class RunVerdict:
         classifier (ClassifierOutcome): the digits classifier's test accuracy (``ran`` False
             for the synthetic workloads).
         startup (dict | None): start-up time over the ranks (:func:`startup_summary`).
+        gpus (list[dict]): per rank, the GPU it uses or would use (:func:`gpu_summary`).
     """
 
     run: RunOutcome
@@ -444,6 +541,7 @@ class RunVerdict:
     collectives: CollectivesOutcome = field(default_factory=lambda: CollectivesOutcome(ran=False))
     classifier: ClassifierOutcome = field(default_factory=lambda: ClassifierOutcome(ran=False))
     startup: dict | None = None
+    gpus: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -465,7 +563,7 @@ class RunVerdict:
                 "figures": {name: f.to_dict() for name, f in self.figures.items()},
                 "throughput_total_ci95": self.throughput_total_ci95,
                 "collectives": self.collectives.to_dict(), "classifier": self.classifier.to_dict(),
-                "startup": self.startup}
+                "startup": self.startup, "gpus": list(self.gpus)}
 
 
 @dataclass(frozen=True)
@@ -563,7 +661,7 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
           references: dict, required_transport: str | None = None,
           output_dir: str | None = None, jobs: list[dict] | None = None,
           settings: dict | None = None, figures: dict | None = None,
-          every_rank: str | None = "throughput") -> Verdict:
+          every_rank: str | None = "throughput", gpus_per_node: int = 0) -> Verdict:
     """Judge every run: sanity, then each figure against the references.
 
     Args:
@@ -579,6 +677,9 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
         figures (dict[str, Figure] | None): the validation file's figures (None: the PyTorch
             trainer's, :data:`FIGURES`).
         every_rank (str | None): see :func:`sanity_reasons`.
+        gpus_per_node (int): the site's ``slurm.gpus_per_node``: when > 0, two ranks of a node
+            on one GPU, or a rank without a GPU it can see, fail the run
+            (:func:`gpu_binding_reasons`).
 
     Returns:
         Verdict: its ``failures`` has one line per failed job or check, naming the backend,
@@ -594,7 +695,8 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
     specs = figures or _default_figures()
     one_node = {r.backend: measured_figures(r.records, specs) for r in runs if r.nodes == 1}
     for run in sorted(runs, key=lambda r: (r.backend, r.nodes)):
-        reasons = sanity_reasons(run, required_transport, every_rank=every_rank)
+        reasons = sanity_reasons(run, required_transport, every_rank=every_rank,
+                                 gpus_per_node=gpus_per_node)
         values = measured_figures(run.records, specs) if not reasons else {}
         for name, spec in specs.items():
             base = one_node.get(run.backend, {}).get(spec.scaling_of) if spec.scaling_of else None
@@ -607,7 +709,8 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
                              next((r.get("img_per_sec_ci95") for r in run.records
                                    if r.get("record") == "throughput_total"), None),
                              CollectivesOutcome.from_records(run.records),
-                             ClassifierOutcome.from_records(run.records), startup_summary(run.records))
+                             ClassifierOutcome.from_records(run.records), startup_summary(run.records),
+                             gpu_summary(run.records))
         failures += verdict.failures()
         verdicts.append(verdict)
     return Verdict(site, partition, recipe, verdicts, failures,

@@ -1004,7 +1004,7 @@ def _wait_and_report(site, recipe, settings: ValidationSettings, jobs: list[Vali
     verdict = judge(runs, site=site.name, partition=settings.slurm.partition, recipe=recipe.full_name,
                     references=settings.references, required_transport=settings.required_transport,
                     output_dir=str(out), jobs=job_records, figures=settings.spec.figures,
-                    every_rank=settings.spec.every_rank,
+                    every_rank=settings.spec.every_rank, gpus_per_node=settings.slurm.gpus_per_node,
                     settings=recorded_settings or _settings_record(settings))
     result = verdict.to_dict()
     paths = write_report(result, out)

@@ -27,6 +27,8 @@ summary goes to stderr. Rates are images per second (img/s), losses cross-entrop
 
     {"record": "config", "backend", "transport", "launcher", "world_size", "local_size",
      "device", "threads_per_rank", "model", "image_size", ..., "versions": {...}}
+    {"record": "gpu", "rank", "host", "local_rank", "local_size", "cuda_visible_devices",
+     "visible", "device", "physical_gpu", "rule", "problem", "uses"}         (one per rank)
     {"record": "collectives", "backend", "device", "ok", "checks", "ops", "dtypes", "sizes",
      "skipped", "failures", "failed_checks", "seconds"}   (unless --no-collectives-check)
     {"record": "throughput", "rank", "img_per_sec_mean", "img_per_sec_ci95",
@@ -37,6 +39,13 @@ summary goes to stderr. Rates are images per second (img/s), losses cross-entrop
      "steps", "loss_fell", "below_threshold", "params_identical", "param_hashes", "seconds"}
     {"record": "startup", "rank", "imports_s", "first_step_s", "unit"}    (one per rank)
     {"record": "result", "ok", "reasons", "wall_seconds"}
+
+The gpu records say, per rank, which GPU it uses or would use (also on a CPU-only node, from the
+node's ``CUDA_VISIBLE_DEVICES``): the host, ``CUDA_VISIBLE_DEVICES`` as the rank saw it (None when
+unset), ``visible`` (GPUs it can address; None when unknown), ``device`` (``cuda:N``, None when it
+has no GPU of its own), ``physical_gpu`` (the N-th entry of ``CUDA_VISIBLE_DEVICES``, or N when
+unset), ``rule`` (``local-rank``, ``one-visible``, ``per-task``, ``none``), ``problem`` and
+``uses`` (the device it trains on, ``cpu`` or ``cuda:N``); see :func:`.launch.choose_gpu`.
 
 The startup records give each rank's seconds from its process start (``/proc/self/stat``) to
 its imports done (torch and the backend, initialised) and to the end of its first training step.

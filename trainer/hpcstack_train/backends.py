@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from .errors import UsageError
-from .launch import LaunchEnv, resolve_launch_env
+from .launch import GpuChoice, LaunchEnv, choose_gpu, resolve_launch_env
 
 
 class Comm:
@@ -110,8 +110,8 @@ class HorovodComm(Comm):
     """Horovod: ``hvd.init()``, ``hvd.DistributedOptimizer``, parameter/optimizer broadcast.
 
     Under ``horovodrun``, ``mpirun`` or ``srun``. With CUDA each rank pins the GPU of its local
-    rank, as Horovod's examples do; ``--device auto`` stays on the CPU when Horovod was built
-    without GPU support.
+    rank, as Horovod's examples do, or its one bound GPU (:func:`pick_device`); ``--device auto``
+    stays on the CPU when Horovod was built without GPU support.
     """
 
     name = "horovod"
@@ -133,7 +133,8 @@ class HorovodComm(Comm):
             raise UsageError("--device cuda: this Horovod was built without GPU support "
                              "(horovodrun --check-build lists its tensor operations)")
         # auto: a CPU-only Horovod cannot reduce CUDA tensors, so it trains on the CPU
-        self.device = pick_device(device_request if gpu_build else "cpu", self.local_rank)
+        self.device = pick_device(device_request if gpu_build else "cpu", self.local_rank,
+                                  self.local_size)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         controller = ("gloo" if _call(hvd, "gloo_enabled") else
@@ -228,7 +229,7 @@ class DdpComm(Comm):
         self.rank, self.size = launch.rank, launch.world_size
         self.local_rank, self.local_size = launch.local_rank, launch.local_size
         self.launcher = launch.launcher
-        self.device = pick_device(device_request, self.local_rank)
+        self.device = pick_device(device_request, self.local_rank, self.local_size)
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         self.transport = "nccl" if self.device.type == "cuda" else "gloo"
@@ -335,21 +336,42 @@ def _call(module, function: str) -> bool:
     return bool(found()) if callable(found) else False
 
 
-def pick_device(request: str, local_rank: int) -> torch.device:
+def pick_device(request: str, local_rank: int, local_size: int = 1,
+                environ: Mapping[str, str] = os.environ) -> torch.device:
     """The device for this rank: ``auto`` means CUDA when available, else CPU.
 
+    The GPU follows :func:`~hpcstack_train.launch.choose_gpu` (the rule the per-rank ``gpu``
+    record reports): ``cuda:<local_rank>`` when every rank of the node sees all its GPUs
+    (``--gres=gpu:4``, ``--gpus-per-node=4``), ``cuda:0`` when Slurm bound the task's own GPU
+    (``--gpus-per-task=1``), and an error when the node has more ranks than visible GPUs.
+
     Args:
-        request: ``auto``, ``cpu`` or ``cuda``.
-        local_rank: rank on this node; CUDA ranks use GPU ``local_rank % device_count``.
+        request (str): ``auto``, ``cpu`` or ``cuda``.
+        local_rank (int): rank on this node.
+        local_size (int): ranks on this node.
+        environ (Mapping[str, str]): the environment (``CUDA_VISIBLE_DEVICES``,
+            ``SLURM_GPUS_PER_TASK``).
 
     Raises:
-        UsageError: ``cuda`` requested but torch sees no GPU.
+        UsageError: ``cuda`` requested but torch sees no GPU; or this rank has no GPU of its own
+            (one line naming the local rank and ``CUDA_VISIBLE_DEVICES``).
     """
     if request == "cpu" or (request == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise UsageError("--device cuda requested but torch.cuda.is_available() is False")
-    return torch.device("cuda", local_rank % torch.cuda.device_count())
+    choice = choose_gpu(local_rank, local_size, environ, torch.cuda.device_count())
+    if choice.problem:
+        raise UsageError(choice.problem)
+    return torch.device("cuda", choice.index)
+
+
+def gpu_choice(comm: Comm, environ: Mapping[str, str] = os.environ) -> GpuChoice:
+    """What GPU this rank uses, or would use given its node's GPUs (on a CPU-only node, from
+    ``CUDA_VISIBLE_DEVICES`` alone): :func:`~hpcstack_train.launch.choose_gpu` with torch's device
+    count where CUDA is available."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else None
+    return choose_gpu(comm.local_rank, comm.local_size, environ, count)
 
 
 def open_comm(backend: str, device_request: str,

@@ -15,16 +15,17 @@ from typing import Optional, Sequence
 import torch
 
 from . import METHOD_SOURCE, PROGRAM, PROGRAM_VERSION
-from .backends import Comm, open_comm
+from .backends import Comm, gpu_choice, open_comm
 from .collective_cases import INJECT_AT
 from .collectives import CollectivesCheck
 from .errors import UsageError
-from .launch import threads_per_rank
+from .launch import gpu_record_fields, threads_per_rank
 from .models import (DIGITS_CLASSES, DIGITS_IMAGE_SIZE, DIGITS_MODEL, TINY_CONVERGENCE_STEPS, TINY_IMAGE_SIZE,
                      TINY_MODEL, TINY_NUM_CLASSES, TORCHVISION_CONVERGENCE_STEPS, TORCHVISION_IMAGE_SIZE,
                      TORCHVISION_NUM_CLASSES, check_model_name)
 from .phases import run_benchmark, run_convergence, run_digits
-from .report import Report, classifier_reasons, collectives_summary, failure_reasons
+from .report import (GPU_RECORD_BYTES, Report, classifier_reasons, collectives_summary, failure_reasons,
+                     gpu_problem_lines, pack_fields, unpack_fields)
 from .timing import STARTUP, mean_ci95, startup_seconds
 
 
@@ -183,6 +184,22 @@ def report_startup(comm: Comm, report: Report) -> None:
                       first_step_s=first if first >= 0 else None, unit="s")
 
 
+def report_gpus(comm: Comm, report: Report) -> None:
+    """Gather every rank's GPU choice and write one ``gpu`` record per rank: host, local rank,
+    the ``CUDA_VISIBLE_DEVICES`` it saw, the ``cuda:N`` it uses or would use, the physical GPU
+    that means (:func:`~hpcstack_train.launch.choose_gpu`), and the device it trains on. On a
+    CPU-only node the record says what the rank would pick on a node with the GPUs its
+    environment names; hpcstack's judge fails two ranks of a node on one GPU."""
+    mine = gpu_record_fields(comm.rank, comm.local_rank, comm.local_size, gpu_choice(comm),
+                             uses=str(comm.device))
+    packed = torch.tensor(pack_fields(mine, GPU_RECORD_BYTES), dtype=torch.float64)
+    rows = [unpack_fields(row) for row in comm.allgather(packed, "gpu.records").tolist()]
+    for row in rows:
+        report.record("gpu", **row)
+    for line in gpu_problem_lines(rows):
+        report.say(f"gpu: {line}")
+
+
 def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: int,
                started: float) -> int:
     """Write the config record, run both phases, write their records; return 0 or 1."""
@@ -204,6 +221,7 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
     report.say(f"backend {comm.name} ({comm.transport}), {comm.size} {kind} rank(s), "
                f"model {args.model}, batch {args.batch_size}, {args.image_size}px, "
                f"{args.precision}, {threads} thread(s) per rank")
+    report_gpus(comm, report)
 
     collectives = None
     if args.collectives_check:

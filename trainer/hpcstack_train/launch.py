@@ -1,6 +1,7 @@
 """Where this rank sits in the job (DDP backend): rank, world size, local rank and size, and
-rank 0's rendezvous address, from the variables torchrun, Open MPI or Slurm set; and the
-intra-op threads per rank. No torch (tests run it without).
+rank 0's rendezvous address, from the variables torchrun, Open MPI or Slurm set; the GPU a rank
+picks (:func:`choose_gpu`, also reported per rank for the judge); and the intra-op threads per
+rank. No torch (tests run it without).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import socket
 import subprocess
 from typing import Callable, Mapping, Optional
 
@@ -179,6 +181,145 @@ def resolve_launch_env(
                              "to rank 0's host (mpirun -x MASTER_ADDR=host)")
     master_port = integer("MASTER_PORT") if environ.get("MASTER_PORT") else DEFAULT_MASTER_PORT
     return LaunchEnv(rank, world_size, local_rank, local_size, master_addr, master_port, launcher)
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuChoice:
+    """The GPU a rank uses, or would use on a node with the GPUs its environment names.
+
+    Attributes:
+        cuda_visible_devices (str | None): ``CUDA_VISIBLE_DEVICES`` as the rank saw it (verbatim),
+            None when unset.
+        visible (int | None): GPUs the rank can address: torch's device count where CUDA works,
+            else the entries of ``CUDA_VISIBLE_DEVICES``; None when neither tells (no CUDA and
+            the variable unset).
+        index (int | None): N of ``cuda:N``; None when no GPU can be picked (see ``problem``).
+        physical (str | None): the GPU that index means on the node: the N-th entry of
+            ``CUDA_VISIBLE_DEVICES`` (an index or a ``GPU-…`` UUID), or ``str(N)`` when it is unset.
+        rule (str): why this index: ``one-visible``, ``per-task`` (Slurm bound the task's own
+            GPUs), ``local-rank``, or ``none``.
+        problem (str | None): one line when the rank has no GPU of its own (more ranks on the
+            node than GPUs visible, or none visible); None otherwise.
+    """
+
+    cuda_visible_devices: str | None
+    visible: int | None
+    index: int | None
+    physical: str | None
+    rule: str
+    problem: str | None = None
+
+    @property
+    def device(self) -> str | None:
+        """``cuda:N``, or None without an index."""
+        return None if self.index is None else f"cuda:{self.index}"
+
+
+def visible_devices(value: str | None) -> list[str] | None:
+    """The entries of a ``CUDA_VISIBLE_DEVICES`` value: None when unset, ``[]`` when empty.
+
+    Example:
+        >>> visible_devices("2, 3")
+        ['2', '3']
+    """
+    if value is None:
+        return None
+    return [entry.strip() for entry in value.split(",") if entry.strip()]
+
+
+def _gpus_per_task(environ: Mapping[str, str]) -> int | None:
+    """``SLURM_GPUS_PER_TASK`` as a count (``1``, ``a100:1``); None when unset or unreadable.
+
+    sbatch(1) and srun(1), OUTPUT ENVIRONMENT VARIABLES: "Requested GPU count per allocated task.
+    Only set if the --gpus-per-task option is specified."
+    """
+    match = re.fullmatch(r"\s*(?:[A-Za-z0-9_.-]+:)?(\d+)\s*", environ.get("SLURM_GPUS_PER_TASK", ""))
+    return int(match.group(1)) if match else None
+
+
+def choose_gpu(local_rank: int, local_size: int, environ: Mapping[str, str],
+               device_count: int | None = None) -> GpuChoice:
+    """The GPU this rank takes: the one rule of :func:`~hpcstack_train.backends.pick_device` and of
+    the per-rank ``gpu`` record.
+
+    With ``V`` GPUs visible to the process (``device_count`` where CUDA works, else the entries of
+    ``CUDA_VISIBLE_DEVICES``), in this order:
+
+    1. ``V == 0``: no GPU (a problem).
+    2. ``V == 1``: ``cuda:0``. Slurm bound one GPU to this task (``--gpus-per-task=1``: sbatch(1)
+       says it "will implicitly set --gpu-bind=per_task:<gpus_per_task>"), or the node has one.
+    3. ``SLURM_GPUS_PER_TASK`` equals ``V``: the task sees only its own GPUs; ``cuda:0``.
+    4. ``local_rank < V``: ``cuda:<local_rank>``; every rank of the node sees all its GPUs
+       (``--gres=gpu:4``, ``--gpus-per-node=4``, ``mpirun`` inside the allocation).
+    5. otherwise a problem: more ranks on the node than GPUs it can see. No modulo share: two
+       ranks on one GPU halve its throughput and NCCL refuses two ranks on one device.
+
+    Without CUDA and without ``CUDA_VISIBLE_DEVICES`` the number visible is unknown: the rank would
+    take ``cuda:<local_rank>`` (rule 4), and no problem is claimed.
+
+    Args:
+        local_rank (int): rank on this node, 0-based.
+        local_size (int): ranks on this node.
+        environ (Mapping[str, str]): the process environment.
+        device_count (int | None): ``torch.cuda.device_count()`` where CUDA is available; None
+            where it is not (a CPU-only node: the statement is what the rank *would* pick).
+
+    Returns:
+        GpuChoice: index, physical GPU and rule, or the problem.
+
+    Example:
+        >>> choose_gpu(3, 4, {"CUDA_VISIBLE_DEVICES": "3"}).device
+        'cuda:0'
+        >>> choose_gpu(3, 4, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}).physical
+        '3'
+    """
+    raw = environ.get("CUDA_VISIBLE_DEVICES")
+    entries = visible_devices(raw)
+    visible = device_count if device_count is not None else (None if entries is None else len(entries))
+    shown = "unset" if raw is None else repr(raw)
+
+    def take(index: int, rule: str) -> GpuChoice:
+        physical = (entries[index] if entries is not None and index < len(entries) else str(index))
+        return GpuChoice(raw, visible, index, physical, rule)
+
+    if visible is None:
+        return take(local_rank, "local-rank")
+    if visible == 0:
+        return GpuChoice(raw, 0, None, None, "none",
+                         f"local rank {local_rank} sees no GPU (CUDA_VISIBLE_DEVICES {shown})")
+    if visible == 1:
+        return take(0, "one-visible")
+    if _gpus_per_task(environ) == visible:
+        return take(0, "per-task")
+    if local_rank < visible:
+        return take(local_rank, "local-rank")
+    return GpuChoice(raw, visible, None, None, "none",
+                     f"local rank {local_rank} of {local_size} has no GPU of its own: {visible} visible "
+                     f"(CUDA_VISIBLE_DEVICES {shown}); run at most {visible} rank(s) per node, or "
+                     "bind one GPU per task (--gpus-per-task=1)")
+
+
+def gpu_record_fields(rank: int, local_rank: int, local_size: int, choice: GpuChoice,
+                      uses: str, host: str | None = None) -> dict:
+    """The fields of one rank's ``gpu`` record (see the package docstring).
+
+    Args:
+        rank (int): global rank.
+        local_rank, local_size (int): place on the node.
+        choice (GpuChoice): from :func:`choose_gpu`.
+        uses (str): the device the rank trains on (``cpu``, ``cuda:0``).
+        host (str | None): the node's host name; default ``socket.gethostname()``.
+
+    Returns:
+        dict: ``rank``, ``host``, ``local_rank``, ``local_size``, ``cuda_visible_devices``,
+        ``visible``, ``device`` (``cuda:N`` or None), ``physical_gpu``, ``rule``, ``problem``,
+        ``uses``.
+    """
+    return {"rank": rank, "host": host if host is not None else socket.gethostname(),
+            "local_rank": local_rank, "local_size": local_size,
+            "cuda_visible_devices": choice.cuda_visible_devices, "visible": choice.visible,
+            "device": choice.device, "physical_gpu": choice.physical, "rule": choice.rule,
+            "problem": choice.problem, "uses": uses}
 
 
 def threads_per_rank(local_size: int, cpu_count: Optional[int] = None,

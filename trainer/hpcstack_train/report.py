@@ -67,6 +67,40 @@ def failure_reasons(convergence: dict) -> list[str]:
     return reasons
 
 
+#: Bytes of one rank's ``gpu`` record as gathered (JSON, zero-padded): ample for a host name and
+#: eight ``GPU-<uuid>`` entries of ``CUDA_VISIBLE_DEVICES``.
+GPU_RECORD_BYTES = 2048
+
+
+def pack_fields(fields: dict, width: int = GPU_RECORD_BYTES) -> list[int]:
+    """``fields`` as JSON bytes, zero-padded to ``width`` (for an allgather of equal shapes).
+
+    A ``cuda_visible_devices`` value too long for ``width`` is cut (and ``truncated`` set), so that
+    the record still says what the rank chose.
+
+    Raises:
+        ValueError: the record does not fit even then.
+    """
+    data = json.dumps(fields).encode()
+    if len(data) > width and isinstance(fields.get("cuda_visible_devices"), str):
+        fields = {**fields, "cuda_visible_devices": fields["cuda_visible_devices"][:256],
+                  "truncated": True}
+        data = json.dumps(fields).encode()
+    if len(data) > width:
+        raise ValueError(f"record of {len(data)} bytes exceeds {width}")
+    return list(data) + [0] * (width - len(data))
+
+
+def unpack_fields(values: Sequence[float]) -> dict:
+    """The dict :func:`pack_fields` packed (trailing zeros dropped)."""
+    return json.loads(bytes(int(v) for v in values).rstrip(b"\0").decode())
+
+
+def gpu_problem_lines(records: Sequence[dict]) -> list[str]:
+    """One line per rank whose ``gpu`` record holds a problem (no GPU of its own)."""
+    return [f"rank {r['rank']} on {r['host']}: {r['problem']}" for r in records if r.get("problem")]
+
+
 class Report:
     """JSON lines (one object per record) and a stderr summary, written by rank 0 only.
 
