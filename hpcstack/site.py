@@ -100,6 +100,28 @@ def _dir_problems(data: dict, where: str) -> list[str]:
     return lines
 
 
+def _slurm_problems(data: dict, where: str) -> list[str]:
+    """Lines for ``slurm`` values the schema accepts one by one but not together:
+    ``gpu_request: gpus-per-task`` asks for one GPU per task (``--gpus-per-task=1``) with one task
+    per GPU (``--ntasks-per-node`` = ``gpus_per_node``) and needs the task count as ``#SBATCH``
+    options (sbatch(1), ``--gpus-per-task``: "This option requires an explicit task count")."""
+    slurm = data.get("slurm") if isinstance(data.get("slurm"), dict) else {}
+    if slurm.get("gpu_request") != "gpus-per-task":
+        return []
+    gpus, tasks = slurm.get("gpus_per_node", 0), slurm.get("tasks_per_node", 1)
+    key = f"{where}: slurm.gpu_request"
+    if not gpus:
+        return [f"{key}: gpus-per-task needs slurm.gpus_per_node > 0"]
+    lines = []
+    if tasks != gpus:
+        lines.append(f"{key}: gpus-per-task runs one task per GPU: slurm.tasks_per_node is {tasks}, "
+                     f"slurm.gpus_per_node {gpus}; make them equal")
+    if slurm.get("task_options") == "srun":
+        lines.append(f"{key}: gpus-per-task needs the task count as #SBATCH options (sbatch: "
+                     "--gpus-per-task requires an explicit task count); slurm.task_options is srun")
+    return lines
+
+
 #: Keys a site config held before sites described only the machine, and where they went.
 _MOVED = {
     "horovod": " (Horovod's operations and flags are the recipe's HorovodBuild; compilers, CUDA and "
@@ -242,8 +264,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "account": _SLURM_NAME,
         "account_required": {"type": "boolean"},
         "gpus_per_node": {"type": "integer", "minimum": 0, "maximum": 1024},
-        # how the GPUs are asked for: --gres=gpu:N (default) or --gpus-per-node=N (NERSC's form)
-        "gpu_request": {"enum": ["gres", "gpus-per-node"]},
+        # how the GPUs are asked for: --gres=gpu:N (default), --gpus-per-node=N (NERSC's form), or
+        # --gpus-per-task=1 with one task per GPU (Slurm binds each task to its own GPU)
+        "gpu_request": {"enum": ["gres", "gpus-per-node", "gpus-per-task"]},
         "constraint": {"type": ["string", "null"], "maxLength": 1024,
                        "pattern": r"^[A-Za-z0-9_.,:&|*()\[\]-]+$"},         # --constraint (e.g. NERSC's -C gpu); null: none
         # false: the partition only names the node class (references, workloads), no --partition
@@ -546,7 +569,8 @@ def check_config(data: object, where: str) -> list[str]:
     found = value_problems(data, where)
     if found:       # control characters first: the schema's lines would repeat them
         return found
-    found = schema_problems(SCHEMA, data, where, moved=_MOVED) or _dir_problems(data, where)
+    found = (schema_problems(SCHEMA, data, where, moved=_MOVED) or _dir_problems(data, where)
+             + _slurm_problems(data, where))
     if found:
         return found
     # no secret in a build key (hpcstack.secrets, rule 2)

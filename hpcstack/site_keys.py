@@ -203,7 +203,10 @@ KEYS: dict[str, Key] = {
     "slurm.account_required": Key("Jobs must name a budget: `hpcstack validate` asks for `--account`.",
                                   "false", _V),
     "slurm.gpus_per_node": Key("GPUs per node to request.", "0", _V),
-    "slurm.gpu_request": Key("How GPUs are requested: `--gres=gpu:N` or `--gpus-per-node=N`.", "gres", _V),
+    "slurm.gpu_request": Key("How GPUs are requested: `gres` (`--gres=gpu:N`), `gpus-per-node` "
+                             "(`--gpus-per-node=N`) or `gpus-per-task` (`--gpus-per-task=1` with "
+                             "`--ntasks-per-node` = `gpus_per_node` and `--ntasks`: Slurm binds each task "
+                             "to its own GPU, sbatch(1)).", "gres", _V),
     "slurm.constraint": Key("`--constraint` (e.g. NERSC's `gpu`).", "null", _V),
     "slurm.partition_option": Key("`false`: no `--partition` line (the partition only names the node "
                                   "class).", "true", _V),

@@ -145,8 +145,9 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     env = {name: sh_quote(value) for name, value in env.items()}
     access = [f"--partition={s.partition}"] if s.partition_option else []
     access += [f"--{k}={v}" for k, v in (("qos", s.qos), ("account", s.account), ("constraint", s.constraint)) if v]
-    gpu_option = ("--gres=gpu:{num_gpus_per_node}" if s.gpu_request == "gres"
-                  else "--gpus-per-node={num_gpus_per_node}")
+    # ReFrame's check writes --ntasks itself (num_tasks), which --gpus-per-task needs
+    gpu_option = {"gres": "--gres=gpu:{num_gpus_per_node}", "gpus-per-node": "--gpus-per-node={num_gpus_per_node}",
+                  "gpus-per-task": "--gpus-per-task=1"}[s.gpu_request]
     prepare = []
     if modsys.get_tool(site.modules.tool).job_unsets_bash_env:
         prepare.append("unset BASH_ENV")

@@ -44,6 +44,7 @@ from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import CHILD_CWD
 from hpcstack.registry import Registry
 from hpcstack.validate.launchers import Allocation
+from hpcstack.validate.preflight import sbatch_refusal
 
 #: name -> scheduler class, filled by :func:`register_scheduler`.
 SCHEDULERS = Registry("scheduler")
@@ -121,8 +122,9 @@ class BatchJob:
             ``--export=NONE`` the job does not inherit the ``module`` function.
         partition, qos, account (str | None): as for sbatch; None leaves the option out.
         gpus_per_node (int): GPUs per node, when > 0: ``--gres=gpu:N``, or ``--gpus-per-node=N``
-            where ``gpu_request`` is ``gpus-per-node`` (as NERSC's Perlmutter documents it).
-        gpu_request (str): ``gres`` or ``gpus-per-node``.
+            where ``gpu_request`` is ``gpus-per-node`` (as NERSC's Perlmutter documents it), or
+            ``--gpus-per-task=1`` where it is ``gpus-per-task`` (see :func:`gpu_options`).
+        gpu_request (str): ``gres``, ``gpus-per-node`` or ``gpus-per-task``.
         constraint (str | None): ``--constraint`` (node features; Perlmutter's ``-C gpu``).
         exclusive (bool): ``--exclusive`` (whole nodes: no other job disturbs the figures).
         export_none (bool): ``--export=NONE``: the job starts from a clean environment, not the
@@ -196,12 +198,48 @@ class BatchJob:
             opts += [f"--ntasks-per-node={self.tasks_per_node}", f"--cpus-per-task={self.cpus_per_task}"]
         opts += [f"--constraint={self.constraint}"] if self.constraint else []
         if self.gpus_per_node:
-            opts += [f"--gpus-per-node={self.gpus_per_node}" if self.gpu_request == "gpus-per-node"
-                     else f"--gres=gpu:{self.gpus_per_node}"]
+            if self.gpu_request == "gpus-per-task" and self.task_options == "srun":
+                raise ConfigError(["slurm.gpu_request: gpus-per-task needs the task count as #SBATCH "
+                                   "options; slurm.task_options is srun"])
+            opts += gpu_options(self.gpu_request, self.gpus_per_node, self.nodes, self.tasks_per_node)
         opts += ["--exclusive"] if self.exclusive else []
         opts += [f"--time={self.time_limit}", f"--output={self.output}", f"--chdir={self.workdir}"]
         opts += ["--export=NONE"] if self.export_none else []
         return opts
+
+
+def gpu_options(gpu_request: str, gpus_per_node: int, nodes: int, tasks_per_node: int) -> list[str]:
+    """The sbatch options that ask for the GPUs (none when ``gpus_per_node`` is 0).
+
+    * ``gres``: ``--gres=gpu:N``; every task of a node sees all N GPUs.
+    * ``gpus-per-node``: ``--gpus-per-node=N`` (NERSC's Perlmutter examples); the same binding.
+    * ``gpus-per-task``: ``--ntasks=<nodes x tasks_per_node>`` and ``--gpus-per-task=1``. sbatch(1)
+      (Slurm 22.05 and later, https://slurm.schedmd.com/sbatch.html#OPT_gpus-per-task): it
+      "requires an explicit task count, e.g. -n, --ntasks" and "will implicitly set
+      --gpu-bind=per_task:<gpus_per_task>": each task sees only its own GPU, as ``cuda:0``
+      (``CUDA_VISIBLE_DEVICES`` holds that one GPU). The site keeps ``tasks_per_node`` equal to
+      ``gpus_per_node`` (checked with the site config).
+
+    Args:
+        gpu_request (str): ``gres``, ``gpus-per-node`` or ``gpus-per-task``.
+        gpus_per_node (int): GPUs per node.
+        nodes (int): the job's node count.
+        tasks_per_node (int): ranks per node.
+
+    Returns:
+        list[str]: the options, in the order they appear in the script.
+
+    Example:
+        >>> gpu_options("gpus-per-task", 4, 2, 4)
+        ['--ntasks=8', '--gpus-per-task=1']
+    """
+    if not gpus_per_node:
+        return []
+    if gpu_request == "gpus-per-task":
+        return [f"--ntasks={nodes * tasks_per_node}", "--gpus-per-task=1"]
+    if gpu_request == "gpus-per-node":
+        return [f"--gpus-per-node={gpus_per_node}"]
+    return [f"--gres=gpu:{gpus_per_node}"]
 
 
 def render_job_script(job: BatchJob, header: str = "") -> str:
@@ -524,7 +562,9 @@ class Slurm(JobScheduler):
             str: the job id.
 
         Raises:
-            HpcstackError: sbatch missing, or it refused the job (its message is shown).
+            HpcstackError: sbatch missing, or it refused the job: one line, ``sbatch refused the
+                job: <Slurm's message> (likely cause: <option>)``
+                (:func:`hpcstack.validate.preflight.sbatch_refusal`).
         """
         argv = ["sbatch", "--parsable"] + ([] if content is not None else [str(script)])
         if self.submit_as:
@@ -533,8 +573,11 @@ class Slurm(JobScheduler):
         if proc.returncode != 0:
             msg = " ".join(proc.stderr.split()) or f"exit status {proc.returncode}"
             down = ("contact", "connect", "configuration source", "slurm.conf", "timed out")
-            hint = f"; {_SLURM_HINT}" if any(word in msg.lower() for word in down) else ""
-            raise HpcstackError(f"sbatch refused {script}: {msg}{hint}")
+            if any(word in msg.lower() for word in down):
+                raise HpcstackError(f"sbatch could not submit {script}: {msg}; {_SLURM_HINT}")
+            # one line: Slurm's own words and the option that is the likely cause (an account,
+            # a QOS, what a site's job_submit filter refuses), not sbatch's text alone
+            raise HpcstackError(sbatch_refusal(proc.stderr, proc.returncode) + f" ({script})")
         job_id = proc.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise HpcstackError(f"sbatch --parsable printed {proc.stdout.strip()!r}, not a job id")

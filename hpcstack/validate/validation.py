@@ -813,6 +813,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     out_policy = _output_policy(policy, submit_as)
     trust.check_dirs([(label, os.path.abspath(output_dir) if output_dir  # bad input first: one line, exit 2
                        else os.path.join(os.path.abspath(output_root), base))], out_policy)
+    check_accounting(s, submit_as)
     stack = installed_stack(site, recipe)
     executable = settings.spec.program.executable(stack.prefix)
     if executable and not os.path.isfile(executable):
@@ -856,6 +857,39 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
             print(f"submitted {ids}; outputs in {out}\nreport when they end: {later}")
         return 0
     return _wait_and_report(site, recipe, settings, submitted, out, scheduler, as_json)
+
+
+def check_accounting(s: SlurmSettings, submit_as: str | None,
+                     run=None, which=None) -> None:
+    """Before submitting, where the site keeps accounting (``slurm.accounting`` not false): the
+    submitting user's associations must allow the account (given, ``SBATCH_ACCOUNT``, or the
+    user's default), partition and QOS the jobs name (:func:`hpcstack.validate.preflight.preflight`).
+
+    Args:
+        s (SlurmSettings): the jobs' account, partition, QOS.
+        submit_as (str | None): the user the jobs are submitted as (``slurm.submit_as`` when
+            hpcstack runs as root); None: the running account.
+        run, which: stand-ins for ``subprocess.run`` and ``shutil.which`` (tests).
+
+    Raises:
+        ConfigError: one line per problem, naming ``--account (slurm.account)``,
+            ``--partition (slurm.partition)`` or ``--qos (slurm.qos)`` and what the user's
+            associations allow (exit status 2).
+    """
+    from hpcstack.validate import preflight
+
+    if not s.accounting or s.scheduler != "slurm":
+        return
+    user = submit_as or trust.user_name(os.geteuid())
+    kwargs = {k: v for k, v in (("run", run), ("which", which)) if v is not None}
+    problems, note = preflight.preflight(
+        user, s.account or os.environ.get("SBATCH_ACCOUNT") or None,
+        (s.partition if s.partition_option else None) or os.environ.get("SBATCH_PARTITION") or None,
+        s.qos or os.environ.get("SBATCH_QOS") or None, **kwargs)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if problems:
+        raise ConfigError(problems)
 
 
 def _write_jobs_file(out: Path, site, recipe, settings: ValidationSettings, jobs: list[ValidationJob]) -> None:

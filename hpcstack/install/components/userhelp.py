@@ -157,7 +157,9 @@ def sbatch_options(site) -> list[str]:
         if slurm.get("cpus_per_task"):
             opts.append(f"--cpus-per-task={slurm['cpus_per_task']}")
     gpus = int(slurm.get("gpus_per_node") or 0)
-    if gpus:
+    if gpus and slurm.get("gpu_request") == "gpus-per-task":   # one GPU bound to each task
+        opts += [f"--ntasks={2 * ranks_per_node(site)}", "--gpus-per-task=1"]
+    elif gpus:
         opts.append(f"--gpus-per-node={gpus}" if slurm.get("gpu_request") == "gpus-per-node" else f"--gres=gpu:{gpus}")
     if slurm.get("exclusive"):
         opts.append("--exclusive")
