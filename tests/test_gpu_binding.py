@@ -446,3 +446,24 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_jax_validate_takes_its_bound_gpu_under_gpus_per_task():
+    """JAX's Slurm detection drives GPU SLURM_LOCALID of what the task sees (jax-ml/jax#28194):
+    under --gpus-per-task=1 jax-validate hands it the task's one GPU instead; elsewhere JAX's choice."""
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("jax_validate", str(REPO / "recipes" / "jax" / "jax-validate"))
+    spec = importlib.util.spec_from_loader("jax_validate", loader)
+    module = importlib.util.module_from_spec(spec)
+    written, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = written
+    ids = module.bound_device_ids
+    assert ids({"CUDA_VISIBLE_DEVICES": "3", "SLURM_LOCALID": "3"}) == [0]
+    assert ids({"CUDA_VISIBLE_DEVICES": "2,3", "SLURM_GPUS_PER_TASK": "2"}) == [0]
+    assert ids({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_GPUS_PER_TASK": "1"}) is None
+    assert ids({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}) is None and ids({}) is None
