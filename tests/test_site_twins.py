@@ -1,0 +1,307 @@
+"""The site twins (scripts/site-twin): Slurm's own answers on each twin of a real site.
+
+Each twin is brought up by the real script (MariaDB, slurmdbd, slurmctld, two slurmd nodes in
+namespaces of their own, the SFTP server of the site's shared paths) and asked what the site's
+documentation says its Slurm answers: refusals of a job without a budget, of Cirrus's ``#SBATCH``
+options on GPU jobs and of an unknown QOS (by Slurm or the site's ``job_submit.lua``), the
+``CUDA_VISIBLE_DEVICES`` Slurm sets per task for the three GPU request forms, the node shape
+(hardware threads), and the compute nodes' view of the file systems (/home absent on Cirrus, the
+site's shared path over sshfs). Jobs run as the twin's ordinary user (root's PATH leaks into jobs;
+mpirun refuses root) and are waited for by polling ``squeue``/``scontrol``.
+
+The module's fixture takes localhost's Slurm (scripts/localhost-slurm) down if it is up, brings
+one twin up at a time, and puts localhost's Slurm back as it found it (up with its node count, or
+down).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, localhost_slurm, which_sbin
+
+pytestmark = pytest.mark.integration
+
+TWIN_SCRIPT = REPO / "scripts" / "site-twin"
+TWINS = REPO / "twins" / "clusters"
+SITES = ("cirrus", "perlmutter", "juwels-booster")
+#: what a twin's `up` needs besides localhost-slurm's binaries (scripts/site-twin install)
+BINARIES = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd", "sacctmgr", "sbatch", "squeue",
+            "scontrol", "sshfs", "iptables", "findmnt", "nsenter", "unshare")
+#: a job's state is final once squeue no longer lists it; this long is a hang, not a slow job
+JOB_DEADLINE_S = 180
+
+
+def twin_conf(site: str) -> dict[str, list[str]]:
+    """twins/clusters/SITE/twin.conf as {key: [values]} (the format scripts/site-twin reads)."""
+    conf: dict[str, list[str]] = {}
+    for line in (TWINS / site / "twin.conf").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            key, _, value = line.partition("=")
+            conf.setdefault(key.strip(), []).append(value.strip())
+    return conf
+
+
+def site_twin(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``scripts/site-twin ARGS``; with ``check``, fail the test on a non-zero exit."""
+    proc = subprocess.run([str(TWIN_SCRIPT), *args], capture_output=True, text=True, timeout=300)
+    if check and proc.returncode:
+        raise AssertionError(f"site-twin {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
+    return proc
+
+
+class Twins:
+    """One twin up at a time: :meth:`use` brings SITE's up (taking another twin down first)."""
+
+    def __init__(self) -> None:
+        self.current: str | None = None
+
+    def use(self, site: str) -> "Twin":
+        if self.current != site:
+            if self.current is not None:
+                site_twin("down")
+                self.current = None
+            site_twin("up", site)
+            self.current = site
+        return Twin(site)
+
+
+class Twin:
+    """A twin that is up: its config, its ordinary user and a job directory that user owns under
+    /tmp (which the nodes share with the login node)."""
+
+    def __init__(self, site: str) -> None:
+        self.site = site
+        conf = twin_conf(site)
+        self.user = conf["user"][0]
+        self.account = conf["account"][0]
+        self.shared = [entry.split() for entry in conf["shared"]]
+        self.home_on_compute = conf["home_on_compute"][0] == "yes"
+        self.dir = Path(tempfile.mkdtemp(prefix=f"twin-{site}-", dir="/tmp"))
+        pw = pwd.getpwnam(self.user)
+        os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self.dir.chmod(0o755)
+
+    def sbatch(self, *options: str, script: str) -> subprocess.CompletedProcess:
+        """``sbatch --parsable OPTIONS job.sh`` as the twin's user, from its job directory."""
+        path = self.dir / f"job-{time.monotonic_ns()}.sh"
+        path.write_text(script)
+        path.chmod(0o755)
+        return subprocess.run(["runuser", "-u", self.user, "--", "sbatch", "--parsable",
+                               f"--chdir={self.dir}", f"--output={self.dir}/%j.out", *options, str(path)],
+                              capture_output=True, text=True, timeout=60)
+
+    def run(self, *options: str, script: str) -> tuple[str, str]:
+        """Submit, wait for the job to leave the queue, and return (its scontrol record, its
+        output). Fails the test when the submission is refused."""
+        proc = self.sbatch(*options, script=script)
+        assert proc.returncode == 0, f"sbatch {' '.join(options)} refused: {proc.stderr}"
+        job = proc.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + JOB_DEADLINE_S
+        while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() < deadline, f"job {job} still queued after {JOB_DEADLINE_S} s"
+            time.sleep(0.2)
+        record = subprocess.run(["scontrol", "-d", "show", "job", job], capture_output=True, text=True).stdout
+        out = self.dir / f"{job}.out"
+        return record, out.read_text() if out.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def twins():
+    """The twins' manager; localhost's Slurm down meanwhile and restored as it was after."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the twins start Slurm, MariaDB and namespaces")
+    missing = [b for b in BINARIES if which_sbin(b) is None]
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)}; run `scripts/site-twin install` as root")
+    status = localhost_slurm("status", check=False)
+    nodes = re.match(r"nodes: (\d)", status.stdout) if status.returncode == 0 else None
+    if status.returncode != 0 and "partly running" in status.stderr:
+        localhost_slurm("down")          # left over: its processes are gone; down is what it was
+    if nodes:
+        localhost_slurm("down")
+    manager = Twins()
+    try:
+        yield manager
+    finally:
+        site_twin("down", check=False)
+        for path in Path("/tmp").glob("twin-*-*"):
+            if path.is_dir() and path.owner() != "root":
+                shutil.rmtree(path, ignore_errors=True)
+        if nodes:
+            localhost_slurm("up", "--nodes", nodes.group(1))
+
+
+@pytest.fixture
+def twin(twins, request):
+    """The twin of the test's class (its ``site``), up."""
+    return twins.use(request.cls.site)
+
+
+def job_state(record: str) -> str:
+    return re.search(r"JobState=(\w+)", record).group(1)
+
+
+SHOW_TASK = "#!/bin/bash\n" \
+    'echo "task $(hostname) $SLURM_LOCALID ${CUDA_VISIBLE_DEVICES-unset}"\n'
+
+
+def tasks_gpus(output: str) -> dict[tuple[str, int], str]:
+    """{(node, local task id): CUDA_VISIBLE_DEVICES} from SHOW_TASK lines."""
+    found = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[0] == "task":
+            found[(parts[1], int(parts[2]))] = parts[3]
+    return found
+
+
+def per_task_script(twin: Twin, srun_options: str) -> str:
+    task = twin.dir / "task.sh"
+    task.write_text(SHOW_TASK)
+    task.chmod(0o755)
+    return f"#!/bin/bash\nsrun {srun_options} {task}\n"
+
+
+#: what Slurm 22.05 sets per task, 2 nodes x 4 tasks (docs/admin/sites.md, "Site twins")
+GPU_FORMS = {
+    "--gres=gpu:4": {i: "0,1,2,3" for i in range(4)},
+    "--gpus-per-node=4": {i: "0,1,2,3" for i in range(4)},
+    "--gpus-per-task=1": {i: str(i) for i in range(4)},
+}
+
+
+class EveryTwin:
+    """What every twin answers; one subclass per site (the tests of a class share its twin, so
+    the twins come up one after the other, once each)."""
+
+    site = ""
+
+    def test_unknown_qos_refused(self, twin):
+        proc = twin.sbatch(f"--account={twin.account}", "--qos=no_such_qos", script="#!/bin/bash\nhostname\n")
+        assert proc.returncode != 0
+        assert "Invalid qos specification" in proc.stderr, proc.stderr
+
+    def test_shared_path_over_sshfs_on_compute_nodes(self, twin):
+        path, mode = twin.shared[0]
+        probe = twin.dir / "probe.sh"
+        probe.write_text(f"#!/bin/bash\necho mount $(hostname) $(findmnt -n -o FSTYPE --target {path}) "
+                         f"$(findmnt -n -o OPTIONS --target {path} | cut -d, -f1)\n")
+        probe.chmod(0o755)
+        record, out = twin.run(f"--account={twin.account}", "--nodes=2",
+                               script=f"#!/bin/bash\nsrun --ntasks-per-node=1 {probe}\n")
+        assert job_state(record) == "COMPLETED", record + out
+        assert sorted(re.findall(r"mount n\d \S+ \S+", out)) == [
+            f"mount n1 fuse.sshfs {mode}", f"mount n2 fuse.sshfs {mode}"], out
+        host_type = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", path],
+                                   capture_output=True, text=True).stdout.strip()
+        assert host_type != "fuse.sshfs"          # the login node holds the files itself
+
+    def test_sftp_server_refuses_ordinary_users(self, twin):
+        """The SFTP server serves as root: only root on the nodes may reach it."""
+        script = ("#!/bin/bash\nif timeout 5 bash -c 'exec 3<>/dev/tcp/10.77.0.1/7022' 2>/dev/null; "
+                  "then echo sftp-reached; else echo sftp-refused; fi\n")
+        record, out = twin.run(f"--account={twin.account}", script=script)
+        assert "sftp-refused" in out, record + out
+
+    def test_home_on_compute_nodes_as_the_site_has_it(self, twin):
+        home = Path(pwd.getpwnam(twin.user).pw_dir)
+        assert home.is_dir()                     # on the login node (the host)
+        script = (f"#!/bin/bash\nsrun --ntasks-per-node=1 bash -c "
+                  f"'test -e {home} && echo home-present $(hostname) || echo home-absent $(hostname)'\n")
+        record, out = twin.run(f"--account={twin.account}", "--nodes=2", script=script)
+        assert job_state(record) == "COMPLETED", record + out
+        word = "present" if twin.home_on_compute else "absent"
+        assert sorted(re.findall(r"home-\w+ n\d", out)) == [f"home-{word} n1", f"home-{word} n2"], out
+
+
+class TestCirrus(EveryTwin):
+    site = "cirrus"
+
+    def test_job_without_budget_refused(self, twin):
+        proc = twin.sbatch(script="#!/bin/bash\nhostname\n")
+        assert proc.returncode != 0
+        assert "--account=<budget>" in proc.stderr and "Invalid account" in proc.stderr, proc.stderr
+
+    @pytest.mark.parametrize("option", ["--ntasks=4", "--cpus-per-task=10", "--mem=4G"])
+    def test_gpu_job_sbatch_option_refused(self, twin, option):
+        script = f"#!/bin/bash\n#SBATCH --gres=gpu:4\n#SBATCH {option}\nsrun hostname\n"
+        proc = twin.sbatch(f"--account={twin.account}", script=script)
+        assert proc.returncode != 0
+        name = option.split("=")[0]
+        assert f"Cirrus GPU jobs: {name} will be rejected" in proc.stderr, proc.stderr
+
+    def test_gpu_job_as_documented_runs(self, twin):
+        """The site's own form: GPUs and nodes to sbatch, tasks and CPUs to srun (gpu.md)."""
+        script = per_task_script(twin, "--ntasks=8 --tasks-per-node=4 --cpus-per-task=10 --hint=nomultithread")
+        record, out = twin.run(f"--account={twin.account}", "--qos=gpu", "--nodes=2", "--gres=gpu:4",
+                               "--exclusive", script=script)
+        assert job_state(record) == "COMPLETED", record + out
+        assert tasks_gpus(out) == {(node, i): "0,1,2,3" for node in ("n1", "n2") for i in range(4)}, out
+
+    def test_cuda_visible_devices_srun_gpus_per_task(self, twin):
+        """The GPUs to sbatch, one per task to srun: each task of a node its own GPU."""
+        script = per_task_script(twin, "--ntasks-per-node=4 --gpus-per-task=1")
+        record, out = twin.run(f"--account={twin.account}", "--nodes=2", "--gres=gpu:4", "--exclusive",
+                               script=script)
+        assert job_state(record) == "COMPLETED", record + out
+        assert tasks_gpus(out) == {(node, i): str(i) for node in ("n1", "n2") for i in range(4)}, out
+
+
+class TestPerlmutter(EveryTwin):
+    site = "perlmutter"
+
+    def test_job_without_project_runs_on_default(self, twin):
+        record, out = twin.run("--constraint=gpu", script="#!/bin/bash\nhostname\n")
+        assert job_state(record) == "COMPLETED", record + out
+        assert f"Account={twin.account}" in record and "QOS=debug" in record, record
+
+    @pytest.mark.parametrize("form", list(GPU_FORMS))
+    def test_cuda_visible_devices_per_task(self, twin, form):
+        script = per_task_script(twin, "")
+        record, out = twin.run("--nodes=2", "--ntasks-per-node=4", "--exclusive", "--constraint=gpu",
+                               form, script=script)
+        assert job_state(record) == "COMPLETED", record + out
+        expected = {(node, i): gpus for node in ("n1", "n2") for i, gpus in GPU_FORMS[form].items()}
+        assert tasks_gpus(out) == expected, out
+
+    def test_shared_software_read_only_on_compute_nodes(self, twin):
+        path = twin_conf("perlmutter")["project_dir"][0]
+        script = f"#!/bin/bash\nsrun touch {path}/from-compute 2>&1 | grep -o 'Read-only file system'\n"
+        record, out = twin.run("--constraint=gpu", "--qos=regular", script=script)
+        assert "Read-only file system" in out, record + out
+        assert not Path(path, "from-compute").exists()
+
+
+class TestJuwelsBooster(EveryTwin):
+    site = "juwels-booster"
+
+    def test_job_without_budget_refused(self, twin):
+        proc = twin.sbatch(script="#!/bin/bash\nhostname\n")
+        assert proc.returncode != 0
+        assert "--account=<budget>" in proc.stderr and "Invalid account" in proc.stderr, proc.stderr
+
+    def test_cpus_per_task_counts_hardware_threads(self, twin):
+        """24 CPUs per task are 24 hardware threads (12 cores); 4 such tasks fill a 96-thread node."""
+        record, _ = twin.run(f"--account={twin.account}", "--ntasks=1", "--cpus-per-task=24",
+                             script="#!/bin/bash\nhostname\n")
+        assert "NumCPUs=24 " in record, record
+        ids = re.search(r"CPU_IDs=(\S+)", record).group(1)   # e.g. 0-23: 12 cores x 2 threads
+        count = 0
+        for part in ids.split(","):
+            first, _, last = part.partition("-")
+            count += int(last or first) - int(first) + 1
+        assert count == 24, record
+        record, _ = twin.run(f"--account={twin.account}", "--nodes=1", "--ntasks-per-node=4",
+                             "--cpus-per-task=24", script="#!/bin/bash\nhostname\n")
+        assert "NumCPUs=96 " in record, record

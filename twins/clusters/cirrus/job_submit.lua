@@ -1,0 +1,52 @@
+-- Cirrus's submit rules, as its documentation states them (cirrus-docs user-guide/gpu.md and
+-- batch.md, facts.md "Real sites"); the wording of the messages is the twin's.
+--   * every job names a budget (--account);
+--   * GPU jobs must not give --ntasks or --cpus-per-task to sbatch ("will be rejected": give
+--     them to srun), and --mem is not allowed (memory comes with the GPUs).
+
+local function unset(v, novals)
+   if v == nil then return true end
+   for _, nv in ipairs(novals) do if v == nv then return true end end
+   return false
+end
+
+local function is_gpu_job(job_desc)
+   if job_desc.partition == "gpu" then return true end
+   for _, f in ipairs({"tres_per_node", "tres_per_task", "tres_per_job", "tres_per_socket"}) do
+      local v = job_desc[f]
+      if v ~= nil and string.find(v, "gpu", 1, true) then return true end
+   end
+   return false
+end
+
+function slurm_job_submit(job_desc, part_list, submit_uid)
+   if job_desc.account == nil or job_desc.account == "" then
+      slurm.log_user("Cirrus: every job must name a budget code: --account=<budget> (#SBATCH --account)")
+      return slurm.ESLURM_INVALID_ACCOUNT
+   end
+   if is_gpu_job(job_desc) then
+      local bad = {}
+      if not unset(job_desc.num_tasks, {slurm.NO_VAL, 0}) then
+         table.insert(bad, "--ntasks")
+      end
+      if not unset(job_desc.cpus_per_task, {slurm.NO_VAL16, 0}) then
+         table.insert(bad, "--cpus-per-task")
+      end
+      if not unset(job_desc.pn_min_memory, {slurm.NO_VAL64}) then
+         table.insert(bad, "--mem")
+      end
+      if #bad > 0 then
+         slurm.log_user("Cirrus GPU jobs: " .. table.concat(bad, ", ") ..
+            " will be rejected as sbatch (#SBATCH) options: give --ntasks and --cpus-per-task" ..
+            " to srun; --mem is not allowed (memory comes with the GPUs)")
+         return slurm.ERROR
+      end
+   end
+   return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+   return slurm.SUCCESS
+end
+
+return slurm.SUCCESS
