@@ -212,3 +212,33 @@ def test_the_example_recipe_directory_exists():
     assert {"pytorch/2.3.1-gpu", "pytorch/2.14.1-gpu", "mpi4py/4.1.2", "jax/0.10.2-cpu", "jax/0.10.2-gpu",
             "tiny/1.0"} <= names
     assert all(isinstance(p, Path) and p.is_file() for p in RECIPE_FILES)
+
+
+# ---------------------------------------------------------------- the walk-through of docs/recipes.md
+
+def walk_through(name: str) -> str:
+    """The python block after ``<!-- walk-through: NAME -->`` in docs/recipes.md."""
+    text = (REPO / "docs" / "recipes.md").read_text()
+    after = text.split(f"<!-- walk-through: {name} -->\n", 1)[1]
+    assert after.startswith("```python\n")
+    return after[len("```python\n"):].split("\n```\n", 1)[0] + "\n"
+
+
+@pytest.mark.parametrize("site_name, syntax", [("localhost", "tcl"), ("localhost-lmod", "lua")])
+def test_the_component_walk_through_of_the_docs_plans_as_written(tmp_path, site_name, syntax):
+    from hpcstack.install.plan import WriteFile
+
+    path = tmp_path / "recipes" / "motd" / "1.0.py"
+    path.parent.mkdir(parents=True)
+    path.write_text(walk_through("motd"))
+    site = load_site(site_name, install_root=str(tmp_path / "sw"), module_root=str(tmp_path / "mf"))
+    recipe = load_recipe(str(path), site)
+    plan = resolve(recipe, site, python_version="3.11", stage_prefix=str(tmp_path / "sw" / "motd" / ".1.0-test"))
+    steps = {s.name: s.actions for s in plan.steps}
+    motd = os.path.join(plan.stage_prefix, "share", "motd")
+    assert [a.content for a in steps[INSTALL] if isinstance(a, WriteFile) and a.path == motd] == ["hello from motd/1.0\n"]
+    assert steps[SANITYCHECK][-2].argv == ("grep", "-qxF", "hello from motd/1.0", motd)   # then pip freeze
+    modulefile = next(a.content for a in steps[MODULE] if isinstance(a, WriteFile) and a.path == plan.modulefile)
+    stable = os.path.join(plan.prefix, "share", "motd")
+    assert {"tcl": f"setenv MOTD_FILE {{{stable}}}", "lua": f'setenv("MOTD_FILE", "{stable}")'}[syntax] in modulefile
+    assert "Message of the day: $MOTD_FILE" in modulefile
