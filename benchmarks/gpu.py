@@ -160,7 +160,7 @@ def build_env(site_path: Path, facts: dict) -> tuple[object, Path, dict]:
 
     site = load_site(str(site_path))
     recipe = load_recipe(RECIPE, site)
-    build = next(c for c in recipe.components if isinstance(c, HorovodBuild))
+    build = recipe.component(HorovodBuild)
     version = ".".join(facts["python"].split(".")[:2])
     plan = resolve(recipe, site, python_version=version, jobs=facts["cpus"])
     # the build step's wheel build: a CachedWheelBuild, or a plain Run where the build cache is off
@@ -247,7 +247,7 @@ def check_build(site_dir: Path, required: tuple[str, ...], env: dict) -> dict:
 def workload_of(name: str, site) -> dict:
     """The recipe's validation workload ``name``; ``gpu-amp32``: ``gpu`` with AMP."""
     from hpcstack.recipe import load_recipe
-    from hpcstack.validate.workload import validation_of
+    from hpcstack.install.components.validation import validation_of
 
     spec = validation_of(load_recipe(RECIPE, site))
     if name == "gpu-amp32":

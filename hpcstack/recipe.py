@@ -54,6 +54,33 @@ class Recipe:
         """``name/version``, e.g. ``pytorch/2.3.1-gpu``."""
         return f"{self.name}/{self.version}"
 
+    def components_of(self, kind: type) -> list:
+        """The recipe's components of a kind (instances of ``kind`` or of its subclasses), in
+        recipe order.
+
+        Args:
+            kind (type): a component class, e.g. ``PipWheels`` or ``SourceBuild`` (which finds
+                ``HorovodBuild`` and a recipe's own ``Mpi4pyBuild`` too).
+
+        Returns:
+            list: possibly empty.
+
+        Example:
+            ``recipe.components_of(SourceBuild)``
+        """
+        return [c for c in self.components if isinstance(c, kind)]
+
+    def component(self, kind: type):
+        """The recipe's first component of a kind, or None (as :meth:`components_of`).
+
+        Args:
+            kind (type): a component class, e.g. ``PipWheels``.
+
+        Example:
+            ``wheels = recipe.component(PipWheels)``
+        """
+        return next((c for c in self.components if isinstance(c, kind)), None)
+
 
 #: A recipe's (module's) name or version: letters, digits and ``._+-``, starting with a letter
 #: or digit (``pytorch``, ``2.3.1-gpu``): it becomes a directory, a module name, a Tcl and Lua

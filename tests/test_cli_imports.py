@@ -34,7 +34,7 @@ def test_a_command_validates_its_site_without_the_format_checkers():
 def test_the_site_schema_has_no_format_keyword():
     """The validator is made without a format checker, and no schema asks for a format."""
     from hpcstack import site
-    from hpcstack.validate import workload
+    from hpcstack.install.components import validation as workload
 
     for schema in (site.SCHEMA, workload.SCHEMA):
         assert '"format"' not in json.dumps(schema)

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from hpcstack import templates
 from hpcstack.export.reframe import class_name
-from hpcstack.validate.workload import Figure
+from hpcstack.install.components.validation import Figure
 from hpcstack.modules import syntax  # noqa: F401 - registers tcl_quote, lua_quote
 from hpcstack.export import easyconfig  # noqa: F401 - registers pywrap
 

@@ -13,7 +13,8 @@ The layers, lowest first (a module may import its own layer and those below):
 1. ``repos``, ``recipe``, ``modules`` (the search path, recipe files, modulefiles and module tools);
 2. ``site`` (reads the module tools' names and syntaxes), and ``loader``, the one way in to
    recipes, site configs and repositories (:func:`test_only_the_loader_calls_the_raw_loaders`);
-3. ``install`` (plan, actions, runner, builds, components);
+3. ``install`` (plan, actions, runner, builds, components), and ``recipe_api``, the façade that
+   recipe files import (it re-exports the recipe, components, actions and step names);
 4. ``validate``;
 5. ``export`` (container specs, EasyBuild, ReFrame: they read installs and validations);
 6. ``cli`` and ``__main__``.
@@ -35,7 +36,7 @@ LAYERS = (
      "hpcstack.templates", "hpcstack.doctor", "hpcstack.secrets", "hpcstack.trust"),
     ("hpcstack.repos", "hpcstack.recipe", "hpcstack.modules"),
     ("hpcstack.site", "hpcstack.site_keys", "hpcstack.loader"),
-    ("hpcstack.install", "hpcstack.lifecycle"),
+    ("hpcstack.install", "hpcstack.lifecycle", "hpcstack.recipe_api"),
     ("hpcstack.validate",),
     ("hpcstack.export",),
     ("hpcstack.cli", "hpcstack.__main__"),

@@ -203,7 +203,7 @@ def test_the_validation_file_requires_nccl_where_the_site_has_cuda(site, transpo
 
 def test_cuda_transport_must_name_something(tmp_path):
     from hpcstack.errors import ConfigError
-    from hpcstack.validate.workload import Validation
+    from hpcstack.install.components.validation import Validation
 
     text = (LOCK.parent / "2.14.1-gpu.validation.yaml").read_text()
     (tmp_path / "v.yaml").write_text(text.replace("cuda_transport: nccl", 'cuda_transport: ""'))

@@ -187,7 +187,7 @@ def test_nothing_to_plot_writes_no_png(tmp_path):
 def _validation(site_name: str):
     from hpcstack.recipe import load_recipe
     from hpcstack.site import load_site
-    from hpcstack.validate.workload import validation_of
+    from hpcstack.install.components.validation import validation_of
 
     site = load_site(site_name)
     recipe = load_recipe("pytorch/2.3.1-gpu", site)
@@ -231,7 +231,7 @@ def test_bad_references_give_one_line_with_the_key_path(tmp_path, refs, expected
 
     from conftest import REPO
     from hpcstack.errors import ConfigError
-    from hpcstack.validate.workload import Validation
+    from hpcstack.install.components.validation import Validation
 
     data = yaml.safe_load((REPO / "recipes" / "pytorch" / "2.3.1-gpu.validation.yaml").read_text())
     data["references"] = refs

@@ -15,7 +15,7 @@ from hpcstack.install import image
 from hpcstack.site import load_site
 from hpcstack.validate.judge import lookup_references
 from hpcstack.validate.render import to_markdown
-from hpcstack.validate.workload import Figure
+from hpcstack.install.components.validation import Figure
 
 pytestmark = pytest.mark.unit
 
@@ -89,7 +89,7 @@ def test_startup_over_ranks():
 
 def test_recipe_declares_startup_with_localhost_reference():
     from hpcstack.recipe import load_recipe
-    from hpcstack.validate.workload import validation_of
+    from hpcstack.install.components.validation import validation_of
 
     site = load_site("localhost")
     spec = validation_of(load_recipe("pytorch/2.3.1-gpu", site))

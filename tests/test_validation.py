@@ -146,7 +146,7 @@ def test_named_workload_takes_the_sites_device_unless_it_names_one():
 
 def test_schema_checks_the_accuracy_threshold(tmp_path):
     from hpcstack.errors import ConfigError
-    from hpcstack.validate.workload import Validation
+    from hpcstack.install.components.validation import Validation
 
     data = yaml.safe_load((REPO / "recipes" / "pytorch" / "2.3.1-gpu.validation.yaml").read_text())
     data["workloads"]["digits"]["accuracy_threshold"] = 95

@@ -13,7 +13,7 @@ from hpcstack.recipe import load_recipe
 from hpcstack.site import load_site
 from hpcstack.validate.judge import RunOutcome, judge, startup_summary
 from hpcstack.validate.render import to_markdown
-from hpcstack.validate.workload import Figure, Validation, validation_of
+from hpcstack.install.components.validation import Figure, Validation, validation_of
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,9 @@
 * ``reference/cli.md``: every command and option of :func:`hpcstack.cli.build_parser`, and of the
   parsers that commands hand their words to (``hpcstack action``:
   :func:`hpcstack.install.actions.build_parser`, :data:`DELEGATED`);
-* ``reference/api.md``: the recipe components' API, one mkdocstrings block per module of
-  ``hpcstack.install.components`` (and the recipe and validation classes a recipe uses).
+* ``reference/api.md``: the recipe API: the façade :mod:`hpcstack.recipe_api`, then one
+  mkdocstrings block per module of ``hpcstack.install.components`` (the ``Validation`` component
+  and its backends among them) and :mod:`hpcstack.recipe`.
 
 A new key, command or component appears without an edit here. The pages are
 ``File.generated`` (MkDocs 1.6): nothing is written into ``docs/``. Run as a script, it prints
@@ -367,17 +368,18 @@ def api_page(problems: list[str] | None = None) -> str:
         problems (list[str] | None): unused; the pages share one signature.
     """
     import hpcstack.install.components as components
-    modules = ["hpcstack.recipe"]
+    modules = ["hpcstack.recipe_api", "hpcstack.recipe"]
     modules += sorted(f"{components.__name__}.{m.name}" for m in pkgutil.iter_modules(components.__path__))
-    modules += ["hpcstack.validate.workload"]
     lines = ["# Recipe components API", "",
-             "Generated from the docstrings of the modules recipes import from (mkdocstrings). A "
-             "recipe file defines `recipe(site) -> Recipe`: an ordered list of these components. "
+             "Generated from the docstrings (mkdocstrings). A recipe imports everything it uses from "
+             "`hpcstack.recipe_api` and defines `recipe(site) -> Recipe`: an ordered list of these components. "
              "See [Recipe authoring](../recipes.md).", ""]
     for module in modules:
         importlib.import_module(module)
         lines += [f"## `{module}`", "", f"::: {module}", "    options:",
-                  "      show_root_heading: false", "      heading_level: 3", ""]
+                  "      show_root_heading: false", "      heading_level: 3",
+                  # the façade's names are documented where they are defined, below
+                  *(["      members: false"] if module == "hpcstack.recipe_api" else []), ""]
     return "\n".join(lines)
 
 

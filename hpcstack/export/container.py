@@ -280,12 +280,12 @@ def lock_of(recipe, site) -> tuple[str, str] | None:
     """``(lock file name, sha256)`` of the lock the recipe installs on ``site``, or None."""
     from hpcstack.install.components.wheels import PipWheels
 
-    for c in recipe.components:
-        if isinstance(c, PipWheels):
-            lock = c.lock_for(site.toolchain, site.python_version, f"site {site.name}")
-            path = Path(c.lock_path(recipe.directory, lock))
-            return path.name, hashlib.sha256(path.read_bytes()).hexdigest()
-    return None
+    wheels = recipe.component(PipWheels)
+    if wheels is None:
+        return None
+    lock = wheels.lock_for(site.toolchain, site.python_version, f"site {site.name}")
+    path = Path(wheels.lock_path(recipe.directory, lock))
+    return path.name, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def module_variables(recipe, site) -> dict[str, tuple]:

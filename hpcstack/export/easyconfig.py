@@ -129,14 +129,10 @@ class EasyConfig:
 
     def extra_files(self, recipe, site, plan) -> dict[str, str]:
         """Files EasyBuild finds next to the easyconfig: the recipe's patches, name -> path."""
-        return {p.file: os.path.join(str(recipe.directory), "patches", p.file)
-                for build in self._source_builds(recipe) for p in build.patches}
-
-    @staticmethod
-    def _source_builds(recipe):
         from hpcstack.install.components.source import SourceBuild
 
-        return [c for c in recipe.components if isinstance(c, SourceBuild)]
+        return {p.file: os.path.join(str(recipe.directory), "patches", p.file)
+                for build in recipe.components_of(SourceBuild) for p in build.patches}
 
     def render(self, recipe, site, plan) -> str:
         """Return the easyconfig text.
@@ -155,6 +151,7 @@ class EasyConfig:
         from hpcstack.install.components import Imports, Modulefile, PipWheels
         from hpcstack.install.components.base import PlanContext
         from hpcstack.install.components.horovod import HorovodBuild
+        from hpcstack.install.components.source import SourceBuild
         from hpcstack.install.layout import StackLayout
         from hpcstack.install.resolve import build_environment, detect_python_version
         from hpcstack.templates import render
@@ -164,11 +161,11 @@ class EasyConfig:
         ctx = PlanContext(site=site, recipe=recipe, prefix=layout.prefix, stage_dir=layout.stage_dir,
                           cache_dir=site.cache_dir, python_version=python_version,
                           jobs=site.jobs or 1, modulefile=layout.modulefile)
-        wheels = [c for c in recipe.components if isinstance(c, PipWheels)]
-        if not wheels:
+        wheels = recipe.component(PipWheels)
+        if wheels is None:
             raise ConfigError([f"recipe {recipe.full_name}: no PipWheels component: nothing to export as extensions"])
-        lock = wheels[0].lock_for(site.toolchain, python_version, f"site {site.name}")
-        lock_path = wheels[0].lock_path(recipe.directory, lock)
+        lock = wheels.lock_for(site.toolchain, python_version, f"site {site.name}")
+        lock_path = wheels.lock_path(recipe.directory, lock)
         files = site_files(lock_path, python_version)
 
         extensions = []
@@ -193,7 +190,7 @@ class EasyConfig:
                           f"%(builddir)s/cuda-stubs/libcuda.so.1 && "
                           f"export LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{eb_shell(stubs)}:$LD_LIBRARY_PATH && ")
         flags: list[str] = []
-        for build in self._source_builds(recipe):
+        for build in recipe.components_of(SourceBuild):
             env = build.build_env(ctx)
             # each value one shell word (a CFLAGS of "-O2 -g" stays one; "$(...)" runs nothing)
             if not site.jobs:                     # the build host's cores, as hpcstack's default
@@ -215,7 +212,7 @@ class EasyConfig:
                 flags += [f for f in build.required_flags(ctx) if f not in flags]
 
         stub_env = (f"LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{eb_shell(stubs)}:$LD_LIBRARY_PATH " if stubs else "")
-        imports = [m for c in recipe.components if isinstance(c, Imports) for m in c.modules]
+        imports = [m for c in recipe.components_of(Imports) for m in c.modules]
         commands = []
         if imports:
             commands.append(f"{stub_env}python -c '" + "; ".join(f"import {m}" for m in imports) + "'")

@@ -104,7 +104,7 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     from hpcstack.templates import render, sh_quote
     from hpcstack.validate.judge import lookup_references
     from hpcstack.validate.scheduler import get_scheduler
-    from hpcstack.validate.backends import get_backend
+    from hpcstack.install.components.backends import get_backend
     from hpcstack.validate.validation import _required_transport, stack_layout, validation_settings
 
     settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account,

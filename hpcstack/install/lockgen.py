@@ -107,18 +107,18 @@ def write_lock(recipe, site) -> Path:
         HpcstackError: uv is missing (:func:`find_uv`); :class:`UvCompileError`: uv fails (no
             network, an unsatisfiable pin, a package that needs a newer Python than ``min_python``).
     """
-    wheels = [c for c in recipe.components if isinstance(c, PipWheels)]
-    if not wheels:
+    wheels = recipe.component(PipWheels)
+    if wheels is None:
         raise ConfigError([f"recipe {recipe.full_name} has no PipWheels component: nothing to lock"])
-    stem = wheels[0].stem
+    stem = wheels.stem
     source = Path(recipe.directory) / f"{stem}.in"
     if not source.is_file():
         raise ConfigError([f"{source}: missing (the top-level requirements to lock)"])
-    lock = wheels[0].lock_for(site.toolchain, site.python_version, f"site {site.name}")
-    output = Path(wheels[0].lock_path(recipe.directory, lock))
+    lock = wheels.lock_for(site.toolchain, site.python_version, f"site {site.name}")
+    output = Path(wheels.lock_path(recipe.directory, lock))
     with tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         tmp_out = Path(tmp) / output.name
-        cmd = lock_command(source, tmp_out, lock.indexes, wheels[0].min_python, wheels[0].exclude_newer)
+        cmd = lock_command(source, tmp_out, lock.indexes, wheels.min_python, wheels.exclude_newer)
         try:
             # without the uv settings of the caller's shell: a loaded stack module sets
             # UV_CONSTRAINT to the stack's pins, which would hold a re-lock to the old versions
@@ -127,7 +127,7 @@ def write_lock(recipe, site) -> Path:
         except OSError as exc:
             raise HpcstackError(f"cannot run {cmd[0]}: {exc.strerror}") from None
         if proc.returncode != 0:
-            raise UvCompileError(output.name, proc.stderr, stem, wheels[0].min_python)
+            raise UvCompileError(output.name, proc.stderr, stem, wheels.min_python)
         header = (f"# Lock file '{lock.name}' of recipe {recipe.full_name}, written by\n"
                   f"#   hpcstack lock {recipe.full_name} --site {site.name}\n"
                   f"# with: uv {' '.join(cmd[1:-3])} {source.name}\n"
@@ -140,7 +140,7 @@ def write_lock(recipe, site) -> Path:
 def _cuda_components(recipe) -> list:
     from hpcstack.install.components.cudawheels import CudaWheelArchs
 
-    return [c for c in recipe.components if isinstance(c, CudaWheelArchs)]
+    return recipe.components_of(CudaWheelArchs)
 
 
 def _wheel_name(path) -> str:
@@ -187,7 +187,7 @@ def record_gpu_archs(recipe, site, wheels=()) -> tuple[Path, list]:
     comps = _cuda_components(recipe)
     if not comps:
         raise ConfigError([f"recipe {recipe.full_name} has no CudaWheelArchs component: no GPU architectures to record"])
-    pw = [c for c in recipe.components if isinstance(c, PipWheels)][0]
+    pw = recipe.component(PipWheels)
     lock = pw.lock_path(recipe.directory, pw.lock_for(site.toolchain, site.python_version, f"site {site.name}"))
     locked = read_lock(lock)
     pins = {}

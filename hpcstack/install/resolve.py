@@ -7,7 +7,7 @@ import re
 import subprocess
 
 from hpcstack.modules import modsys
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import PlanContext, hook
 from hpcstack.secrets import secret_files
 from hpcstack.install.components.sanity import merge_python_checks
 from hpcstack.install.components.wheels import freeze_argv
@@ -219,8 +219,9 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
     published = ctx.published()
     actions: dict[str, list] = {name: [] for name in STEP_ORDER}
     for component in recipe.components:
+        planned = hook(component, "actions")   # contribute(ctx) and the component's step hooks
         try:
-            contributed = component.contribute(ctx)
+            contributed = planned(ctx)
             if not isinstance(contributed, dict) or not all(
                     step in actions and isinstance(acts, list) for step, acts in contributed.items()):
                 raise ValueError(f"contribute(ctx) returned {type(contributed).__name__}, not a dict "
@@ -229,7 +230,7 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
                 if step != MODULE:
                     actions[step].extend(acts)
             if MODULE in contributed:  # the modulefile names the stable prefix, never one build
-                actions[MODULE].extend(component.contribute(published).get(MODULE, []))
+                actions[MODULE].extend(planned(published).get(MODULE, []))
         except ValueError as exc:  # a value of the site or recipe the component cannot use
             raise ConfigError([f"{recipe.full_name}: {type(component).__name__}: {exc} "
                                f"(check the site config {site.path} and the recipe)"]) from None

@@ -500,19 +500,20 @@ def recipe_packages(recipe, site) -> tuple[list[Package], str | None]:
     Raises:
         ConfigError: no lock fits the site, or its file is missing.
     """
-    from hpcstack.install.components.manifest import read_lock, source_builds
+    from hpcstack.install.components.manifest import read_lock
+    from hpcstack.install.components.source import SourceBuild
     from hpcstack.install.components.wheels import PipWheels
 
-    wheels = [c for c in recipe.components if isinstance(c, PipWheels)]
+    wheels = recipe.component(PipWheels)
     packages, lock = [], None
     if wheels:
-        choice = wheels[0].lock_for(site.toolchain, site.python_version, f"site {site.name}")
-        lock = wheels[0].lock_path(recipe.directory, choice)
+        choice = wheels.lock_for(site.toolchain, site.python_version, f"site {site.name}")
+        lock = wheels.lock_path(recipe.directory, choice)
         if not os.path.isfile(lock):
             raise ConfigError([f"{lock}: no such lock file (run: hpcstack lock {recipe.full_name} "
                                f"--site {site.name})"])
         packages += [Package(p.name, p.version, "lock") for p in read_lock(lock)]
-    packages += [Package(b.package, b.version, "sdist") for b in source_builds(recipe)]
+    packages += [Package(b.package, b.version, "sdist") for b in recipe.components_of(SourceBuild)]
     return packages, lock
 
 

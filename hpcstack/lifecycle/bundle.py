@@ -162,12 +162,12 @@ def make_bundle(recipe, site, recipe_file: Path, out: Path, python_version: str,
         HpcstackError: a download or build fails (one line).
     """
     from hpcstack.install.actions import Fetch
-    from hpcstack.install.components.manifest import source_builds
+    from hpcstack.install.components.source import SourceBuild
     from hpcstack.install.components.wheels import PipWheels
 
     out = Path(out).resolve()
-    wheels = [c for c in recipe.components if isinstance(c, PipWheels)]
-    lock = Path(wheels[0].lock_file(_Ctx(recipe, site, python_version))) if wheels else None
+    wheels = recipe.component(PipWheels)
+    lock = Path(wheels.lock_file(_Ctx(recipe, site, python_version))) if wheels else None
     for sub in (WHEELS, SDISTS, BUILD, RECIPE, TOOL):
         (out / sub).mkdir(parents=True, exist_ok=True)
     # the recipe as used: its file, its locks, its patches
@@ -175,7 +175,7 @@ def make_bundle(recipe, site, recipe_file: Path, out: Path, python_version: str,
     shutil.copy2(recipe_file, out / RECIPE / Path(recipe_file).name)
     for lf in sorted(rdir.glob(f"{Path(recipe_file).stem}.*.lock")):
         shutil.copy2(lf, out / RECIPE / lf.name)
-    builds = source_builds(recipe)
+    builds = recipe.components_of(SourceBuild)
     for b in builds:
         for p in b.patches:
             (out / RECIPE / "patches").mkdir(exist_ok=True)

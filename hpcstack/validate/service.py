@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from hpcstack.errors import ConfigError
 from hpcstack.validate.validation import (collect, local_validation, parse_nodes, slurm_validation,
                                           validation_settings)
-from hpcstack.validate.workload import validation_of
+from hpcstack.install.components.validation import validation_of
 
 #: ``--backend`` values that mean every backend of the recipe.
 ALL_BACKENDS = ("all", "both")

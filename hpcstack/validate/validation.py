@@ -48,10 +48,10 @@ from hpcstack.fsutil import makedirs_no_follow, read_no_follow, write_no_follow
 from hpcstack.modules import modsys
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.site import MAX_NODES
-from hpcstack.validate.backends import get_backend
+from hpcstack.install.components.backends import get_backend
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import check_sbatch_value, get_scheduler
-from hpcstack.validate.workload import ValidationSpec, validation_of
+from hpcstack.install.components.validation import ValidationSpec, validation_of
 
 
 # --------------------------------------------------------------------------------------------

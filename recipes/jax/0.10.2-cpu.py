@@ -12,9 +12,8 @@ site; a site with Python >= 3.12 can have a newer jax as a recipe of its own (co
 ``min_python="3.12"``, ``hpcstack lock``).
 """
 
-from hpcstack.install.components import Imports, Lock, Modulefile, PipWheels, StackManifest, StackTools, Venv
-from hpcstack.recipe import Recipe
-from hpcstack.validate.workload import Validation
+from hpcstack.recipe_api import (Imports, Lock, Modulefile, PipWheels, Recipe, StackManifest, StackTools, Validation,
+                                 Venv)
 
 
 def recipe(site):

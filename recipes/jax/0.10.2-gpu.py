@@ -16,10 +16,8 @@ pinned to 9.10.2.21, the release with Volta kernels (0.10.2-gpu.in). The CUDA 13
 
 import os
 
-from hpcstack.install.components import (CudaWheelArchs, Imports, Lock, Modulefile, PipWheels, StackManifest,
-                                         StackTools, Venv)
-from hpcstack.recipe import Recipe
-from hpcstack.validate.workload import Validation
+from hpcstack.recipe_api import (CudaWheelArchs, Imports, Lock, Modulefile, PipWheels, Recipe, StackManifest,
+                                 StackTools, Validation, Venv)
 
 #: The installed plugin's architectures, read by jax-gpu-archs (beside this file) in the stack's
 #: python from the fat binaries of the libraries named: no GPU, no CUDA tool needed.

@@ -2,11 +2,8 @@
 
 import os
 
-from hpcstack.install.actions import Run
-from hpcstack.install.plan import INSTALL
-from hpcstack.install.components import Imports, Lock, Modulefile, PipWheels, SourceBuild, StackManifest, Venv
-from hpcstack.recipe import Recipe
-from hpcstack.validate.workload import Validation
+from hpcstack.recipe_api import (INSTALL, Imports, Lock, Modulefile, PipWheels, Recipe, Run, SourceBuild, StackManifest,
+                                 Validation, Venv, run_after)
 
 
 class Mpi4pyBuild(SourceBuild):
@@ -22,14 +19,13 @@ class Mpi4pyBuild(SourceBuild):
         cc = ctx.site.toolchain.cc
         return (*super().key_probes(ctx), ("MPI", f"{cc} -show 2>&1; {cc} --showme:version 2>&1 || {cc} -v 2>&1"))
 
-    def contribute(self, ctx):
-        # mpi4py >= 4 reads its build's MPI from an mpi.cfg that downstream packagers provide
-        # (mpi4py.get_config's docstring): record the wrapper the build found on PATH
-        steps = super().contribute(ctx)
+    @run_after(INSTALL)
+    def record_mpi_cfg(self, ctx):
+        """mpi4py >= 4 reads its build's MPI from an mpi.cfg that downstream packagers provide
+        (mpi4py.get_config's docstring): record the wrapper the build found on PATH."""
         cfg = os.path.join(ctx.site_packages, "mpi4py", "mpi.cfg")
-        record = Run(("bash", "-c", 'printf "[mpi]\\nmpicc = %s\\n" "$(command -v "$1")" > "$2"', "mpi.cfg",
-                      ctx.site.toolchain.cc, cfg))
-        return {**steps, INSTALL: [*steps[INSTALL], record]}
+        return [Run(("bash", "-c", 'printf "[mpi]\\nmpicc = %s\\n" "$(command -v "$1")" > "$2"', "mpi.cfg",
+                     ctx.site.toolchain.cc, cfg))]
 
     def sanity_actions(self, ctx):
         script = str(ctx.recipe_file("mpi4py-sanity"))

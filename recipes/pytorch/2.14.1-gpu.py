@@ -13,10 +13,8 @@ libtorch_cuda_linalg.so starts at sm_80: 2.14.1-gpu.pypi.gpu-archs.json): no T4 
 It runs on CPUs too.
 """
 
-from hpcstack.install.components import (CudaWheelArchs, Imports, Lock, Modulefile, PipWheels, StackManifest,
-                                         StackTools, Trainer, Venv)
-from hpcstack.recipe import Recipe
-from hpcstack.validate.workload import Validation
+from hpcstack.recipe_api import (CudaWheelArchs, Imports, Lock, Modulefile, PipWheels, Recipe, StackManifest,
+                                 StackTools, Trainer, Validation, Venv)
 
 
 def recipe(site):

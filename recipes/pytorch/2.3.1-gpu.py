@@ -5,11 +5,8 @@ torchaudio, torchmetrics, torchtext and the tensorboard packages (but tensorboar
 Horovod built from source against the site's MPI (and NCCL and CUDA on GPU sites).
 """
 
-from hpcstack.install.components import (CudaWheelArchs, HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
-                                         StackManifest, StackTools, Trainer, Venv)
-from hpcstack.install.components.wheels import PYPI
-from hpcstack.recipe import Recipe
-from hpcstack.validate.workload import Validation
+from hpcstack.recipe_api import (PYPI, CudaWheelArchs, HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
+                                 Recipe, StackManifest, StackTools, Trainer, Validation, Venv)
 
 
 def recipe(site):

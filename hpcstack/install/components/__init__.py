@@ -1,9 +1,12 @@
 """Components: the building blocks recipes list; each contributes actions to the standard steps.
 
-Every component has ``contribute(ctx: PlanContext) -> dict[str, list[Action]]``.
+Every component is a :class:`~hpcstack.install.components.base.Component` (its hooks:
+``contribute(ctx) -> dict[str, list[Action]]``, ``module_environment``, ``module_help``, and step
+hooks with :func:`~hpcstack.install.components.base.run_after`); ``Validation`` declares the
+stack's validation. Recipes import these from the façade, :mod:`hpcstack.recipe_api`.
 """
 
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext, run_after, run_before
 from hpcstack.install.components.cudawheels import CudaWheelArchs
 from hpcstack.install.components.horovod import HorovodBuild
 from hpcstack.install.components.manifest import StackManifest
@@ -12,9 +15,10 @@ from hpcstack.install.components.sanity import Imports, PythonSnippet
 from hpcstack.install.components.source import Patch, SourceBuild
 from hpcstack.install.components.tools import StackTools
 from hpcstack.install.components.trainer import Trainer
+from hpcstack.install.components.validation import Validation
 from hpcstack.install.components.venv import Venv
 from hpcstack.install.components.wheels import Lock, PipWheels
 
-__all__ = ["PlanContext", "Venv", "PipWheels", "Lock", "SourceBuild", "HorovodBuild", "Patch", "Imports",
-           "CudaWheelArchs",
-           "PythonSnippet", "StackTools", "Trainer", "StackManifest", "Modulefile"]
+__all__ = ["Component", "PlanContext", "run_after", "run_before", "Venv", "PipWheels", "Lock", "SourceBuild",
+           "HorovodBuild", "Patch", "Imports", "CudaWheelArchs", "PythonSnippet", "StackTools", "Trainer",
+           "StackManifest", "Modulefile", "Validation"]

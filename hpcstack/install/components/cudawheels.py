@@ -12,7 +12,7 @@ from functools import partial
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import gpuarch
 from hpcstack.install.actions import ActionBase, ExecContext
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.components.sanity import PythonCheck, PythonSnippet
 from hpcstack.install.plan import SANITYCHECK, WHEELS
 
@@ -173,7 +173,7 @@ class WheelArchCheck(ActionBase):
 
 
 @dataclass(frozen=True)
-class CudaWheelArchs:
+class CudaWheelArchs(Component):
     """Check that a prebuilt CUDA wheel runs on the site's GPUs (``toolchain.cuda.cc_list``).
 
     Before anything is written (the install's preflight and ``--dry-run``), the architectures
@@ -214,10 +214,10 @@ class CudaWheelArchs:
         """The lock the site installs: that of the recipe's :class:`PipWheels` component."""
         from hpcstack.install.components.wheels import PipWheels
 
-        wheels = [c for c in ctx.recipe.components if isinstance(c, PipWheels)]
-        if not wheels:
+        wheels = ctx.recipe.component(PipWheels)
+        if wheels is None:
             raise ConfigError([f"recipe {ctx.recipe.full_name}: CudaWheelArchs needs a PipWheels component"])
-        return wheels[0].lock_file(ctx)
+        return wheels.lock_file(ctx)
 
     def contribute(self, ctx: PlanContext) -> dict[str, list]:
         """Return ``{step name: actions}``: the preflight's check in ``wheels``, the installed

@@ -58,7 +58,7 @@ from hpcstack import data_root, doctor
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import CHILD_CWD, sha256_file, write_atomic
 from hpcstack.install.actions import ACTION_COMMAND, ACTION_VERBS, ActionBase, Run, expand
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.components.source import SourceBuild
 from hpcstack.install.components.wheels import PipWheels
 from hpcstack.install.lockfile import read_lock
@@ -90,13 +90,8 @@ def constraints_text(title: str, pins, builds) -> str:
     return "\n".join(lines) + "\n"
 
 
-def source_builds(recipe) -> list[SourceBuild]:
-    """The recipe's components that build a package from source (:class:`SourceBuild`, e.g. ``HorovodBuild``)."""
-    return [c for c in recipe.components if isinstance(c, SourceBuild)]
-
-
 @dataclass(frozen=True)
-class StackManifest:
+class StackManifest(Component):
     """Write ``constraints.txt`` and the CycloneDX SBOM into ``<prefix>/.hpcstack/``, install
     ``<prefix>/bin/hpcstack-doctor`` (:mod:`hpcstack.doctor`, for users without the ``hpcstack``
     command) and set ``PYTHONNOUSERSITE``, ``PIP_CONSTRAINT`` and ``UV_CONSTRAINT`` in the
@@ -115,8 +110,8 @@ class StackManifest:
     """
 
     def _lock(self, ctx: PlanContext) -> str | None:
-        wheels = [c for c in ctx.recipe.components if isinstance(c, PipWheels)]
-        return wheels[0].lock_file(ctx) if wheels else None
+        wheels = ctx.recipe.component(PipWheels)
+        return wheels.lock_file(ctx) if wheels else None
 
     def module_environment(self, ctx: PlanContext) -> list:
         """``PYTHONNOUSERSITE=1``, ``PIP_CONSTRAINT`` and ``UV_CONSTRAINT`` = ``<prefix>/.hpcstack/constraints.txt``."""
@@ -140,7 +135,7 @@ class StackManifest:
         state = os.path.join(ctx.build_prefix, ".hpcstack")
         lock = self._lock(ctx)
         pins = read_lock(lock) if lock and os.path.isfile(lock) else []
-        builds = source_builds(ctx.recipe)
+        builds = ctx.recipe.components_of(SourceBuild)
         text = constraints_text(ctx.recipe.full_name, pins, [(b.package, b.version) for b in builds])
         spec = {
             "name": ctx.recipe.name, "version": ctx.recipe.version,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext, hook
 from hpcstack.install.plan import MODULE, WriteFile
 from hpcstack.modules import writer
 from hpcstack.modules.envchange import EnvChange, SetEnv, check_changes
@@ -44,7 +44,7 @@ VENV_WARNING = ("{full_name}: the active venv @VENV@ is not extended for this mo
 
 
 @dataclass(frozen=True)
-class Modulefile:
+class Modulefile(Component):
     """Render the stack's modulefile (Tcl, or Lua for Lmod sites) and write it atomically.
 
     It ``depends-on`` the site's base Python module and runtime modules (by the exact names the
@@ -93,9 +93,7 @@ class Modulefile:
         """
         changes: list[EnvChange] = []
         for component in ctx.recipe.components:
-            contribute = getattr(component, "module_environment", None)
-            if contribute is not None:
-                changes.extend(check_changes(contribute(ctx), type(component).__name__))
+            changes.extend(check_changes(hook(component, "module_environment")(ctx), type(component).__name__))
         changes.extend(SetEnv(k, v) for k, v in (getattr(ctx.site.modules, "env", None) or {}).items())
         return tuple(changes)
 
@@ -120,9 +118,7 @@ class Modulefile:
                            site=site.name, prefix=ctx.prefix, root_variable=root_var)
         contributed = []
         for component in r.components:
-            explain = getattr(component, "module_help", None)
-            if explain is not None:
-                contributed.extend(explain(ctx))
+            contributed.extend(hook(component, "module_help")(ctx))
         return [*text.splitlines(), *userhelp.help_sections(ctx, self, contributed)]
 
     def context(self, ctx: PlanContext) -> writer.ModuleContext:
@@ -246,5 +242,5 @@ def render_for_prefix(site, recipe, prefix: str, python_version: str, syntax: st
                       python_version=python_version, jobs=1,
                       modulefile=writer.modulefile_path(site.module_root, recipe.name,
                                                          recipe.version, syntax))
-    component = next((c for c in recipe.components if isinstance(c, Modulefile)), Modulefile())
+    component = recipe.component(Modulefile) or Modulefile()
     return writer.render_modulefile(component.context(ctx), syntax)

@@ -21,7 +21,7 @@ from typing import Callable
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install.actions import ActionBase, ExecContext, Run
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.plan import SANITYCHECK
 
 #: The line that opens a snippet's section of the check's output: ``--- hpcstack check: <name>``.
@@ -214,7 +214,7 @@ def merge_python_checks(actions: list) -> list:
 
 
 @dataclass(frozen=True)
-class Imports:
+class Imports(Component):
     """Import each module with the stack's python, in one interpreter (sanity check).
 
     The plan merges it with the recipe's other Python checks (those of its components) into one

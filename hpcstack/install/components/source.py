@@ -33,7 +33,7 @@ from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install import wheelcache
 from hpcstack.install.actions import ACTION_COMMAND, ActionBase, ExecContext, Run, Unpack, VerifySha256, bash_word
 from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.components.wheels import UV_UNSET, install_run, uv_binary, wheel_cache
 from hpcstack.install.sources import sdist_fetch
 from hpcstack.install.wheelcache import SUMS
@@ -302,7 +302,7 @@ class Patch:
 
 
 @dataclass(frozen=True)
-class SourceBuild:
+class SourceBuild(Component):
     """Download a Python sdist, check its sha256, patch it, build a wheel with the site's
     compilers, install the wheel.
 

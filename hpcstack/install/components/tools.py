@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hpcstack import data_root
 from hpcstack.install.plan import INSTALL, SANITYCHECK, Run, WriteFile
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 
 
 #: The template of ``<prefix>/bin/pip`` (and ``pip3``, ``pip3.X``).
@@ -21,7 +21,7 @@ def pip_names(python_version: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class StackTools:
+class StackTools(Component):
     """Install the stack's tools into ``<prefix>/bin`` and its examples into ``<prefix>/examples``.
 
     - ``extend-venv-activate``, rendered for this stack's module and the site's module tool (see

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcstack import data_root
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.components.sanity import PythonCheck, PythonSnippet
 from hpcstack.install.plan import INSTALL, SANITYCHECK, Run
 
@@ -34,7 +34,7 @@ def trainer_sources() -> tuple[Path, tuple[Path, ...]]:
 
 
 @dataclass(frozen=True)
-class Trainer:
+class Trainer(Component):
     """Install ``<prefix>/bin/hpcstack-train-benchmark``, the PyTorch training program of the
     validation (the package ``trainer/hpcstack_train``: synthetic ResNet and digits workloads,
     ``ddp`` and ``horovod`` backends, the collectives check).

@@ -20,7 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from hpcstack.errors import ConfigError
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import PlanContext, examples_of
 from hpcstack.modules.writer import root_variable
 
 #: The installer tools every venv has; not "key packages" of a stack.
@@ -42,14 +42,15 @@ def key_packages(ctx: PlanContext) -> list[tuple[str, str]]:
         list[tuple[str, str]]: ``(name, version)``; empty when the recipe has no lock (or its
         lock file is missing: the wheels step then fails with its own message).
     """
-    from hpcstack.install.components.manifest import read_lock, source_builds
+    from hpcstack.install.components.manifest import read_lock
+    from hpcstack.install.components.source import SourceBuild
     from hpcstack.install.components.wheels import PipWheels
 
     out: list[tuple[str, str]] = []
-    wheels = [c for c in ctx.recipe.components if isinstance(c, PipWheels)]
+    wheels = ctx.recipe.component(PipWheels)
     if wheels and ctx.recipe.directory is not None:
         try:
-            lock = wheels[0].lock_file(ctx)
+            lock = wheels.lock_file(ctx)
         except ConfigError:           # no lock fits the site: PipWheels says so itself
             lock = ""
         pins = read_lock(lock) if lock and os.path.isfile(lock) else []
@@ -59,14 +60,14 @@ def key_packages(ctx: PlanContext) -> list[tuple[str, str]]:
             # python_full_version < '3.11'``): the pin whose marker holds for the stack's Python
             if _pin_applies(pin, ctx.python_version):
                 pinned.setdefault(canonicalize_name(pin.name), pin.version)
-        wanted = _top_level(os.path.join(str(ctx.recipe.directory), f"{wheels[0].stem}.in"))
+        wanted = _top_level(os.path.join(str(ctx.recipe.directory), f"{wheels.stem}.in"))
         names = wanted if wanted is not None else [pin.name for pin in pins]
         for name in dict.fromkeys(names):
             key = canonicalize_name(name)
             if key in pinned and key not in _TOOLS:
                 out.append((name, pinned[key]))
     seen = {canonicalize_name(n) for n, _ in out}
-    out += [(b.package, b.version) for b in source_builds(ctx.recipe) if canonicalize_name(b.package) not in seen]
+    out += [(b.package, b.version) for b in ctx.recipe.components_of(SourceBuild) if canonicalize_name(b.package) not in seen]
     return out
 
 
@@ -182,9 +183,9 @@ def srun_options(site) -> list[str]:
 
 def examples_dir(ctx: PlanContext) -> tuple[str, tuple[str, ...]]:
     """Where the recipe's examples are installed (``<prefix>/examples``) and their names; ``("", ())``
-    when no component installs any (a component with an ``examples`` tuple does)."""
+    when no component installs any (a component's :attr:`~hpcstack.install.components.base.Component.examples`)."""
     for component in ctx.recipe.components:
-        names = tuple(getattr(component, "examples", ()) or ())
+        names = examples_of(component)
         if names:
             return os.path.join(ctx.prefix, "examples"), names
     return "", ()

@@ -8,7 +8,7 @@ import os
 
 from hpcstack.install.actions import WriteFile
 from hpcstack.install.plan import VENV, Run
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 
 #: The name of the venv's start-up file (sorted first among the ``.pth`` files, so the others
 #: already see the paths it sets).
@@ -46,7 +46,7 @@ def paths_pth(ctx: PlanContext) -> str:
 
 
 @dataclass(frozen=True)
-class Venv:
+class Venv(Component):
     """Create ``<stage prefix>/venv`` with the ``python3`` of the site's base module.
 
     The venv is made where it stays: in the build's stage prefix, which the stack's prefix

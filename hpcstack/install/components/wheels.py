@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hpcstack.errors import ConfigError
 from hpcstack.install.plan import SANITYCHECK, WHEELS, Run
-from hpcstack.install.components.base import PlanContext
+from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.sources import wheel_index_args, wheel_source_args
 
 #: uv environment variables that would change what is installed, from where, or how; they are
@@ -185,7 +185,7 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class PipWheels:
+class PipWheels(Component):
     """Install every package of a lock file with hashes in one resolution, then check dependencies.
 
     The lock (``<stem>.<name>.lock`` next to the recipe, one per package index; the first of

@@ -1,7 +1,6 @@
 """tiny 1.0: the example recipe of docs/recipes.md, a venv with one pinned wheel (six) and a module."""
 
-from hpcstack.install.components import Imports, Modulefile, PipWheels, StackManifest, StackTools, Venv
-from hpcstack.recipe import Recipe
+from hpcstack.recipe_api import Imports, Modulefile, PipWheels, Recipe, StackManifest, StackTools, Venv
 
 
 def recipe(site):
