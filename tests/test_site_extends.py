@@ -141,3 +141,28 @@ def test_a_base_another_account_owns_is_refused_as_a_site_file_is(tmp_path):
                     "--prefix", str(tmp_path / "sw"), "--module-root", str(tmp_path / "mf"))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"error: {repo / 'site-configs' / 'b.yaml'}: owned by nobody;"), proc.stderr
+
+
+TWINS = ("cirrus", "perlmutter", "juwels-booster")
+
+
+@pytest.mark.parametrize("base", TWINS)
+def test_each_site_twin_is_its_site_less_cuda_with_this_machines_python(base):
+    from conftest import REPO
+    repo = REPO / "twins"
+    twin = _load(repo, f"{base}-twin")
+    site = load_site(base)
+    assert twin.bases == (site.path,) or [p.resolve() for p in twin.bases] == [site.path.resolve()]
+    assert not twin.toolchain.has_cuda and twin.toolchain.nccl_home is None
+    assert twin.python_version == "3.11" and "CUDA_PATH" not in twin.build_env
+    assert "PROJECT" not in twin.install_root + twin.module_root
+    # the module system, its load order and the jobs' shape stay the site's own
+    assert twin.modules == site.modules and twin.launcher == site.launcher
+    assert ({k: v for k, v in twin.slurm.items() if k != "account"}
+            == {k: v for k, v in site.slurm.items() if k != "account"})
+    text = (repo / "site-configs" / f"{base}-twin.yaml").read_text()
+    # every overlaid key says why, in a comment above it or on its line
+    for line in text.splitlines():
+        if line and not line.startswith(("#", " ")) and not line.startswith(("extends:", "name:", "description:")):
+            before = text.split("\n" + line, 1)[0].rstrip().splitlines()[-1]
+            assert before.lstrip().startswith("#") or "#" in line, line
