@@ -161,8 +161,8 @@ def test_each_site_twin_is_its_site_less_cuda_with_this_machines_python(base):
     assert ({k: v for k, v in twin.slurm.items() if k != "account"}
             == {k: v for k, v in site.slurm.items() if k != "account"})
     text = (repo / "site-configs" / f"{base}-twin.yaml").read_text()
-    # every overlaid key says why, in a comment above it or on its line
-    for line in text.splitlines():
-        if line and not line.startswith(("#", " ")) and not line.startswith(("extends:", "name:", "description:")):
-            before = text.split("\n" + line, 1)[0].rstrip().splitlines()[-1]
-            assert before.lstrip().startswith("#") or "#" in line, line
+    # every overlaid key says why: each paragraph that sets one holds a comment
+    for block in text.split("\n\n"):
+        keys = [line for line in block.splitlines() if line[:1].isalpha()]
+        if keys and not {k.split(":")[0] for k in keys} <= {"extends", "name", "description"}:
+            assert "#" in block, block
