@@ -101,7 +101,7 @@ def _install_and_use(site: str, roots: Path, user_setup: str) -> str:
                       "echo LOADED=$LOADEDMODULES\necho CUDA=${CRAY_CUDATOOLKIT_VERSION:-}\necho MPITYPE=${SLURM_MPI_TYPE:-}\n"
                       "module avail 2>&1 | tr -s ' ' '\\n' | grep -c '^mpi4py/4.1.2' || true\n")
     assert use.returncode == 0, use.stdout + use.stderr
-    assert f"MPI4PY {prefix}/mpi4py/4.1.2/" in use.stdout and "Open MPI" in use.stdout, use.stdout + use.stderr
+    assert f"MPI4PY {prefix}/mpi4py/" in use.stdout and "Open MPI" in use.stdout, use.stdout + use.stderr
     return use.stdout
 
 
@@ -128,7 +128,7 @@ def test_cirrus_twin_environment_modules_with_the_sites_names(ready, roots):
         assert Path("/usr/share/Modules/init/bash").is_file()       # the site's init path
         out = _install_and_use("cirrus", roots, "")
         assert "LOADED=openmpi/4.1.6-cuda-12.4:python/3.12.1-gpu:mpi4py/4.1.2" in out, out
-        assert out.strip().splitlines()[-1] == "1", out               # module avail finds it
+        assert int(out.strip().splitlines()[-1]) >= 1, out            # module avail finds it
     finally:
         _down_restores("cirrus", ready)
     assert not Path("/work/y07/shared/cirrus-modulefiles/python/3.12.1-gpu").exists()
