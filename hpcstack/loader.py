@@ -11,7 +11,7 @@ the recipe; nothing else in hpcstack calls the raw loaders (:func:`hpcstack.site
    ``/etc/hpcstack/config.yaml`` or ``--admin-group``, never from a file under check;
 2. the search path, and every repository on it that is not built in (``--repo``,
    ``HPCSTACK_PATH``), with its ``recipes/`` and ``site-configs/``;
-3. the site config's file, before it is parsed;
+3. the site config's file, before it is parsed, and the file of each site it ``extends``;
 4. the recipe's file (as named and as resolved) and every entry of its directory (locks,
    patches, validation files), before any of its code runs;
 5. the directories the command writes to or reads back (:meth:`Loader.check_dirs`).
@@ -137,7 +137,8 @@ class Loader:
             ConfigError: unknown site, a file an untrusted account can change, a bad config.
         """
         self.site_file(spec)
-        site = load_site(spec, install_root=install_root, module_root=module_root, search=self._search)
+        site = load_site(spec, install_root=install_root, module_root=module_root, search=self._search,
+                         check_file=lambda base: trust.check_inputs([Path(os.path.abspath(base))], self.policy))
         trust.check_inputs(site_code_paths(site), self.policy)
         named = (site.raw.get("permissions") or {}).get("admin_group")
         if named and named != self.policy.admin_group and str(site.path) not in self._noted:

@@ -12,10 +12,13 @@ anything is written.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from hpcstack.errors import ConfigError
 from hpcstack.modules.modsys import TOOLS
@@ -132,6 +135,12 @@ _MOVED = {
 }
 
 
+#: A site's name (and so its file's stem): lower-case letters, digits, ``_`` and ``-``.
+SITE_NAME = "^[a-z0-9][a-z0-9_-]*$"
+#: The deepest chain of ``extends`` a site config may have (a twin of a twin of a site is 2).
+MAX_EXTENDS = 8
+
+
 def _obj(required: list[str], properties: dict) -> dict:
     return {"type": "object", "additionalProperties": False, "required": required,
             "properties": properties}
@@ -150,7 +159,10 @@ def _tool_reads(tool: str, syntaxes: tuple[str, ...]) -> dict:
 #: hpcstack/site_keys.py (a new key gets a line there); the site-config reference of the
 #: documentation site is generated from both (docs/hooks/reference.py).
 SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", "launcher"], {
-    "name": {"type": "string", "maxLength": 64, "pattern": "^[a-z0-9][a-z0-9_-]*$"},
+    "name": {"type": "string", "maxLength": 64, "pattern": SITE_NAME},
+    # the site this one overlays (resolved by load_site before the schema sees the merged config;
+    # a merged config keeps it only as Site.bases): a site twin is `extends: cirrus` plus a few keys
+    "extends": {"type": "string", "maxLength": 64, "pattern": SITE_NAME},
     "description": _STR,
     "install_root": _PATH,
     "module_root": _PATH,
@@ -479,6 +491,7 @@ class Site:
         installer (InstallerConfig): uv or pip, wheel cache, bytecode, build cache.
         ref (str): how a later command line names this site: its name where the search path
             finds it without ``--repo``, else its file's absolute path.
+        bases (tuple[Path, ...]): the files of the sites it ``extends``, nearest first.
     """
 
     name: str
@@ -499,6 +512,9 @@ class Site:
     installer: InstallerConfig = field(default_factory=InstallerConfig)
     ref: str = ""
     secrets: dict = field(default_factory=dict)
+    #: The site configs this one ``extends``, nearest first (:func:`merge_config`); ``raw`` is
+    #: the merged config, without ``extends``.
+    bases: tuple = ()
 
 
 #: The variable that moves the machine cache (:func:`default_cache_dir`) for every site that
@@ -577,22 +593,114 @@ def check_config(data: object, where: str) -> list[str]:
     return key_problems((data.get("build") or {}).get("env", {}), where)
 
 
+def merge_config(base: dict, overlay: dict) -> dict:
+    """The config ``overlay`` makes of ``base`` (``extends``): mappings are merged key by key, at
+    every depth; a list or a scalar of the overlay replaces the base's; a key the overlay sets to
+    null is removed, so the merged config reads as if the base had not set it (the key's default
+    applies: for a key that takes null, that is null; ``build.env: {CUDA_PATH: null}`` drops one
+    variable). Neither argument is changed.
+
+    Args:
+        base (dict): the base's config (already merged with its own bases).
+        overlay (dict): the overlay's config, less ``extends``.
+
+    Returns:
+        dict: a new mapping (deep copies of both).
+
+    Example:
+        >>> merge_config({"a": {"x": 1, "y": [1, 2]}, "b": 2}, {"a": {"y": [3], "z": None}, "b": None})
+        {'a': {'x': 1, 'y': [3]}}
+    """
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_config(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _resolve_extends(data: object, path: Path, search: SearchPath,
+                     check_file: Callable[[Path], None] | None) -> tuple[object, tuple[Path, ...]]:
+    """Merge a site config with the chain of sites it ``extends`` (:func:`merge_config`).
+
+    Each base is a site *name*, looked up on the same search path as ``--site`` and checked with
+    ``check_file`` (the loader's trust rule) before it is read, as any site file is.
+
+    Returns:
+        tuple[object, tuple[Path, ...]]: the merged config (``data`` itself where it extends
+        nothing or is no mapping) and the bases' files, nearest first.
+
+    Raises:
+        ConfigError: one line: an ``extends`` that is no site name, names an unknown site, closes a
+            cycle or goes deeper than :data:`MAX_EXTENDS`; an overlay without its own ``name``;
+            a base that is unreadable or no mapping.
+    """
+    if not isinstance(data, dict) or "extends" not in data:
+        return data, ()
+    chain: list[tuple[Path, dict]] = [(path, data)]
+    seen = {os.path.realpath(path)}
+    where = str(path)
+    if not isinstance(data.get("name"), str):
+        raise ConfigError([f"{path}: name: required in a config that extends another (its own name, "
+                           f"the file's stem '{path.stem}')"])
+    while "extends" in chain[-1][1]:
+        current, cfg = chain[-1]
+        name = cfg["extends"]
+        if not isinstance(name, str) or not re.fullmatch(SITE_NAME, name):
+            raise ConfigError([f"{current}: extends: {str(name)[:80]!r} is not a site name (the name of a "
+                               "site config on the search path, e.g. cirrus)"])
+        if len(chain) > MAX_EXTENDS:
+            raise ConfigError([f"{where}: extends: a chain deeper than {MAX_EXTENDS} sites "
+                               f"({' -> '.join(p.stem for p, _ in chain)})"])
+        entry = search.find(SITES, name)
+        if entry is None:
+            known = ", ".join(e.name for e in search.entries(SITES)) or "none"
+            raise ConfigError([f"{current}: extends: unknown site '{name}' (known: {known}; "
+                               f"searched: {search.describe()})"])
+        base_path = entry.path
+        if os.path.realpath(base_path) in seen:
+            cycle = " -> ".join([*(p.stem for p, _ in chain), name])
+            raise ConfigError([f"{current}: extends: '{name}' closes a cycle ({cycle})"])
+        seen.add(os.path.realpath(base_path))
+        if check_file is not None:
+            check_file(base_path)
+        base = load_yaml(base_path, "site config")
+        if not isinstance(base, dict):
+            raise ConfigError([f"{base_path}: a site config is a mapping of keys (extended by {current})"])
+        found = value_problems(base, str(base_path))
+        if found:
+            raise ConfigError(found)
+        chain.append((base_path, base))
+    merged: dict = {}
+    for _, cfg in reversed(chain):
+        merged = merge_config(merged, {k: v for k, v in cfg.items() if k != "extends"})
+    return merged, tuple(p for p, _ in chain[1:])
+
+
 def load_site(name_or_path: str, install_root: str | None = None,
-              module_root: str | None = None, search: SearchPath | None = None) -> Site:
-    """Load and validate a site config.
+              module_root: str | None = None, search: SearchPath | None = None,
+              check_file: Callable[[Path], None] | None = None) -> Site:
+    """Load and validate a site config, merged with the sites it ``extends`` (:func:`merge_config`).
 
     Args:
         name_or_path (str): a site name (``localhost``, ``cirrus``) or a path to a YAML file.
         install_root (str | None): overrides ``install_root`` (``--prefix`` on the command line).
         module_root (str | None): overrides ``module_root`` (``--module-root``).
-        search (SearchPath | None): where a site name is looked up (:mod:`hpcstack.repos`).
+        search (SearchPath | None): where a site name (and a base named by ``extends``) is
+            looked up (:mod:`hpcstack.repos`).
+        check_file (Callable[[Path], None] | None): run on each base's file before it is read
+            (:class:`hpcstack.loader.Loader` passes the trust rule); it raises to refuse one.
 
     Returns:
-        Site: the validated site.
+        Site: the validated site; ``Site.bases`` names the files it extends.
 
     Raises:
         ConfigError: unreadable file, bad YAML (with line and column), a duplicate key, aliases
-            that expand too far, control characters, or schema problems, one line each.
+            that expand too far, control characters, or schema problems (of the merged config,
+            named by the overlay's file and its bases), a bad ``extends``, one line each.
     """
     search = search or default_search_path()
     path = site_path(name_or_path, search)
@@ -601,12 +709,18 @@ def load_site(name_or_path: str, install_root: str | None = None,
     # how a later command names this site: its name where that finds it again without --repo
     ref = name_or_path if entry and entry.repo.origin != "--repo" else str(path.resolve())
     data = load_yaml(path, "site config")
-    problems = check_config(data, str(path))
+    found = value_problems(data, str(path))
+    if found:
+        raise ConfigError(found)
+    data, bases = _resolve_extends(data, path, search, check_file)
+    where = f"{path} (extends {', '.join(p.name for p in bases)})" if bases else str(path)
+    problems = check_config(data, where)
     if problems:
         raise ConfigError(problems)
     if data["name"] != path.stem and by_name:
         raise ConfigError([f"{path}: name: '{data['name']}' differs from the file name '{path.stem}'"])
-    return _build(data, path, install_root, module_root, ref)
+    site = _build(data, path, install_root, module_root, ref)
+    return dataclasses.replace(site, bases=bases) if bases else site
 
 
 def _build(data: dict, path: Path, install_root: str | None, module_root: str | None,

@@ -46,6 +46,14 @@ KEYS: dict[str, Key] = {
     "name": Key("The site's name: the file's stem when the site is given by name (`--site cirrus` "
                 "reads `site-configs/cirrus.yaml`). A build records it, and an install for another "
                 "site into the same install root is refused.", REQUIRED),
+    "extends": Key("The site this config overlays, by name (found on the same search path as "
+                   "`--site`, and checked by the same trust rule): the base's config, merged with "
+                   "this file's keys. Mappings merge key by key at every depth; a list or a scalar "
+                   "replaces the base's; a key set to `null` is removed, so its default applies "
+                   "(`build: {env: {CUDA_PATH: null}}` drops one variable). A base may extend another; "
+                   "a cycle or an unknown name is one error line. The overlay states its own `name`. "
+                   "A site twin (`twins/site-configs/cirrus-twin.yaml`) is `extends: cirrus` and a "
+                   "few keys; see docs/admin/sites.md, \"Overlays: `extends`\".", None),
     "description": Key("One line about the machine: shown by `hpcstack list` and in the ReFrame "
                        "configuration.", REQUIRED),
     "install_root": Key("Where stacks go: `<install_root>/<name>/<version>` (a link to the published "
