@@ -337,7 +337,7 @@ def cli_page(problems: list[str] | None = None) -> str:
     found: list[str] = []
     parser = build_parser()
     lines = ["# Command reference", "",
-             "Generated from the argument parser in `hpcstack/cli.py` when this site was built "
+             "Generated from the argument parsers in `hpcstack/cli/` when this site was built "
              "(`hpcstack COMMAND --help` prints the same). Bad input gets one line per problem and "
              "exit status 2, before anything is written.", "",
              "```text", parser.format_usage().strip().removeprefix("usage: "), "```", ""]

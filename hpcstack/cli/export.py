@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from hpcstack.cli.common import SITE_HELP, _add_repo_arg, _load, _loader
+from hpcstack.cli import options
+from hpcstack.cli.common import load, loader
 from hpcstack.errors import ConfigError
 
 
@@ -17,9 +18,8 @@ def add_export(sub) -> None:
         "export", help="write a recipe's plan for a site in another tool's format",
         description="Resolve the recipe for the site (as install --dry-run does) and write it in "
                     "the chosen format: " + "; ".join(f"{n}: {c.description}" for n, c in sorted(EXPORTERS.items())))
-    p.add_argument("recipe", help="recipe as NAME/VERSION or a path to a recipe file")
-    p.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(p)
+    options.add_recipe(p)
+    options.add_site_and_repo(p)
     p.add_argument("--format", required=True, choices=sorted(EXPORTERS), help="the output format")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of stdout")
     p.set_defaults(handler=cmd_export)
@@ -31,9 +31,9 @@ def cmd_export(args) -> int:
     from hpcstack.fsutil import write_atomic
     from hpcstack.install.service import InstallService
 
-    site, recipe = _load(args)
+    site, recipe = load(args)
     if args.output:  # no link and no directory another user can change on the way to the file
-        _loader(args).check_dirs([("-o", os.path.dirname(os.path.abspath(args.output)))])
+        loader(args).check_dirs([("-o", os.path.dirname(os.path.abspath(args.output)))])
     exporter = get_exporter(args.format)()
     # an export is the install elsewhere (an image build, EasyBuild): a site whose GPUs the locked
     # wheels cannot run on is refused as its install would be, before anything is written

@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from hpcstack.cli.common import SITE_HELP, _add_repo_arg, _check_site_dirs, _load_site, _loader, _stack_of
+from hpcstack.cli import options
+from hpcstack.cli.common import check_site_dirs, load_site, loader, stack_of
 from hpcstack.errors import ConfigError, HpcstackError
 
 
@@ -18,8 +19,8 @@ def add_list(sub) -> None:
                        description="List the recipes and site configs on the search path (--repo "
                                    "directories, then HPCSTACK_PATH, then the built-in ones), each "
                                    "with the repository it comes from and what it shadows.")
-    _add_repo_arg(p)
-    p.add_argument("--json", action="store_true", help="print the listing as JSON")
+    options.add_repo(p)
+    options.add_flag(p, "--json", "print the listing as JSON")
     p.set_defaults(handler=cmd_list)
 
 
@@ -33,7 +34,7 @@ def cmd_list(args) -> int:
     from hpcstack.recipe import check_syntax
     from hpcstack.repos import RECIPES, SITES
 
-    search = _loader(args)
+    search = loader(args)
     listing = {kind: search.entries(kind) for kind in (RECIPES, SITES)}
     problems = [line for e in listing[RECIPES] for line in [check_syntax(e.path)] if line]
     if args.json:
@@ -60,11 +61,9 @@ def add_show(sub) -> None:
     """The parser of ``hpcstack show``."""
     p = sub.add_parser("show", help="show what an installed stack records about itself (provenance)")
     p.add_argument("target", help="a stack prefix or build directory, or NAME/VERSION (with --site)")
-    p.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root (caches too, under "
-                   "DIR/.hpcstack/cache, unless the site sets cache_dir)")
-    p.add_argument("--json", action="store_true", help="print the record as JSON")
+    options.add_site_and_repo(p)
+    options.add_prefix(p)
+    options.add_flag(p, "--json", "print the record as JSON")
     p.add_argument("--file", metavar="NAME",
                    help="print one recorded file, e.g. plan.json, site.yaml, recipe/<file>, logs/build.log")
     p.set_defaults(handler=cmd_show)
@@ -78,10 +77,10 @@ def _shown_build(args) -> tuple[Path, Path | None]:
     target = Path(args.target)
     if target.is_dir():
         return Path(os.path.realpath(target)), (target if target.is_symlink() else None)
-    site = _load_site(args, install_root=args.prefix)
-    _check_site_dirs(args, site, modules=False)
-    name, version = _stack_of(args, args.target, site)
-    _check_site_dirs(args, site, (name, version), modules=False)
+    site = load_site(args, install_root=args.prefix)
+    check_site_dirs(args, site, modules=False)
+    name, version = stack_of(args, args.target, site)
+    check_site_dirs(args, site, (name, version), modules=False)
     layout = StackLayout.for_site(site, name, version)
     published = layout.published()
     building = layout.read_state()["building"]

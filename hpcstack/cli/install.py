@@ -6,8 +6,8 @@ import os
 import sys
 
 from hpcstack import __version__
-from hpcstack.cli.common import (SITE_HELP, _add_repo_arg, _add_site_args, _check_site_dirs, _load, _load_site,
-                                 _loader, _stack_of)
+from hpcstack.cli import options
+from hpcstack.cli.common import check_site_dirs, load, load_site, loader, stack_of
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install.plan import STEP_ORDER
 
@@ -15,13 +15,13 @@ from hpcstack.install.plan import STEP_ORDER
 def add_install(sub) -> None:
     """The parser of ``hpcstack install``."""
     p = sub.add_parser("install", help="install a recipe for a site (or print the plan with --dry-run)")
-    _add_site_args(p)
+    options.add_stack_args(p)
     p.add_argument("--stop-after", choices=STEP_ORDER, metavar="STEP",
                    help=f"stop after this step ({', '.join(STEP_ORDER)})")
-    p.add_argument("--force", action="store_true", help="redo every step, even those already done")
+    options.add_flag(p, "--force", "redo every step, even those already done")
     p.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel build jobs (default: site, else cores)")
-    p.add_argument("--no-wait", action="store_true", help="fail at once if another install of the stack runs")
-    p.add_argument("--json", action="store_true", help="with --dry-run: print the resolved plan as JSON")
+    options.add_flag(p, "--no-wait", "fail at once if another install of the stack runs")
+    options.add_flag(p, "--json", "with --dry-run: print the resolved plan as JSON")
     p.add_argument("--from", dest="from_bundle", metavar="DIR",
                    help="install with no network from a bundle made by `hpcstack bundle` (every file "
                         "checked against its manifest first)")
@@ -35,7 +35,7 @@ def _shadowing(args, site) -> list[str]:
     """Lines naming the recipe and site of this command where they shadow built-in ones."""
     from hpcstack.repos import RECIPES, SITES
 
-    search, lines = _loader(args), []
+    search, lines = loader(args), []
     for kind, name, what in ((RECIPES, args.recipe, "recipe"), (SITES, args.site, "site")):
         entry = search.find(kind, name)
         if entry and any(r.origin == "built-in" for r in entry.shadows):
@@ -68,13 +68,13 @@ def cmd_install(args) -> int:
     if args.default and args.stop_after:
         raise ConfigError(["--default: not with --stop-after (only a published stack can be the default)"])
     if args.from_bundle:
-        _loader(args).check_input_dir("bundle", args.from_bundle)
-    site, recipe = _load(args, caches=True)
+        loader(args).check_input_dir("bundle", args.from_bundle)
+    site, recipe = load(args, caches=True)
     if args.from_bundle:
         site = _site_from_bundle(site, recipe, args.from_bundle)
     for line in _shadowing(args, site):
         print(line, file=sys.stderr)
-    service = InstallService(site, recipe, recipe.file, jobs=args.jobs, trust=_loader(args).policy)
+    service = InstallService(site, recipe, recipe.file, jobs=args.jobs, trust=loader(args).policy)
     if args.dry_run:
         plan = service.dry_run(force=args.force)
         from hpcstack import secrets
@@ -145,11 +145,11 @@ def add_lock(sub) -> None:
     """The parser of ``hpcstack lock``."""
     p = sub.add_parser("lock", help="regenerate a recipe's lock file with uv (hashes for every package)")
     p.add_argument("recipe")
-    p.add_argument("--site", default="localhost", help=SITE_HELP)
+    options.add_site(p)
     p.add_argument("--gpu-archs-from", metavar="WHEEL", nargs="+", default=None,
                    help="do not re-lock: record the GPU architectures of these wheel files (pinned by "
                         "the lock) beside the lock, for a recipe with a CudaWheelArchs component")
-    _add_repo_arg(p)
+    options.add_repo(p)
     p.set_defaults(handler=cmd_lock)
 
 
@@ -160,7 +160,7 @@ def cmd_lock(args) -> int:
     from hpcstack.install.components.cudawheels import CudaWheelArchs
     from hpcstack.install.lockgen import record_gpu_archs
 
-    site, recipe = _load(args, install=False, modules=False, caches=True)
+    site, recipe = load(args, install=False, modules=False, caches=True)
     if not args.gpu_archs_from:
         path = write_lock(recipe, site)
         print(f"wrote {path}")
@@ -176,16 +176,13 @@ def add_uninstall(sub) -> None:
     """The parser of ``hpcstack uninstall``."""
     p = sub.add_parser("uninstall", help="remove a stack and its modulefile (not the default version "
                                          "unless --force)")
-    p.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
-    p.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root (caches too, under "
-                   "DIR/.hpcstack/cache, unless the site sets cache_dir)")
-    p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
-    p.add_argument("--force", action="store_true",
-                   help="remove it even if it is the default version (its default marker goes too)")
-    p.add_argument("--no-wait", action="store_true", help="fail at once if an install of the stack runs")
-    p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
+    options.add_target(p)
+    options.add_site_and_repo(p)
+    options.add_prefix(p)
+    options.add_module_root(p)
+    options.add_flag(p, "--force", "remove it even if it is the default version (its default marker goes too)")
+    options.add_flag(p, "--no-wait", "fail at once if an install of the stack runs")
+    options.add_flag(p, "--dry-run", "say what would be removed; remove nothing")
     p.set_defaults(handler=cmd_uninstall)
 
 
@@ -201,10 +198,10 @@ def cmd_uninstall(args) -> int:
 
     from hpcstack.install.service import InstallService
 
-    site = _load_site(args, install_root=args.prefix, module_root=args.module_root)
-    _check_site_dirs(args, site, caches=True)
-    name, version = _stack_of(args, args.target, site)
-    _check_site_dirs(args, site, (name, version), caches=True)
+    site = load_site(args, install_root=args.prefix, module_root=args.module_root)
+    check_site_dirs(args, site, caches=True)
+    name, version = stack_of(args, args.target, site)
+    check_site_dirs(args, site, (name, version), caches=True)
     from hpcstack.lifecycle.deprecation import uninstall_refusal
 
     refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
@@ -233,11 +230,9 @@ def cmd_uninstall(args) -> int:
 def add_mount(sub) -> None:
     """The parser of ``hpcstack mount``."""
     p = sub.add_parser("mount", help="layout: squashfs: mount a stack's image on this node (idempotent)")
-    p.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
-    p.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root, instead of the site's install_root (caches too, under "
-                   "DIR/.hpcstack/cache, unless the site sets cache_dir)")
+    options.add_target(p)
+    options.add_site_and_repo(p)
+    options.add_prefix(p)
     p.add_argument("--print-unit", action="store_true",
                    help="mount nothing; print what a site deploys on its nodes (Slurm prolog, fstab, systemd)")
     p.add_argument("--quiet", action="store_true", help="print nothing when it succeeds")
@@ -251,10 +246,10 @@ def cmd_mount(args) -> int:
     from hpcstack.install import image
     from hpcstack.install.layout import StackLayout
 
-    site = _load_site(args, install_root=args.prefix)
-    _check_site_dirs(args, site, modules=False)
-    name, version = _stack_of(args, args.target, site)
-    _check_site_dirs(args, site, (name, version), modules=False)
+    site = load_site(args, install_root=args.prefix)
+    check_site_dirs(args, site, modules=False)
+    name, version = stack_of(args, args.target, site)
+    check_site_dirs(args, site, (name, version), modules=False)
     if image.settings(site) is None:
         raise ConfigError([f"{site.path}: layout: the site's stacks are directories (layout: directory); "
                            "there is no image to mount"])

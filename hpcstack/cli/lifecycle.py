@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from hpcstack.cli.common import SITE_HELP, _add_repo_arg, _check_site_dirs, _load, _load_site, _loader, _stack_of
+from hpcstack.cli import options
+from hpcstack.cli.common import check_site_dirs, load, load_site, loader, stack_of
 from hpcstack.errors import ConfigError
 
 
@@ -21,9 +22,8 @@ def add_bundle(sub) -> None:
                     "and what building them needs, copy the recipe with its locks and patches, "
                     "and add hpcstack's own wheel with its dependencies and uv; write "
                     "manifest.json with every file's sha256.")
-    p.add_argument("recipe", help="recipe as NAME/VERSION or a path to a recipe file")
-    p.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(p)
+    options.add_recipe(p)
+    options.add_site_and_repo(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="the bundle directory (created)")
     p.add_argument("--tool-wheel", metavar="FILE",
                    help="hpcstack's own wheel (default: the one it was installed from, or built from its checkout)")
@@ -38,8 +38,8 @@ def cmd_bundle(args) -> int:
     from hpcstack.lifecycle import bundle
 
     output = os.path.abspath(args.output)
-    _loader(args).check_dirs([("bundle output", output), ("bundle output", os.path.dirname(output))])
-    site, recipe = _load(args, install=False, modules=False, caches=True)
+    loader(args).check_dirs([("bundle output", output), ("bundle output", os.path.dirname(output))])
+    site, recipe = load(args, install=False, modules=False, caches=True)
     python = site.python_version or detect_python_version(build_environment(site))
     start = time.monotonic()
     manifest = bundle.make_bundle(recipe, site, recipe.file, Path(args.output),
@@ -63,15 +63,14 @@ def add_audit(sub) -> None:
                     "input, 3 when no advisory source can be read. With --stack the result is "
                     "recorded next to the stack's SBOM (.hpcstack/audit.cdx.json, CycloneDX "
                     "vulnerabilities) and `hpcstack show` says when.")
-    p.add_argument("recipe", nargs="?", help="recipe as NAME/VERSION or a path to a recipe file")
-    p.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(p)
+    options.add_recipe(p, nargs="?")
+    options.add_site_and_repo(p)
     p.add_argument("--stack", metavar="PREFIX", help="audit an installed stack (its SBOM) instead of a recipe")
     p.add_argument("--db", metavar="DIR",
                    help="a local OSV advisory database (e.g. a clone of github.com/pypa/advisory-database); "
                         "default: the live OSV service")
     p.add_argument("--osv-url", metavar="URL", help="the live OSV service (default https://api.osv.dev)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    options.add_flag(p, "--json", "print the result as JSON")
     p.set_defaults(handler=cmd_audit)
 
 
@@ -85,7 +84,7 @@ def cmd_audit(args) -> int:
     if args.db and args.osv_url:
         raise ConfigError(["--db and --osv-url: give one advisory source"])
     if args.db:
-        _loader(args).check_input_dir("advisory database", args.db)
+        loader(args).check_input_dir("advisory database", args.db)
     source = audit.OsvDatabase(args.db) if args.db else audit.OsvService(args.osv_url or audit.OSV_URL)
     result = _audit_stack(args, source) if args.stack else _audit_recipe(args, source)
     if args.json:
@@ -109,7 +108,7 @@ def _audit_stack(args, source):
     from hpcstack.lifecycle import audit
 
     state = audit.stack_state_dir(args.stack)
-    _loader(args).check_dirs([("stack", args.stack)])   # it reads back its SBOM, and records there
+    loader(args).check_dirs([("stack", args.stack)])   # it reads back its SBOM, and records there
     packages = audit.stack_packages(args.stack)
     title = (json.loads((state / "provenance.json").read_text()).get("title")
              if (state / "provenance.json").is_file() else None) or args.stack
@@ -122,7 +121,7 @@ def _audit_recipe(args, source):
     from hpcstack.install.layout import StackLayout
     from hpcstack.lifecycle import audit
 
-    site, recipe = _load(args)
+    site, recipe = load(args)
     packages, lock = audit.recipe_packages(recipe, site)
     result = audit.run_audit(packages, source, f"{recipe.full_name} for site {site.name}"
                              + (f" ({os.path.basename(lock)})" if lock else ""))
@@ -141,19 +140,17 @@ def add_deprecate_parsers(msub) -> None:
         description="Environment Modules: module-tag and module-forbid --after in the module root's "
                     ".modulerc, and a line at load from the modulefile; Lmod 8.6: the modulefile's "
                     "add_property(\"state\", \"obsolete\"), LmodMessage, and LmodError after the date.")
-    mp.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
+    options.add_target(mp)
     mp.add_argument("--replacement", metavar="NAME/VERSION", help="what users should load instead")
     mp.add_argument("--after", metavar="YYYY-MM-DD", help="from this day on the module cannot be loaded")
     mp.add_argument("--message", metavar="TEXT", help="one line of your own, added to the notice")
-    mp.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(mp)
-    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+    options.add_site_and_repo(mp)
+    options.add_module_root(mp)
     mp.set_defaults(handler=cmd_module_deprecation)
     mp = msub.add_parser("undeprecate", help="undo `module deprecate` for NAME/VERSION")
-    mp.add_argument("target", help="NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a recipe file")
-    mp.add_argument("--site", default="localhost", help=SITE_HELP)
-    _add_repo_arg(mp)
-    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+    options.add_target(mp)
+    options.add_site_and_repo(mp)
+    options.add_module_root(mp)
     mp.set_defaults(handler=cmd_module_deprecation)
 
 
@@ -161,14 +158,14 @@ def cmd_module_deprecation(args) -> int:
     """``hpcstack module deprecate | undeprecate`` (:mod:`hpcstack.lifecycle.deprecation`)."""
     from hpcstack.lifecycle import deprecation
 
-    site = _load_site(args, module_root=args.module_root)
-    _check_site_dirs(args, site)
+    site = load_site(args, module_root=args.module_root)
+    check_site_dirs(args, site)
     if args.target.endswith(".py"):
-        name, version = _stack_of(args, args.target, site)
+        name, version = stack_of(args, args.target, site)
         target = f"{name}/{version}"
     else:
         target = args.target
-    _check_site_dirs(args, site, tuple(target.split("/", 1)) if target.count("/") == 1 else None)
+    check_site_dirs(args, site, tuple(target.split("/", 1)) if target.count("/") == 1 else None)
     if args.module_command == "undeprecate":
         for path in deprecation.undeprecate(site, target):
             print(f"changed {path}")

@@ -7,7 +7,8 @@ import json
 import os
 import sys
 
-from hpcstack.cli.common import SITE_HELP, _add_repo_arg, _check_site_dirs, _load_site, _loader
+from hpcstack.cli import options
+from hpcstack.cli.common import check_site_dirs, load_site, loader
 from hpcstack.errors import ConfigError, HpcstackError
 
 
@@ -24,16 +25,15 @@ def add_module(sub) -> None:
                     "that switches back to it.")
     msub = p.add_subparsers(dest="module_command", required=True, metavar="ACTION")
     for action, target_help, action_help in (
-            ("set-default", "NAME/VERSION, e.g. pytorch/2.3.1-gpu",
+            ("set-default", "the module as NAME/VERSION",
              "make NAME/VERSION what `module load NAME` loads"),
-            ("default", "NAME, e.g. pytorch", "show the versions of NAME and which is the default"),
-            ("unset-default", "NAME, e.g. pytorch",
+            ("default", "the module's NAME", "show the versions of NAME and which is the default"),
+            ("unset-default", "the module's NAME",
              "remove hpcstack's default files (the tool then picks the highest version)")):
         mp = msub.add_parser(action, help=action_help)
         mp.add_argument("target", help=target_help)
-        mp.add_argument("--site", default="localhost", help=SITE_HELP)
-        _add_repo_arg(mp)
-        mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+        options.add_site_and_repo(mp)
+        options.add_module_root(mp)
         mp.set_defaults(handler=cmd_module)
     add_deprecate_parsers(msub)
 
@@ -56,8 +56,8 @@ def cmd_module(args) -> int:
                            "(letters, digits and ._+-)"])
     if args.module_command != "set-default" and (not word.match(name) or version):
         raise ConfigError([f"{args.target!r}: expected a module NAME, e.g. pytorch"])
-    site = _load_site(args, module_root=args.module_root)
-    _check_site_dirs(args, site, (name, version or ""), install=False)
+    site = load_site(args, module_root=args.module_root)
+    check_site_dirs(args, site, (name, version or ""), install=False)
     site_args = f" --site {args.site}" + (f" --module-root {args.module_root}" if args.module_root else "")
     if args.module_command == "set-default":
         change = writer.set_default(site.module_root, name, version, site.modules.syntax,
@@ -110,25 +110,24 @@ def add_kernel(sub) -> None:
     for action, action_help in (("install", "write the kernelspec (replaces one hpcstack wrote)"),
                                 ("remove", "remove a kernelspec hpcstack wrote")):
         kp = ksub.add_parser(action, help=action_help)
-        kp.add_argument("recipe", help="recipe as NAME/VERSION (e.g. pytorch/2.3.1-gpu) or a path to a recipe file")
+        options.add_recipe(kp)
         kp.add_argument("--site", default=None,
                         help="site name on the search path or a path to a site YAML (default: the "
                              "site that installed the loaded module, else the one site whose module "
                              "tool is this shell's and that has the stack, else localhost)")
-        _add_repo_arg(kp)
+        options.add_repo(kp)
         where = kp.add_mutually_exclusive_group()
         where.add_argument("--user", action="store_true",
                            help="the user's Jupyter kernels (~/.local/share/jupyter/kernels, $JUPYTER_DATA_DIR)")
         where.add_argument("--prefix", metavar="DIR",
                            help="DIR/share/jupyter/kernels (e.g. a JupyterHub's environment), as "
                                 "`jupyter kernelspec install --prefix`")
-        kp.add_argument("--name", metavar="N", help="the kernel's name (default NAME-VERSION, e.g. pytorch-2.3.1-gpu)")
+        kp.add_argument("--name", metavar="N", help="the kernel's name (default NAME-VERSION of the recipe)")
         if action == "install":
             kp.add_argument("--venv", metavar="DIR",
                             help="activate this venv (extended with extend-venv-activate) after "
                                  "loading the module: the user's packages on top of the stack")
-            kp.add_argument("--module-root", metavar="DIR",
-                            help="modulefile root, instead of the site's module_root")
+            options.add_module_root(kp)
     p.set_defaults(handler=cmd_kernel)
 
 
@@ -148,12 +147,11 @@ def _infer_site(args) -> tuple[str, dict]:
     from hpcstack.modules.writer import modulefile_path, root_variable
     from hpcstack.repos import SITES
 
-    def known_sites(search) -> list[str]:
-        return [entry.name for entry in search.entries(SITES)]
-
     spec = args.recipe
     if spec.endswith(".py") or spec.count("/") != 1:
         return "localhost", {}
+    search = loader(args)
+    known_sites = [entry.name for entry in search.entries(SITES)]
     name, version = spec.split("/")
     root = os.environ.get(root_variable(name), "")
     state = os.path.join(root, ".hpcstack")
@@ -163,15 +161,15 @@ def _infer_site(args) -> tuple[str, dict]:
                 recorded = json.load(f)["site"]
             with open(os.path.join(state, "site.json")) as f:
                 used = json.load(f)
-            site = recorded["name"] if recorded["name"] in known_sites(_loader(args)) else recorded["file"]
+            site = recorded["name"] if recorded["name"] in known_sites else recorded["file"]
             return site, {"install_root": used.get("install_root"), "module_root": used.get("module_root")}
         except (OSError, ValueError, KeyError, TypeError):
             pass
     tool = "lmod" if os.environ.get("LMOD_CMD") else "environment-modules"
     found = []
-    for candidate in known_sites(_loader(args)):
+    for candidate in known_sites:
         try:
-            site = _loader(args).site(candidate)
+            site = search.site(candidate)
         except HpcstackError:
             continue
         if site.modules.tool == tool and os.path.isfile(
@@ -180,16 +178,19 @@ def _infer_site(args) -> tuple[str, dict]:
     return (found[0] if len(found) == 1 else "localhost"), {}
 
 
-def _check_venv(args, venv: str) -> None:
+def _check_venv(pol, venv: str) -> None:
     """``kernel install --venv``: the kernel runs the venv's python in everyone who starts it, so
     the venv must be changeable only by accounts the trust rule trusts (:mod:`hpcstack.trust`).
+
+    Args:
+        pol (hpcstack.trust.Policy): the command's trust policy.
+        venv (str): the ``--venv`` directory.
 
     Raises:
         ConfigError: one line naming whose the venv is and what to do instead (exit status 2).
     """
     from hpcstack import trust
 
-    pol = _loader(args).policy
     path = os.path.abspath(os.path.expanduser(venv))
     problem = None if pol.trust_writable else trust.path_problem(os.path.join(path, "bin", "python"), pol)
     if problem:
@@ -216,16 +217,17 @@ def cmd_kernel(args) -> int:
         overrides["module_root"] = args.module_root
     from hpcstack.loader import site_dirs
 
-    site = _load_site(args, **overrides)
+    search = loader(args)
+    site = search.site(args.site, **overrides)
     kernels = ("kernels directory", kernel.kernels_dir(args.user, args.prefix))
     if args.kernel_command == "remove":
-        _loader(args).check_dirs([kernels])
+        search.check_dirs([kernels])
     else:
-        _loader(args).check_dirs(site_dirs(site), site)
-        _loader(args).check_dirs([kernels])
+        search.check_dirs(site_dirs(site), site)
+        search.check_dirs([kernels])
         if args.venv:
-            _check_venv(args, args.venv)
-    recipe = _loader(args).recipe(args.recipe, site)
+            _check_venv(search.policy, args.venv)
+    recipe = search.recipe(args.recipe, site)
     if args.kernel_command == "remove":
         name = args.name or kernel.default_kernel_name(recipe.name, recipe.version)
         removed = kernel.remove_kernel(name, user=args.user, prefix=args.prefix)
@@ -235,7 +237,7 @@ def cmd_kernel(args) -> int:
 
     command = "hpcstack kernel install " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
         if sys.argv[1:3] == ["kernel", "install"] else ""
-    _loader(args).check_dirs(site_dirs(site, (recipe.name, recipe.version)), site)
+    search.check_dirs(site_dirs(site, (recipe.name, recipe.version)), site)
     spec = kernel.make_kernel(site, recipe, name=args.name, user=args.user, prefix=args.prefix,
                               venv=args.venv, command=command)
     try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shutil
 
-from hpcstack.cli.common import _add_site_args, _load, _loader
+from hpcstack.cli import options
+from hpcstack.cli.common import load, loader
 from hpcstack.errors import ConfigError, HpcstackError
 
 
@@ -22,12 +23,12 @@ def add_validate(sub) -> None:
                     "the output directory). With --local, or for a site without a slurm section: "
                     "run on --ranks ranks of this host with the site's launcher and judge sanity "
                     "alone.")
-    _add_site_args(p)
+    options.add_stack_args(p)
     p.add_argument("--nodes", metavar="N[,N...]",
                    help="node counts, one job each, e.g. 1,2,4 (default: the site's validation.nodes, else 1,2)")
     p.add_argument("--backend", metavar="NAME",
-                   help="a backend of the recipe's validation file (its `backends`: e.g. mpi, ddp, "
-                        "horovod), or all (also: both); default all, one after the other")
+                   help="a backend of the recipe's validation file (one of its `backends`), or all "
+                        "(also: both); default all, one after the other")
     p.add_argument("--partition", help="Slurm partition (default: the site's slurm.partition)")
     p.add_argument("--qos", help="Slurm QoS (default: the site's slurm.qos)")
     p.add_argument("--account", help="Slurm account / budget (default: the site's slurm.account)")
@@ -35,8 +36,7 @@ def add_validate(sub) -> None:
                    help="directory for job scripts, job output and the report (default: a new "
                         "hpcstack-validate-* directory under the site's slurm.output_root, else here); "
                         "it must be visible on the compute nodes")
-    p.add_argument("--no-wait", action="store_true",
-                   help="submit, print the job ids and return; report later with --collect DIR")
+    options.add_flag(p, "--no-wait", "submit, print the job ids and return; report later with --collect DIR")
     p.add_argument("--collect", metavar="DIR",
                    help="report on the jobs of an earlier --no-wait run in DIR (waits for them)")
     p.add_argument("--local", action="store_true",
@@ -52,10 +52,9 @@ def add_validate(sub) -> None:
     p.add_argument("--ranks", type=int, metavar="N", help="with --local: ranks (default: the site's launcher.ranks)")
     p.add_argument("--workload", metavar="NAME",
                    help="run a named workload of the recipe's validation file instead of its "
-                        "workload for the site (e.g. pytorch's digits: a small CNN judged on its test "
-                        "accuracy; jax's corrupted: a negative control that must fail); on the "
-                        "site's device unless it names one (default: the recipe's workload for the site)")
-    p.add_argument("--json", action="store_true", help="print the result (or with --dry-run the job scripts) as JSON")
+                        "workload for the site (its `workloads`: e.g. one judged on its accuracy, or a "
+                        "negative control that must fail); on the site's device unless it names one (default: the recipe's workload for the site)")
+    options.add_flag(p, "--json", "print the result (or with --dry-run the job scripts) as JSON")
     p.add_argument("--emit", nargs=2, metavar=("FORMAT", "DIR"),
                    help="write the validation for another tool into DIR instead of running it: "
                         "reframe: a ReFrame check (the same program, options, sanity and performance "
@@ -69,10 +68,10 @@ def cmd_validate(args) -> int:
     this host (``--local``); :class:`hpcstack.validate.service.ValidationService` does the work."""
     from hpcstack.validate.service import ValidationRequest, ValidationService
 
-    site, recipe = _load(args, **({} if args.emit else {"install": True}))  # the stack it runs
+    site, recipe = load(args, **({} if args.emit else {"install": True}))  # the stack it runs
     if args.emit:
         return _emit_validation(args, site, recipe)
-    return ValidationService(site, recipe, _loader(args).policy).run(ValidationRequest(
+    return ValidationService(site, recipe, loader(args).policy).run(ValidationRequest(
         nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
         account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
         local=args.local, ranks=args.ranks, workload=args.workload, dry_run=args.dry_run,
