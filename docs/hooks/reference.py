@@ -6,7 +6,7 @@
   for the ``localhost`` site, and the components they list);
 * ``reference/cli.md``: every command and option of :func:`hpcstack.cli.build_parser`, and of the
   parsers that commands hand their words to (``hpcstack action``:
-  :func:`hpcstack.install.actions.build_parser`, :data:`DELEGATED`);
+  :func:`hpcstack.install.verbs.build_parser`, :data:`DELEGATED`);
 * ``reference/api.md``: the recipe components' API, one mkdocstrings block per module of
   ``hpcstack.install.components`` (and the recipe and validation classes a recipe uses).
 
@@ -38,7 +38,7 @@ PAGES = {}
 
 #: Commands that hand their words to a parser of their own (``hpcstack action VERB …``): command
 #: name -> (the module to import first, ``module:function`` returning that parser).
-DELEGATED = {"action": ("hpcstack.install.components", "hpcstack.install.actions:build_parser")}
+DELEGATED = {"action": ("hpcstack.install.components", "hpcstack.install.verbs:build_parser")}
 
 log = logging.getLogger("mkdocs.hooks.reference")
 

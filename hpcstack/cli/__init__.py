@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141
     except OSError as exc:  # a full disk, a permission problem: what, where, what to do
-        from hpcstack.install.plan import describe_os_error
+        from hpcstack.install.actions import describe_os_error
 
         print(f"error: {describe_os_error(exc)}", file=sys.stderr)
         return 1

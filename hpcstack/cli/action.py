@@ -1,5 +1,5 @@
 """``hpcstack action VERB …``: one action of an install's dry-run script, run with the code of the
-real run; its verbs and their options are :func:`hpcstack.install.actions.build_parser`'s."""
+real run; its verbs and their options are :func:`hpcstack.install.verbs.build_parser`'s."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def add_action(sub) -> None:
 
 def cmd_action(args) -> int:
     """``hpcstack action VERB …``: the dry-run script's fetch, unpack and components' lines, run
-    with the code of the real run (:func:`hpcstack.install.actions.cli`)."""
+    with the code of the real run (:func:`hpcstack.install.verbs.cli`)."""
     import hpcstack.install.components  # noqa: F401  (the components register their verbs)
-    from hpcstack.install.actions import cli
+    from hpcstack.install.verbs import cli
 
     return cli(args.words)

@@ -96,7 +96,7 @@ def _shown_build(args) -> tuple[Path, Path | None]:
 def cmd_show(args) -> int:
     """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.install.provenance`)."""
     from hpcstack.install import provenance
-    from hpcstack.install.plan import describe_os_error
+    from hpcstack.install.actions import describe_os_error
 
     build, prefix = _shown_build(args)
     if not (build / ".hpcstack").is_dir():

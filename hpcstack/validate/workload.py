@@ -328,7 +328,8 @@ class Validation:
         """Checks the file when the recipe is resolved (a bad file fails the install's resolve
         too, not only a later validation); installs the program's ``files`` into ``<prefix>/bin``
         (each a copy, its content an input of the install step)."""
-        from hpcstack.install.plan import INSTALL, Run
+        from hpcstack.install.actions import Run
+        from hpcstack.install.plan import INSTALL
 
         spec = self.load(Path(ctx.recipe.directory))
         copies = []
