@@ -4,8 +4,10 @@ One module per group of commands, each command's parser beside its handler (as S
 ``cmd/<name>.py``): :mod:`~hpcstack.cli.install` (install, lock, uninstall, mount),
 :mod:`~hpcstack.cli.validate` (validate, check-build), :mod:`~hpcstack.cli.info` (list, show,
 doctor), :mod:`~hpcstack.cli.modules` (module, kernel), :mod:`~hpcstack.cli.lifecycle` (bundle,
-audit, module deprecate), :mod:`~hpcstack.cli.export` and :mod:`~hpcstack.cli.action`; what they
-share (options, the command's loader) is :mod:`~hpcstack.cli.common`.
+audit, module deprecate), :mod:`~hpcstack.cli.export` and :mod:`~hpcstack.cli.action`. The
+options they share are declared once, in :mod:`~hpcstack.cli.options`; each command reads its
+site and recipe through one :class:`hpcstack.loader.Loader` (:mod:`~hpcstack.cli.common`).
+``hpcstack`` (the console script) and ``python -m hpcstack`` run :func:`main`.
 
 Every problem the user can fix is printed as one line (``error: …``) with a non-zero exit:
 2 for a bad site config, recipe or command line (nothing written), 1 for a failure while running.
@@ -140,7 +142,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: internal error: {type(exc).__name__}: {exc} (a bug in hpcstack; "
               "HPCSTACK_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 70
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

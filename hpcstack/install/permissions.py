@@ -38,6 +38,13 @@ def permission_settings(site: Site) -> tuple[str | None, str]:
     group and lets the group write it; whatever the mode, nothing is world-writable
     (``o-w`` comes last) and everything stays world-readable.
 
+    Args:
+        site (Site): the site; its ``permissions`` section, if any.
+
+    Returns:
+        tuple[str | None, str]: the group (None: the installing user's) and the symbolic mode
+        for ``chmod -R``, :data:`BASE_MODE` first.
+
     Raises:
         ConfigError: a mode that is not a symbolic chmod mode, or one that asks for world write.
     """
@@ -75,6 +82,12 @@ def stack_umask(site: Site) -> int:
     modulefile) follows the same rule as the rest of the stack. Spack and EasyBuild set the
     umask of their installs in the same way (EasyBuild's ``--umask``).
 
+    Args:
+        site (Site): the site; its ``permissions.mode``.
+
+    Returns:
+        int: the umask, ``0o022`` or ``0o002``.
+
     Raises:
         ConfigError: a bad ``permissions`` section (see :func:`permission_settings`).
     """
@@ -89,6 +102,13 @@ def reapply_permissions(site: Site, directory: str) -> None:
     For the files a run writes after that step (the step records, logs and timings of the
     module step in ``<build>/.hpcstack``): the permissions step covers every file of a stack.
     Best effort: a failure here leaves the umask's modes (see :func:`stack_umask`).
+
+    Args:
+        site (Site): the site (:func:`permission_settings`).
+        directory (str): the directory; nothing happens when it is not one.
+
+    Raises:
+        ConfigError: a bad ``permissions`` section.
     """
     group, mode = permission_settings(site)
     if not os.path.isdir(directory):
@@ -102,10 +122,19 @@ def permission_actions(site: Site, ctx: PlanContext) -> list:
     """The permissions step: group (if the site names one) and mode on the build and its parents.
 
     The parents (``<install_root>/<name>``, and for a build of hpcstack 0.2.0's layout the
-    ``.builds`` directories under it) get the
-    same group and mode without recursion, so users can reach the stack whatever the admin's
-    umask; only those the installing user owns (``find -user``), as another member of a shared
-    group may have made them.
+    ``.builds`` directories under it) get the same group and mode without recursion, so users
+    can reach the stack whatever the admin's umask; only those the installing user owns
+    (``find -user``), as another member of a shared group may have made them.
+
+    Args:
+        site (Site): the site (:func:`permission_settings`, ``install_root``).
+        ctx (PlanContext): the plan's context (the recipe, the prefix and the build prefix).
+
+    Returns:
+        list[hpcstack.install.actions.Run]: ``chgrp`` (with a group) and ``chmod`` commands.
+
+    Raises:
+        ConfigError: a bad ``permissions`` section.
     """
     group, mode = permission_settings(site)
     top = os.path.join(site.install_root, ctx.recipe.name)
