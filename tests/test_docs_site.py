@@ -4,7 +4,7 @@ checkout's ``mkdocs.yml``, then rendered in a real headless browser (Debian's ``
 
 The home page and the generated references are read back from the DOM Chromium renders
 (``--dump-dom``): the site-config reference must list every key of the schema in
-``hpcstack/site.py``, the command reference every command of the parser in ``hpcstack/cli.py``.
+``hpcstack/site.py``, the command reference every command of the parser of ``hpcstack/cli/``.
 Screenshots of the home page and the site-config reference are kept as build artifacts in
 ``$HPCSTACK_ARTIFACTS/docs-site/`` (default ``/tmp/hpcstack-artifacts/docs-site/``), with the
 built site beside them (``site/``).

@@ -11,7 +11,8 @@ import pytest
 
 from hpcstack.install import layout, records
 from hpcstack.errors import ConfigError
-from hpcstack.install.plan import Plan, Publish, Run, Step, WriteFile
+from hpcstack.install.actions import Publish, Run, WriteFile
+from hpcstack.install.plan import Plan, Step
 from hpcstack.install.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
 
 pytestmark = pytest.mark.unit

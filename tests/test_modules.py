@@ -19,7 +19,8 @@ from conftest import assert_golden, REPO, hpcstack, make_sdist, write_tiny_recip
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install.components import Modulefile, StackTools, Venv
 from hpcstack.install.components.modulefile import WriteDefault, render_for_prefix
-from hpcstack.install.plan import MODULE, WriteFile
+from hpcstack.install.actions import WriteFile
+from hpcstack.install.plan import MODULE
 from hpcstack.install.resolve import resolve
 from hpcstack.modules import writer
 from hpcstack.modules.envchange import AppendPath, PrependPath, SetEnv, UnsetEnv

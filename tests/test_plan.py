@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import hpcstack
-from hpcstack.install.plan import Run, bash_word, expand
+from hpcstack.install.actions import Run, bash_word, expand
 
 pytestmark = pytest.mark.unit
 

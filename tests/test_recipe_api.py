@@ -226,7 +226,7 @@ def walk_through(name: str) -> str:
 
 @pytest.mark.parametrize("site_name, syntax", [("localhost", "tcl"), ("localhost-lmod", "lua")])
 def test_the_component_walk_through_of_the_docs_plans_as_written(tmp_path, site_name, syntax):
-    from hpcstack.install.plan import WriteFile
+    from hpcstack.install.actions import WriteFile
 
     path = tmp_path / "recipes" / "motd" / "1.0.py"
     path.parent.mkdir(parents=True)

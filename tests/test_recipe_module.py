@@ -41,7 +41,8 @@ DATACLASS_RECIPE = '''\
 """A recipe with a component of its own, a dataclass with type hints."""
 import os
 from dataclasses import dataclass, field
-from hpcstack.install.plan import INSTALL, WriteFile
+from hpcstack.install.actions import WriteFile
+from hpcstack.install.plan import INSTALL
 
 
 @dataclass(frozen=True)

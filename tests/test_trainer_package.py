@@ -30,7 +30,8 @@ from hpcstack.install.components.base import PlanContext
 from hpcstack.install.components.sanity import PythonCheck
 from hpcstack.install.components.trainer import LIBRARY_DIR, PACKAGE, TRAINER, Trainer, trainer_sources
 from hpcstack.fsutil import sha256_file
-from hpcstack.install.plan import INSTALL, SANITYCHECK, Run, Step, data_neutral
+from hpcstack.install.actions import Run
+from hpcstack.install.plan import INSTALL, SANITYCHECK, Step, data_neutral
 from hpcstack.recipe import Recipe
 
 pytestmark = pytest.mark.unit

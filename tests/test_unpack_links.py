@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hpcstack.errors import HpcstackError
-from hpcstack.install.actions import safe_unpack, unsafe_members
+from hpcstack.install.archive import safe_unpack, unsafe_members
 
 pytestmark = pytest.mark.unit
 

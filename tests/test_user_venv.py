@@ -25,7 +25,7 @@ from conftest import hpcstack
 from hpcstack.fsutil import sha256_file
 from hpcstack.install.components.manifest import (CONSTRAINTS, WriteSbom, probed_versions, read_lock)
 from hpcstack.install.components.modulefile import render_for_prefix
-from hpcstack.install.plan import WriteFile
+from hpcstack.install.actions import WriteFile
 from hpcstack.install.resolve import resolve
 from hpcstack.recipe import load_recipe
 from hpcstack.site import load_site

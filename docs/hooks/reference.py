@@ -6,7 +6,7 @@
   for the ``localhost`` site, and the components they list);
 * ``reference/cli.md``: every command and option of :func:`hpcstack.cli.build_parser`, and of the
   parsers that commands hand their words to (``hpcstack action``:
-  :func:`hpcstack.install.actions.build_parser`, :data:`DELEGATED`);
+  :func:`hpcstack.install.verbs.build_parser`, :data:`DELEGATED`);
 * ``reference/api.md``: the recipe API: the façade :mod:`hpcstack.recipe_api`, then one
   mkdocstrings block per module of ``hpcstack.install.components`` (the ``Validation`` component
   and its backends among them) and :mod:`hpcstack.recipe`.
@@ -39,7 +39,7 @@ PAGES = {}
 
 #: Commands that hand their words to a parser of their own (``hpcstack action VERB …``): command
 #: name -> (the module to import first, ``module:function`` returning that parser).
-DELEGATED = {"action": ("hpcstack.install.components", "hpcstack.install.actions:build_parser")}
+DELEGATED = {"action": ("hpcstack.install.components", "hpcstack.install.verbs:build_parser")}
 
 log = logging.getLogger("mkdocs.hooks.reference")
 
@@ -338,7 +338,7 @@ def cli_page(problems: list[str] | None = None) -> str:
     found: list[str] = []
     parser = build_parser()
     lines = ["# Command reference", "",
-             "Generated from the argument parser in `hpcstack/cli.py` when this site was built "
+             "Generated from the argument parsers in `hpcstack/cli/` when this site was built "
              "(`hpcstack COMMAND --help` prints the same). Bad input gets one line per problem and "
              "exit status 2, before anything is written.", "",
              "```text", parser.format_usage().strip().removeprefix("usage: "), "```", ""]

@@ -14,11 +14,12 @@ The two renderings cannot drift apart, because each action takes one of three wa
   shell (``mkdir``, ``mktemp``, ``cat``, ``chmod``, ``mv``, ``ln``): :class:`WriteFile` (and the
   modulefile component's ``WriteDefault`` built on it) and :class:`Publish`. Python adds only an ``fsync`` of
   what the bash renamed, which changes nothing a reader can see;
-- **the printed bash calls the Python code** (``hpcstack action VERB …``, :func:`cli`), for
-  actions whose checks bash cannot make as well: :class:`Fetch` (a cached download is kept, a
-  download is checked before it is renamed into place, no ``curl`` needed) and :class:`Unpack`
-  (unsafe tar members are refused, as Python's ``tarfile`` ``data`` filter does; GNU ``tar`` run
-  as root would create device files and keep the archive's owners).
+- **the printed bash calls the Python code** (``hpcstack action VERB …``,
+  :mod:`hpcstack.install.verbs`), for actions whose checks bash cannot make as well:
+  :class:`Fetch` (a cached download is kept, a download is checked before it is renamed into
+  place, no ``curl`` needed) and :class:`Unpack` (:mod:`hpcstack.install.archive`: unsafe tar
+  members are refused, as Python's ``tarfile`` ``data`` filter does; GNU ``tar`` run as root
+  would create device files and keep the archive's owners).
 
 Environment values may refer to variables of the build environment as ``${NAME}`` (e.g.
 ``${NVHPC_ROOT}/cuda/12.4``, as in the Cirrus instructions); they are expanded at run time against
@@ -31,25 +32,23 @@ import errno
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
-import tarfile
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
-from hpcstack.errors import ArgumentParser, HpcstackError
+from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import CHILD_CWD, fsync_dir, fsync_file, sha256_file
-from hpcstack.registry import Registry
+from hpcstack.install.archive import safe_unpack
 from hpcstack.templates import _dq_live, bash_word  # noqa: F401 (bash_word: also imported from here)
 
 #: Where a prefix that is a real directory (the layout before stage prefixes) goes when a staged
 #: build replaces it: ``<install_root>/<name>/.<version>-pre-staging``.
 PRE_STAGING = "pre-staging"
 
-#: The command that runs one action of the dry-run script with hpcstack's own code (:func:`cli`).
+#: The command that runs one action of the dry-run script with hpcstack's own code
+#: (:func:`hpcstack.install.verbs.cli`).
 ACTION_COMMAND = ("hpcstack", "action")
 
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -262,7 +261,7 @@ class Fetch(ActionBase):
     One implementation: :meth:`execute` (Python's ``urllib``: no ``curl`` needed; the download
     goes to a temporary file beside ``dest``, is checked, then renamed into place, so a bad or
     cut download never sits at ``dest``), and the dry-run line calls it,
-    ``hpcstack action fetch --sha256 SHA URL DEST`` (:func:`cli`).
+    ``hpcstack action fetch --sha256 SHA URL DEST`` (:func:`hpcstack.install.verbs.cli`).
 
     Args:
         url (str): https (or file) URL.
@@ -358,9 +357,10 @@ class VerifySha256(ActionBase):
 class Unpack(ActionBase):
     """Unpack a tar archive into a fresh directory (removed first), refusing unsafe members.
 
-    One implementation: :func:`safe_unpack`, which :meth:`execute` calls and the dry-run line
-    calls too (``hpcstack action unpack ARCHIVE DEST``, :func:`cli`). Every member is checked
-    before anything is unpacked, with the rules of Python's ``tarfile`` ``data`` filter
+    One implementation: :func:`hpcstack.install.archive.safe_unpack`, which :meth:`execute` calls
+    and the dry-run line calls too (``hpcstack action unpack ARCHIVE DEST``,
+    :func:`hpcstack.install.verbs.cli`). Every member is checked before anything is unpacked,
+    with the rules of Python's ``tarfile`` ``data`` filter
     (https://docs.python.org/3/library/tarfile.html#tarfile.data_filter; Python 3.11.2, Debian
     12's, predates it): no absolute names, nothing outside ``dest`` (``..`` or through a link),
     no link pointing outside ``dest``, no device files or FIFOs. Members get the unpacking
@@ -607,282 +607,6 @@ def describe_os_error(exc: BaseException) -> str:
         return f"{text} (no permission: run as the owner of the install root, or use --prefix)"
     return text
 
-
-#: Symbolic links followed while resolving one name before the name is refused as a loop
-#: (Linux's own limit, ``MAXSYMLINKS``).
-_MAX_LINK_HOPS = 40
-
-
-def _resolve_in_archive(name: str, links: dict[str, str], follow_last: bool = True) -> list[str] | None:
-    """Resolve a relative name inside the unpacked tree, following the archive's own symbolic links.
-
-    Nothing of the filesystem is read: the tree is the archive's, whose links are ``links``
-    (resolved location -> link target). A ``..`` that would leave the root, an absolute link
-    target or more than :data:`_MAX_LINK_HOPS` links give None, even where a later component would
-    come back inside (the strict reading).
-
-    Args:
-        name (str): a member's name or a link target joined to its directory ("a/b/../c").
-        links (dict[str, str]): the symbolic links unpacked so far, by resolved location.
-        follow_last (bool): follow a link in the last component too (False for the location
-            where a link or hard link is created: tarfile replaces what is there).
-
-    Returns:
-        list[str] | None: the resolved components below the root, or None when the name leaves it.
-    """
-    todo = list(reversed(name.split("/")))
-    cur: list[str] = []
-    hops = 0
-    while todo:
-        part = todo.pop()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not cur:
-                return None
-            cur.pop()
-            continue
-        cur.append(part)
-        target = links.get("/".join(cur))
-        if target is not None and (todo or follow_last):
-            hops += 1
-            if hops > _MAX_LINK_HOPS or target.startswith("/"):
-                return None
-            cur.pop()
-            todo.extend(reversed(target.split("/")))
-    return cur
-
-
-def unsafe_member(member: tarfile.TarInfo, dest: str, links: dict[str, str] | None = None) -> str | None:
-    """Return why ``member`` may not be unpacked into ``dest``, or None when it may.
-
-    The rules of ``tarfile.data_filter`` (Python >= 3.11.4), applied to the archive's own tree
-    rather than to the filesystem (so that links unpacked earlier count before they exist): an
-    absolute name, a name that leaves ``dest`` (``..``, or through one of the archive's symbolic
-    links, as in ``a -> .``, ``a/b -> ..``, ``a/b/x``), a symbolic link that is absolute or leads
-    outside ``dest``, a hard link to a path outside ``dest``, a device file or FIFO.
-
-    Args:
-        member (tarfile.TarInfo): the member.
-        dest (str): the directory being unpacked into (only named in messages).
-        links (dict[str, str] | None): the archive's symbolic links unpacked before this member,
-            by resolved location (see :func:`unsafe_members`); None for none.
-    """
-    links = links or {}
-    if member.name.startswith("/") or os.path.isabs(member.name):
-        return "an absolute path"
-    is_link = member.issym() or member.islnk()
-    where = _resolve_in_archive(member.name, links, follow_last=not is_link)
-    if where is None:
-        return "a path outside the directory"
-    if is_link and not where:
-        return "a link in place of the directory itself"
-    if not is_link and "/".join(_resolve_in_archive(member.name, links, follow_last=False) or []) in links:
-        return "a member in place of one of the archive's symbolic links"
-    if member.issym():
-        if member.linkname.startswith("/"):
-            return f"a symbolic link to the absolute path {member.linkname!r}"
-        target = "/".join([*where[:-1], member.linkname])
-        if _resolve_in_archive(target, {**links, "/".join(where): member.linkname}) is None:
-            return f"a symbolic link outside the directory ({member.linkname!r})"
-    if member.islnk() and (member.linkname.startswith("/") or _resolve_in_archive(member.linkname, links) is None):
-        return f"a hard link outside the directory ({member.linkname!r})"
-    if member.isdev():
-        return "a device file or FIFO"
-    return None
-
-
-def unsafe_members(members: list[tarfile.TarInfo], dest: str) -> tuple[tarfile.TarInfo, str] | None:
-    """Return the first member that may not be unpacked into ``dest`` and why, or None.
-
-    Two passes over the archive's own tree (nothing of the filesystem is read, so this is the
-    same on every Python version, with or without tarfile's extraction filters):
-
-    1. in archive order, each member against the symbolic links unpacked before it (what the
-       filesystem holds when tarfile writes that member): :func:`unsafe_member`;
-    2. every symbolic and hard link again against all of the archive's links (the finished tree
-       that the build then reads and writes).
-
-    Args:
-        members (list[tarfile.TarInfo]): the archive's members, in order.
-        dest (str): the directory being unpacked into.
-
-    Returns:
-        tuple[tarfile.TarInfo, str] | None: the member and the reason, e.g.
-        ``(<a/b/x>, "a path outside the directory")``.
-    """
-    links: dict[str, str] = {}
-    for m in members:
-        reason = unsafe_member(m, dest, links)
-        if reason:
-            return m, reason
-        if m.issym():   # a link in place of an earlier one replaces it, as tarfile does
-            links["/".join(_resolve_in_archive(m.name, links, follow_last=False))] = m.linkname
-        elif m.islnk():
-            links.pop("/".join(_resolve_in_archive(m.name, links, follow_last=False)), None)
-    for m in members:
-        if m.issym():
-            where = _resolve_in_archive(m.name, links, follow_last=False)
-            target = "/".join([*(where or [""])[:-1], m.linkname])
-            if where is None or _resolve_in_archive(target, links) is None:
-                return m, f"a symbolic link outside the directory ({m.linkname!r})"
-        if m.islnk() and _resolve_in_archive(m.linkname, links) is None:
-            return m, f"a hard link outside the directory ({m.linkname!r})"
-    return None
-
-
-def _empty_directory(path: str) -> None:
-    """Remove everything inside ``path`` (links themselves, never what they point to)."""
-    for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            os.unlink(entry.path)
-
-
-def safe_unpack(archive: str, dest: str) -> None:
-    """Unpack ``archive`` into ``dest`` (emptied first), refusing it whole if a member is unsafe.
-
-    Every member is checked (:func:`unsafe_members`, on the archive's own tree, so the check is
-    the same where Python has no extraction filters, e.g. Debian 12's 3.11.2) before anything is
-    unpacked; then members are unpacked with the current user's ownership (as GNU tar's
-    ``--no-same-owner``), without set-user-id, set-group-id or sticky bits and without group or
-    other write permission, through tarfile's ``data`` filter where Python has it.
-
-    Args:
-        archive (str): the tar archive (compressed or not).
-        dest (str): the directory; removed and made anew.
-
-    Raises:
-        HpcstackError: an unsafe member (named, with the reason), or an archive that cannot be
-            read or unpacked; ``dest`` is then left empty.
-    """
-    shutil.rmtree(dest, ignore_errors=True)
-    if os.path.lexists(dest):
-        os.unlink(dest)
-    os.makedirs(dest)
-    try:
-        with tarfile.open(archive) as tar:
-            members = tar.getmembers()
-            bad = unsafe_members(members, dest)
-            if bad:
-                raise HpcstackError(f"{archive}: unsafe member {bad[0].name!r} ({bad[1]}); refusing to unpack")
-            for m in members:
-                m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
-                if not m.issym():
-                    m.mode &= 0o755
-                    m.mode |= 0o700 if m.isdir() else 0o600
-            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(dest, members=members, numeric_owner=True, **kwargs)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        _empty_directory(dest)
-        raise HpcstackError(f"cannot unpack {archive}: {exc}") from None
-    except BaseException:
-        _empty_directory(dest)
-        raise
-
-
-# ------------------------------------------------------------------ `hpcstack action VERB …`
-
-class _CommandContext:
-    """The context of an action run by :func:`cli`: the process environment, the log on stdout."""
-
-    def __init__(self):
-        self.env = dict(os.environ)
-        self.log = sys.stdout
-        self.state_dir = None
-
-
-#: The verbs of ``hpcstack action`` that components add: a class with ``help`` (one line),
-#: ``add_arguments(parser)``, ``run(args) -> int`` and ``written`` (the arguments naming what it
-#: writes or reads back, checked by the trust rule first: :func:`_check_written`), registered with
-#: ``@ACTION_VERBS.register("sbom")`` in the component's module (a lower layer never imports the
-#: components: they register themselves when :mod:`hpcstack.install.components` is imported).
-ACTION_VERBS = Registry("action verb")
-
-
-#: The arguments of the built-in verbs that name what they write (a registered verb lists its
-#: own in a ``written`` attribute, e.g. ``("path",)``).
-_WRITTEN = {"fetch": ("dest",), "unpack": ("dest",)}
-
-
-def _check_written(args) -> None:
-    """Refuse a verb's destination that an untrusted account can change (:func:`hpcstack.trust.check_dirs`).
-
-    The dry-run script is run later than it is printed (maybe much later, maybe edited): the
-    stage paths it names were checked when it was printed, not when ``hpcstack action unpack``
-    empties one and unpacks into it, following whatever links lie above it. So each verb checks
-    its destination, and every directory above it, when it runs.
-
-    Raises:
-        ConfigError: one line naming the directory, whose it is and the fix (exit status 2).
-    """
-    from hpcstack import trust
-
-    names = _WRITTEN[args.verb] if args.verb in _WRITTEN else getattr(ACTION_VERBS[args.verb], "written", ())
-    dirs = [(f"hpcstack action {args.verb} {name.upper()}", os.path.abspath(getattr(args, name))) for name in names]
-    if dirs:
-        trust.check_dirs(dirs, trust.policy())
-
-
-def build_parser() -> ArgumentParser:
-    """The parser of ``hpcstack action``: ``fetch``, ``unpack`` and every registered verb
-    (:data:`ACTION_VERBS`; the caller imports :mod:`hpcstack.install.components` first, so that
-    the components' verbs are registered). :func:`cli` parses with it, and the documentation's
-    command reference (``docs/hooks/reference.py``) lists its verbs and options.
-
-    Returns:
-        hpcstack.errors.ArgumentParser: the parser (bad arguments raise ``ConfigError``).
-    """
-    parser = ArgumentParser(prog="hpcstack action",
-                            description="run one action of an install's dry-run script")
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    p = sub.add_parser("fetch", help="download URL to DEST unless DEST has the sha256; check it")
-    p.add_argument("--sha256", required=True, help="the expected sha256 (64 hex digits)")
-    p.add_argument("--page", default="", help="find the file on this package index project page instead")
-    p.add_argument("url", help="where the file is (its last part is the file's name)")
-    p.add_argument("dest", help="the file to write (the download cache's copy)")
-    p = sub.add_parser("unpack", help="unpack ARCHIVE into DEST (emptied first), refusing unsafe members")
-    p.add_argument("archive", help="the tar or zip archive (an sdist)")
-    p.add_argument("dest", help="the directory to unpack into")
-    for name in sorted(ACTION_VERBS):
-        ACTION_VERBS[name].add_arguments(sub.add_parser(name, help=ACTION_VERBS[name].help))
-    return parser
-
-
-def cli(argv: list[str]) -> int:
-    """``hpcstack action fetch|unpack|VERB …``: run one action of the dry-run script with the
-    code of the real run (the dry-run prints these lines; see the module's docstring).
-
-    ``hpcstack action fetch --sha256 SHA URL DEST`` is :class:`Fetch`;
-    ``hpcstack action unpack ARCHIVE DEST`` is :class:`Unpack`; every other verb is registered
-    (:data:`ACTION_VERBS`), e.g. ``hpcstack action sbom --spec JSON PATH``, the
-    :class:`hpcstack.install.components.manifest.WriteSbom` of ``StackManifest``, and
-    ``hpcstack action reuse-wheel NAME ENTRY DIST``, the hit of a cached source build
-    (:func:`hpcstack.install.wheelcache.reuse`: exit 1 when the build must run); the caller
-    imports the components first (:func:`hpcstack.cli.main` does).
-
-    Args:
-        argv (list[str]): the words after ``hpcstack action``.
-
-    Returns:
-        int: 0 when the action succeeded.
-
-    Raises:
-        HpcstackError: the action failed (``hpcstack`` prints one ``error:`` line, exit 1).
-        ConfigError: bad arguments (one line, exit 2).
-    """
-    args = build_parser().parse_args(argv)
-    _check_written(args)
-    if args.verb in ACTION_VERBS:
-        return ACTION_VERBS[args.verb].run(args)
-    if args.verb == "fetch":
-        action = Fetch(args.url, args.sha256, os.path.abspath(args.dest), page=args.page)
-    else:
-        action = Unpack(args.archive, os.path.abspath(args.dest))
-    action.execute(_CommandContext())
-    sys.stdout.flush()
-    return 0
 
 def find_on_page(page: str, filename: str) -> str:
     """The URL a PEP 503 ("simple") project page links for ``filename``.

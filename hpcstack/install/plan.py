@@ -6,9 +6,8 @@ so the printed script is exactly what the real run does (one plan, two rendering
 
 The actions themselves (:class:`~hpcstack.install.actions.Action`, a protocol: ``commands()``,
 ``inputs()``, ``outputs()``, ``to_bash()``, ``execute(ctx)``) live in
-:mod:`hpcstack.install.actions`, which says how each keeps its two renderings one; they and the
-file helpers of :mod:`hpcstack.fsutil` are re-exported here for the callers that import them
-from this module.
+:mod:`hpcstack.install.actions`, which says how each keeps its two renderings one; import them
+from there.
 """
 
 from __future__ import annotations
@@ -20,16 +19,11 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from hpcstack.fsutil import CHILD_CWD, fsync_dir, sha256_file, write_atomic
-from hpcstack.install.actions import (PRE_STAGING, Action, ActionBase, Capture, ExecContext, Fetch, Publish, Run,
-                                      Unpack, VerifySha256, WriteFile, bash_word, check_sha256, describe_os_error,
-                                      expand, walk_commands)
+from hpcstack.fsutil import CHILD_CWD, sha256_file
 
 __all__ = ["FETCH", "VENV", "WHEELS", "PATCH", "BUILD", "INSTALL", "SANITYCHECK", "PERMISSIONS", "IMAGE", "MODULE",
-           "STEP_ORDER", "STEP_DESCRIPTIONS", "IN_PLACE_STEPS", "BACKGROUND_STEPS", "PRE_STAGING", "Step", "Plan",
-           "Action", "ActionBase", "ExecContext", "Run", "Fetch", "VerifySha256", "Unpack", "WriteFile",
-           "Capture", "Publish", "bash_word", "expand", "check_sha256", "describe_os_error", "walk_commands",
-           "sha256_file", "write_atomic", "fsync_dir"]
+           "STEP_ORDER", "STEP_DESCRIPTIONS", "IN_PLACE_STEPS", "BACKGROUND_STEPS", "REDO_WITH", "Step", "Plan",
+           "data_neutral"]
 
 #: Standard step names, in the order they run (EasyBuild-style ``<verb>_step`` names). ``image``
 #: has actions only on a site with ``layout: squashfs`` (:mod:`hpcstack.install.image`); a step

@@ -29,10 +29,11 @@ from typing import Callable
 
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import image, layout, provenance
-from hpcstack.install.plan import PERMISSIONS, Plan, describe_os_error
+from hpcstack.install.actions import describe_os_error
+from hpcstack.install.plan import PERMISSIONS, Plan
 from hpcstack import secrets
-from hpcstack.install.resolve import (build_environment, detect_python_version, loaded_modules, permission_settings,
-                                      reapply_permissions, resolve, stack_umask)
+from hpcstack.install.permissions import permission_settings, reapply_permissions, stack_umask
+from hpcstack.install.resolve import build_environment, detect_python_version, loaded_modules, resolve
 from hpcstack.install.runner import Runner, install_lock, pending_steps, plan_checks, preflight
 
 

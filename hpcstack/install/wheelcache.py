@@ -20,7 +20,7 @@ import stat
 from typing import IO
 
 from hpcstack.fsutil import sha256_file
-from hpcstack.install.actions import ACTION_VERBS
+from hpcstack.install.verbs import ACTION_VERBS
 
 #: The file of an entry that lists its wheels' sha256 (``sha256sum *.whl`` output).
 SUMS = "SHA256SUMS"

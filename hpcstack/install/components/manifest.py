@@ -57,12 +57,13 @@ from pathlib import Path
 from hpcstack import data_root, doctor
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import CHILD_CWD, sha256_file, write_atomic
-from hpcstack.install.actions import ACTION_COMMAND, ACTION_VERBS, ActionBase, Run, expand
+from hpcstack.install.actions import ACTION_COMMAND, ActionBase, Run, WriteFile, expand
+from hpcstack.install.verbs import ACTION_VERBS
 from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.components.source import SourceBuild
 from hpcstack.install.components.wheels import PipWheels
 from hpcstack.install.lockfile import read_lock
-from hpcstack.install.plan import INSTALL, SANITYCHECK, WriteFile
+from hpcstack.install.plan import INSTALL, SANITYCHECK
 from hpcstack.modules.envchange import SetEnv
 
 #: Names of the files in ``<prefix>/.hpcstack/``.

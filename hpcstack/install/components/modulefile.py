@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 
 from hpcstack.install.components.base import Component, PlanContext, hook
-from hpcstack.install.plan import MODULE, WriteFile
+from hpcstack.install.actions import WriteFile
+from hpcstack.install.plan import MODULE
 from hpcstack.modules import writer
 from hpcstack.modules.envchange import EnvChange, SetEnv, check_changes
 

@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass
 
 from hpcstack import data_root
-from hpcstack.install.plan import INSTALL, SANITYCHECK, Run, WriteFile
+from hpcstack.install.actions import Run, WriteFile
+from hpcstack.install.plan import INSTALL, SANITYCHECK
 from hpcstack.install.components.base import Component, PlanContext
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from hpcstack import data_root
 from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.components.sanity import PythonCheck, PythonSnippet
-from hpcstack.install.plan import INSTALL, SANITYCHECK, Run
+from hpcstack.install.actions import Run
+from hpcstack.install.plan import INSTALL, SANITYCHECK
 
 #: The program's name in ``<prefix>/bin``.
 TRAINER = "hpcstack-train-benchmark"

@@ -53,7 +53,8 @@ from pathlib import Path
 from hpcstack.errors import ConfigError
 from hpcstack.install.components.backends import BACKENDS
 from hpcstack.install.components.base import Component
-from hpcstack.install.plan import INSTALL, Run
+from hpcstack.install.actions import Run
+from hpcstack.install.plan import INSTALL
 from hpcstack.schema import load_yaml, value_problems
 from hpcstack.schema import problems as schema_problems
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import os
 
-from hpcstack.install.actions import WriteFile
-from hpcstack.install.plan import VENV, Run
+from hpcstack.install.actions import Run, WriteFile
+from hpcstack.install.plan import VENV
 from hpcstack.install.components.base import Component, PlanContext
 
 #: The name of the venv's start-up file (sorted first among the ``.pth`` files, so the others

@@ -14,7 +14,8 @@ import shutil
 from dataclasses import dataclass
 
 from hpcstack.errors import ConfigError
-from hpcstack.install.plan import SANITYCHECK, WHEELS, Run
+from hpcstack.install.actions import Run
+from hpcstack.install.plan import SANITYCHECK, WHEELS
 from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.sources import wheel_index_args, wheel_source_args
 

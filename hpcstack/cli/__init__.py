@@ -1,0 +1,144 @@
+"""The ``hpcstack`` command: install, validate, lock, list, show, uninstall, check-build, ...
+
+One module per group of commands, each command's parser beside its handler (as Spack's
+``cmd/<name>.py``): :mod:`~hpcstack.cli.install` (install, lock, uninstall, mount),
+:mod:`~hpcstack.cli.validate` (validate, check-build), :mod:`~hpcstack.cli.info` (list, show,
+doctor), :mod:`~hpcstack.cli.modules` (module, kernel), :mod:`~hpcstack.cli.lifecycle` (bundle,
+audit, module deprecate), :mod:`~hpcstack.cli.export` and :mod:`~hpcstack.cli.action`. The
+options they share are declared once, in :mod:`~hpcstack.cli.options`; each command reads its
+site and recipe through one :class:`hpcstack.loader.Loader` (:mod:`~hpcstack.cli.common`).
+``hpcstack`` (the console script) and ``python -m hpcstack`` run :func:`main`.
+
+Every problem the user can fix is printed as one line (``error: …``) with a non-zero exit:
+2 for a bad site config, recipe or command line (nothing written), 1 for a failure while running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from hpcstack import __version__
+from hpcstack.cli import action, export, info, install, lifecycle, modules, validate
+from hpcstack.errors import ArgumentParser, ConfigError, HpcstackError
+
+
+#: A name given on the command line (partition, QOS, account, workload, kernel): letters,
+#: digits and ``._-``, as the site schema's Slurm names.
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,255}"
+
+
+#: What jsonschema imports, when installed, to check a schema's ``format`` keywords (jupyter's
+#: ``jsonschema[format-nongpl]`` brings them, and arrow and lark with them). hpcstack's schemas
+#: have no ``format``, and nothing else of hpcstack imports them, so :func:`main` blocks them in
+#: its own process (jsonschema expects the ImportError): ``rfc3987_syntax`` alone compiles 38 lark
+#: grammars at import, 1.1-2.4 s of every command; the others cost about 60 ms of a no-op
+#: re-install (docs/benchmarks.md, "The CLI runs without rfc3987_syntax").
+FORMAT_MODULES = ("rfc3987_syntax", "rfc3987", "rfc3986_validator", "rfc3339_validator", "fqdn",
+                  "webcolors", "uri_template", "isoduration", "jsonpointer")
+
+
+def check_args(argv: list[str], args: argparse.Namespace | None = None) -> list[str]:
+    """Check command-line values before anything uses them.
+
+    Rules: no argument holds a control character (:data:`hpcstack.schema.CONTROL`: a newline in
+    ``--partition`` would become a line of a job script); ``--partition``, ``--qos``,
+    ``--account`` and ``--workload`` are names (letters, digits, ``._-``); ``--jobs`` and
+    ``--ranks`` are within the site schema's bounds.
+
+    Args:
+        argv (list[str]): the raw arguments.
+        args (argparse.Namespace | None): the parsed ones (None: check only ``argv``).
+
+    Returns:
+        list[str]: one line per problem; empty when every value is fine.
+    """
+    import re
+
+    from hpcstack.schema import CONTROL
+    from hpcstack.site import MAX_JOBS, MAX_RANKS
+
+    problems = [f"argument {i + 1} {ascii(a)[:80]}: holds a control character (newline, NUL, ...)"
+                for i, a in enumerate(argv) if CONTROL.search(a)]
+    if problems or args is None:
+        return problems
+    for opt in ("partition", "qos", "account", "workload"):
+        value = getattr(args, opt, None)
+        if value is not None and not re.fullmatch(_NAME, value):
+            problems.append(f"--{opt}: {value!r}: use letters, digits and ._- (at most 256)")
+    for opt, top in (("jobs", MAX_JOBS), ("ranks", MAX_RANKS)):
+        value = getattr(args, opt, None)
+        if value is not None and not 1 <= value <= top:
+            problems.append(f"--{opt}: {value}: must be from 1 to {top}")
+    return problems
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``hpcstack`` command (its commands in the order of
+    ``hpcstack --help``, each declared by its module)."""
+    parser = ArgumentParser(
+        prog="hpcstack", description="Install module-based HPC software stacks from recipes, per site.")
+    parser.add_argument("--version", action="version", version=f"hpcstack {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(sub)
+    return parser
+
+
+#: The commands, each as the function that adds its parser (with its handler), in the order of
+#: ``hpcstack --help``.
+COMMANDS = (install.add_install, validate.add_validate, install.add_lock, info.add_list, info.add_show,
+            install.add_uninstall, install.add_mount, export.add_export, modules.add_kernel,
+            validate.add_check_build, info.add_doctor, action.add_action, lifecycle.add_bundle,
+            lifecycle.add_audit, modules.add_module)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``hpcstack`` console script.
+
+    Args:
+        argv (list[str] | None): arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        int: exit status (0 ok, 1 failure, 2 bad input).
+    """
+    for name in FORMAT_MODULES:
+        sys.modules.setdefault(name, None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        problems = check_args(argv)
+        if problems:
+            raise ConfigError(problems)
+        args = build_parser().parse_args(argv)
+        problems = check_args(argv, args)
+        if problems:
+            raise ConfigError(problems)
+        return args.handler(args)
+    except HpcstackError as exc:
+        from hpcstack.schema import CONTROL
+
+        for line in exc.lines():      # one line each, whatever a value in it holds
+            print(f"error: {CONTROL.sub(lambda m: ascii(m.group())[1:-1], line)}", file=sys.stderr)
+        return exc.exit_status
+    except RecursionError:
+        print("error: input nested too deeply", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `hpcstack … | head`: the reader has gone; nothing more to say
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except OSError as exc:  # a full disk, a permission problem: what, where, what to do
+        from hpcstack.install.actions import describe_os_error
+
+        print(f"error: {describe_os_error(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, never a traceback
+        if os.environ.get("HPCSTACK_DEBUG"):
+            raise
+        print(f"error: internal error: {type(exc).__name__}: {exc} (a bug in hpcstack; "
+              "HPCSTACK_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 70

@@ -1,0 +1,268 @@
+"""``hpcstack install``, ``lock``, ``uninstall`` and ``mount``: a stack's install and removal."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from hpcstack import __version__
+from hpcstack.cli import options
+from hpcstack.cli.common import check_site_dirs, load, load_site, loader, stack_of
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.install.plan import STEP_ORDER
+
+
+def add_install(sub) -> None:
+    """The parser of ``hpcstack install``."""
+    p = sub.add_parser("install", help="install a recipe for a site (or print the plan with --dry-run)")
+    options.add_stack_args(p)
+    p.add_argument("--stop-after", choices=STEP_ORDER, metavar="STEP",
+                   help=f"stop after this step ({', '.join(STEP_ORDER)})")
+    options.add_flag(p, "--force", "redo every step, even those already done")
+    p.add_argument("--jobs", "-j", type=int, metavar="N", help="parallel build jobs (default: site, else cores)")
+    options.add_flag(p, "--no-wait", "fail at once if another install of the stack runs")
+    options.add_flag(p, "--json", "with --dry-run: print the resolved plan as JSON")
+    p.add_argument("--from", dest="from_bundle", metavar="DIR",
+                   help="install with no network from a bundle made by `hpcstack bundle` (every file "
+                        "checked against its manifest first)")
+    p.add_argument("--default", action="store_true",
+                   help="once published, make it what `module load NAME` loads (as `hpcstack module "
+                        "set-default`); without it an install never moves an existing default")
+    p.set_defaults(handler=cmd_install)
+
+
+def _shadowing(args, site) -> list[str]:
+    """Lines naming the recipe and site of this command where they shadow built-in ones."""
+    from hpcstack.repos import RECIPES, SITES
+
+    search, lines = loader(args), []
+    for kind, name, what in ((RECIPES, args.recipe, "recipe"), (SITES, args.site, "site")):
+        entry = search.find(kind, name)
+        if entry and any(r.origin == "built-in" for r in entry.shadows):
+            lines.append(f"note: {what} {name} is {entry.path} from {entry.repo.describe()}; it shadows the "
+                         f"built-in {what} of that name")
+    return lines
+
+
+def _layout_note(site) -> None:
+    """After a plan or a published install: the ``note:`` of a site whose stacks lie as directories
+    on a parallel file system (:func:`hpcstack.install.image.layout_note`), on stderr."""
+    from hpcstack.install.image import layout_note
+
+    note = layout_note(site)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+
+
+def cmd_install(args) -> int:
+    """``hpcstack install``: print the plan (``--dry-run``), or build in a stage prefix and publish
+    (:class:`hpcstack.install.service.InstallService` does the work; this prints)."""
+    from hpcstack.install.runner import console
+    from hpcstack.install.service import InstallService
+
+    if args.json and not args.dry_run:
+        raise ConfigError(["--json: only with --dry-run"])
+    if args.stop_after and args.dry_run:
+        raise ConfigError([f"--stop-after {args.stop_after}: not with --dry-run (the dry run prints the "
+                           "whole plan; --stop-after stops a real install)"])
+    if args.default and args.stop_after:
+        raise ConfigError(["--default: not with --stop-after (only a published stack can be the default)"])
+    if args.from_bundle:
+        loader(args).check_input_dir("bundle", args.from_bundle)
+    site, recipe = load(args, caches=True)
+    if args.from_bundle:
+        site = _site_from_bundle(site, recipe, args.from_bundle)
+    for line in _shadowing(args, site):
+        print(line, file=sys.stderr)
+    service = InstallService(site, recipe, recipe.file, jobs=args.jobs, trust=loader(args).policy)
+    if args.dry_run:
+        plan = service.dry_run(force=args.force)
+        from hpcstack import secrets
+
+        # the plan holds references (${MY_TOKEN}); a value that reached it anyway is replaced
+        redactor = secrets.Redactor(secrets.known_values(getattr(site, "secrets", {}) or {}))
+        sys.stdout.write(redactor.text(plan.to_json(__version__) if args.json else plan.to_bash(__version__)))
+        if args.default and not args.json:
+            print(f"# then, once published: hpcstack module set-default {recipe.full_name} --site {args.site}")
+        _layout_note(site)
+        return 0
+    done = service.install(stop_after=args.stop_after, force=args.force, wait=not args.no_wait,
+                           announce=console.print)
+    plan = done.plan
+    if done.ran and done.complete:
+        print(f"installed {recipe.full_name}: {plan.prefix} -> {plan.build_prefix}; "
+              f"modulefile {plan.modulefile}")
+        print("  " + ", ".join(f"{k} {v:.1f} s" for k, v in done.timings.items()))
+    if done.removed:
+        print(f"  removed earlier builds: {', '.join(done.removed)}")
+    if done.complete:
+        _report_default(args, site, recipe)
+        _layout_note(site)
+    if done.ran and not done.complete:
+        print(f"build {plan.build_id or plan.build_prefix} of {recipe.full_name} stopped after "
+              f"step {done.ran[-1]}; not published; re-run the install to continue")
+    return 0
+
+
+def _report_default(args, site, recipe) -> None:
+    """After a published install: with ``--default`` make it the module's default; else say which
+    version ``module load NAME`` loads when it is another one, and how to switch."""
+    from hpcstack.modules import writer
+
+    site_args = f" --site {site.ref}" + (f" --module-root {args.module_root}" if args.module_root else "")
+    if args.default:
+        change = writer.set_default(site.module_root, recipe.name, recipe.version, site.modules.syntax,
+                                     site.modules.tool, site=args.site)
+        print(f"default of {recipe.name} is now {recipe.version} (was {change.previous or 'none'})")
+        for note in change.notes:
+            print(f"note: {note}")
+        if change.previous and change.previous != recipe.version:
+            print(f"switch back: hpcstack module set-default {recipe.name}/{change.previous}{site_args}")
+        return
+    module_dir = os.path.join(site.module_root, recipe.name)
+    current = writer.read_defaults(module_dir)
+    default = current.get(writer.DEFAULT_FILES[site.modules.syntax], next(iter(current.values()), None))
+    if default and default != recipe.version:
+        print(f"the default of {recipe.name} stays {default} (`module load {recipe.name}`); make this one "
+              f"the default: hpcstack module set-default {recipe.full_name}{site_args}")
+
+
+def _site_from_bundle(site, recipe, path: str):
+    """The site with a verified bundle as its only package source (:func:`hpcstack.lifecycle.bundle.use_bundle`)."""
+    from hpcstack.install.components.wheels import PipWheels
+    from hpcstack.lifecycle import bundle
+
+    manifest = bundle.verify_bundle(path)
+    wheels = recipe.components_of(PipWheels)
+    lock = None
+    if wheels:
+        lock = wheels[0].lock_path(recipe.directory, wheels[0].lock_for(
+            site.toolchain, site.python_version or manifest.get("python"), f"site {site.name}"))
+    return bundle.use_bundle(site, recipe, lock, path)
+
+
+def add_lock(sub) -> None:
+    """The parser of ``hpcstack lock``."""
+    p = sub.add_parser("lock", help="regenerate a recipe's lock file with uv (hashes for every package)")
+    p.add_argument("recipe")
+    options.add_site(p)
+    p.add_argument("--gpu-archs-from", metavar="WHEEL", nargs="+", default=None,
+                   help="do not re-lock: record the GPU architectures of these wheel files (pinned by "
+                        "the lock) beside the lock, for a recipe with a CudaWheelArchs component")
+    options.add_repo(p)
+    p.set_defaults(handler=cmd_lock)
+
+
+def cmd_lock(args) -> int:
+    """``hpcstack lock``: write ``<stem>.<index>.lock`` from ``<stem>.in`` with uv."""
+    from hpcstack.install.lockgen import write_lock
+
+    from hpcstack.install.components.cudawheels import CudaWheelArchs
+    from hpcstack.install.lockgen import record_gpu_archs
+
+    site, recipe = load(args, install=False, modules=False, caches=True)
+    if not args.gpu_archs_from:
+        path = write_lock(recipe, site)
+        print(f"wrote {path}")
+    cuda = recipe.component(CudaWheelArchs) is not None
+    if args.gpu_archs_from or (cuda and site.toolchain.has_cuda):
+        path, records = record_gpu_archs(recipe, site, args.gpu_archs_from or ())
+        for rec in records:
+            print(f"{path}: {rec.describe()}")
+    return 0
+
+
+def add_uninstall(sub) -> None:
+    """The parser of ``hpcstack uninstall``."""
+    p = sub.add_parser("uninstall", help="remove a stack and its modulefile (not the default version "
+                                         "unless --force)")
+    options.add_target(p)
+    options.add_site_and_repo(p)
+    options.add_prefix(p)
+    options.add_module_root(p)
+    options.add_flag(p, "--force", "remove it even if it is the default version (its default marker goes too)")
+    options.add_flag(p, "--no-wait", "fail at once if an install of the stack runs")
+    options.add_flag(p, "--dry-run", "say what would be removed; remove nothing")
+    p.set_defaults(handler=cmd_uninstall)
+
+
+def cmd_uninstall(args) -> int:
+    """``hpcstack uninstall``: remove a stack's modulefile, then its prefix and builds, as the
+    stack's own records name them (:mod:`hpcstack.install.records`): never a path computed
+    from the arguments alone, never through a link or a directory another user owns.
+
+    Refuses the default version of the module (a ``.version``, ``default`` link or
+    ``.modulerc`` naming it) unless ``--force``, which removes that marker too.
+    """
+    from types import SimpleNamespace
+
+    from hpcstack.install.service import InstallService
+
+    site = load_site(args, install_root=args.prefix, module_root=args.module_root)
+    check_site_dirs(args, site, caches=True)
+    name, version = stack_of(args, args.target, site)
+    check_site_dirs(args, site, (name, version), caches=True)
+    from hpcstack.lifecycle.deprecation import uninstall_refusal
+
+    refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
+    if refusal:
+        raise HpcstackError(refusal)
+    service = InstallService(site, SimpleNamespace(name=name, version=version))
+    removed = service.uninstall(force=args.force, wait=not args.no_wait, dry_run=args.dry_run)
+    for line in service.kept:
+        print(f"note: kept {line}", file=sys.stderr)
+    if args.dry_run:
+        for p in removed:
+            print(f"would remove {p}")
+        return 0
+    for p in removed:
+        print(f"removed {p}")
+    from hpcstack.lifecycle.deprecation import write_retired
+
+    stand_in = write_retired(site, f"{name}/{version}")
+    if stand_in:
+        print(f"wrote {stand_in}: loading {name}/{version} now fails, naming its replacement "
+              f"(hpcstack module undeprecate {name}/{version} removes it)")
+    print(f"uninstalled {name}/{version}")
+    return 0
+
+
+def add_mount(sub) -> None:
+    """The parser of ``hpcstack mount``."""
+    p = sub.add_parser("mount", help="layout: squashfs: mount a stack's image on this node (idempotent)")
+    options.add_target(p)
+    options.add_site_and_repo(p)
+    options.add_prefix(p)
+    p.add_argument("--print-unit", action="store_true",
+                   help="mount nothing; print what a site deploys on its nodes (Slurm prolog, fstab, systemd)")
+    p.add_argument("--quiet", action="store_true", help="print nothing when it succeeds")
+    p.set_defaults(handler=cmd_mount)
+
+
+def cmd_mount(args) -> int:
+    """``hpcstack mount``: mount the published build's image (``layout: squashfs``) on this node,
+    and the previous build's; exit 0 when already mounted, 2 with one line when it cannot
+    (:func:`hpcstack.install.image.mount_stack`). ``--print-unit`` prints what nodes need."""
+    from hpcstack.install import image
+    from hpcstack.install.layout import StackLayout
+
+    site = load_site(args, install_root=args.prefix)
+    check_site_dirs(args, site, modules=False)
+    name, version = stack_of(args, args.target, site)
+    check_site_dirs(args, site, (name, version), modules=False)
+    if image.settings(site) is None:
+        raise ConfigError([f"{site.path}: layout: the site's stacks are directories (layout: directory); "
+                           "there is no image to mount"])
+    layout = StackLayout.for_site(site, name, version)
+    if args.print_unit:
+        build = layout.published()
+        if not build:
+            raise ConfigError([f"{name}/{version} is not installed at {layout.prefix}; install it first"])
+        print(image.node_setup(build, f"hpcstack mount {name}/{version} --site {site.ref or site.name}"
+                                      + (f" --prefix {site.install_root}" if args.prefix else "")))
+        return 0
+    for build, mounted in image.mount_stack(layout):
+        if not args.quiet:
+            print(f"{'mounted' if mounted else 'already mounted'}: {image.image_of(build)} at "
+                  f"{image.mount_point_of(build)}")
+    return 0

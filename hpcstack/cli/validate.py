@@ -1,0 +1,123 @@
+"""``hpcstack validate`` (and its ``--emit``) and ``hpcstack check-build``: does the stack work."""
+
+from __future__ import annotations
+
+import shutil
+
+from hpcstack.cli import options
+from hpcstack.cli.common import load, loader
+from hpcstack.errors import ConfigError, HpcstackError
+
+
+def add_validate(sub) -> None:
+    """The parser of ``hpcstack validate``."""
+    p = sub.add_parser(
+        "validate", help="run the recipe's validation on the installed stack in Slurm jobs across "
+                         "nodes (or locally) and judge sanity, performance, start-up and scaling",
+        description="Submit one Slurm job per node count; each loads the stack's module and runs the "
+                    "recipe's validation program (declared by its validation file: the program, the "
+                    "backends it offers, its workloads, figures and references) once per backend; "
+                    "then check sanity (exit status, the program's result record, exact collectives, "
+                    "world size, every rank's records), compare the figures with the recipe's "
+                    "references and report start-up per rank and scaling (JSON, markdown, PNG in "
+                    "the output directory). With --local, or for a site without a slurm section: "
+                    "run on --ranks ranks of this host with the site's launcher and judge sanity "
+                    "alone.")
+    options.add_stack_args(p)
+    p.add_argument("--nodes", metavar="N[,N...]",
+                   help="node counts, one job each, e.g. 1,2,4 (default: the site's validation.nodes, else 1,2)")
+    p.add_argument("--backend", metavar="NAME",
+                   help="a backend of the recipe's validation file (one of its `backends`), or all "
+                        "(also: both); default all, one after the other")
+    p.add_argument("--partition", help="Slurm partition (default: the site's slurm.partition)")
+    p.add_argument("--qos", help="Slurm QoS (default: the site's slurm.qos)")
+    p.add_argument("--account", help="Slurm account / budget (default: the site's slurm.account)")
+    p.add_argument("--output-dir", metavar="DIR",
+                   help="directory for job scripts, job output and the report (default: a new "
+                        "hpcstack-validate-* directory under the site's slurm.output_root, else here); "
+                        "it must be visible on the compute nodes")
+    options.add_flag(p, "--no-wait", "submit, print the job ids and return; report later with --collect DIR")
+    p.add_argument("--collect", metavar="DIR",
+                   help="report on the jobs of an earlier --no-wait run in DIR (waits for them)")
+    p.add_argument("--local", action="store_true",
+                   help="no Slurm: run the recipe's first backend that runs here on --ranks ranks of "
+                        "this host (e.g. a compute node you are logged in to) with the site's "
+                        "launcher.command (mpirun for a backend that cannot use the launcher the site "
+                        "names, e.g. horovodrun) and, as the Slurm jobs would, its slurm.mpi plugin, "
+                        "slurm.cpus_per_task (cores and threads per rank), slurm.env (under "
+                        "launcher.env) and the recipe's workload for the site (its settings, e.g. "
+                        "device and sizes); PASS/FAIL from sanity alone (the program's own checks, "
+                        "its world size): the figures are printed, never compared with the "
+                        "references; no report files")
+    p.add_argument("--ranks", type=int, metavar="N", help="with --local: ranks (default: the site's launcher.ranks)")
+    p.add_argument("--workload", metavar="NAME",
+                   help="run a named workload of the recipe's validation file instead of its "
+                        "workload for the site (its `workloads`: e.g. one judged on its accuracy, or a "
+                        "negative control that must fail); on the site's device unless it names one (default: the recipe's workload for the site)")
+    options.add_flag(p, "--json", "print the result (or with --dry-run the job scripts) as JSON")
+    p.add_argument("--emit", nargs=2, metavar=("FORMAT", "DIR"),
+                   help="write the validation for another tool into DIR instead of running it: "
+                        "reframe: a ReFrame check (the same program, options, sanity and performance "
+                        "references, per --nodes and --backend) and a ReFrame site configuration "
+                        "for the site; run with: reframe -C DIR/settings.py -c DIR -r")
+    p.set_defaults(handler=cmd_validate)
+
+
+def cmd_validate(args) -> int:
+    """``hpcstack validate``: the recipe's validation in Slurm jobs across nodes (default), or on
+    this host (``--local``); :class:`hpcstack.validate.service.ValidationService` does the work."""
+    from hpcstack.validate.service import ValidationRequest, ValidationService
+
+    site, recipe = load(args, **({} if args.emit else {"install": True}))  # the stack it runs
+    if args.emit:
+        return _emit_validation(args, site, recipe)
+    return ValidationService(site, recipe, loader(args).policy).run(ValidationRequest(
+        nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
+        account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
+        local=args.local, ranks=args.ranks, workload=args.workload, dry_run=args.dry_run,
+        as_json=args.json))
+
+
+def _emit_validation(args, site, recipe) -> int:
+    """``hpcstack validate … --emit FORMAT DIR`` (:mod:`hpcstack.export.reframe`).
+
+    Raises:
+        ConfigError: an unknown format, or options that only apply to running a validation.
+    """
+    from hpcstack.export.reframe import EMIT_FORMATS, emit_reframe, reframe_command
+    from hpcstack.validate.service import requested_backends
+    from hpcstack.validate.validation import parse_nodes
+
+    fmt, directory = args.emit
+    problems = [] if fmt in EMIT_FORMATS else [f"--emit {fmt}: unknown format (known: {', '.join(EMIT_FORMATS)})"]
+    problems += [f"{opt}: not used with --emit" for opt, value in (
+        ("--local", args.local), ("--ranks", args.ranks), ("--dry-run", args.dry_run), ("--no-wait", args.no_wait),
+        ("--collect", args.collect), ("--output-dir", args.output_dir), ("--json", args.json)) if value]
+    if problems:
+        raise ConfigError(problems)
+    backends = requested_backends(recipe, args.backend)
+    paths = emit_reframe(site, recipe, directory, nodes=parse_nodes(args.nodes) if args.nodes else None,
+                         backends=backends, partition=args.partition, qos=args.qos, account=args.account,
+                         workload=args.workload)
+    for path in paths:
+        print(f"wrote {path}")
+    print(f"run it: {reframe_command(paths, site)}")
+    return 0
+
+
+def add_check_build(sub) -> None:
+    """The parser of ``hpcstack check-build``."""
+    p = sub.add_parser("check-build", help="run horovodrun --check-build and require flags")
+    p.add_argument("--horovodrun", default="horovodrun", help="horovodrun to run (default: from PATH)")
+    p.add_argument("--require", default="PyTorch", help="comma-separated flags, NAME or SECTION:NAME")
+    p.set_defaults(handler=cmd_check_build)
+
+
+def cmd_check_build(args) -> int:
+    """``hpcstack check-build``: require Horovod build flags."""
+    from hpcstack.install.components.checkbuild import check_build
+
+    if not shutil.which(args.horovodrun):
+        raise HpcstackError(f"{args.horovodrun} not found (load the stack's module first)")
+    print(check_build(args.horovodrun, [r for r in args.require.split(",") if r]), end="")
+    return 0
