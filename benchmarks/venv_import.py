@@ -28,8 +28,8 @@ stack installed with its modulefile, the module tool's bash init. Takes about a 
 Usage:
     python3 benchmarks/venv_import.py [--stack /opt/hpcstack/software/pytorch/2.3.1-gpu]
         [--module pytorch/2.3.1-gpu] [--modulepath /opt/hpcstack/modulefiles]
-        [--init /usr/share/modules/init/bash] [--work /var/tmp/venv-import-bench] [--rounds 3]
-        [--json FILE]
+        [--init /usr/share/modules/init/bash] [--work /var/tmp/venv-import-bench] [--rounds 5]
+        [--json FILE] [--raw FILE]
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init", default="/usr/share/modules/init/bash",
                         help="the module tool's bash init script")
     parser.add_argument("--work", default="/var/tmp/venv-import-bench")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", metavar="FILE", help="write every round's counts and the medians")
+    parser.add_argument("--raw", metavar="FILE", help="write the report as printed")
     args = parser.parse_args(argv)
     problems = []
     if not shutil.which("strace"):
@@ -173,31 +174,39 @@ def main(argv: list[str] | None = None) -> int:
 
     keys = ("file_calls", "open", "stat", "readlink", "metadata")
     med = {way: {k: statistics.median(x[k] for x in results[way]) for k in keys} for way in WAYS}
-    print(f"import: python -c {IMPORT!r}; strace -f -e trace=%file; median of {args.rounds} rounds")
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, "
+    lines: list[str] = []
+
+    def say(text: str = "") -> None:
+        print(text)
+        lines.append(text)
+
+    say(f"import: python -c {IMPORT!r}; strace -f -e trace=%file; median of {args.rounds} rounds")
+    say(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}, "
           f"load {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d %H:%M %Z')}")
-    print(f"stack: {args.stack} -> {os.path.realpath(args.stack)}; module {args.module} "
+    say(f"stack: {args.stack} -> {os.path.realpath(args.stack)}; module {args.module} "
           f"({args.init})")
-    print()
-    print(f"{'':28}" + "".join(f"{LABELS[w]:>26}" for w in WAYS))
+    say()
+    say(f"{'':28}" + "".join(f"{LABELS[w]:>26}" for w in WAYS))
     names = {"file_calls": "file calls (%file)", "open": "  open/openat", "stat": "  stat family",
              "readlink": "  readlink", "metadata": "open + stat + readlink"}
     for k in keys:
-        print(f"{names[k]:28}" + "".join(f"{med[w][k]:>26,.0f}" for w in WAYS))
+        say(f"{names[k]:28}" + "".join(f"{med[w][k]:>26,.0f}" for w in WAYS))
     for k in ("file_calls", "metadata"):
-        print(f"{names[k].strip() + ' / (a)':28}" +
+        say(f"{names[k].strip() + ' / (a)':28}" +
               "".join(f"{med[w][k] / med['stack'][k]:>26.4f}" for w in WAYS))
-    print()
-    print("every round (file calls):")
+    say()
+    say("every round (file calls):")
     for way in WAYS:
-        print(f"  {LABELS[way]:26} " + " ".join(str(x["file_calls"]) for x in results[way]))
-    print()
-    print("sys.path:")
+        say(f"  {LABELS[way]:26} " + " ".join(str(x["file_calls"]) for x in results[way]))
+    say()
+    say("sys.path:")
     for way in WAYS:
-        print(f"  {LABELS[way]:26} {paths[way]}")
-    print()
-    print(f"{pth.relative_to(venv)}:")
-    print("  " + pth_text.rstrip("\n").replace("\n", "\n  "))
+        say(f"  {LABELS[way]:26} {paths[way]}")
+    say()
+    say(f"{pth.relative_to(venv)}:")
+    say("  " + pth_text.rstrip("\n").replace("\n", "\n  "))
+    if args.raw:
+        Path(args.raw).write_text("\n".join(lines) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps({"rounds": results, "median": med, "sys_path": paths},
                                               indent=1) + "\n")
