@@ -4,7 +4,9 @@
 Three kinds of problem, one line each (exit 1 when there is any, 0 when the venv is clean):
 
 - **shadows**: a distribution in the venv with the name of one of the stack's, at another version
-  (the extended venv's site-packages come first on PYTHONPATH, so the venv's copy is imported);
+  (the extended venv's site-packages come before the stack's: first on PYTHONPATH, and in the
+  venv's own python, whose start-up file ``00-hpcstack-venv.pth`` puts both after the standard
+  library, in that order; so the venv's copy is imported);
   the venv's own ``pip``, ``setuptools`` and ``wheel`` (:data:`VENV_TOOLS`) do not count;
 - **conflicts**: a distribution in the venv whose version breaks the stack's constraints
   (``<prefix>/.hpcstack/constraints.txt``), or whose requirements the stack's packages do not

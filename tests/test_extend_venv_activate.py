@@ -238,6 +238,7 @@ class Session:
     probe: dict
     leftovers: str
     proc: subprocess.CompletedProcess
+    probe_after: dict | None = None  # the venv's python (by its path) after deactivate
 
 
 def read_env(path: Path) -> dict[str, str]:
@@ -251,8 +252,12 @@ def filtered(env: dict[str, str]) -> dict[str, str]:
 
 def run_session(shell: ShellCase, stack: Stack, venv: Path, out: Path, *,
                 pythonpath: str | None = UNSET, preload: bool = False,
-                twice: bool = False, module: str = MODULE) -> Session:
-    """Initialise modules, then activate (once or twice) and deactivate ``venv`` in ``shell``."""
+                twice: bool = False, module: str = MODULE, probe: str = PY_PROBE,
+                probe_after: str | None = None) -> Session:
+    """Initialise modules, then activate (once or twice) and deactivate ``venv`` in ``shell``.
+
+    ``probe`` runs as ``python -c`` while the venv is active; ``probe_after``, if given, with the
+    venv's python by its path after deactivate (each prints one JSON document)."""
     out.mkdir(parents=True, exist_ok=True)
     lines = [shell.prologue,
              'source "$T_INIT"',
@@ -267,24 +272,28 @@ def run_session(shell: ShellCase, stack: Stack, venv: Path, out: Path, *,
              'python -c "$T_PY" > "$T_OUT/probe"',
              "deactivate",
              'env -0 > "$T_OUT/after"',
-             shell.leftovers]
+             shell.leftovers,
+             '"$T_VENV_PY" -c "$T_PY_AFTER" > "$T_OUT/probe_after"' if probe_after else ""]
     script = out / f"session.{shell.name}"
     script.write_text("\n".join(line for line in lines if line) + "\n")
     # CPython's deactivate leaves PS1="(venv) " behind in a non-interactive bash: no prompt change
     env = {"PATH": BASE_PATH, "HOME": str(out), "LC_ALL": "C.UTF-8",
            "VIRTUAL_ENV_DISABLE_PROMPT": "1", "T_OUT": str(out),
            "T_INIT": stack.init[shell.init], "T_MODS": str(stack.modulepath),
-           "T_ACT": str(venv / "bin" / shell.activate), "T_PY": PY_PROBE}
+           "T_ACT": str(venv / "bin" / shell.activate), "T_PY": probe}
+    if probe_after:
+        env.update(T_VENV_PY=str(venv / "bin" / "python"), T_PY_AFTER=probe_after)
     if pythonpath is not UNSET:
         env["PYTHONPATH"] = pythonpath
     proc = subprocess.run([*shell.argv, str(script)], env=env, capture_output=True, text=True,
                           timeout=120, cwd=out)
-    probe = (out / "probe").read_text()
+    probed = (out / "probe").read_text()
+    after = (out / "probe_after").read_text() if probe_after else ""
     return Session(rc=int((out / "rc").read_text()), before=read_env(out / "before"),
                    active=read_env(out / "active"), after=read_env(out / "after"),
                    module_list=(out / "list").read_text(),
-                   probe=json.loads(probe) if probe else {}, leftovers=(out / "left").read_text(),
-                   proc=proc)
+                   probe=json.loads(probed) if probed else {}, leftovers=(out / "left").read_text(),
+                   proc=proc, probe_after=json.loads(after) if after else None)
 
 
 def assert_clean_pythonpath(value: str) -> None:
@@ -353,6 +362,126 @@ def test_package_installed_in_venv_wins_over_stack(shell, stack, tool, tmp_path)
     assert s.rc == 0, s.proc.stderr
     assert s.probe["shadow"] == "venv"
     assert s.probe["stackmod"] == str(stack.py / "stackmod.py")
+
+
+PATH_PROBE = ("import json, os, sys, shadow, mine, stackmod, calendar; print(json.dumps({"
+              "'path': sys.path, 'stdlib': os.path.dirname(os.__file__), 'shadow': shadow.VERSION, "
+              "'mine': mine.__file__, 'stackmod': stackmod.__file__, 'calendar': calendar.__file__}))")
+PLAIN_PATH_PROBE = ("import json, os, sys; print(json.dumps({'path': sys.path, "
+                    "'stdlib': os.path.dirname(os.__file__)}))")
+PTH_NAME = "00-hpcstack-venv.pth"
+
+
+def stdlib_end(path: list[str], stdlib: str) -> int:
+    """The index after the standard library's entries (its .zip, its directory, lib-dynload)."""
+    at = path.index(stdlib)
+    return at + 2 if at + 1 < len(path) and path[at + 1].endswith("lib-dynload") else at + 1
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("shell", SHELLS)
+def test_venv_python_searches_stdlib_first(shell, stack, tool, tmp_path):
+    """While active, the venv's python has the standard library first, then the venv's
+    site-packages (a user's package, and their copy of one of the stack's, which wins), then the
+    stack's, then the user's own PYTHONPATH; a user file named like a standard module does not
+    hide it. PYTHONPATH itself is as before, for the session's other Pythons. After deactivate
+    the venv's python is a plain venv's: nothing of the stack on sys.path."""
+    needs(shell, stack)
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    site = site_packages(venv)
+    assert (Path(site) / PTH_NAME).is_file()
+    for name, text in (("shadow.py", "VERSION = 'venv'\n"), ("mine.py", ""), ("calendar.py", "")):
+        Path(site, name).write_text(text)
+    s = run_session(shell, stack, venv, tmp_path / "out", pythonpath="/opt/user lib",
+                    probe=PATH_PROBE, probe_after=PLAIN_PATH_PROBE)
+    assert s.rc == 0, s.proc.stderr
+    assert "Error processing line" not in s.proc.stderr, s.proc.stderr
+    assert s.active["PYTHONPATH"] == f"{site}:{stack.py}:/opt/user lib"
+    path, stdlib = s.probe["path"], s.probe["stdlib"]
+    end = stdlib_end(path, stdlib)
+    assert path[end:end + 3] == [site, os.path.realpath(stack.py), "/opt/user lib"], path
+    assert not {site, str(stack.py), os.path.realpath(stack.py), "/opt/user lib"} & set(path[:end]), path
+    assert s.probe["shadow"] == "venv"
+    assert s.probe["mine"] == str(Path(site, "mine.py"))
+    assert s.probe["stackmod"] == os.path.join(os.path.realpath(stack.py), "stackmod.py")
+    assert s.probe["calendar"] == os.path.join(stdlib, "calendar.py")
+    # deactivated: the start-up file stays and does nothing; the stack is gone from sys.path
+    after = s.probe_after["path"]
+    assert str(stack.py) not in after and os.path.realpath(stack.py) not in after, after
+    assert after.index(site) >= stdlib_end(after, s.probe_after["stdlib"]), after
+    assert filtered(s.after) == filtered(s.before)
+
+
+@pytest.mark.integration
+def test_startup_file_does_nothing_unless_the_venv_is_on_pythonpath(stack, tool, tmp_path):
+    """Run by its path with the module's PYTHONPATH alone (the venv not active) the venv's python
+    keeps that order, as before; with no PYTHONPATH, or -E, it is a plain venv's."""
+    venv = make_venv(tmp_path)
+    run_tool(tool, venv)
+    site = site_packages(venv)
+    python = str(venv / "bin" / "python")
+
+    def path(*flags: str, **env: str) -> list[str]:
+        out = subprocess.run([python, *flags, "-c", "import sys, json; print(json.dumps(sys.path))"],
+                             env={"PATH": BASE_PATH, **env}, capture_output=True, text=True, check=True)
+        assert out.stderr == ""
+        return json.loads(out.stdout)
+
+    module_only = path(PYTHONPATH=str(stack.py))
+    assert module_only.index(str(stack.py)) < module_only.index(site)
+    plain = path()
+    assert path("-E", PYTHONPATH=f"{site}:{stack.py}") == plain
+    assert plain[-1] == site and str(stack.py) not in plain
+
+
+@pytest.mark.integration
+def test_startup_file_written_once_and_undone(venv_kind, tool, tmp_path):
+    venv = make_venv(tmp_path, venv_kind)
+    pristine = snapshot(venv)
+    run_tool(tool, venv)
+    pth = Path(site_packages(venv), PTH_NAME)
+    text = pth.read_text()
+    assert text.startswith("# hpcstack extend-venv-activate:")
+    assert repr(site_packages(venv)) in text.splitlines()[-1]
+    assert text.splitlines()[-1].startswith("import ")  # the line that site executes
+    assert pth.stat().st_mode & 0o777 == 0o644
+    again = run_tool(tool, venv)
+    assert "nothing to do" in again.stdout
+    undone = run_tool(tool, venv, "--undo")
+    assert f"removed {pth}" in undone.stdout
+    assert not pth.exists() and snapshot(venv) == pristine
+
+
+@pytest.mark.integration
+def test_startup_file_names_odd_paths_as_python_literals(tool, tmp_path):
+    """The venv's path (quotes, $, &, a backslash, non-ASCII) reaches the .pth as one ASCII
+    literal, and the line does its work there."""
+    venv = make_venv(tmp_path, name="v \\ 'q' \"d\" é $x")
+    run_tool(tool, venv)
+    site = site_packages(venv)
+    line = Path(site, PTH_NAME).read_text().splitlines()[-1]
+    assert line.isascii()
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys, json; print(json.dumps(sys.path))"],
+                         env={"PATH": BASE_PATH, "PYTHONPATH": f"{site}:/x"}, capture_output=True,
+                         text=True, check=True)
+    assert out.stderr == ""
+    assert json.loads(out.stdout)[-2:] == [site, "/x"]
+
+
+@pytest.mark.integration
+def test_site_packages_of_another_account_is_refused(tool, tmp_path):
+    """A venv of one's own whose site-packages another account owns: nothing is written there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the directory to another account")
+    venv = make_venv(tmp_path)
+    site = Path(site_packages(venv))
+    os.chown(site, 65534, 65534)
+    before = snapshot(venv)
+    proc = run_tool(tool, venv, check=False)
+    assert proc.returncode == 1
+    assert f"{site} is nobody's" in proc.stderr or f"{site} is 65534's" in proc.stderr, proc.stderr
+    assert snapshot(venv) == before
 
 
 @pytest.mark.integration
@@ -626,20 +755,37 @@ def test_other_python_versions(python, stack, tool, tmp_path):
     """venv layouts of other CPython versions; plain path, as older venvs do not quote '$"."""
     needs(BASH, stack)
     venv = make_venv(tmp_path, python=python, name="plain venv & x")
-    pristine = snapshot(venv / "bin")
-    run_tool(tool, venv)
+    pristine = snapshot(venv)
+    made = run_tool(tool, venv)
+    version = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # the tool runs on SYSTEM_PYTHON, which stands for the stack's python here
+    mine = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert (f"is a Python {version} venv and {MODULE} is built for Python {mine}" in made.stderr) == (version != mine)
+    site = site_packages(venv)
+    Path(site, "shadow.py").write_text("VERSION = 'venv'\n")
+    Path(site, "mine.py").write_text("")
     missing = []
     for shell in (BASH, FISH, TCSH):
         reason = shell.missing(stack)
         if reason:
             missing.append(reason)
             continue
-        s = run_session(shell, stack, venv, tmp_path / f"out-{shell.name}", pythonpath="")
+        s = run_session(shell, stack, venv, tmp_path / f"out-{shell.name}", pythonpath="",
+                        probe=PATH_PROBE)
         assert s.rc == 0 and MODULE in s.module_list.split(), s.proc.stderr
-        assert s.probe["exe"] == str(venv / "bin" / "python")
+        assert "Error processing line" not in s.proc.stderr, s.proc.stderr
+        # the start-up file's line works in this version: the standard library first
+        end = stdlib_end(s.probe["path"], s.probe["stdlib"])
+        assert s.probe["path"][end:end + 2] == [site, os.path.realpath(stack.py)], s.probe["path"]
+        assert s.probe["shadow"] == "venv"
         assert filtered(s.after) == filtered(s.before)
+    for name in ("shadow.py", "mine.py"):
+        Path(site, name).unlink()
+    shutil.rmtree(Path(site, "__pycache__"), ignore_errors=True)
     run_tool(tool, venv, "--undo")
-    assert snapshot(venv / "bin") == pristine
+    assert snapshot(venv) == pristine
     if missing:  # the shells that ran passed; the others are said, not passed over
         pytest.skip(f"{'; '.join(missing)}: run scripts/localhost-setup --with-test-tools")
 
@@ -719,12 +865,71 @@ def test_installed_stack_with_a_users_venv(mtool, when, installed, tmp_path):
     out = proc.stdout
     assert re.search(r"^LOADED=python/3\.\d+:pytorch/2\.3\.1-gpu$", out, re.M), proc.stderr
     assert f"PY={venv}/bin/python\n" in out
-    assert re.search(rf"^TORCH 2\.3\.1\S* {re.escape(str(installed.prefix))}/", out, re.M), out
+    # through the stable prefix (PYTHONPATH; the installed tool of a stack from before the
+    # venv's start-up file) or by the build's real path (the start-up file)
+    prefixes = "|".join(map(re.escape, {str(installed.prefix), os.path.realpath(installed.prefix)}))
+    assert re.search(rf"^TORCH 2\.3\.1\S* ({prefixes})/", out, re.M), out
     # the stack's constraints (PIP_CONSTRAINT) refuse another filelock; a user who
     # clears them on purpose gets theirs, and it wins over the stack's copy
     assert "CONSTRAINT=held" in out, out
     assert re.search(rf"^FILELOCK 99\.0 {re.escape(str(venv))}/lib/", out, re.M), out
     assert "AFTER=\n" in out and "RESTORED" in out, out
+
+
+def count_file_calls(trace: Path) -> int:
+    """The system calls of an ``strace -f -e trace=%file`` log."""
+    return sum(1 for line in trace.read_text(errors="replace").splitlines()
+               if re.match(r"^(?:\[pid\s+)?\d*\]?\s*\w+\(", line))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mtool", tool_params())
+def test_installed_stack_venv_imports_at_the_stacks_cost(mtool, installed, tmp_path):
+    """On the real stack, a venv extended by this checkout's tool: the standard library first on
+    the venv python's sys.path, then the venv, then the stack's site-packages by its real path;
+    torch from the stack, the user's own package from the venv; and `import torch,
+    horovod.torch` names files as often as the stack's own python does, within 1 %
+    (benchmarks/venv_import.py measures the same; docs/benchmarks.md)."""
+    require(mtool)
+    if not shutil.which("strace"):
+        pytest.skip("strace is missing (scripts/localhost-setup --with-test-tools installs it)")
+    init = {sh: str(mtool.init(sh)) for sh in INIT_SHELLS if mtool.init(sh).is_file()}
+    stack_python = installed.prefix / "venv" / "bin" / "python"
+    tool = tmp_path / "tool" / "extend-venv-activate"
+    tool.parent.mkdir()
+    tool.write_text(render_extend_venv_activate("pytorch/2.3.1-gpu", init, str(stack_python)))
+    tool.chmod(0o755)
+    venv = tmp_path / "my venv"
+    q = shlex.quote
+    imp = "import torch, horovod.torch"
+    probe = ("import json, os, sys, torch, mine; print('PROBE ' + json.dumps({'path': sys.path, "
+             "'stdlib': os.path.dirname(os.__file__), 'torch': torch.__file__, 'mine': mine.__file__}))")
+    proc = mtool.bash(f"""
+    module load pytorch/2.3.1-gpu || exit 1
+    python -m venv --without-pip {q(str(venv))} || exit 1
+    python -c {q(imp)} || exit 1
+    (cd / && strace -f -qq -e trace=%file -o {q(str(tmp_path / "stack.txt"))} python -c {q(imp)}) || exit 1
+    module unload pytorch/2.3.1-gpu
+    {q(str(tool))} {q(str(venv))} || exit 1
+    echo "" > "$({q(str(venv / "bin" / "python"))} -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/mine.py"
+    source {q(str(venv / "bin" / "activate"))} || exit 1
+    python -c {q(imp)} || exit 1
+    (cd / && strace -f -qq -e trace=%file -o {q(str(tmp_path / "venv.txt"))} python -c {q(imp)}) || exit 1
+    python -c {q(probe)}
+    deactivate
+    """, modulepath=installed.modulepath(mtool.syntax), timeout=600,
+        env={"HOME": str(tmp_path), "VIRTUAL_ENV_DISABLE_PROMPT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(re.search(r"^PROBE (.*)$", proc.stdout, re.M).group(1))
+    site = str(next(venv.glob("lib/python*/site-packages")))
+    real = os.path.realpath(installed.prefix / "venv" / "lib" / f"python{installed.python_version}" / "site-packages")
+    path = found["path"]
+    end = stdlib_end(path, found["stdlib"])
+    assert path[end:end + 2] == [site, real], path
+    assert found["torch"].startswith(real + "/") and found["mine"] == os.path.join(site, "mine.py")
+    stack_calls = count_file_calls(tmp_path / "stack.txt")
+    venv_calls = count_file_calls(tmp_path / "venv.txt")
+    assert venv_calls <= stack_calls * 1.01, (venv_calls, stack_calls)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -615,6 +615,69 @@ def insert_blocks(text: str, spec: ScriptFile, values: Mapping[str, str], where:
 
 
 # --------------------------------------------------------------------------------------------
+# The venv's start-up file: its python searches the standard library first
+# --------------------------------------------------------------------------------------------
+
+#: Written into the venv's site-packages by extend, removed by --undo. Sorted first among the
+#: .pth files there (site runs them in name order), so the others already see the new order.
+PTH_NAME = "00-hpcstack-venv.pth"
+PTH_MARK = "# hpcstack extend-venv-activate:"
+
+# Activation puts the venv's site-packages first on PYTHONPATH, the stack module's entries after
+# it, so that every Python of the session (the stack's own too: torchrun, horovodrun) sees the
+# venv's packages, then the stack's. PYTHONPATH comes ahead of the standard library, though, and
+# every standard import would first look there (+8 % file-system calls for `import torch`,
+# docs/benchmarks.md). In the venv's own python this line, run by `site` at start-up, moves the
+# run of PYTHONPATH entries that starts with the venv's site-packages to after the standard
+# library, in the same order (so the venv's packages still win over the stack's), the others by
+# their real path (as the stack's own python has its site-packages: no symbolic link for torch's
+# realpath of every module to read). Nothing else moves; with the venv's site-packages not on
+# PYTHONPATH (not activated: deactivate took it off, or python -I/-E) it changes nothing.
+# One line, Python 3.6 and later; names: p sys.path, v the venv's site-packages, s the standard
+# library's directory, k where the standard library starts (its .zip entry, if any), i where
+# the run starts (k when it is not ahead of the standard library), b the run.
+_PTH_LINE = ("import os, sys; p = sys.path; v = {site}; s = os.path.dirname(os.__file__); "
+             "k = p.index(s) if s in p else 0; k -= k > 0 and p[k - 1].endswith('.zip'); "
+             "i = p.index(v) if v in p[:k] else k; b = p[i:k]; del p[i:k]; "
+             "p += b[:1] + [os.path.realpath(x) if os.path.isabs(x) else x for x in b[1:]]\n")
+
+
+def pth_text(site: str) -> str:
+    """The venv's start-up file for the site-packages ``site`` (see _PTH_LINE): a comment line
+    and one ``import`` line. ``site`` goes in as an ASCII Python literal (ascii()), whatever the
+    bytes of its name or the locale that reads the file."""
+    return (f"{PTH_MARK} this venv's python searches the standard library before the stack's\n"
+            f"# and this venv's packages (which stay in that order); see `{PROG} --help`\n"
+            + _PTH_LINE.format(site=ascii(site)))
+
+
+def _is_ours(path: Path) -> bool:
+    """Whether ``path`` is a start-up file this tool wrote (its first line is PTH_MARK ...)."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.readline().startswith(PTH_MARK.encode())
+    except OSError:
+        return False
+
+
+def _owner_problem(path: Path) -> "str | None":
+    """The owner of ``path`` (and of where it leads) when neither root nor the running account."""
+    import pwd
+
+    for stat in (os.lstat, os.stat):
+        try:
+            uid = stat(path).st_uid
+        except OSError:
+            continue
+        if uid not in (0, os.geteuid()):
+            try:
+                return pwd.getpwuid(uid).pw_name
+            except KeyError:
+                return str(uid)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
 # The venv
 # --------------------------------------------------------------------------------------------
 
@@ -672,8 +735,8 @@ def _read(path: Path) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    """Replace ``path`` atomically with ``text``, keeping its permission bits."""
-    mode = path.stat().st_mode & 0o7777
+    """Replace ``path`` atomically with ``text``, keeping its permission bits (a new file: 0644)."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -721,32 +784,42 @@ def extend(venv: Path, shells: "list[str] | None" = None) -> "list[Path]":
         shells (list[str] | None): keys of SHELLS to extend; None means every shell whose main
             script exists (bash/zsh's ``activate`` is then required).
 
+    Besides the scripts, writes the venv's start-up file (PTH_NAME, see _PTH_LINE) into its
+    site-packages, whichever shells are chosen.
+
     Returns:
         list[Path]: the files whose content changed (empty when already extended).
 
     Raises:
-        PatchError: not a venv, its python fails, or a script's layout is not recognised; no file
-            has been written then.
+        PatchError: not a venv, its python fails, its site-packages is missing or another
+            account's, or a script's layout is not recognised; no file has been written then.
     """
     bindir = venv / "bin"
     if not (bindir / "activate").is_file():
         raise PatchError(f"{bindir / 'activate'} not found; is {venv} a venv?")
     chosen = shells or [key for key, sh in SHELLS.items() if (bindir / sh.main_file).is_file()]
     site = venv_site_packages(venv)
-    plan: "dict[Path, str]" = {}
+    if not os.path.isdir(site):
+        raise PatchError(f"{venv}'s python names {site} as its site-packages, which is not a directory")
+    owner = _owner_problem(Path(site))
+    if owner:
+        raise PatchError(f"{site} is {owner}'s: writing {PTH_NAME} there would put a file into a "
+                         f"directory that {owner} controls")
+    plan: "dict[Path, str]" = {Path(site, PTH_NAME): pth_text(site)}
     for key in chosen:
         plan.update(_plan_shell(bindir, SHELLS[key], site))
-    changed = [path for path, text in plan.items() if _read(path) != text]
+    changed = [path for path, text in plan.items() if not path.is_file() or _read(path) != text]
     for path in changed:
         _write(path, plan[path])
     return changed
 
 
 def undo(venv: Path) -> "list[Path]":
-    """Remove every hpcstack block from the venv's activation scripts, restoring them exactly.
+    """Remove every hpcstack block from the venv's activation scripts, restoring them exactly,
+    and the venv's start-up file (PTH_NAME in ``lib/python*/site-packages``, if this tool wrote it).
 
     Returns:
-        list[Path]: the files that changed (empty when nothing was extended).
+        list[Path]: the files that changed or were removed (empty when nothing was extended).
 
     Raises:
         PatchError: a block is damaged (unclosed fence); no file has been written then.
@@ -760,9 +833,14 @@ def undo(venv: Path) -> "list[Path]":
             pristine, names = strip_blocks(text, str(path))
             if names:
                 plan[path] = pristine
+    # found without running the venv's python, which may be gone (its base Python removed)
+    startup = [p for p in sorted(venv.glob(f"lib/python*/site-packages/{PTH_NAME}"))
+               if not p.is_symlink() and _is_ours(p)]
     for path, text in plan.items():
         _write(path, text)
-    return list(plan)
+    for path in startup:
+        path.unlink()
+    return list(plan) + startup
 
 
 # --------------------------------------------------------------------------------------------
@@ -785,6 +863,14 @@ After `{PROG} VENV`, `source VENV/bin/activate`:
 `deactivate` then restores PATH, unloads {MODULE_NAME} only if activation loaded it,
 and restores PYTHONPATH exactly (unset stays unset, empty stays empty).
 
+The venv's own python searches the standard library first, then the venv's packages,
+then the stack's: a start-up file in its site-packages, {PTH_NAME}, moves the
+PYTHONPATH entries from the venv's site-packages on to after the standard library,
+in their order (the stack's by their real path), so that no standard import looks
+through them first. It does so only while the venv's site-packages is on PYTHONPATH
+(the venv active); otherwise, deactivated, the venv's python is a plain venv's. Other
+Pythons of the session (the stack's own, e.g. torchrun) see PYTHONPATH as it is.
+
 In a job of `sbatch --export=NONE` the activation works as above, and srun's tasks
 get its environment too: Slurm passes SLURM_EXPORT_ENV=NONE on to srun, which would
 start every task with an empty environment (`execve(): python: No such file or
@@ -800,9 +886,10 @@ What it changes: VENV/bin/activate (bash, zsh, POSIX sh), activate.fish and
 activate.csh (and virtualenv's deactivate.csh), by inserting blocks fenced by
   {FENCE_OPEN.format(name=MODULE_NAME)}
   {FENCE_CLOSE.format(name=MODULE_NAME)}
+and the venv's site-packages, by adding {PTH_NAME}.
 Running it again is harmless (same bytes); running another stack's tool replaces
 the blocks with its own. --undo removes the blocks, giving back the files byte for
-byte. If a script does not look as expected, nothing is changed and the exit
+byte, and the start-up file. If a script does not look as expected, nothing is changed and the exit
 status is 1; --shell limits which shells are extended.
 
 Supported: venvs made by `python -m venv` (3.6 to 3.13) and virtualenv (20, 21), before
@@ -845,7 +932,15 @@ def main(argv: "list[str] | None" = None) -> int:
         return 1
     verb = "restored" if args.undo else "extended"
     for path in changed:
-        print(f"{PROG}: {verb} {path}")
+        print(f"{PROG}: {'removed' if not path.exists() else verb} {path}")
+    mine = "%d.%d" % sys.version_info[:2]
+    versions = sorted({p.parent.name[len("python"):] for p in venv.glob("lib/python*.*/site-packages")})
+    if not args.undo and versions and mine not in versions:
+        # this tool runs on the stack's python: a venv of another version cannot load its builds
+        print(f"{PROG}: warning: {venv} is a Python {', '.join(versions)} venv and {MODULE_NAME} "
+              f"is built for Python {mine}: its compiled packages will not import there; make the "
+              f"venv with the stack's python (`module load {MODULE_NAME}`, then `python -m venv DIR`)",
+              file=sys.stderr)
     if not changed:
         print(f"{PROG}: nothing to do in {venv}")
     if not args.undo and not (venv / "bin" / "pip").exists():
