@@ -96,7 +96,7 @@ def check_args(argv: list[str], args: argparse.Namespace | None = None) -> list[
         value = getattr(args, opt, None)
         if value is not None and not re.fullmatch(_NAME, value):
             problems.append(f"--{opt}: {value!r}: use letters, digits and ._- (at most 256)")
-    for opt, top in (("jobs", MAX_JOBS), ("ranks", MAX_RANKS)):
+    for opt, top in (("jobs", MAX_JOBS), ("ranks", MAX_RANKS), ("idle", 36500)):
         value = getattr(args, opt, None)
         if value is not None and not 1 <= value <= top:
             problems.append(f"--{opt}: {value}: must be from 1 to {top}")
@@ -211,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "DIR/.hpcstack/cache, unless the site sets cache_dir)")
     p.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     p.add_argument("--force", action="store_true",
-                   help="remove it even if it is the default version (its default marker goes too)")
+                   help="remove it even if it is the default version (its default marker goes too), "
+                        "deprecated with a date to come, or loaded within --idle days")
+    p.add_argument("--idle", type=int, default=30, metavar="DAYS",
+                   help="refuse a stack loaded within DAYS days (the site's usage log, lifecycle.usage_log; default 30)")
     p.add_argument("--no-wait", action="store_true", help="fail at once if an install of the stack runs")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
 
@@ -310,6 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
         _add_repo_arg(mp)
         mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     _add_deprecate_parsers(msub)
+    from hpcstack.lifecycle import usage
+    usage.add_hook_parser(msub, SITE_HELP, _add_repo_arg), usage.add_parser(sub, SITE_HELP, _add_repo_arg)
     return parser
 
 
@@ -352,6 +357,7 @@ def cmd_module_deprecation(args) -> int:
             print(f"changed {path}")
         print(f"{target} is no longer deprecated")
         return 0
+    print(_lifecycle("usage").summary(site, target))
     dep, written = deprecation.deprecate(site, target, args.replacement, args.after, args.message)
     for path in written:
         print(f"wrote {path}")
@@ -749,6 +755,7 @@ def cmd_uninstall(args) -> int:
     from hpcstack.lifecycle.deprecation import uninstall_refusal
 
     refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
+    refusal = refusal or (None if args.force else _lifecycle("usage").idle_refusal(site, f"{name}/{version}", args.idle))
     if refusal:
         raise HpcstackError(refusal)
     service = InstallService(site, SimpleNamespace(name=name, version=version))
@@ -1015,6 +1022,9 @@ def cmd_module(args) -> int:
 
     from hpcstack.modules import writer
 
+    if args.module_command == "usage-hook":
+        from hpcstack.lifecycle import usage
+        return usage.cmd_usage_hook(args, lambda a: _load_site(a, module_root=a.module_root))
     if args.module_command in ("deprecate", "undeprecate"):
         return cmd_module_deprecation(args)
     name, _, version = args.target.partition("/")
@@ -1148,6 +1158,14 @@ COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_valida
             "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor,
             "kernel": cmd_kernel, "mount": cmd_mount}
 COMMANDS.update(audit=cmd_audit, bundle=cmd_bundle)
+COMMANDS.update(usage=lambda a: _lifecycle("usage").cmd_usage(a, _load_site))
+
+
+def _lifecycle(name: str):
+    """The module ``hpcstack.lifecycle.<name>`` (imported when its command runs)."""
+    import importlib
+
+    return importlib.import_module(f"hpcstack.lifecycle.{name}")
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
