@@ -313,8 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
         _add_repo_arg(mp)
         mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
     _add_deprecate_parsers(msub)
-    from hpcstack.lifecycle import usage
+    from hpcstack.lifecycle import compare, usage
     usage.add_hook_parser(msub, SITE_HELP, _add_repo_arg), usage.add_parser(sub, SITE_HELP, _add_repo_arg)
+    compare.add_parser(sub, SITE_HELP, _add_repo_arg)
     return parser
 
 
@@ -1158,7 +1159,8 @@ COMMANDS = {"module": cmd_module, "install": cmd_install, "validate": cmd_valida
             "action": cmd_action, "export": cmd_export, "doctor": cmd_doctor,
             "kernel": cmd_kernel, "mount": cmd_mount}
 COMMANDS.update(audit=cmd_audit, bundle=cmd_bundle)
-COMMANDS.update(usage=lambda a: _lifecycle("usage").cmd_usage(a, _load_site))
+COMMANDS.update(usage=lambda a: _lifecycle("usage").cmd_usage(a, _load_site),
+                compare=lambda a: _lifecycle("compare").cmd_compare(a, _load_site))
 
 
 def _lifecycle(name: str):
