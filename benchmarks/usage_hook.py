@@ -13,7 +13,7 @@ the ratio of the medians and the spread of the per-round ratios (:mod:`stats`), 
 target of 1.1x; it passes or fails nothing.
 
 Usage:
-    python3 benchmarks/usage_hook.py [--runs 40] [--root /opt/hpcstack] [--json FILE]
+    python3 benchmarks/usage_hook.py [--runs 40] [--root /opt/hpcstack] [--json FILE] [--raw FILE]
 """
 
 from __future__ import annotations
@@ -74,12 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--root", default="/opt/hpcstack", help="holds modulefiles/pytorch/2.3.1-gpu")
     parser.add_argument("--json", metavar="FILE", help="also write every figure as JSON")
+    parser.add_argument("--raw", metavar="FILE", help="also write the output, as printed, to FILE")
     args = parser.parse_args(argv)
+    lines: list[str] = []
+
+    def out(text: str) -> None:
+        print(text)
+        lines.append(text)
+
     from hpcstack.lifecycle.usage import UsageConfig, render_hooks
 
     root = Path(args.root) / "modulefiles"
     if not (root / STACK).is_file():
-        print(f"no {root / STACK}: install the stack first (README)", file=sys.stderr)
+        sys.stderr.write(f"no {root / STACK}: install the stack first (README)\n")
         return 2
     results = {}
     with tempfile.TemporaryDirectory(prefix="hpcstack-usage-bench-") as tmp:
@@ -91,11 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         hooks.mkdir()
         for name, text in render_hooks(cfg, [str(root)], "benchmark").items():
             (hooks / name).write_text(text)
-        print(f"module load {STACK}, {args.runs} interleaved rounds per tool, with and without the usage hook")
-        print(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}; load {load_average()}")
+        out(f"module load {STACK}, {args.runs} interleaved rounds per tool, with and without the usage hook")
+        out(f"machine: {platform.node()}, {os.cpu_count()} cores, {platform.platform()}; load {load_average()}")
         for tool, (init, _, _) in TOOLS.items():
             if not init.is_file():
-                print(f"{tool}: not installed ({init} missing): left out")
+                out(f"{tool}: not installed ({init} missing): left out")
                 continue
             times = measure(tool, hooks, f"{root}:{BASE_MODULES}", args.runs)
             events = len(list(cfg.spool.iterdir()))
@@ -104,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
             r = ratios(times["on"], times["off"])
             med_on, med_off = statistics.median(times["on"]), statistics.median(times["off"])
             ms = {k: [v * 1000 for v in times[k]] for k in times}
-            print(f"{tool}: without {fmt(ms['off'], 'ms', 1)}; with {fmt(ms['on'], 'ms', 1)}; "
+            out(f"{tool}: without {fmt(ms['off'], 'ms', 1)}; with {fmt(ms['on'], 'ms', 1)}; "
                   f"ratio of medians {med_on / med_off:.3f}; events written {events} of {args.runs}")
-            print(f"  {verdict(r, TARGET, 'with/without')}")
+            out(f"  {verdict(r, TARGET, 'with/without')}")
             results[tool] = {"off": times["off"], "on": times["on"], "ratio_of_medians": med_on / med_off,
                              "events": events}
+    if args.raw:
+        Path(args.raw).write_text("\n".join(lines) + "\n")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     return 0
