@@ -72,7 +72,8 @@ _PATH = {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": r"^[^\x
 #: write the path inside double quotes, where `` ` `` and ``$`` run).
 DIR_PATH = re.compile(r"[\w.+@%~,=/-]+")
 #: Site config keys that hold such a directory.
-DIR_KEYS = (("install_root",), ("module_root",), ("cache_dir",), ("stage_root",), ("slurm", "output_root"))
+DIR_KEYS = (("install_root",), ("module_root",), ("cache_dir",), ("stage_root",), ("slurm", "output_root"),
+            ("lifecycle", "usage_log"))
 
 
 def dir_problem(value: str, what: str) -> str | None:
@@ -270,6 +271,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "setup": _STR_LIST,              # shell commands after hpcstack is in ($HPCSTACK_DATA: its data)
         "site_changes": {"type": "object", "maxProperties": 64},   # top-level keys of this config that differ inside
     }),
+    # module usage recorded by the module tools' own hooks (hpcstack/lifecycle/usage.py)
+    "lifecycle": _obj([], {"usage_log": {**_PATH, "type": ["string", "null"]},
+                           "usage_users": {"enum": ["name", "hash"]}}),
     "slurm": _obj(["partition"], {
         "partition": {**_SLURM_NAME, "type": "string"},
         "qos": _SLURM_NAME,

@@ -203,6 +203,16 @@ KEYS: dict[str, Key] = {
                            "data directory).", "[]", _X),
     "container.site_changes": Key("Top-level keys of this site config that differ inside the image.",
                                   "{}", _X),
+    "lifecycle": Key("A stack over the years: who still uses it (docs/lifecycle.md).", "{}", ("hpcstack usage",)),
+    "lifecycle.usage_log": Key("Directory of the module usage log (opt-in): the hooks of `hpcstack module "
+                               "usage-hook install` drop one file per load of this site's modules into its "
+                               "`spool/` (mode 1733: users add, cannot list, read or remove); `hpcstack "
+                               "usage` moves them into `usage.log` (root's alone) and reports; `module "
+                               "deprecate` and `uninstall` read it. Unset: nothing is recorded.",
+                               "null (no usage recorded)", ("hpcstack usage",)),
+    "lifecycle.usage_users": Key("How `usage.log` names users: `name`, or `hash` (a salted SHA-256 of the "
+                                 "name, the salt readable by root alone: users are counted, not named).",
+                                 "name", ("hpcstack usage",)),
     "slurm": Key("The Slurm partition `hpcstack validate` submits to.", None, _V),
     "slurm.partition": Key("The partition (also names the node class of workloads and references).",
                            REQUIRED, _V),

@@ -67,7 +67,7 @@ def check_args(argv: list[str], args: argparse.Namespace | None = None) -> list[
         value = getattr(args, opt, None)
         if value is not None and not re.fullmatch(_NAME, value):
             problems.append(f"--{opt}: {value!r}: use letters, digits and ._- (at most 256)")
-    for opt, top in (("jobs", MAX_JOBS), ("ranks", MAX_RANKS)):
+    for opt, top in (("jobs", MAX_JOBS), ("ranks", MAX_RANKS), ("idle", 36500)):
         value = getattr(args, opt, None)
         if value is not None and not 1 <= value <= top:
             problems.append(f"--{opt}: {value}: must be from 1 to {top}")
@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = (install.add_install, validate.add_validate, install.add_lock, info.add_list, info.add_show,
             install.add_uninstall, install.add_mount, export.add_export, modules.add_kernel,
             validate.add_check_build, info.add_doctor, action.add_action, lifecycle.add_bundle,
-            lifecycle.add_audit, modules.add_module)
+            lifecycle.add_audit, lifecycle.add_usage, lifecycle.add_compare, modules.add_module)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,7 +180,10 @@ def add_uninstall(sub) -> None:
     options.add_site_and_repo(p)
     options.add_prefix(p)
     options.add_module_root(p)
-    options.add_flag(p, "--force", "remove it even if it is the default version (its default marker goes too)")
+    options.add_flag(p, "--force", "remove it even if it is the default version (its default marker goes too), "
+                                   "deprecated with a date to come, or loaded within --idle days")
+    p.add_argument("--idle", type=int, default=30, metavar="DAYS",
+                   help="refuse a stack loaded within DAYS days (the site's usage log, lifecycle.usage_log; default 30)")
     options.add_flag(p, "--no-wait", "fail at once if an install of the stack runs")
     options.add_flag(p, "--dry-run", "say what would be removed; remove nothing")
     p.set_defaults(handler=cmd_uninstall)
@@ -205,6 +208,10 @@ def cmd_uninstall(args) -> int:
     from hpcstack.lifecycle.deprecation import uninstall_refusal
 
     refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
+    if refusal is None and not args.force:
+        from hpcstack.lifecycle.usage import idle_refusal
+
+        refusal = idle_refusal(site, f"{name}/{version}", args.idle)
     if refusal:
         raise HpcstackError(refusal)
     service = InstallService(site, SimpleNamespace(name=name, version=version))

@@ -171,6 +171,9 @@ def cmd_module_deprecation(args) -> int:
             print(f"changed {path}")
         print(f"{target} is no longer deprecated")
         return 0
+    from hpcstack.lifecycle import usage
+
+    print(usage.summary(site, target))
     dep, written = deprecation.deprecate(site, target, args.replacement, args.after, args.message)
     for path in written:
         print(f"wrote {path}")
@@ -178,3 +181,19 @@ def cmd_module_deprecation(args) -> int:
     print(f"undo: hpcstack module undeprecate {target} --site {args.site}"
           + (f" --module-root {args.module_root}" if args.module_root else ""))
     return 0
+
+
+def add_usage(sub) -> None:
+    """The parser of ``hpcstack usage`` (:mod:`hpcstack.lifecycle.usage`)."""
+    from hpcstack.lifecycle import usage
+
+    usage.add_parser(sub, options.SITE_HELP, options.add_repo)
+    sub.choices["usage"].set_defaults(handler=lambda a: usage.cmd_usage(a, load_site))
+
+
+def add_compare(sub) -> None:
+    """The parser of ``hpcstack compare`` (:mod:`hpcstack.lifecycle.compare`)."""
+    from hpcstack.lifecycle import compare
+
+    compare.add_parser(sub, options.SITE_HELP, options.add_repo)
+    sub.choices["compare"].set_defaults(handler=lambda a: compare.cmd_compare(a, load_site))

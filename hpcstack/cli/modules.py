@@ -36,6 +36,10 @@ def add_module(sub) -> None:
         options.add_module_root(mp)
         mp.set_defaults(handler=cmd_module)
     add_deprecate_parsers(msub)
+    from hpcstack.lifecycle import usage
+
+    usage.add_hook_parser(msub, options.SITE_HELP, options.add_repo)
+    msub.choices["usage-hook"].set_defaults(handler=cmd_module)
 
 
 def cmd_module(args) -> int:
@@ -45,6 +49,10 @@ def cmd_module(args) -> int:
         ConfigError: a target of the wrong form (exit 2).
         HpcstackError: no such modulefile, or a default file hpcstack did not write (exit 1).
     """
+    if args.module_command == "usage-hook":
+        from hpcstack.lifecycle import usage
+
+        return usage.cmd_usage_hook(args, lambda a: load_site(a, module_root=a.module_root))
     import re
 
     from hpcstack.modules import writer

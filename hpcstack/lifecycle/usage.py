@@ -1,0 +1,575 @@
+"""Who still uses a stack: module loads recorded by the module tools themselves, and the report.
+
+A site opts in with ``lifecycle.usage_log: DIR`` (and ``lifecycle.usage_users: name | hash``).
+``hpcstack module usage-hook install --site S`` makes, in that directory:
+
+=====================  ======  =====================================================================
+``spool/``             1733    root's; everyone may create files, nobody but root may list it, and
+                               the sticky bit keeps users from removing or renaming others' files
+``usage.log``          0600    root's: the collected events, one line each
+``salt``               0600    root's: the salt of ``usage_users: hash``
+``hooks/``             0755    ``siteconfig.tcl`` (Environment Modules) and ``SitePackage.lua``
+                               (Lmod), rendered for the site's module root
+=====================  ======  =====================================================================
+
+At every load of a modulefile under the site's module root the tool's hook creates one new file
+in ``spool/`` (``O_CREAT|O_EXCL``, mode 0600, a name from the time in microseconds, the pid and a
+random number) holding one line::
+
+    v1 <TAB> unix time <TAB> user <TAB> NAME/VERSION <TAB> host <TAB> SLURM_JOB_ID or - <LF>
+
+Why a spool directory, for a login node (and not ``logger``/syslog, the choice of both tools'
+own recipes, nor a setgid helper):
+
+- nothing is started at load: creating one small file costs tens of microseconds, where
+  ``exec logger`` forks a process (about 1-2 ms, the 1.1x budget is about 4 ms) and waits for a
+  syslog daemon that may be absent, rate-limited (journald drops bursts) or slow;
+- the user of an event is the file's owner, which the kernel sets and no user can forge: a line
+  naming someone else is dropped; a syslog line or a line of a shared log file says whatever
+  its writer wanted;
+- users can add events but cannot read (no read bit on the directory: names cannot be listed;
+  each file is 0600), rewrite or remove (sticky bit) anyone else's: the properties asked of the
+  log, with plain permissions that work on every file system (``chattr +a`` does not on NFS or
+  Lustre, and needs the root user to write too);
+- a setgid helper would need a compiled binary on every login node, reviewed as privileged code,
+  a process per load, and a file system mounted without ``nosuid``.
+
+The costs: one inode per load until collected (``hpcstack usage`` as root moves them into
+``usage.log`` and removes them: run it daily from cron), and a user may fill the spool with junk
+files (their quota bounds it; junk is dropped at collection). Every line is hostile: see
+:func:`parse_spool_file` and :func:`parse_log_line` for what is accepted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import pwd
+import re
+import secrets
+import stat
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.fsutil import write_atomic
+
+SPOOL, LOG, SALT, HOOKS = "spool", "usage.log", "salt", "hooks"
+HOOK_FILES = {"environment-modules": "siteconfig.tcl", "lmod": "SitePackage.lua"}
+MARKER = "hpcstack module usage hook: written by hpcstack module usage-hook install; do not edit"
+#: The largest spool file read (a line is under 400 bytes).
+MAX_EVENT = 1024
+_MODULE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}(/[A-Za-z0-9][A-Za-z0-9._+-]{0,127}){1,3}$")
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
+_JOB = re.compile(r"^(-|[0-9]{1,20})$")
+_USER = re.compile(r"^([a-z_][a-z0-9_.-]{0,63}\$?|h:[0-9a-f]{16})$", re.IGNORECASE)
+_ID = re.compile(r"^[0-9]{1,20}\.[0-9]{1,10}\.[0-9]{1,10}$")
+#: Events before this time are refused (2020-01-01 UTC): no clock of a login node is that wrong.
+EPOCH = 1577836800
+
+
+@dataclass(frozen=True)
+class UsageConfig:
+    """A site's ``lifecycle`` keys.
+
+    Attributes:
+        directory (str): ``lifecycle.usage_log``: the usage log's directory.
+        users (str): ``name`` or ``hash`` (``lifecycle.usage_users``).
+    """
+
+    directory: str
+    users: str = "name"
+
+    @property
+    def spool(self) -> Path:
+        return Path(self.directory) / SPOOL
+
+    @property
+    def log(self) -> Path:
+        return Path(self.directory) / LOG
+
+
+def usage_config(site) -> UsageConfig | None:
+    """The site's usage log settings, or None when it records none (no ``lifecycle.usage_log``)."""
+    section = (site.raw or {}).get("lifecycle") or {}
+    if not section.get("usage_log"):
+        return None
+    return UsageConfig(os.path.abspath(section["usage_log"]), section.get("usage_users") or "name")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One module load.
+
+    Attributes:
+        time (int): Unix time, seconds.
+        user (str): the user name, or ``h:`` and 16 hex digits (salted hash).
+        module (str): ``NAME/VERSION``.
+        host (str): the host it was loaded on.
+        job (str | None): ``SLURM_JOB_ID``, None outside a job.
+        id (str): the spool file's name (unique per event; duplicates are counted once).
+    """
+
+    time: int
+    user: str
+    module: str
+    host: str
+    job: str | None
+    id: str
+
+    def log_line(self) -> str:
+        return "\t".join(("v1", str(self.time), self.user, self.module, self.host, self.job or "-", self.id)) + "\n"
+
+
+# ------------------------------------------------------------------------------ the hooks
+
+def render_hooks(cfg: UsageConfig, roots: list[str], site: str) -> dict[str, str]:
+    """The hook files' text: ``{file name: text}`` (``siteconfig.tcl``, ``SitePackage.lua``).
+
+    Args:
+        cfg (UsageConfig): where the spool is.
+        roots (list[str]): absolute module roots whose modulefiles are recorded.
+        site (str): the site's name (a comment).
+    """
+    import hpcstack.modules.syntax  # noqa: F401 - registers the tcl_quote and lua_quote filters
+    from hpcstack.templates import render
+
+    roots = [r.rstrip("/") for r in roots]
+    return {HOOK_FILES[tool]: render(f"templates/usage/{name}.j2", marker=MARKER, spool=str(cfg.spool),
+                                     roots=roots, site=site)
+            for tool, name in HOOK_FILES.items()}
+
+
+def _recorded_roots(hooks: Path) -> list[str]:
+    try:
+        data = json.loads((hooks / "roots.json").read_text())
+        return [r for r in data.get("roots", []) if isinstance(r, str) and r.startswith("/")]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def install_hooks(cfg: UsageConfig, module_root: str, site: str) -> list[str]:
+    """Make the usage directory (:mod:`module docstring <hpcstack.lifecycle.usage>`) and write the
+    hooks for ``module_root`` and the roots recorded there before (several sites may share one
+    usage log). Run again, it rewrites the hooks and fixes the modes; it never removes events.
+
+    Args:
+        cfg (UsageConfig): the site's usage settings.
+        module_root (str): the site's module root (absolute).
+        site (str): the site's name.
+
+    Returns:
+        list[str]: what was made or written.
+
+    Raises:
+        HpcstackError: not root (the spool must be root's), or a path of the layout is a link or
+            not owned by root.
+    """
+    if os.geteuid() != 0:
+        raise HpcstackError("the usage log's spool must belong to root: run `hpcstack module usage-hook "
+                            "install` as root")
+    top = Path(cfg.directory)
+    made = []
+    for path, mode in ((top, 0o755), (cfg.spool, 0o1733), (top / HOOKS, 0o755)):
+        if not path.exists():
+            path.mkdir(parents=True, mode=0o700)
+            made.append(f"{path}/")
+        st = path.lstat()
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+            raise HpcstackError(f"{path}: not a directory of root's (a link, or made by another account): "
+                                "remove it, or choose another lifecycle.usage_log")
+        os.chmod(path, mode)
+    salt = top / SALT
+    if not salt.exists():
+        write_atomic(salt, secrets.token_hex(32) + "\n", 0o600)
+        made.append(str(salt))
+    if not cfg.log.exists():
+        fd = os.open(cfg.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        made.append(str(cfg.log))
+    roots = sorted(set(_recorded_roots(top / HOOKS)) | {os.path.abspath(module_root)})
+    write_atomic(top / HOOKS / "roots.json", json.dumps({"roots": roots}, indent=1) + "\n", 0o644)
+    for name, text in render_hooks(cfg, roots, site).items():
+        write_atomic(top / HOOKS / name, text, 0o644)
+        made.append(str(top / HOOKS / name))
+    return made
+
+
+def wiring(cfg: UsageConfig, tool: str) -> list[str]:
+    """How a site turns the hook on, for ``tool`` (lines for the admin)."""
+    hooks = Path(cfg.directory) / HOOKS
+    if tool == "lmod":
+        return [f"Lmod: export LMOD_PACKAGE_PATH={hooks} in every login shell (e.g. /etc/profile.d/), or "
+                f"copy {hooks / 'SitePackage.lua'} over Lmod's libexec/SitePackage.lua; a site with a "
+                "load hook of its own calls hpcstack_usage_load(t) from it"]
+    return [f"Environment Modules: add `source {hooks / 'siteconfig.tcl'}` to /etc/environment-modules/"
+            f"siteconfig.tcl (or export MODULES_SITECONFIG={hooks / 'siteconfig.tcl'})"]
+
+
+# -------------------------------------------------------------------------- reading events
+
+def _name_of(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def parse_line(text: str, owner: str | None = None, now: float | None = None) -> tuple | None:
+    """Check one event line (a spool file's or ``usage.log``'s) and return its fields, or None.
+
+    Accepted: ``v1``, a time from 2020 to five minutes from now, a user name (equal to ``owner``
+    when given: the spool file's owner), a ``NAME/VERSION`` of letters, digits and ``._+-``, a
+    host name, ``-`` or a job number, and in ``usage.log`` an event id; nothing else, no control
+    character. Anything else is a hostile or broken line: None.
+
+    Args:
+        text (str): the line, with its newline.
+        owner (str | None): the spool file owner's name (None: a line of ``usage.log``, 7 fields).
+        now (float | None): the current Unix time (default: now).
+
+    Returns:
+        tuple | None: ``(time, user, module, host, job or None[, id])``.
+    """
+    if not text.endswith("\n") or text.count("\n") != 1 or len(text) > MAX_EVENT:
+        return None
+    fields = text[:-1].split("\t")
+    if len(fields) != (6 if owner is not None else 7) or fields[0] != "v1":
+        return None
+    _, when, user, module, host, job, *rest = fields
+    if not re.fullmatch(r"[0-9]{10}", when):
+        return None
+    t = int(when)
+    if not EPOCH <= t <= (now or time.time()) + 300:
+        return None
+    if owner is not None and user != owner:
+        return None     # a line naming someone else: the file's owner is who loaded it
+    if not (_USER.match(user) and _MODULE.match(module) and _HOST.match(host) and _JOB.match(job)):
+        return None
+    if rest and not _ID.match(rest[0]):
+        return None
+    return (t, user, module, host, None if job == "-" else job, *rest)
+
+
+def salted(user: str, salt: str) -> str:
+    """``h:`` and the first 16 hex digits of SHA-256(salt NUL user): the same user, the same hash."""
+    return "h:" + hashlib.sha256(f"{salt}\0{user}".encode()).hexdigest()[:16]
+
+
+@dataclass
+class Collected:
+    """What :func:`collect` did: events moved, files dropped as hostile or broken."""
+
+    moved: int = 0
+    dropped: int = 0
+    kept: int = 0
+
+
+def parse_spool_file(dir_fd: int, name: str, now: float | None = None) -> Event | None:
+    """Read one spool file safely (as root, in a directory every user writes to): no link
+    followed (``O_NOFOLLOW``), no FIFO waited on (``O_NONBLOCK``), a regular file with one link
+    only, at most :data:`MAX_EVENT` bytes read, its line checked by :func:`parse_line` against
+    the file's owner. None for anything else."""
+    if not _ID.match(name):
+        return None
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > MAX_EVENT:
+            return None
+        data = os.read(fd, MAX_EVENT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    owner = _name_of(st.st_uid)
+    try:
+        fields = parse_line(data.decode("utf-8"), owner or "", now) if owner else None
+    except UnicodeDecodeError:
+        return None
+    return Event(*fields, id=name) if fields else None
+
+
+def collect(cfg: UsageConfig, now: float | None = None) -> Collected:
+    """Move the spool's events into ``usage.log`` (names or salted hashes, as the site chose) and
+    remove their files; drop (remove) files that hold no valid event. Root only; a non-root
+    caller collects nothing.
+
+    Raises:
+        HpcstackError: the usage directory is not root's, or ``usage.log`` cannot be written.
+    """
+    done = Collected()
+    if os.geteuid() != 0 or not cfg.spool.is_dir():
+        return done
+    top = Path(cfg.directory)
+    for path in (top, cfg.spool):
+        st = path.lstat()
+        if st.st_uid != 0 or not stat.S_ISDIR(st.st_mode):
+            raise HpcstackError(f"{path}: not root's directory: the usage log cannot be trusted")
+    salt = (top / SALT).read_text().strip() if cfg.users == "hash" else ""
+    if cfg.users == "hash" and not salt:
+        raise HpcstackError(f"{top / SALT}: no salt (run hpcstack module usage-hook install)")
+    dir_fd = os.open(cfg.spool, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        names = sorted(os.listdir(dir_fd))
+        events, done_names, drop = [], [], []
+        for name in names:
+            event = parse_spool_file(dir_fd, name, now)
+            if event is None:
+                drop.append(name)
+                continue
+            if cfg.users == "hash":
+                event = Event(event.time, salted(event.user, salt), event.module, event.host, event.job, event.id)
+            events.append(event)
+            done_names.append(name)
+        if events:
+            fd = os.open(cfg.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                os.write(fd, "".join(e.log_line() for e in events).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for name in done_names + drop:
+            try:
+                st = os.lstat(name, dir_fd=dir_fd)
+                if stat.S_ISDIR(st.st_mode):
+                    done.kept += 1
+                    continue
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                continue
+        done.moved, done.dropped = len(events), len(drop) - done.kept
+    finally:
+        os.close(dir_fd)
+    return done
+
+
+def read_log(cfg: UsageConfig, now: float | None = None) -> tuple[list[Event], int]:
+    """The events of ``usage.log`` (each id once) and how many lines were not valid events.
+
+    Raises:
+        HpcstackError: the log cannot be read (not root: it is root's alone).
+    """
+    try:
+        with open(cfg.log, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return [], 0
+    except OSError as exc:
+        raise HpcstackError(f"cannot read the usage log {cfg.log}: {exc.strerror} (it is root's: run as root)") from None
+    events, seen, bad = [], set(), 0
+    for line in raw.decode("utf-8", "replace").splitlines(keepends=True):
+        fields = parse_line(line, None, now)
+        if not fields:
+            bad += 1
+            continue
+        if fields[-1] in seen:
+            continue
+        seen.add(fields[-1])
+        events.append(Event(*fields[:5], id=fields[5]))
+    return events, bad
+
+
+# ------------------------------------------------------------------------------ the report
+
+@dataclass
+class StackUsage:
+    """What the log says of one module.
+
+    Attributes:
+        module (str): ``NAME/VERSION``.
+        users (set[str]): distinct users (names or hashes).
+        loads (int): loads.
+        jobs (set[str]): distinct Slurm job ids it was loaded in.
+        first (int), last (int): Unix times of the first and last load.
+    """
+
+    module: str
+    users: set = field(default_factory=set)
+    loads: int = 0
+    jobs: set = field(default_factory=set)
+    first: int = 0
+    last: int = 0
+
+    def to_json(self) -> dict:
+        return {"stack": self.module, "users": len(self.users), "loads": self.loads, "jobs": len(self.jobs),
+                "first": _iso(self.first), "last": _iso(self.last)}
+
+
+def _iso(t: int) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_since(value: str, now: float | None = None) -> float:
+    """``--since``: ``90d``, ``12w``, ``48h`` or a date ``YYYY-MM-DD`` -> Unix time.
+
+    Raises:
+        ConfigError: any other form.
+    """
+    now = time.time() if now is None else now
+    m = re.fullmatch(r"([0-9]{1,5})([hdw])", value)
+    if m:
+        return now - int(m.group(1)) * {"h": 3600, "d": 86400, "w": 7 * 86400}[m.group(2)]
+    try:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", value):
+            return _dt.datetime.fromisoformat(value).replace(tzinfo=_dt.timezone.utc).timestamp()
+    except ValueError:
+        pass
+    raise ConfigError([f"--since: {value!r}: give days, weeks or hours (90d, 12w, 48h) or a date YYYY-MM-DD"])
+
+
+def matches(module: str, stack: str | None) -> bool:
+    """``module`` is ``stack`` (``NAME/VERSION``) or a version of it (``NAME``); None matches all."""
+    return stack is None or module == stack or module.startswith(stack.rstrip("/") + "/")
+
+
+def report(events: list[Event], stack: str | None = None, since: float | None = None) -> list[StackUsage]:
+    """Per module, from ``events``: users, loads, jobs, first and last load, sorted by module.
+
+    Args:
+        events (list[Event]): the log's events.
+        stack (str | None): ``NAME/VERSION`` or ``NAME``; None: every module.
+        since (float | None): only loads from this Unix time on.
+    """
+    out: dict[str, StackUsage] = {}
+    for e in events:
+        if (since is not None and e.time < since) or not matches(e.module, stack):
+            continue
+        u = out.setdefault(e.module, StackUsage(e.module, first=e.time, last=e.time))
+        u.users.add(e.user)
+        u.loads += 1
+        if e.job:
+            u.jobs.add(f"{e.job}")
+        u.first, u.last = min(u.first, e.time), max(u.last, e.time)
+    return [out[k] for k in sorted(out)]
+
+
+def render_table(rows: list[StackUsage]) -> str:
+    """The report as an aligned text table (one row per stack)."""
+    head = ("STACK", "USERS", "LOADS", "JOBS", "FIRST", "LAST")
+    lines = [head] + [(r.module, str(len(r.users)), str(r.loads), str(len(r.jobs)), _iso(r.first), _iso(r.last))
+                      for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines) + "\n"
+
+
+def site_events(site, now: float | None = None) -> tuple[list[Event], Collected, int]:
+    """Collect (as root) and read a site's events.
+
+    Returns:
+        tuple: the events, what collection did, and the count of bad lines in ``usage.log``.
+
+    Raises:
+        HpcstackError: the site records no usage (no ``lifecycle.usage_log``), or the log
+            cannot be read.
+    """
+    cfg = usage_config(site)
+    if cfg is None:
+        raise HpcstackError(f"site {site.name} records no module usage: set lifecycle.usage_log in its config "
+                            "and run hpcstack module usage-hook install (docs/lifecycle.md)")
+    collected = collect(cfg, now)
+    events, bad = read_log(cfg, now)
+    return events, collected, bad
+
+
+def summary(site, module: str, days: float = 90, now: float | None = None) -> str:
+    """One line on the use of ``module`` over the last ``days`` days, for ``module deprecate``
+    (it never raises: a site without a usage log, or a log it cannot read, is said so)."""
+    try:
+        events, _, _ = site_events(site, now)
+    except HpcstackError as exc:
+        return f"usage of {module}: unknown ({exc})"
+    now = time.time() if now is None else now
+    rows = report(events, module, now - days * 86400)
+    if not rows:
+        return f"usage of {module}: no loads in the last {days:g} days"
+    r = rows[0]
+    return (f"usage of {module} in the last {days:g} days: {len(r.users)} users, {r.loads} loads, "
+            f"{len(r.jobs)} jobs, last on {_iso(r.last)}")
+
+
+def idle_refusal(site, module: str, idle_days: int, now: float | None = None) -> str | None:
+    """Why ``hpcstack uninstall`` (retiring a stack) must not remove ``module`` now: it was loaded
+    in the last ``idle_days`` days, or its use cannot be read. None when the site records no
+    usage or the module has been idle long enough."""
+    if usage_config(site) is None:
+        return None
+    try:
+        events, _, _ = site_events(site, now)
+    except HpcstackError as exc:
+        return f"refusing to uninstall {module}: cannot tell whether it is in use ({exc}); use --force"
+    now = time.time() if now is None else now
+    rows = report(events, module, now - idle_days * 86400)
+    if not rows:
+        return None
+    r = rows[0]
+    return (f"refusing to uninstall {module}: {len(r.users)} user{'s' if len(r.users) != 1 else ''} loaded it "
+            f"in the last {idle_days} days ({r.loads} loads, last on {_iso(r.last)}); wait, or use --force")
+
+
+# ---------------------------------------------------------------------------- command line
+
+def add_parser(subparsers, site_help: str, add_repo_arg) -> None:
+    """``hpcstack usage [STACK] [--since 90d] [--json]``."""
+    p = subparsers.add_parser(
+        "usage", help="who loads the site's stacks: users, loads, jobs, first and last use",
+        description="Read the site's module usage log (lifecycle.usage_log, written by the module tools' "
+                    "hooks: hpcstack module usage-hook install); as root, first move the spool's new "
+                    "events into usage.log. Per stack: distinct users, loads, Slurm jobs, first and last "
+                    "load. Lines that are not valid events are ignored (and counted).")
+    p.add_argument("stack", nargs="?", help="NAME/VERSION or NAME (default: every stack)")
+    p.add_argument("--since", default="90d", metavar="WHEN", help="only loads since: 90d, 12w, 48h or YYYY-MM-DD (default 90d)")
+    p.add_argument("--site", default="localhost", help=site_help)
+    add_repo_arg(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def add_hook_parser(msub, site_help: str, add_repo_arg) -> None:
+    """``hpcstack module usage-hook install``."""
+    mp = msub.add_parser("usage-hook", help="write the module tools' hooks that record module loads "
+                                            "(lifecycle.usage_log)")
+    mp.add_argument("action", choices=["install"], help="install: make the usage directory and write the hooks")
+    mp.add_argument("--site", default="localhost", help=site_help)
+    add_repo_arg(mp)
+    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
+
+
+def cmd_usage(args, load_site) -> int:
+    """``hpcstack usage``: the report (:func:`report`); 0 when printed."""
+    if args.stack is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)?",
+                                                   args.stack):
+        raise ConfigError([f"{args.stack!r}: expected NAME/VERSION or NAME, e.g. pytorch/2.3.1-gpu"])
+    since = parse_since(args.since)
+    site = load_site(args)
+    events, collected, bad = site_events(site)
+    rows = report(events, args.stack, since)
+    if args.json:
+        print(json.dumps({"site": site.name, "since": _iso(int(since)), "stacks": [r.to_json() for r in rows],
+                          "ignored_lines": bad + collected.dropped}, indent=1))
+    else:
+        sys.stdout.write(render_table(rows) if rows else f"no loads of {args.stack or 'any stack'} since {_iso(int(since))}\n")
+    if collected.dropped or bad:
+        print(f"note: ignored {collected.dropped + bad} entries that were not valid events", file=sys.stderr)
+    return 0
+
+
+def cmd_usage_hook(args, load_site) -> int:
+    """``hpcstack module usage-hook install``: :func:`install_hooks`, then how to wire them."""
+    site = load_site(args)
+    cfg = usage_config(site)
+    if cfg is None:
+        raise ConfigError([f"site {site.name}: lifecycle.usage_log is not set: the site records no module usage"])
+    for path in install_hooks(cfg, site.module_root, site.name):
+        print(f"wrote {path}")
+    for line in wiring(cfg, site.modules.tool):
+        print(f"turn it on: {line}")
+    print(f"collect and report (as root, e.g. daily from cron): hpcstack usage --site {site.ref or site.name}")
+    return 0
+

@@ -1,0 +1,165 @@
+"""``hpcstack compare``: two installed stacks, a stack and its bundle, two recipes' stacks
+(hpcstack/lifecycle/compare.py), on small stacks and bundles made here with the real formats:
+a CycloneDX SBOM, a venv's ``*.dist-info/RECORD``, wheels with their ``RECORD``, a bundle
+manifest that :func:`hpcstack.lifecycle.bundle.verify_bundle` accepts."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import hpcstack
+from hpcstack.lifecycle import compare
+from hpcstack.lifecycle.bundle import FORMAT
+
+pytestmark = pytest.mark.unit
+
+FILES = {"tinypkg/__init__.py": b"VALUE = 1\n", "tinypkg/data.txt": b"data\n"}
+
+
+def b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def record(name: str, version: str, files: dict) -> str:
+    rows = [f"{p},sha256={b64(d)},{len(d)}" for p, d in files.items()]
+    return "\n".join(rows + [f"{name}-{version}.dist-info/RECORD,,", f"../../../bin/{name},sha256=x,1",
+                             f"{name}/__pycache__/x.cpython-311.pyc,,"]) + "\n"
+
+
+def make_stack(root: Path, dists: dict, sbom_extra: list | None = None, python="3.11.2", cuda=None,
+               files: dict | None = None) -> Path:
+    """A prefix with .hpcstack/sbom.cdx.json and a venv holding ``dists`` (name -> version)."""
+    sp = root / "venv" / "lib" / "python3.11" / "site-packages"
+    sp.mkdir(parents=True)
+    (root / "venv" / "pyvenv.cfg").write_text(f"home = /usr/bin\nversion = {python}\n")
+    components = []
+    for name, version in dists.items():
+        info = sp / f"{name}-{version}.dist-info"
+        info.mkdir()
+        content = files or {p.replace("tinypkg", name): d for p, d in FILES.items()}
+        for p, d in content.items():
+            (sp / p).parent.mkdir(parents=True, exist_ok=True)
+            (sp / p).write_bytes(d)
+        (info / "RECORD").write_text(record(name, version, content))
+        components.append({"type": "library", "name": name, "version": version, "purl": f"pkg:pypi/{name}@{version}",
+                           "bom-ref": f"pypi:{name}=={version}"})
+    components += sbom_extra or []
+    (root / ".hpcstack").mkdir()
+    (root / ".hpcstack" / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX", "components": components}))
+    (root / ".hpcstack" / "site.json").write_text(json.dumps({"toolchain": {"cuda": {"version": cuda} if cuda else None}}))
+    return root
+
+
+def make_bundle(root: Path, dists: dict) -> Path:
+    """A bundle whose wheels hold the same files as :func:`make_stack`'s venv."""
+    (root / "wheels").mkdir(parents=True)
+    files = {}
+    for name, version in dists.items():
+        wheel = root / "wheels" / f"{name}-{version}-py3-none-any.whl"
+        content = {p.replace("tinypkg", name): d for p, d in FILES.items()}
+        with zipfile.ZipFile(wheel, "w") as zf:
+            for p, d in content.items():
+                zf.writestr(p, d)
+            zf.writestr(f"{name}-{version}.dist-info/RECORD", record(name, version, content))
+        files[f"wheels/{wheel.name}"] = {"sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+                                         "size": wheel.stat().st_size}
+    (root / "manifest.json").write_text(json.dumps({"format": FORMAT, "recipe": "tiny/1.0", "site": "localhost",
+                                                    "python": "3.11", "files": files}))
+    return root
+
+
+def test_two_installs_of_one_stack_are_the_same(tmp_path):
+    a = make_stack(tmp_path / "a", {"alpha": "1.0", "beta": "2.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0", "beta": "2.0"})
+    result = compare.compare(compare.read_stack(a, "A"), compare.read_stack(b, "B"))
+    assert result.lines == [] and result.same == 2 and result.files_checked == 4
+    proc = hpcstack("compare", str(a), str(b))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the same stack" in proc.stderr and "4 files hashed" in proc.stderr
+
+
+def test_a_changed_file_a_version_and_a_missing_distribution_are_differences(tmp_path):
+    a = make_stack(tmp_path / "a", {"alpha": "1.0", "beta": "2.0", "gamma": "3.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0", "beta": "2.1"})
+    (b / "venv/lib/python3.11/site-packages/alpha/data.txt").write_bytes(b"tampered\n")
+    proc = hpcstack("compare", str(a), str(b))
+    assert proc.returncode == 1
+    out = proc.stdout
+    assert "files of alpha 1.0: 1 of 2 differ: alpha/data.txt (content)" in out
+    assert f"version of beta: 2.0 in {a}, 2.1 in {b}" in out
+    assert f"only in {a}: gamma 3.0" in out
+    assert "pyc" not in out and "bin/" not in out      # what the installer writes is left out
+
+
+def test_an_sbom_that_misses_a_distribution_of_the_venv_is_a_difference(tmp_path):
+    a = make_stack(tmp_path / "a", {"alpha": "1.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0"})
+    sp = b / "venv/lib/python3.11/site-packages"
+    (sp / "stowaway-0.1.dist-info").mkdir()
+    (sp / "stowaway-0.1.dist-info" / "RECORD").write_text("stowaway.py,,\n")
+    result = compare.compare(compare.read_stack(a, "A"), compare.read_stack(b, "B"))
+    assert result.lines == ["B: stowaway 0.1 is installed in its venv but not in its SBOM"]
+
+
+def test_a_pin_for_another_platform_is_not_missing(tmp_path):
+    extra = [{"type": "library", "name": "pywin32", "version": "306", "purl": "pkg:pypi/pywin32@306",
+              "properties": [{"name": "hpcstack:marker", "value": "sys_platform == 'win32'"}]}]
+    a = make_stack(tmp_path / "a", {"alpha": "1.0"}, sbom_extra=extra)
+    assert compare.compare(compare.read_stack(a, "A"), compare.read_stack(a, "A")).lines == []
+
+
+def test_a_stack_and_its_bundle_hold_the_same_files(tmp_path):
+    dists = {"alpha": "1.0", "beta": "2.0"}
+    stack = make_stack(tmp_path / "stack", dists)
+    bundle = make_bundle(tmp_path / "bundle", dists)
+    proc = hpcstack("compare", str(stack), str(bundle))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (stack / "venv/lib/python3.11/site-packages/beta/__init__.py").write_bytes(b"VALUE = 2\n")
+    proc = hpcstack("compare", str(stack), str(bundle))
+    assert proc.returncode == 1 and "files of beta 2.0: 1 of 2 differ: beta/__init__.py" in proc.stdout
+
+
+def test_an_altered_bundle_is_refused_before_comparing(tmp_path):
+    bundle = make_bundle(tmp_path / "bundle", {"alpha": "1.0"})
+    stack = make_stack(tmp_path / "stack", {"alpha": "1.0"})
+    wheel = next((bundle / "wheels").iterdir())
+    wheel.write_bytes(wheel.read_bytes() + b"x")
+    proc = hpcstack("compare", str(stack), str(bundle))
+    assert proc.returncode == 1 and proc.stderr.count("error:") == 1 and "altered" in proc.stderr
+
+
+def test_two_recipes_stacks_side_by_side(tmp_path):
+    prefix = tmp_path / "software"
+    make_stack(prefix / "tiny" / "1.0", {"alpha": "1.0", "beta": "2.0"}, cuda="12.1")
+    make_stack(prefix / "tiny" / "2.0", {"alpha": "1.1", "delta": "4.0"}, python="3.12.1", cuda="12.4")
+    report = {"runs": [{"backend": "ddp", "nodes": 1, "figures": {"throughput_per_rank": {"value": 300.0, "unit": "img/s"}}}]}
+    (prefix / "tiny" / "1.0" / ".hpcstack" / "validation.json").write_text(json.dumps(report))
+    report["runs"][0]["figures"]["throughput_per_rank"]["value"] = 450.0
+    (tmp_path / "r2.json").write_text(json.dumps(report))
+    proc = hpcstack("compare", "tiny/1.0", "tiny/2.0", "--prefix", str(prefix), "--report",
+                    str(prefix / "tiny" / "1.0" / ".hpcstack" / "validation.json"), "--report", str(tmp_path / "r2.json"))
+    assert proc.returncode == 1, proc.stderr
+    out = proc.stdout
+    assert "version of alpha: 1.1" not in out and "version of alpha: 1.0 in tiny/1.0, 1.1 in tiny/2.0" in out
+    assert "only in tiny/1.0: beta 2.0" in out and "only in tiny/2.0: delta 4.0" in out
+    assert any(l.split() == ["Python", "3.11.2", "3.12.1"] for l in out.splitlines())
+    assert any(l.split()[:3] == ["CUDA", "12.1", "(toolkit)"] for l in out.splitlines())
+    assert any(l.split() == ["ddp", "1", "node(s)", "throughput_per_rank", "300", "img/s", "450", "img/s"]
+               for l in out.splitlines())
+    assert "1 added, 1 removed, 1 changed" in proc.stderr and "files not compared" in proc.stderr
+    data = json.loads(hpcstack("compare", "tiny/1.0", "tiny/2.0", "--prefix", str(prefix), "--json").stdout)
+    assert data["added"] == [["delta", "4.0"]] and data["same"] is False
+
+
+def test_bad_arguments_are_one_line(tmp_path):
+    proc = hpcstack("compare", str(tmp_path), "nonsense")
+    assert proc.returncode == 2 and proc.stderr.count("error:") == 1
+    proc = hpcstack("compare", "tiny/9", "tiny/8", "--prefix", str(tmp_path))
+    assert proc.returncode == 2 and "not installed" in proc.stderr
