@@ -158,8 +158,13 @@ def test_each_site_twin_is_its_site_less_cuda_with_this_machines_python(base):
     assert "PROJECT" not in twin.install_root + twin.module_root
     # the module system, its load order and the jobs' shape stay the site's own
     assert twin.modules == site.modules and twin.launcher == site.launcher
-    assert ({k: v for k, v in twin.slurm.items() if k != "account"}
-            == {k: v for k, v in site.slurm.items() if k != "account"})
+    # the jobs' shape too, but for the budget, one thread per rank (this machine's 2 cores are
+    # each node's) and Open MPI ranks that yield while they wait
+    ours = ("account", "cpus_per_task", "env")
+    assert ({k: v for k, v in twin.slurm.items() if k not in ours}
+            == {k: v for k, v in site.slurm.items() if k not in ours})
+    assert twin.slurm["cpus_per_task"] == 1
+    assert twin.slurm["env"] == {**site.slurm.get("env", {}), "OMPI_MCA_mpi_yield_when_idle": "1"}
     text = (repo / "site-configs" / f"{base}-twin.yaml").read_text()
     # every overlaid key says why: each paragraph that sets one holds a comment
     for block in text.split("\n\n"):
