@@ -85,7 +85,8 @@ class TwinE2E:
         for recipe in recipes:
             proc = login("root", self.hpc("install", recipe))
             assert proc.returncode == 0, tail(proc)
-            assert (Path(site.module_root) / recipe).exists(), tail(proc)
+            modulefile = Path(site.module_root) / (recipe + (".lua" if site.modules.syntax == "lua" else ""))
+            assert modulefile.is_file(), tail(proc)
         if self.site not in PYTORCH_TWINS:
             plan = login("root", self.hpc("install", PYTORCH, "--dry-run"), timeout=600)
             assert plan.returncode == 0, tail(plan)
