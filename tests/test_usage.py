@@ -93,7 +93,11 @@ def test_salted_hash_is_stable_per_salt_and_hides_the_name():
 
 # ------------------------------------------------------------------- collection, as root
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the spool is root's: collecting it needs root")
+def needs_root(test):
+    """A test that collects a root-owned spool: root's, so the integration level (the unit level
+    runs as a throw-away user)."""
+    skip = pytest.mark.skipif(os.geteuid() != 0, reason="the spool is root's: collecting it needs root")
+    return pytest.mark.integration(skip(test))
 
 
 def make_usage_dir(tmp_path, users="name") -> usage.UsageConfig:
