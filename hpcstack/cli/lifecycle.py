@@ -185,15 +185,61 @@ def cmd_module_deprecation(args) -> int:
 
 def add_usage(sub) -> None:
     """The parser of ``hpcstack usage`` (:mod:`hpcstack.lifecycle.usage`)."""
+    p = sub.add_parser(
+        "usage", help="who loads the site's stacks: users, loads, jobs, first and last use",
+        description="Read the site's module usage log (lifecycle.usage_log, written by the module tools' "
+                    "hooks: hpcstack module usage-hook install); as root, first move the spool's new "
+                    "events into usage.log. Per stack: distinct users, loads, Slurm jobs, first and last "
+                    "load. Lines that are not valid events are ignored (and counted).")
+    p.add_argument("stack", nargs="?", help="NAME/VERSION or NAME (default: every stack)")
+    p.add_argument("--since", default="90d", metavar="WHEN", help="only loads since: 90d, 12w, 48h or YYYY-MM-DD (default 90d)")
+    options.add_site_and_repo(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=cmd_usage)
+
+
+def cmd_usage(args) -> int:
+    """``hpcstack usage`` (:func:`hpcstack.lifecycle.usage.cmd_usage`)."""
     from hpcstack.lifecycle import usage
 
-    usage.add_parser(sub, options.SITE_HELP, options.add_repo)
-    sub.choices["usage"].set_defaults(handler=lambda a: usage.cmd_usage(a, load_site))
+    return usage.cmd_usage(args, load_site)
 
 
 def add_compare(sub) -> None:
     """The parser of ``hpcstack compare`` (:mod:`hpcstack.lifecycle.compare`)."""
+    p = sub.add_parser(
+        "compare", help="compare two stacks (installed, or a bundle): distributions, versions, file hashes",
+        description="Print every difference between A and B: distributions and versions of their SBOMs "
+                    "(and whether each SBOM lists every distribution of its venv), the sha256 of every "
+                    "file of each distribution at the same version on both sides, what they were built "
+                    "for (Python, CUDA, MPI) and their validation figures. Exit 1 when anything differs. "
+                    "A and B: a stack prefix, NAME/VERSION installed at --site, or a bundle directory.")
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")
+    options.add_site_and_repo(p)
+    p.add_argument("--prefix", metavar="DIR", help="install root for NAME/VERSION, instead of the site's install_root")
+    files = p.add_mutually_exclusive_group()
+    files.add_argument("--files", dest="files", action="store_true", default=None,
+                       help="hash and compare files (the default unless both are NAME/VERSION)")
+    files.add_argument("--no-files", dest="files", action="store_false", help="compare distributions and versions only")
+    p.add_argument("--report", action="append", metavar="FILE", default=[],
+                   help="a validation report.json of A, then of B (default: .hpcstack/validation.json of each)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=cmd_compare)
+
+
+def cmd_compare(args) -> int:
+    """``hpcstack compare`` (:func:`hpcstack.lifecycle.compare.cmd_compare`)."""
     from hpcstack.lifecycle import compare
 
-    compare.add_parser(sub, options.SITE_HELP, options.add_repo)
-    sub.choices["compare"].set_defaults(handler=lambda a: compare.cmd_compare(a, load_site))
+    return compare.cmd_compare(args, load_site)
+
+
+def add_usage_hook_parser(msub) -> None:
+    """``hpcstack module usage-hook install`` (:func:`hpcstack.lifecycle.usage.cmd_usage_hook`);
+    ``hpcstack module`` dispatches it."""
+    mp = msub.add_parser("usage-hook", help="write the module tools' hooks that record module loads "
+                                            "(lifecycle.usage_log)")
+    mp.add_argument("action", choices=["install"], help="install: make the usage directory and write the hooks")
+    options.add_site_and_repo(mp)
+    options.add_module_root(mp)

@@ -15,7 +15,7 @@ from hpcstack.errors import ConfigError, HpcstackError
 def add_module(sub) -> None:
     """The parser of ``hpcstack module`` and its actions (``deprecate`` and ``undeprecate``:
     :func:`hpcstack.cli.lifecycle.add_deprecate_parsers`)."""
-    from hpcstack.cli.lifecycle import add_deprecate_parsers
+    from hpcstack.cli.lifecycle import add_deprecate_parsers, add_usage_hook_parser
 
     p = sub.add_parser(
         "module", help="module defaults: which version `module load NAME` picks",
@@ -36,9 +36,7 @@ def add_module(sub) -> None:
         options.add_module_root(mp)
         mp.set_defaults(handler=cmd_module)
     add_deprecate_parsers(msub)
-    from hpcstack.lifecycle import usage
-
-    usage.add_hook_parser(msub, options.SITE_HELP, options.add_repo)
+    add_usage_hook_parser(msub)
     msub.choices["usage-hook"].set_defaults(handler=cmd_module)
 
 

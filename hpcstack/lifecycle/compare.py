@@ -349,29 +349,6 @@ def open_side(arg: str, label: str, site_loader, report: str | None = None) -> S
                        "bundle directory (hpcstack bundle)"])
 
 
-def add_parser(subparsers, site_help: str, add_repo_arg) -> None:
-    """``hpcstack compare A B``."""
-    p = subparsers.add_parser(
-        "compare", help="compare two stacks (installed, or a bundle): distributions, versions, file hashes",
-        description="Print every difference between A and B: distributions and versions of their SBOMs "
-                    "(and whether each SBOM lists every distribution of its venv), the sha256 of every "
-                    "file of each distribution at the same version on both sides, what they were built "
-                    "for (Python, CUDA, MPI) and their validation figures. Exit 1 when anything differs. "
-                    "A and B: a stack prefix, NAME/VERSION installed at --site, or a bundle directory.")
-    p.add_argument("a", metavar="A")
-    p.add_argument("b", metavar="B")
-    p.add_argument("--site", default="localhost", help=site_help)
-    add_repo_arg(p)
-    p.add_argument("--prefix", metavar="DIR", help="install root for NAME/VERSION, instead of the site's install_root")
-    files = p.add_mutually_exclusive_group()
-    files.add_argument("--files", dest="files", action="store_true", default=None,
-                       help="hash and compare files (the default unless both are NAME/VERSION)")
-    files.add_argument("--no-files", dest="files", action="store_false", help="compare distributions and versions only")
-    p.add_argument("--report", action="append", metavar="FILE", default=[],
-                   help="a validation report.json of A, then of B (default: .hpcstack/validation.json of each)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
 def _side_by_side(rows: list[tuple[str, str, str]], a: str, b: str) -> list[str]:
     head = [("", a, b)] + rows
     w = [max(len(r[i]) for r in head) for i in range(3)]

@@ -516,31 +516,6 @@ def idle_refusal(site, module: str, idle_days: int, now: float | None = None) ->
 
 # ---------------------------------------------------------------------------- command line
 
-def add_parser(subparsers, site_help: str, add_repo_arg) -> None:
-    """``hpcstack usage [STACK] [--since 90d] [--json]``."""
-    p = subparsers.add_parser(
-        "usage", help="who loads the site's stacks: users, loads, jobs, first and last use",
-        description="Read the site's module usage log (lifecycle.usage_log, written by the module tools' "
-                    "hooks: hpcstack module usage-hook install); as root, first move the spool's new "
-                    "events into usage.log. Per stack: distinct users, loads, Slurm jobs, first and last "
-                    "load. Lines that are not valid events are ignored (and counted).")
-    p.add_argument("stack", nargs="?", help="NAME/VERSION or NAME (default: every stack)")
-    p.add_argument("--since", default="90d", metavar="WHEN", help="only loads since: 90d, 12w, 48h or YYYY-MM-DD (default 90d)")
-    p.add_argument("--site", default="localhost", help=site_help)
-    add_repo_arg(p)
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-
-
-def add_hook_parser(msub, site_help: str, add_repo_arg) -> None:
-    """``hpcstack module usage-hook install``."""
-    mp = msub.add_parser("usage-hook", help="write the module tools' hooks that record module loads "
-                                            "(lifecycle.usage_log)")
-    mp.add_argument("action", choices=["install"], help="install: make the usage directory and write the hooks")
-    mp.add_argument("--site", default="localhost", help=site_help)
-    add_repo_arg(mp)
-    mp.add_argument("--module-root", metavar="DIR", help="modulefile root, instead of the site's module_root")
-
-
 def cmd_usage(args, load_site) -> int:
     """``hpcstack usage``: the report (:func:`report`); 0 when printed."""
     if args.stack is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)?",
