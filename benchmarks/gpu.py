@@ -244,12 +244,17 @@ def check_build(site_dir: Path, required: tuple[str, ...], env: dict) -> dict:
         return {"text": str(error), "ok": False}
 
 
+def plan_of(site):
+    """The recipe's validation plan for a run on this host (:func:`hpcstack.validate.plan.plan_validation`)."""
+    from hpcstack.recipe import load_recipe
+    from hpcstack.validate.plan import PlanOptions, plan_validation
+
+    return plan_validation(site, load_recipe(RECIPE, site), PlanOptions(local=True))
+
+
 def workload_of(name: str, site) -> dict:
     """The recipe's validation workload ``name``; ``gpu-amp32``: ``gpu`` with AMP."""
-    from hpcstack.recipe import load_recipe
-    from hpcstack.install.components.validation import validation_of
-
-    spec = validation_of(load_recipe(RECIPE, site))
+    spec = plan_of(site).settings.spec
     if name == "gpu-amp32":
         return {**spec.workload(site, None, "gpu"), "precision": "amp"}
     return spec.workload(site, None, name)
@@ -259,12 +264,12 @@ def train(backend: str, workload: str, site, out: Path, env: dict, threads: int)
     """One run of the trainer on 1 GPU rank with hpcstack's launcher; its records and verdict."""
     from hpcstack.validate.judge import RunOutcome, measured_figures, sanity_reasons
     from hpcstack.validate.launchers import Allocation, get_launcher
-    from hpcstack.validate.validation import trainer_argv
 
     settings = workload_of(workload, site)
     records_path = out / f"run-{backend}-{workload}.jsonl"
     records_path.unlink(missing_ok=True)
-    argv = trainer_argv(settings, "/unused", backend, str(records_path), threads)
+    argv = plan_of(site).program_argv(backend, str(records_path), ranks=1, nodes=1, threads=threads,
+                                      prefix="/unused", workload=settings)
     program = [sys.executable, str(TRAINER), *argv[1:]]
     launcher = get_launcher("horovodrun" if backend == "horovod" else "torchrun")()
     command = launcher.argv(program, Allocation(1, 1, threads, hosts=("localhost",)))

@@ -6,8 +6,9 @@ Two files are written into DIR, both rendered from jinja2 templates
 
 * ``<name>_<version>_check.py`` — a ``rfm.RunOnlyRegressionTest`` that runs the recipe's
   validation program (e.g. ``<prefix>/bin/hpcstack-train-benchmark``) with exactly the command
-  line of ``hpcstack validate``'s Slurm jobs (:meth:`hpcstack.validate.workload.Program.argv` on
-  the settings of :func:`hpcstack.validate.validation.validation_settings`), one test per node
+  line of ``hpcstack validate``'s Slurm jobs (the validation's plan,
+  :func:`hpcstack.validate.plan.plan_validation`: :meth:`~hpcstack.validate.plan.ValidationPlan.program_argv`,
+  its backends' setup lines and its judge's rules), one test per node
   count and backend (ReFrame ``parameter``\\ s); a ``@sanity_function`` asserting what
   :func:`hpcstack.validate.judge.sanity_reasons` asserts (the result record is ok, no collective
   was wrong, the program ran on every rank, NCCL where the build requires it);
@@ -82,7 +83,8 @@ def class_name(recipe) -> str:
 def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: list[str] | None = None,
                   partition: str | None = None, qos: str | None = None, account: str | None = None,
                   workload: str | None = None) -> dict[str, str]:
-    """Render the ReFrame check and the ReFrame site configuration.
+    """Render the ReFrame check and the ReFrame site configuration from the validation's plan
+    (:func:`hpcstack.validate.plan.plan_validation`).
 
     Args:
         site (hpcstack.site.Site): a site with a ``slurm`` section.
@@ -100,49 +102,68 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
         ConfigError: the site has no ``slurm`` section, or names a launcher or module tool
             ReFrame has no counterpart for; the recipe's validation file is bad.
     """
-    from hpcstack.modules import modsys
-    from hpcstack.templates import render, sh_quote
-    from hpcstack.validate.judge import lookup_references
-    from hpcstack.validate.scheduler import get_scheduler
-    from hpcstack.install.components.backends import get_backend
-    from hpcstack.validate.validation import _required_transport, stack_layout, validation_settings
+    from hpcstack.validate.plan import PlanOptions, plan_validation
 
-    settings = validation_settings(site, recipe, partition=partition, qos=qos, account=account,
-                                   workload=workload)
-    s = settings.slurm
-    problems = []
-    if s is None:
+    if not site.slurm:
         raise ConfigError([f"{site.path}: slurm: missing key (the ReFrame check runs Slurm jobs)"])
+    plan = plan_validation(site, recipe, PlanOptions(nodes=nodes, backends=backends, partition=partition,
+                                                     qos=qos, account=account, workload=workload))
+    s = plan.settings.slurm
+    problems = []
     if s.launcher not in REFRAME_LAUNCHERS:
         problems.append(f"{site.path}: slurm.launcher: {s.launcher!r} has no ReFrame launcher "
                         f"(ReFrame's: {', '.join(sorted(REFRAME_LAUNCHERS))})")
     if site.modules.tool not in REFRAME_MODULE_SYSTEMS:
         problems.append(f"{site.path}: modules.tool: {site.modules.tool!r} has no ReFrame modules system")
-    init = site.modules.init.get("bash")
-    if not init:
+    if not site.modules.init.get("bash"):
         problems.append(f"{site.path}: modules.init.bash: missing key (the jobs source it to get `module`)")
     if problems:
         raise ConfigError(problems)
-    nodes = list(nodes or settings.nodes)
-    backends = list(backends or settings.backends)
-    prefix = stack_layout(site, recipe).prefix
-    system = f"{site.name}:{s.partition}"
-    program = settings.spec.program
-    argv = {b: program.argv(settings.workload, prefix=prefix, backend=b, output=RECORDS,
-                            threads=s.cpus_per_task, ranks=0, nodes=0) for b in backends}
-    placeholders = [w for w in program.command if "{ranks}" in w or "{nodes}" in w]
+    placeholders = [w for w in plan.settings.spec.program.command if "{ranks}" in w or "{nodes}" in w]
     if placeholders:
         raise ConfigError([f"--emit reframe: the program's command uses {', '.join(placeholders)}: a "
                            "ReFrame test is one command line for every node count"])
+    command = (f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref or site.name} "
+               f"--emit reframe DIR")
+    check_file = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_") + "_check.py"
+    return {check_file: _check(site, recipe, plan, command, check_file),
+            "settings.py": _settings(site, plan, command)}
+
+
+def _check(site, recipe, plan, command: str, check_file: str) -> str:
+    """The ReFrame check of :func:`reframe_files`: the plan's argv, setup lines, figures, rules."""
+    from hpcstack.templates import render, sh_quote
+    from hpcstack.validate.scheduler import get_scheduler
+
+    s, rules = plan.settings.slurm, plan.rules
+    argv = {b: plan.program_argv(b, RECORDS, threads=s.cpus_per_task, ranks=0, nodes=0) for b in plan.backends}
     references = {n: {name: (ref.value, ref.lower, ref.upper, ref.unit)
-                      for name, ref in lookup_references(settings.references, site.name, s.partition, n).items()}
-                  for n in nodes}
-    scheduler = get_scheduler(s.scheduler)()
+                      for name, ref in rules.references_at(site.name, s.partition, n).items()}
+                  for n in plan.nodes}
     env = {"OMP_NUM_THREADS": str(s.cpus_per_task), "SRUN_CPUS_PER_TASK": str(s.cpus_per_task),
            # sbatch --export=NONE sets SLURM_EXPORT_ENV=NONE, which srun would pass to its steps
            "SLURM_EXPORT_ENV": "ALL", **s.env}
     # ReFrame writes env_vars into the job script as `export NAME=VALUE`, as they are: quote them
     env = {name: sh_quote(value) for name, value in env.items()}
+    return render(
+        "templates/reframe-check.py.j2", check_file=check_file, module_root=site.module_root, hpcstack_version=__version__, command=command,
+        class_name=class_name(recipe), recipe=recipe.full_name, site=site.name, system=f"{site.name}:{s.partition}",
+        module=recipe.full_name, nodes=plan.nodes, backends=plan.backends, argv=argv, references=references,
+        tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task, gpus_per_node=s.gpus_per_node,
+        time_limit=_duration(s.time_limit), exclusive=s.exclusive,
+        launcher_options=([f"--mpi={s.mpi}"] if s.mpi else []) + (list(s.srun_options) if s.launcher == "srun" else []),
+        env=env, setup=plan.setup_lines(get_scheduler(s.scheduler).job_id_variable),
+        figures=rules.figures, every_rank=rules.every_rank, tags=sorted({"hpcstack", recipe.name}),
+        required_transport=rules.required_transport, records=RECORDS,
+        account_hint=bool(s.account_required and not s.account), workload=plan.settings.workload)
+
+
+def _settings(site, plan, command: str) -> str:
+    """The ReFrame site configuration of :func:`reframe_files`."""
+    from hpcstack.modules import modsys
+    from hpcstack.templates import render, sh_quote
+
+    s = plan.settings.slurm
     access = [f"--partition={s.partition}"] if s.partition_option else []
     access += [f"--{k}={v}" for k, v in (("qos", s.qos), ("account", s.account), ("constraint", s.constraint)) if v]
     # ReFrame's check writes --ntasks itself (num_tasks), which --gpus-per-task needs
@@ -151,35 +172,19 @@ def reframe_files(site, recipe, *, nodes: list[int] | None = None, backends: lis
     prepare = []
     if modsys.get_tool(site.modules.tool).job_unsets_bash_env:
         prepare.append("unset BASH_ENV")
-    prepare.append(f"source {sh_quote(init)}")
+    prepare.append(f"source {sh_quote(site.modules.init['bash'])}")
     prepare += [f"module use {sh_quote(d)}" for d in site.modules.use]
     # the site's module hierarchy (it may reset MODULEPATH), then the stack's module root
     prepare += [f"module load {sh_quote(m)}" for m in site.modules.hierarchy]
     prepare.append(f"module use {sh_quote(site.module_root)}")
-    command = (f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref or site.name} "
-               f"--emit reframe DIR")
-    stem = re.sub(r"[^A-Za-z0-9]+", "_", f"{recipe.name}_{recipe.version}").strip("_")
-    check_file = f"{stem}_check.py"
-    check = render(
-        "templates/reframe-check.py.j2", check_file=check_file, module_root=site.module_root, hpcstack_version=__version__, command=command,
-        class_name=class_name(recipe), recipe=recipe.full_name, site=site.name, system=system,
-        module=recipe.full_name, nodes=nodes, backends=backends, argv=argv, references=references,
-        tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task, gpus_per_node=s.gpus_per_node,
-        time_limit=_duration(s.time_limit), exclusive=s.exclusive,
-        launcher_options=([f"--mpi={s.mpi}"] if s.mpi else []) + (list(s.srun_options) if s.launcher == "srun" else []),
-        env=env, setup=list(dict.fromkeys(line for b in backends
-                                          for line in get_backend(b)().setup(scheduler.job_id_variable))),
-        figures=settings.spec.figures, every_rank=settings.spec.every_rank, tags=sorted({"hpcstack", recipe.name}),
-        required_transport=_required_transport(site, recipe), records=RECORDS,
-        account_hint=bool(s.account_required and not s.account), workload=settings.workload)
-    config = render(
+    return render(
         "templates/reframe-settings.py.j2", hpcstack_version=__version__, command=command,
         site=site.name, description=site.description or site.name, partition=s.partition,
         scheduler="slurm" if s.accounting else "squeue",
         modules_system=REFRAME_MODULE_SYSTEMS[site.modules.tool], launcher=REFRAME_LAUNCHERS[s.launcher],
-        access=access, prepare_cmds=prepare, gpu_option=gpu_option, max_jobs=max(4, 2 * len(nodes) * len(backends)),
+        access=access, prepare_cmds=prepare, gpu_option=gpu_option,
+        max_jobs=max(4, 2 * len(plan.nodes) * len(plan.backends)),
         cc=site.toolchain.cc, cxx=site.toolchain.cxx, ftn=getattr(site.toolchain, "fc", None))
-    return {check_file: check, "settings.py": config}
 
 
 def emit_reframe(site, recipe, directory: str, **options) -> list[str]:

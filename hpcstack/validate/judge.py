@@ -336,7 +336,7 @@ def _int_or(value, default: int | None = -1) -> int | None:
 
 def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
                    every_rank: str | None = "throughput", check_ranks: bool = True,
-                   gpus_per_node: int = 0) -> list[str]:
+                   gpus_per_node: int = 0, records: tuple = ()) -> list[str]:
     """Why a run fails its sanity checks (empty when it passes).
 
     Checks, in order: the backend finished (else the job's id, state and exit code are named),
@@ -355,6 +355,8 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
             validation file's ``sanity.every_rank`` (default the trainer's ``throughput``).
         check_ranks (bool): compare the ``config`` record's world size with ``run.ranks``.
         gpus_per_node (int): the site's ``slurm.gpus_per_node``; 0 turns the GPU rule off.
+        records (tuple[str, ...]): record kinds the run must have written, from its backend's
+            declaration (checked once its result record is there).
     """
     if run.exit_status is None:
         return [f"did not finish: job {run.job_id} ended {run.job_state} "
@@ -388,6 +390,9 @@ def sanity_reasons(run: RunOutcome, required_transport: str | None = None, *,
         reasons.append(f"{every_rank} reported for ranks {sorted(per_rank)}, expected 0..{run.ranks - 1}")
     if required_transport and config is not None and required_transport not in str(config.get("transport")):
         reasons.append(f"transport {config.get('transport')!r} does not use {required_transport}")
+    kinds = {r.get("record") for r in run.records}
+    if result is not None:
+        reasons += [f"no {kind} record in its output (its backend writes one)" for kind in records if kind not in kinds]
     reasons += gpu_binding_reasons(run.records, gpus_per_node)
     return reasons
 
@@ -661,7 +666,8 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
           references: dict, required_transport: str | None = None,
           output_dir: str | None = None, jobs: list[dict] | None = None,
           settings: dict | None = None, figures: dict | None = None,
-          every_rank: str | None = "throughput", gpus_per_node: int = 0) -> Verdict:
+          every_rank: str | None = "throughput", gpus_per_node: int = 0,
+          records: dict | None = None) -> Verdict:
     """Judge every run: sanity, then each figure against the references.
 
     Args:
@@ -680,6 +686,8 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
         gpus_per_node (int): the site's ``slurm.gpus_per_node``: when > 0, two ranks of a node
             on one GPU, or a rank without a GPU it can see, fail the run
             (:func:`gpu_binding_reasons`).
+        records (dict[str, tuple[str, ...]] | None): backend -> record kinds its runs must
+            write (the backend's declaration, ``records``); see :func:`sanity_reasons`.
 
     Returns:
         Verdict: its ``failures`` has one line per failed job or check, naming the backend,
@@ -696,7 +704,7 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
     one_node = {r.backend: measured_figures(r.records, specs) for r in runs if r.nodes == 1}
     for run in sorted(runs, key=lambda r: (r.backend, r.nodes)):
         reasons = sanity_reasons(run, required_transport, every_rank=every_rank,
-                                 gpus_per_node=gpus_per_node)
+                                 gpus_per_node=gpus_per_node, records=(records or {}).get(run.backend, ()))
         values = measured_figures(run.records, specs) if not reasons else {}
         for name, spec in specs.items():
             base = one_node.get(run.backend, {}).get(spec.scaling_of) if spec.scaling_of else None

@@ -1,4 +1,6 @@
-"""Render a judged validation: the report document as JSON, markdown and a PNG scaling plot.
+"""Render a validation: the report document as JSON, markdown and a PNG scaling plot, and
+everything ``hpcstack validate`` prints (dry runs, progress, the local run's figures, verdicts):
+the runners (:mod:`hpcstack.validate.runner`) print nothing.
 
 Rendering only: the input is the report document that :meth:`hpcstack.validate.judge.Verdict.to_dict`
 returns (the ``report.json`` format), so a report can be rendered again from its JSON. Nothing
@@ -17,6 +19,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 
 from hpcstack.fsutil import write_no_follow
@@ -290,3 +294,128 @@ def write_report(report: dict, directory: str | os.PathLike) -> dict[str, str]:
         write_no_follow(d / "scaling.png", png.getvalue())
         paths["plot"] = str(d / "scaling.png")
     return paths
+
+
+# --------------------------------------------------------------------------------------------
+# The command's output: what ``hpcstack validate`` prints, from the plan and the outcomes
+# --------------------------------------------------------------------------------------------
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def print_note(note: str) -> None:
+    """A note on stderr (``note: …``)."""
+    _err(f"note: {note}")
+
+
+def print_local_dry_run(run) -> None:
+    """The ``--local`` dry run: the module commands, the exports, the launcher's command line.
+
+    Args:
+        run (hpcstack.validate.plan.LocalRun): the plan's local run.
+    """
+    lines = list(run.module_lines) + [f"export {k}={shlex.quote(v)}" for k, v in run.env.items()]
+    print("\n".join(lines + [shlex.join(run.argv("records.jsonl"))]))
+
+
+def print_jobs_dry_run(plan, as_json: bool) -> None:
+    """The Slurm dry run: each job's script (as JSON: ``{"jobs": [{nodes, path, script}]}``)."""
+    if as_json:
+        print(json.dumps({"jobs": [{"nodes": j.nodes, "path": str(j.script_path), "script": j.script}
+                                   for j in plan.jobs]}, indent=1))
+        return
+    for j in plan.jobs:
+        print(f"# ===== {j.script_path} ({j.nodes} node(s)) =====")
+        print(j.script)
+
+
+def print_local_start(recipe_name: str, argv: list[str]) -> None:
+    """The line before a ``--local`` run."""
+    _err(f"==> validate {recipe_name}: {shlex.join(argv)}")
+
+
+def print_submitted(job, backends: list[str]) -> None:
+    """One line per submitted job."""
+    _err(f"==> submitted job {job.job_id}: {job.nodes} node(s), {', '.join(backends)}; {job.script_path}")
+
+
+def print_no_wait(submitted: list, out, later: str, as_json: bool) -> None:
+    """After ``--no-wait``: the job ids, the directory and the command that reports later."""
+    if as_json:
+        print(json.dumps({"submitted": [{"job_id": j.job_id, "nodes": j.nodes} for j in submitted],
+                          "output_dir": str(out), "collect": later}, indent=1))
+    else:
+        print(f"submitted {' '.join(j.job_id for j in submitted)}; outputs in {out}\nreport when they end: {later}")
+
+
+def print_job_state(job, info) -> None:
+    """A job's new state while waiting."""
+    extra = f" (exit code {info.exit_code}, {info.elapsed})" if info.finished else ""
+    _err(f"    job {info.job_id} ({job.nodes} node(s)): {info.state}{extra}")
+
+
+def print_interrupted(ids: list[str]) -> None:
+    """Ctrl-C while waiting: the jobs are cancelled."""
+    _err(f"interrupted: cancelling jobs {' '.join(ids)}")
+
+
+def print_slurm_report(result: dict, job_records: list[dict], as_json: bool) -> None:
+    """The judged Slurm validation: the report (markdown or JSON), its files, the failures, the
+    tails of the jobs that did not complete, PASS or FAIL."""
+    if as_json:
+        print(json.dumps(result, indent=1))
+    else:
+        print(to_markdown(result))
+        print("report: " + ", ".join(result["files"].values()))
+    for line in result["failures"]:
+        _err(f"FAIL: {line}")
+    for job in job_records:
+        if job["output_tail"]:
+            _err(f"  last lines of job {job['job_id']} ({job['output']}):\n  | " + "\n  | ".join(job["output_tail"]))
+    _err("PASS" if result["ok"] else "FAIL")
+
+
+def startup_line(startup: dict) -> str:
+    """One line on the start-up times of a run's ranks (:func:`hpcstack.validate.judge.startup_summary`)."""
+    imports, first = startup["imports_s"], startup["first_step_s"]
+    return (f"start-up over {startup['ranks']} rank(s): imports done after {imports['median']:.2f} s "
+            f"(median), {imports['max']:.2f} s (max); first measured step after "
+            f"{first['median']:.2f} s (median), {first['max']:.2f} s (max)")
+
+
+def print_local_figures(records: list[dict], spec, startup: dict | None) -> None:
+    """A ``--local`` run's figures, collectives, accuracy, convergence and start-up, one line each
+    (printed, never compared with references)."""
+    from hpcstack.validate.judge import ClassifierOutcome, CollectivesOutcome
+
+    for figure in (spec.figures.values() if spec else []):
+        value = figure.value(records) if figure.record else None
+        if value is not None:
+            print(f"{figure.label or figure.name}: {fmt(value, figure.unit)}")
+    collectives = CollectivesOutcome.from_records(records)
+    if collectives.ran:
+        print(f"collectives: {collectives.checks} checks ({collectives.ops} ops x {collectives.dtypes} "
+              f"dtypes x {collectives.sizes} sizes) in {collectives.seconds or 0:.1f} s: "
+              + ("PASS" if collectives.ok else "FAIL: " + "; ".join(collectives.failures)))
+    classifier = ClassifierOutcome.from_records(records)
+    if classifier.ran:
+        print(f"digits: test accuracy {classifier.test_accuracy:.4f} (threshold {classifier.threshold}) "
+              f"after {classifier.epochs} epochs")
+    for r in records:  # a training program's convergence check, where it ran one
+        if r.get("record") == "convergence" and {"initial_loss", "final_loss"} <= set(r):
+            print(f"loss {r['initial_loss']:.4f} -> {r['final_loss']:.4f} (threshold {r.get('threshold')}); "
+                  f"parameters identical on all ranks: {r.get('params_identical')}")
+        elif r.get("record") == "classifier" and "params_identical" in r:
+            print(f"digits: parameters identical on all ranks: {r['params_identical']}")
+    if startup:
+        print(startup_line(startup))
+
+
+def print_local_verdict(ok: bool, reasons: list[str], returncode: int, output: str) -> None:
+    """PASS, or FAIL with the reasons and the output's last 15 lines."""
+    if not ok:
+        tail = "\n  | ".join(output.strip().splitlines()[-15:])
+        _err(f"FAIL: exit status {returncode}: {'; '.join(reasons)}\n  | {tail}")
+        return
+    print("PASS")

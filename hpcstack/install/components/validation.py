@@ -16,7 +16,8 @@ A recipe lists a :class:`Validation` component naming a YAML file next to it
       options: {ring_loops: --ring-loops}      # workload key -> option
       workload: {type: object, ...}    # JSON schema of a workload entry (default: scalars)
     nodes: [1, 2]                      # node counts of the Slurm jobs
-    backends: [mpi]                    # names of hpcstack.install.components.backends.BACKENDS
+    backends: [mpi]                    # default backends by name, or the recipe's own declared
+                                       # as mappings (hpcstack.install.components.backends)
     workloads:                         # the program's settings
       cpu: {ring_loops: 1000}
       gpu: {...}                       # optional: where the partition has GPUs
@@ -51,7 +52,7 @@ from pathlib import Path
 
 
 from hpcstack.errors import ConfigError
-from hpcstack.install.components.backends import BACKENDS
+from hpcstack.install.components.backends import BACKEND_SCHEMA, BACKENDS, Backend, get_backend, setup_problems
 from hpcstack.install.components.base import Component
 from hpcstack.install.actions import Run
 from hpcstack.install.plan import INSTALL
@@ -112,7 +113,8 @@ def schema(workload: dict | None = None) -> dict:
             "properties": {
         "program": _PROGRAM,
         "nodes": {"type": "array", "items": _POS_INT, "minItems": 1},
-        "backends": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+        "backends": {"type": "array", "minItems": 1, "items": {"oneOf": [
+            {"type": "string", "minLength": 1}, BACKEND_SCHEMA]}},
         "workloads": {"type": "object", "required": ["cpu"], "additionalProperties": False,
                       "properties": {"cpu": entry, "gpu": entry},
                       "patternProperties": {_SYSTEM_KEY: entry, _NAME_KEY: entry}},
@@ -253,7 +255,7 @@ class ValidationSpec:
 
     Attributes:
         nodes (list[int]): default node counts of the Slurm jobs.
-        backends (list[str]): default backends (``horovod``, ``ddp``).
+        backends (list[str]): default backends, by name (``horovod``, ``ddp``).
         workloads (dict[str, dict]): ``cpu``, ``gpu`` and per-system workloads.
         references (dict): per ``<site>:<partition>`` and node count (``"*"`` any), figure name ->
             ``[value, lower, upper, unit]`` (:func:`hpcstack.validate.judge.lookup_references`).
@@ -264,6 +266,8 @@ class ValidationSpec:
         cuda_transport (str | None): on a site whose toolchain has CUDA, what the ``config``
             record's ``transport`` of every run must contain (``nccl``: GPU tensors between
             ranks over NCCL, not Gloo); None: no such check.
+        declared_backends (dict[str, Backend]): the backends the file declares itself (by
+            name); the others are :data:`hpcstack.install.components.backends.DEFAULT_BACKENDS`.
     """
 
     nodes: list
@@ -274,11 +278,20 @@ class ValidationSpec:
     figures: dict = field(default_factory=dict)
     every_rank: str | None = None
     cuda_transport: str | None = None
+    declared_backends: dict = field(default_factory=dict)
+
+    def backend(self, name: str) -> Backend:
+        """The backend ``name``: the file's own declaration, else a default one.
+
+        Raises:
+            ValueError: neither knows it.
+        """
+        return get_backend(name, self.declared_backends)
 
     @property
     def local_backends(self) -> list[str]:
         """The backends ``hpcstack validate --local`` can run (:attr:`Backend.local`)."""
-        return [b for b in self.backends if BACKENDS.lookup(b).local]
+        return [b for b in self.backends if self.backend(b).local]
 
     def names(self) -> list[str]:
         """The named workloads (``--workload``): every key but the system ones, sorted."""
@@ -364,21 +377,34 @@ class Validation(Component):
                                 bool(f.get("per_rank")), f.get("scaling_of"), f.get("label", name),
                                 f.get("over_ranks"))
                    for name, f in data["figures"].items()}
+        declared = {b["name"]: Backend.from_data(b) for b in data.get("backends", []) if isinstance(b, dict)}
         return ValidationSpec(nodes=list(data.get("nodes", [1, 2])),
-                              backends=list(data.get("backends", ["mpi"])),
+                              backends=[b["name"] if isinstance(b, dict) else b for b in data.get("backends", ["mpi"])],
                               workloads=dict(data["workloads"]), references=dict(data.get("references", {})),
                               program=Program(list(p["command"]), p.get("interpreter"),
                                               dict(p.get("options", {})), list(p.get("files", []))),
                               figures=figures, every_rank=(data.get("sanity") or {}).get("every_rank"),
-                              cuda_transport=(data.get("sanity") or {}).get("cuda_transport"))
+                              cuda_transport=(data.get("sanity") or {}).get("cuda_transport"),
+                              declared_backends=declared)
 
 
 def _meaning_problems(data: dict, where: str) -> list[str]:
     """What the schema cannot say: backends registered, placeholders known, figures declared."""
     problems = []
-    for i, name in enumerate(data.get("backends", [])):
-        if name not in BACKENDS:
-            problems.append(f"{where}: backends.{i}: unknown backend {name!r} (known: {', '.join(sorted(BACKENDS))})")
+    entries = data.get("backends", [])
+    declared = [b["name"] for b in entries if isinstance(b, dict)]
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        name = entry["name"] if isinstance(entry, dict) else entry
+        if name in seen:
+            problems.append(f"{where}: backends.{i}: backend {name!r} named twice")
+        seen.add(name)
+        if isinstance(entry, dict):
+            problems += setup_problems(Backend.from_data(entry), f"{where}: backends.{i}")
+        elif name not in BACKENDS:
+            problems.append(f"{where}: backends.{i}: unknown backend {name!r} (known: "
+                            f"{', '.join(sorted({*BACKENDS, *declared}))}); or declare it here, "
+                            f"as a mapping: {{name: {name}, ...}}")
     for i, word in enumerate(data["program"]["command"]):
         try:
             word.format(**{k: "" for k in PLACEHOLDERS})

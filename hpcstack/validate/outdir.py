@@ -1,0 +1,88 @@
+"""The validation's directory on the shared file system: made (or taken) under the trust rule,
+handed to ``slurm.submit_as``; where the Slurm jobs run, write their outputs and read their
+scripts, and from which hpcstack reads the results back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import stat
+import tempfile
+from pathlib import Path
+
+from hpcstack import trust
+from hpcstack.errors import ConfigError, HpcstackError
+
+
+def chown_tree(path: Path, user: str) -> None:
+    """Give ``path`` and what is under it to ``user``; links themselves, never what they name."""
+    pw = pwd.getpwnam(user)
+    for p in [path, *path.rglob("*")]:
+        os.chown(p, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+
+
+def output_policy(policy: trust.Policy | None, submit_as: str | None) -> trust.Policy:
+    """Whom to trust with a validation's directory: the command's policy, and the account the
+    jobs are submitted as (``slurm.submit_as``), to whom hpcstack hands the directory itself."""
+    pol = policy or trust.Policy(uid=os.geteuid())
+    if submit_as:
+        try:
+            pol = dataclasses.replace(pol, admin_uids=pol.admin_uids | {pwd.getpwnam(submit_as).pw_uid})
+        except KeyError:
+            raise HpcstackError(f"user {submit_as} (slurm.submit_as) does not exist "
+                                "(localhost: scripts/localhost-slurm up creates it)") from None
+    return pol
+
+
+def validation_dir(label: str, output_dir: str | None, output_root: str, base: str, pol: trust.Policy) -> Path:
+    """Make (or take) a validation's directory, where the jobs run, write their outputs and read
+    the scripts, and from which root reads the results back.
+
+    Without ``slurm.submit_as`` the jobs run as the account running hpcstack (root on every real
+    site), in that directory: an account that could change it could swap a job script before
+    sbatch reads it, or plant links that the jobs' status files are written through. So it must
+    pass the trust rule (:func:`hpcstack.trust.check_dirs`: trusted owners only, no directory
+    above it that another user can write without the sticky bit) before it is made and again
+    after, and it is opened without following a link (a link planted at its name is refused,
+    never ``chmod``-ed through). With ``submit_as`` that account is trusted with it too.
+
+    Args:
+        label (str): where the directory comes from, for the error line (``--output-dir``).
+        output_dir (str | None): ``--output-dir``; None: a new ``<base>-XXXXXX`` under ``output_root``.
+        output_root (str): ``slurm.output_root``, else the working directory.
+        base (str): the new directory's name before its random suffix.
+        pol (hpcstack.trust.Policy): whom to trust (:func:`output_policy`).
+
+    Returns:
+        Path: the directory, absolute, mode 0755.
+
+    Raises:
+        ConfigError: the directory (or one above it) can be changed by an untrusted account, or
+            is a link (one line, exit status 2).
+        HpcstackError: it cannot be made.
+    """
+    planned = os.path.abspath(output_dir) if output_dir else os.path.join(os.path.abspath(output_root), base)
+    trust.check_dirs([(label, planned)], pol)         # before anything is made in it
+    try:
+        if output_dir:
+            os.makedirs(planned, exist_ok=True)
+            out = planned
+        else:
+            os.makedirs(output_root, exist_ok=True)
+            out = tempfile.mkdtemp(prefix=base + "-", dir=os.path.abspath(output_root))
+        trust.check_dirs([(label, out)], pol)         # and again: one another user made meanwhile
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError([f"{label} {planned}: cannot use it as the validation's directory: "
+                           f"{exc.strerror} (give --output-dir a directory of your own)"]) from None
+    try:
+        st = os.fstat(fd)
+        if not (stat.S_ISDIR(st.st_mode) and pol.trusted_uid(st.st_uid)):
+            raise ConfigError([f"{label} {out}: changed while hpcstack made it; choose another directory"])
+        os.fchmod(fd, 0o755)
+    finally:
+        os.close(fd)
+    return Path(out)
+
