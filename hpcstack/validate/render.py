@@ -320,10 +320,12 @@ def print_local_dry_run(run) -> None:
 
 
 def print_jobs_dry_run(plan, as_json: bool) -> None:
-    """The Slurm dry run: each job's script (as JSON: ``{"jobs": [{nodes, path, script}]}``)."""
+    """The Slurm dry run: each job's script (as JSON: ``{"jobs": [{nodes, path, script}], "plan":
+    ...}``, the plan's :meth:`~hpcstack.validate.plan.ValidationPlan.to_dict` less its jobs)."""
     if as_json:
         print(json.dumps({"jobs": [{"nodes": j.nodes, "path": str(j.script_path), "script": j.script}
-                                   for j in plan.jobs]}, indent=1))
+                                   for j in plan.jobs],
+                          "plan": {k: v for k, v in plan.to_dict().items() if k != "jobs"}}, indent=1))
         return
     for j in plan.jobs:
         print(f"# ===== {j.script_path} ({j.nodes} node(s)) =====")
