@@ -362,141 +362,189 @@ def uninstall(layout: StackLayout, dry_run: bool = False) -> Removal:
     """
     stack = f"{layout.name}/{layout.version}"
     out = Removal()
-    pid = os.getpid()
     with _Walk(stack) as walk:
-        root = walk.open_root(layout.install_root)
-        top = walk.open_below(root, layout.name, layout.top) if root is not None else None
-        builds: list[_Build] = []
-        unrecorded: list[str] = []
-
-        def look(fd: int, entry: str, path: str, build_id: str, trash: str) -> None:
-            shown = os.path.join(os.path.dirname(path), entry)
-            build = _read_build(walk, layout, fd, entry, path, build_id, shown)
-            if build is None:
-                unrecorded.append(shown)
-            else:
-                build.trash = trash
-                builds.append(build)
-
-        # the builds beside the prefix (and the leftovers of an uninstall cut short)
-        for entry in sorted(os.listdir(top)) if top is not None else []:
-            found = _entry_id(layout, entry)
-            if found:
-                build_id, is_trash = found
-                look(top, entry, os.path.join(layout.top, f".{layout.version}-{build_id}"), build_id,
-                     entry if is_trash else f".{layout.version}.trash-{build_id}-{pid}")
-        # builds of the earlier layout: <top>/.builds/<version>/<id>
-        dot_builds = legacy = None
-        if top is not None:
-            dot_builds = walk.open_below(top, ".builds", os.path.join(layout.top, ".builds"))
-            if dot_builds is not None:
-                legacy = walk.open_below(dot_builds, layout.version, layout.legacy_builds_dir)
-        for entry in sorted(os.listdir(legacy)) if legacy is not None else []:
-            m = re.fullmatch(r"\.trash-(.+)-[0-9]+", entry)
-            build_id = m.group(1) if m else entry
-            if (m or not entry.startswith(".")) and "/" not in build_id:
-                look(legacy, entry, os.path.join(layout.legacy_builds_dir, build_id), build_id,
-                     entry if m else f".trash-{entry}-{pid}")
-        # the state file: a record of the stack too (root's, or refused)
-        state_fd = state = None
-        if root is not None:
-            hfd = walk.open_below(root, STATE_DIR, os.path.join(layout.install_root, STATE_DIR))
-            state_fd = walk.open_below(hfd, "state", os.path.dirname(layout.state_file)) if hfd is not None else None
-        state_name = os.path.basename(layout.state_file)
-        if state_fd is not None:
-            state = walk.file_at(state_fd, state_name, layout.state_file)
-            if state is not None and not stat.S_ISREG(state.st_mode):
-                walk.refuse(f"the state file {layout.state_file} is not a regular file")
-        # the prefix: a link to a recorded build, or (before staging) a recorded build itself
-        prefix_kind = None
-        st = walk.file_at(top, layout.version, layout.prefix) if top is not None else None
-        if st is not None and stat.S_ISLNK(st.st_mode):
-            target = os.readlink(layout.version, dir_fd=top)
-            resolved = os.path.normpath(os.path.join(layout.top, target))
-            recorded = {b.path for b in builds if b.trash != b.entry}
-            dangling = resolved not in recorded and not os.path.lexists(resolved)
-            if resolved not in recorded and not (dangling and state is not None):
-                walk.refuse(f"{layout.prefix} -> {target}: no record of hpcstack's says it published that "
-                            "(only a link to a recorded build of the stack is removed)")
-            prefix_kind = "link"
-        elif st is not None:
-            if not stat.S_ISDIR(st.st_mode):
-                walk.refuse(f"{layout.prefix} is not a directory or a link hpcstack made")
-            build = _read_build(walk, layout, top, layout.version, layout.prefix, "", layout.prefix)
-            if build is None:
-                walk.refuse(f"{layout.prefix} holds no record of hpcstack's ({STATE_DIR}/{RECORD} naming it); "
-                            "hpcstack removes only what its records say it published")
-            build.trash = f".{layout.version}.trash-{PRE_STAGING}-{pid}"
-            builds.insert(0, build)
-            prefix_kind = "directory"
-        if unrecorded and not builds and state is None and prefix_kind is None:
-            walk.refuse(f"{unrecorded[0]} holds no record of hpcstack's ({STATE_DIR}/{RECORD} naming it); "
+        f = _Found(walk, layout, os.getpid())
+        f.root = walk.open_root(layout.install_root)
+        f.top = walk.open_below(f.root, layout.name, layout.top) if f.root is not None else None
+        _find_builds(f)
+        _find_state(f)
+        _find_prefix(f)
+        if f.unrecorded and not f.builds and f.state is None and f.prefix_kind is None:
+            walk.refuse(f"{f.unrecorded[0]} holds no record of hpcstack's ({STATE_DIR}/{RECORD} naming it); "
                         "hpcstack removes only what its records say it published")
-        # the modulefile, only where a record names it
-        mf_fd = mf_root = None
-        mf_name = os.path.basename(layout.modulefile or "")
-        if layout.modulefile:
-            want = os.path.normpath(layout.modulefile)
-            out.recorded_modulefile = any(isinstance(b.record.get("modulefile"), str)
-                                          and os.path.normpath(b.record["modulefile"]) == want for b in builds)
-            if out.recorded_modulefile:
-                rfd = mf_root = walk.open_root(os.path.dirname(os.path.dirname(want)))
-                mf_fd = walk.open_below(rfd, layout.name, os.path.dirname(want)) if rfd is not None else None
-                mst = walk.file_at(mf_fd, mf_name, want) if mf_fd is not None else None
-                if mst is not None:
-                    if not stat.S_ISREG(mst.st_mode):
-                        walk.refuse(f"the modulefile {want} is not a regular file (hpcstack writes one)")
-                    out.modulefile = layout.modulefile
-                    mf_root = rfd
-        # the stage dir, only where a record names its stage root
-        stage_fd = None
-        if layout.stage_dir:
-            stage_root = os.path.dirname(os.path.normpath(layout.stage_dir))
-            if any(isinstance(b.site.get("stage_root"), str) and os.path.normpath(b.site["stage_root"]) == stage_root
-                   for b in builds):
-                sfd = walk.open_root(stage_root)
-                if sfd is not None and walk.open_below(sfd, os.path.basename(layout.stage_dir),
-                                                       layout.stage_dir) is not None:
-                    stage_fd = sfd
-
+        _find_modulefile(f, out)
+        _find_stage(f)
         # what goes, in order: modulefile (users stop seeing it), prefix, builds, stage dir
         if out.modulefile:
             out.removed.append(layout.modulefile)
-        if prefix_kind:
+        if f.prefix_kind:
             out.removed.append(layout.prefix)
-        out.removed += [b.path for b in builds if b.trash != b.entry and b.path != layout.prefix]
-        if stage_fd is not None:
+        out.removed += [b.path for b in f.builds if b.trash != b.entry and b.path != layout.prefix]
+        if f.stage_fd is not None:
             out.removed.append(layout.stage_dir)
-        out.kept = [f"{p} (no record of hpcstack's names it)" for p in unrecorded]
-        out.state_file = layout.state_file if state is not None else None
+        out.kept = [f"{p} (no record of hpcstack's names it)" for p in f.unrecorded]
+        out.state_file = layout.state_file if f.state is not None else None
         if dry_run:
             return out
         try:
-            if out.modulefile:
-                os.unlink(mf_name, dir_fd=mf_fd)
-                os.fsync(mf_fd)
-            if prefix_kind == "link":
-                os.unlink(layout.version, dir_fd=top)
-                os.fsync(top)
-            for build in builds:
-                if build.trash != build.entry:
-                    image.release(build.path)  # a squashfs build's image: unmounted, deleted
-                _remove_build(build)
-            if stage_fd is not None:
-                _remove_entry(stage_fd, os.path.basename(layout.stage_dir), layout.stage_dir)
-            if state is not None and not unrecorded:
-                os.unlink(state_name, dir_fd=state_fd)
-            if legacy is not None:
-                _rmdir_quiet(dot_builds, layout.version)
-                _rmdir_quiet(top, ".builds")
-            if top is not None:
-                _rmdir_quiet(root, layout.name)  # only when empty: other versions stay
-            if mf_fd is not None:
-                _rmdir_quiet(mf_root, layout.name)
+            _remove_found(f, out)
         except OSError as exc:
             raise HpcstackError(f"cannot remove {stack}: {describe_os_error(exc)}; "
                                 "re-run the uninstall to finish") from None
     return out
+
+
+@dataclass
+class _Found:
+    """What :func:`uninstall` found of a stack: open directory fds and the records' builds."""
+
+    walk: "_Walk"
+    layout: StackLayout
+    pid: int
+    root: int | None = None
+    top: int | None = None
+    builds: list = field(default_factory=list)
+    unrecorded: list = field(default_factory=list)
+    dot_builds: int | None = None
+    legacy: int | None = None
+    state_fd: int | None = None
+    state: os.stat_result | None = None
+    state_name: str = ""
+    prefix_kind: str | None = None
+    mf_fd: int | None = None
+    mf_root: int | None = None
+    mf_name: str = ""
+    stage_fd: int | None = None
+
+
+def _find_builds(f: _Found) -> None:
+    """The builds beside the prefix (and the leftovers of an uninstall cut short), and those of
+    the earlier layout, ``<top>/.builds/<version>/<id>``."""
+    walk, layout, top = f.walk, f.layout, f.top
+
+    def look(fd: int, entry: str, path: str, build_id: str, trash: str) -> None:
+        shown = os.path.join(os.path.dirname(path), entry)
+        build = _read_build(walk, layout, fd, entry, path, build_id, shown)
+        if build is None:
+            f.unrecorded.append(shown)
+        else:
+            build.trash = trash
+            f.builds.append(build)
+
+    for entry in sorted(os.listdir(top)) if top is not None else []:
+        found = _entry_id(layout, entry)
+        if found:
+            build_id, is_trash = found
+            look(top, entry, os.path.join(layout.top, f".{layout.version}-{build_id}"), build_id,
+                 entry if is_trash else f".{layout.version}.trash-{build_id}-{f.pid}")
+    if top is not None:
+        f.dot_builds = walk.open_below(top, ".builds", os.path.join(layout.top, ".builds"))
+        if f.dot_builds is not None:
+            f.legacy = walk.open_below(f.dot_builds, layout.version, layout.legacy_builds_dir)
+    for entry in sorted(os.listdir(f.legacy)) if f.legacy is not None else []:
+        m = re.fullmatch(r"\.trash-(.+)-[0-9]+", entry)
+        build_id = m.group(1) if m else entry
+        if (m or not entry.startswith(".")) and "/" not in build_id:
+            look(f.legacy, entry, os.path.join(layout.legacy_builds_dir, build_id), build_id,
+                 entry if m else f".trash-{entry}-{f.pid}")
+
+
+def _find_state(f: _Found) -> None:
+    """The state file: a record of the stack too (root's, or refused)."""
+    walk, layout = f.walk, f.layout
+    if f.root is not None:
+        hfd = walk.open_below(f.root, STATE_DIR, os.path.join(layout.install_root, STATE_DIR))
+        f.state_fd = walk.open_below(hfd, "state", os.path.dirname(layout.state_file)) if hfd is not None else None
+    f.state_name = os.path.basename(layout.state_file)
+    if f.state_fd is not None:
+        f.state = walk.file_at(f.state_fd, f.state_name, layout.state_file)
+        if f.state is not None and not stat.S_ISREG(f.state.st_mode):
+            walk.refuse(f"the state file {layout.state_file} is not a regular file")
+
+
+def _find_prefix(f: _Found) -> None:
+    """The prefix: a link to a recorded build, or (before staging) a recorded build itself."""
+    walk, layout, top = f.walk, f.layout, f.top
+    st = walk.file_at(top, layout.version, layout.prefix) if top is not None else None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        target = os.readlink(layout.version, dir_fd=top)
+        resolved = os.path.normpath(os.path.join(layout.top, target))
+        recorded = {b.path for b in f.builds if b.trash != b.entry}
+        dangling = resolved not in recorded and not os.path.lexists(resolved)
+        if resolved not in recorded and not (dangling and f.state is not None):
+            walk.refuse(f"{layout.prefix} -> {target}: no record of hpcstack's says it published that "
+                        "(only a link to a recorded build of the stack is removed)")
+        f.prefix_kind = "link"
+    elif st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            walk.refuse(f"{layout.prefix} is not a directory or a link hpcstack made")
+        build = _read_build(walk, layout, top, layout.version, layout.prefix, "", layout.prefix)
+        if build is None:
+            walk.refuse(f"{layout.prefix} holds no record of hpcstack's ({STATE_DIR}/{RECORD} naming it); "
+                        "hpcstack removes only what its records say it published")
+        build.trash = f".{layout.version}.trash-{PRE_STAGING}-{f.pid}"
+        f.builds.insert(0, build)
+        f.prefix_kind = "directory"
+
+
+def _find_modulefile(f: _Found, out: Removal) -> None:
+    """The modulefile, only where a record names it."""
+    walk, layout = f.walk, f.layout
+    f.mf_name = os.path.basename(layout.modulefile or "")
+    if not layout.modulefile:
+        return
+    want = os.path.normpath(layout.modulefile)
+    out.recorded_modulefile = any(isinstance(b.record.get("modulefile"), str)
+                                  and os.path.normpath(b.record["modulefile"]) == want for b in f.builds)
+    if out.recorded_modulefile:
+        rfd = f.mf_root = walk.open_root(os.path.dirname(os.path.dirname(want)))
+        f.mf_fd = walk.open_below(rfd, layout.name, os.path.dirname(want)) if rfd is not None else None
+        mst = walk.file_at(f.mf_fd, f.mf_name, want) if f.mf_fd is not None else None
+        if mst is not None:
+            if not stat.S_ISREG(mst.st_mode):
+                walk.refuse(f"the modulefile {want} is not a regular file (hpcstack writes one)")
+            out.modulefile = layout.modulefile
+            f.mf_root = rfd
+
+
+def _find_stage(f: _Found) -> None:
+    """The stage dir, only where a record names its stage root."""
+    walk, layout = f.walk, f.layout
+    if not layout.stage_dir:
+        return
+    stage_root = os.path.dirname(os.path.normpath(layout.stage_dir))
+    if any(isinstance(b.site.get("stage_root"), str) and os.path.normpath(b.site["stage_root"]) == stage_root
+           for b in f.builds):
+        sfd = walk.open_root(stage_root)
+        if sfd is not None and walk.open_below(sfd, os.path.basename(layout.stage_dir),
+                                               layout.stage_dir) is not None:
+            f.stage_fd = sfd
+
+
+def _remove_found(f: _Found, out: Removal) -> None:
+    """Remove what :func:`uninstall` found, in its order (raises OSError)."""
+    layout = f.layout
+    if out.modulefile:
+        os.unlink(f.mf_name, dir_fd=f.mf_fd)
+        os.fsync(f.mf_fd)
+    if f.prefix_kind == "link":
+        os.unlink(layout.version, dir_fd=f.top)
+        os.fsync(f.top)
+    for build in f.builds:
+        if build.trash != build.entry:
+            image.release(build.path)  # a squashfs build's image: unmounted, deleted
+        _remove_build(build)
+    if f.stage_fd is not None:
+        _remove_entry(f.stage_fd, os.path.basename(layout.stage_dir), layout.stage_dir)
+    if f.state is not None and not f.unrecorded:
+        os.unlink(f.state_name, dir_fd=f.state_fd)
+    if f.legacy is not None:
+        _rmdir_quiet(f.dot_builds, layout.version)
+        _rmdir_quiet(f.top, ".builds")
+    if f.top is not None:
+        _rmdir_quiet(f.root, layout.name)  # only when empty: other versions stay
+    if f.mf_fd is not None:
+        _rmdir_quiet(f.mf_root, layout.name)
 
 
 def _rmdir_quiet(fd: int | None, name: str) -> None:
