@@ -148,10 +148,8 @@ class EasyConfig:
             HpcstackError: a package index cannot be read, or a pin has no installable file.
         """
         from hpcstack.export.pins import site_files
-        from hpcstack.install.components import Imports, Modulefile, PipWheels
+        from hpcstack.install.components import Imports, PipWheels
         from hpcstack.install.components.base import PlanContext
-        from hpcstack.install.components.horovod import HorovodBuild
-        from hpcstack.install.components.source import SourceBuild
         from hpcstack.install.layout import StackLayout
         from hpcstack.install.resolve import build_environment, detect_python_version
         from hpcstack.templates import render
@@ -168,49 +166,9 @@ class EasyConfig:
         lock_path = wheels.lock_path(recipe.directory, lock)
         files = site_files(lock_path, python_version)
 
-        extensions = []
-        for f in files:
-            base, _, download = f.url.rpartition("/")
-            url_dir = base + "/"
-            short = url_dir.startswith(_PYPI_FILES)
-            extensions.append({
-                "name": f.pin.name, "version": f.pin.version,
-                "source_url": _template_safe(url_dir[len(_PYPI_FILES):] if short else url_dir),
-                "pypi_files": short, "filename": _template_safe(f.filename), "sha256": f.sha256,
-                # the name in the URL where it differs (torch-2.3.1%2Bcu121-…: '+' quoted)
-                "download_filename": _template_safe(download) if download != f.filename else None,
-                "wheel": f.is_wheel})
-
-        builds = []
+        extensions = _extensions(files)
+        builds, flags = _builds(recipe, site, ctx)
         stubs = site.toolchain.cuda_stubs
-        stub_setup = ""
-        if stubs:
-            # as hpcstack's build: libcuda.so.1 -> the site's stub, for a login node without driver
-            stub_setup = (f"mkdir -p %(builddir)s/cuda-stubs && ln -sfn {eb_shell(stubs + '/libcuda.so')} "
-                          f"%(builddir)s/cuda-stubs/libcuda.so.1 && "
-                          f"export LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{eb_shell(stubs)}:$LD_LIBRARY_PATH && ")
-        flags: list[str] = []
-        for build in recipe.components_of(SourceBuild):
-            env = build.build_env(ctx)
-            # each value one shell word (a CFLAGS of "-O2 -g" stays one; "$(...)" runs nothing)
-            if not site.jobs:                     # the build host's cores, as hpcstack's default
-                env["MAKEFLAGS"] = "-j$(nproc)"
-            # a secret from a file is read when EasyBuild runs the build, as hpcstack's dry-run does
-            files = {"${" + var + "}": path for var, path in secret_files(getattr(site, "secrets", {}) or {}).items()}
-            settings = " ".join(
-                f"{k}={v if (k, v) == ('MAKEFLAGS', '-j$(nproc)') else eb_shell(v)}" if v not in files
-                else f'{k}="$(head -n1 {eb_shell(files[v])})"' for k, v in env.items())
-            base, _, filename = build.url.rpartition("/")
-            short = base.startswith(_PYPI_FILES)
-            builds.append({
-                "name": build.package, "version": build.version, "pypi_files": short,
-                "source_url": base[len(_PYPI_FILES):] + "/" if short else base + "/",
-                "filename": filename, "sha256": build.sha256,
-                "patches": [{"file": p.file, "sha256": p.sha256} for p in build.patches],
-                "preinstallopts": f"{stub_setup}{settings} "})
-            if isinstance(build, HorovodBuild):
-                flags += [f for f in build.required_flags(ctx) if f not in flags]
-
         stub_env = (f"LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{eb_shell(stubs)}:$LD_LIBRARY_PATH " if stubs else "")
         imports = [m for c in recipe.components_of(Imports) for m in c.modules]
         commands = []
@@ -218,24 +176,7 @@ class EasyConfig:
             commands.append(f"{stub_env}python -c '" + "; ".join(f"import {m}" for m in imports) + "'")
         commands += [f"{stub_env}horovodrun --check-build | grep -F '[X] {flag}'" for flag in flags]
 
-        module = Modulefile().context(ctx.published())
-        paths: dict[str, list[str]] = {}
-        extra_vars = {module.root_variable: "%(installdir)s"}
-        for var, entries in (("PATH", [*reversed(module.path_prepend)]), ("PYTHONPATH", module.pythonpath_prepend)):
-            for entry in entries:
-                rel = _relative(entry, module.prefix, python_version)
-                if rel and rel not in paths.setdefault(var, []):
-                    paths[var].append(rel)
-        left_out = []
-        for change in module.environment:
-            value = getattr(change, "value", None)
-            rel = _relative(value, module.prefix, python_version) if value else None
-            if change.kind in ("prepend-path", "append-path") and rel:
-                paths.setdefault(change.name, []).append(rel)
-            elif change.kind == "setenv":
-                extra_vars[change.name] = _template_safe(value).replace(module.prefix, "%(installdir)s")
-            else:
-                left_out.append(f"{change.kind} {change.name}")
+        paths, extra_vars, left_out = _module_env(ctx, python_version)
 
         version, dash, suffix = recipe.version.partition("-")
         base_modules = site.modules.stack_modules()     # the hierarchy, the base, the runtime modules
@@ -254,3 +195,84 @@ class EasyConfig:
                          + [f"{b['name']}=={b['version']}" for b in builds])
             if "PIP_CONSTRAINT" in extra_vars else [],
             python_version=python_version, pypi_files=_PYPI_FILES)
+
+
+def _extensions(files) -> list[dict]:
+    """The easyconfig's ``exts_list`` entries of the lock's pinned files."""
+    extensions = []
+    for f in files:
+        base, _, download = f.url.rpartition("/")
+        url_dir = base + "/"
+        short = url_dir.startswith(_PYPI_FILES)
+        extensions.append({
+            "name": f.pin.name, "version": f.pin.version,
+            "source_url": _template_safe(url_dir[len(_PYPI_FILES):] if short else url_dir),
+            "pypi_files": short, "filename": _template_safe(f.filename), "sha256": f.sha256,
+            # the name in the URL where it differs (torch-2.3.1%2Bcu121-…: '+' quoted)
+            "download_filename": _template_safe(download) if download != f.filename else None,
+            "wheel": f.is_wheel})
+    return extensions
+
+
+def _builds(recipe, site, ctx) -> tuple[list[dict], list[str]]:
+    """The recipe's source builds as extensions (their build environment as ``preinstallopts``),
+    and the Horovod flags the sanity check requires."""
+    from hpcstack.install.components.horovod import HorovodBuild
+    from hpcstack.install.components.source import SourceBuild
+
+    builds = []
+    stubs = site.toolchain.cuda_stubs
+    stub_setup = ""
+    if stubs:
+        # as hpcstack's build: libcuda.so.1 -> the site's stub, for a login node without driver
+        stub_setup = (f"mkdir -p %(builddir)s/cuda-stubs && ln -sfn {eb_shell(stubs + '/libcuda.so')} "
+                      f"%(builddir)s/cuda-stubs/libcuda.so.1 && "
+                      f"export LD_LIBRARY_PATH=%(builddir)s/cuda-stubs:{eb_shell(stubs)}:$LD_LIBRARY_PATH && ")
+    flags: list[str] = []
+    for build in recipe.components_of(SourceBuild):
+        env = build.build_env(ctx)
+        # each value one shell word (a CFLAGS of "-O2 -g" stays one; "$(...)" runs nothing)
+        if not site.jobs:                     # the build host's cores, as hpcstack's default
+            env["MAKEFLAGS"] = "-j$(nproc)"
+        # a secret from a file is read when EasyBuild runs the build, as hpcstack's dry-run does
+        files = {"${" + var + "}": path for var, path in secret_files(getattr(site, "secrets", {}) or {}).items()}
+        settings = " ".join(
+            f"{k}={v if (k, v) == ('MAKEFLAGS', '-j$(nproc)') else eb_shell(v)}" if v not in files
+            else f'{k}="$(head -n1 {eb_shell(files[v])})"' for k, v in env.items())
+        base, _, filename = build.url.rpartition("/")
+        short = base.startswith(_PYPI_FILES)
+        builds.append({
+            "name": build.package, "version": build.version, "pypi_files": short,
+            "source_url": base[len(_PYPI_FILES):] + "/" if short else base + "/",
+            "filename": filename, "sha256": build.sha256,
+            "patches": [{"file": p.file, "sha256": p.sha256} for p in build.patches],
+            "preinstallopts": f"{stub_setup}{settings} "})
+        if isinstance(build, HorovodBuild):
+            flags += [f for f in build.required_flags(ctx) if f not in flags]
+    return builds, flags
+
+
+def _module_env(ctx, python_version: str) -> tuple[dict, dict, list[str]]:
+    """The modulefile's paths and variables as ``modextrapaths`` and ``modextravars``, and the
+    changes an easyconfig cannot say."""
+    from hpcstack.install.components import Modulefile
+
+    module = Modulefile().context(ctx.published())
+    paths: dict[str, list[str]] = {}
+    extra_vars = {module.root_variable: "%(installdir)s"}
+    for var, entries in (("PATH", [*reversed(module.path_prepend)]), ("PYTHONPATH", module.pythonpath_prepend)):
+        for entry in entries:
+            rel = _relative(entry, module.prefix, python_version)
+            if rel and rel not in paths.setdefault(var, []):
+                paths[var].append(rel)
+    left_out = []
+    for change in module.environment:
+        value = getattr(change, "value", None)
+        rel = _relative(value, module.prefix, python_version) if value else None
+        if change.kind in ("prepend-path", "append-path") and rel:
+            paths.setdefault(change.name, []).append(rel)
+        elif change.kind == "setenv":
+            extra_vars[change.name] = _template_safe(value).replace(module.prefix, "%(installdir)s")
+        else:
+            left_out.append(f"{change.kind} {change.name}")
+    return paths, extra_vars, left_out
