@@ -304,6 +304,11 @@ def _err(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+def print_json(document) -> None:
+    """A JSON document on stdout (indent 1, as every ``--json`` output)."""
+    print(json.dumps(document, indent=1))
+
+
 def print_note(note: str) -> None:
     """A note on stderr (``note: …``)."""
     _err(f"note: {note}")

@@ -108,8 +108,6 @@ def report_local(records: list[dict], returncode: int, output: str, as_json: boo
         backend (str): the backend it ran.
         ranks (int | None): ranks it ran on (None: not checked).
     """
-    import json
-
     from hpcstack.validate.judge import RunOutcome, sanity_reasons, startup_summary
 
     spec = settings.spec if settings else None
@@ -122,8 +120,8 @@ def report_local(records: list[dict], returncode: int, output: str, as_json: boo
     ok = not reasons
     startup = startup_summary(records)
     if as_json:
-        print(json.dumps({"ok": ok, "returncode": returncode, "reasons": reasons, "startup": startup,
-                          "records": records}, indent=1))
+        render.print_json({"ok": ok, "returncode": returncode, "reasons": reasons, "startup": startup,
+                           "records": records})
     else:
         render.print_local_figures(records, spec, startup)
     render.print_local_verdict(ok, reasons, returncode, output)
