@@ -44,12 +44,32 @@ class UvCompileError(HpcstackError):
             self.details.append(f"the lock is resolved for Python >= {min_python} (PipWheels' min_python, "
                                 f"default 3.10) and a package needs a newer one: give PipWheels the "
                                 f"lowest Python the packages support, e.g. PipWheels({stem!r}, "
-                                f"min_python=\"3.11\")")
+                                f"min_python=\"{needed_python(self.details, min_python)}\"), if the "
+                                f"sites' Python is that new; else pin an older release of the package")
         super().__init__(f"uv pip compile failed for {lock}: " + " ".join(self.details))
         self.lock = lock
 
     def lines(self) -> list[str]:
         return [f"uv pip compile failed for {self.lock}:"] + self.details
+
+
+def needed_python(lines: list[str], min_python: str) -> str:
+    """The Python that uv's ``requires-python`` hint proposes (``… (like >=3.12)``), else the
+    next minor version after ``min_python``.
+
+    Args:
+        lines (list[str]): uv's error lines, as :class:`UvCompileError` keeps them.
+        min_python (str): the recipe's ``PipWheels(min_python=…)``, ``"3.X"``.
+
+    Returns:
+        str: ``"3.Y"``, the value to suggest for ``min_python``.
+    """
+    for line in lines:
+        found = re.search(r"\(like >=\s*(\d+\.\d+)", line)
+        if found:
+            return found.group(1)
+    major, _, minor = min_python.partition(".")
+    return f"{major}.{int(minor.split('.')[0]) + 1}" if minor[:1].isdigit() else "3.11"
 
 
 def find_uv() -> str:
