@@ -420,9 +420,18 @@ def print_local_figures(records: list[dict], spec, startup: dict | None) -> None
 
 
 def print_local_verdict(ok: bool, reasons: list[str], returncode: int, output: str) -> None:
-    """PASS, or FAIL with the reasons and the output's last 15 lines."""
+    """PASS, or FAIL with the exit status, the reasons and the output's last 15 lines.
+
+    Args:
+        ok (bool): the judge's verdict.
+        reasons (list[str]): the judge's reasons; its ``exit status N`` is left out, the line
+            begins with it.
+        returncode (int): the launcher's exit status.
+        output (str): the run's standard output and error.
+    """
     if not ok:
         tail = "\n  | ".join(output.strip().splitlines()[-15:])
-        _err(f"FAIL: exit status {returncode}: {'; '.join(reasons)}\n  | {tail}")
+        rest = [r for r in reasons if r != f"exit status {returncode}"]
+        _err(f"FAIL: exit status {returncode}" + (f": {'; '.join(rest)}" if rest else "") + f"\n  | {tail}")
         return
     print("PASS")
