@@ -294,10 +294,13 @@ class PlainComm(Comm):
         try:
             launch = resolve_launch_env(environ)
         except UsageError:
-            launch = None  # no launcher: one process, as it should be
-        if launch is not None and launch.world_size > 1:
+            launch = None  # no launcher (one process, as it should be), or no rendezvous
+        sizes = [launch.world_size] if launch is not None else []
+        sizes += [int(environ[name]) for name in ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE")
+                  if environ.get(name, "").isdigit()]
+        if max(sizes, default=1) > 1:
             raise UsageError(f"--backend plain runs one process; the launcher started "
-                             f"{launch.world_size} ranks (use --backend ddp or horovod)")
+                             f"{max(sizes)} ranks (use --backend ddp or horovod)")
         self.launcher = launch.launcher if launch is not None else "none"
         self.device = pick_device(device_request, 0, 1, environ)
         if self.device.type == "cuda":
