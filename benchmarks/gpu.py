@@ -15,7 +15,8 @@ own PyTorch module) and which may have no network, this script:
    the recipe's sha256, with ``pip wheel --no-build-isolation`` against the machine's torch;
 3. reads ``horovodrun --check-build`` with :mod:`hpcstack.install.components.checkbuild` and requires the
    recipe's flags for the site (``[X] NCCL`` included);
-4. trains with ``hpcstack-train-benchmark`` on the GPU for each backend (Horovod, DDP) and each
+4. trains with ``hpcstack-train-benchmark`` on the GPU for each backend (the plain loop with no
+   wrapper, Horovod, DDP) and each
    workload of the recipe's validation (``gpu``: ResNet-50 fp32 batch 32; ``gpu-amp``: AMP batch
    128 channels-last; and AMP at batch 32, the setting the ``gpu-amp`` workload replaced),
    launched by hpcstack's own launchers (``horovodrun``, ``torchrun``), the collectives check
@@ -54,9 +55,10 @@ from pathlib import Path
 CHECKOUT = Path(__file__).resolve().parents[1]
 RECIPE = "pytorch/2.3.1-gpu"
 TRAINER = CHECKOUT / "trainer" / "hpcstack-train-benchmark"
-#: (backend, workload) pairs; "gpu-amp32" is the gpu workload with --precision amp.
-DEFAULT_RUNS = ("horovod:gpu", "ddp:gpu", "horovod:gpu-amp", "ddp:gpu-amp", "horovod:gpu-amp32",
-                "ddp:gpu-amp32")
+#: (backend, workload) pairs; "gpu-amp32" is the gpu workload with --precision amp; "plain" is the
+#: trainer's loop with no wrapper (one process, no launcher), the reference of DDP and Horovod.
+DEFAULT_RUNS = ("plain:gpu", "horovod:gpu", "ddp:gpu", "plain:gpu-amp", "horovod:gpu-amp", "ddp:gpu-amp",
+                "plain:gpu-amp32", "horovod:gpu-amp32", "ddp:gpu-amp32")
 ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
@@ -273,6 +275,8 @@ def train(backend: str, workload: str, site, out: Path, env: dict, threads: int)
     program = [sys.executable, str(TRAINER), *argv[1:]]
     launcher = get_launcher("horovodrun" if backend == "horovod" else "torchrun")()
     command = launcher.argv(program, Allocation(1, 1, threads, hosts=("localhost",)))
+    if backend == "plain":  # one process, no launcher
+        command = program
     if command[0] == "torchrun" and not shutil.which("torchrun"):
         command = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
     started = time.perf_counter()
@@ -295,7 +299,7 @@ def train(backend: str, workload: str, site, out: Path, env: dict, threads: int)
         "collectives_failed": collectives.get("failed_checks"),
         "collectives_failures": collectives.get("failures"),
         "loss": [convergence.get("initial_loss"), convergence.get("final_loss")],
-        "reasons": sanity_reasons(outcome, required_transport="nccl"),
+        "reasons": sanity_reasons(outcome, required_transport=None if backend == "plain" else "nccl"),
         "exit_status": proc.returncode,
         "tail": (proc.stdout + proc.stderr).splitlines()[-6:],
     }

@@ -551,14 +551,71 @@ def test_digits_refuses_another_image_size(python):
 
 @pytest.mark.e2e
 def test_channels_last_with_amp_trains_on_two_ranks(mpirun, python, backend):
-    """--channels-last (the gpu-amp workload's): with Horovod only the batches go
-    channels-last (it refuses non-contiguous parameters and gradients), with DDP the model too;
-    both must train, converge and keep the ranks' parameters identical (bfloat16 AMP on CPUs)."""
+    """--channels-last (the gpu-amp workload's): model and batches channels-last with every
+    backend (Horovod reduces contiguous copies of the channels-last gradients); both must train,
+    converge and keep the ranks' parameters identical (bfloat16 AMP on CPUs)."""
     done = run_two_ranks(mpirun, python, backend, "--channels-last", "--precision", "amp",
                          "--no-collectives-check")
     assert done.returncode == 0, done.stderr[-3000:]
-    convergence = by_kind(parse_records(done.stdout), "convergence")[0]
+    records = parse_records(done.stdout)
+    convergence = by_kind(records, "convergence")[0]
     assert convergence["below_threshold"] and convergence["params_identical"]
+    setup = by_kind(records, "throughput_total")[0]["setup"]
+    assert setup["param_memory_formats"] == setup["grad_memory_formats"] == ["channels_last"]
+    assert setup["batch_memory_format"] == "channels_last"
+
+
+def run_one_rank(mpirun: str, python: str, backend: str, *extra: str) -> subprocess.CompletedProcess:
+    """The trainer as one rank under ``mpirun -np 1 --bind-to none`` (hpcstack's Mpirun launcher's
+    binding), so that every backend, the plain loop included, gets the same threads."""
+    env = dict(os.environ, MASTER_PORT=str(_free_port()))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR"):
+        env.pop(name, None)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    command = [mpirun, "-np", "1", "--bind-to", "none", python, str(SCRIPT), "--backend", backend,
+               *FAST, *extra]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("extra", [("--channels-last", "--precision", "amp"), ()],
+                         ids=["channels-last-amp", "fp32"])
+def test_every_backend_trains_the_same_computation(mpirun, python, horovod, extra):
+    """The one rule (models.SETUP_RULE): plain, DDP and Horovod get the same model, batch,
+    precision and memory format, as the model's own forward and its parameters show them, and
+    on one rank they end with bit-identical parameters (the wrappers change no value)."""
+    seen = {}
+    for backend in ("plain", "ddp", "horovod"):
+        done = run_one_rank(mpirun, python, backend, "--no-collectives-check", *extra)
+        assert done.returncode == 0, f"{backend}: {done.stderr[-3000:]}"
+        records = parse_records(done.stdout)
+        config = by_kind(records, "config")[0]
+        assert (config["backend"], config["world_size"]) == (backend, 1)
+        seen[backend] = (config["threads_per_rank"], by_kind(records, "throughput_total")[0]["setup"],
+                         by_kind(records, "convergence")[0]["param_hashes"])
+    assert seen["plain"] == seen["ddp"] == seen["horovod"], seen
+    threads, setup, _ = seen["plain"]
+    amp = bool(extra)
+    assert setup["precision"] == ("amp" if amp else "fp32")
+    assert setup["logits_dtype"] == ("bfloat16" if amp else "float32")
+    assert setup["param_dtype"] == "float32"
+    layout = "channels_last" if amp else "contiguous"
+    assert setup["batch_memory_format"] == layout
+    assert setup["param_memory_formats"] == setup["grad_memory_formats"] == [layout]
+    assert setup["batch_shape"] == [16, 3, 32, 32] and setup["parameters"] == 5418
+
+
+@pytest.mark.e2e
+def test_plain_refuses_two_ranks_and_ddp_refuses_unknown_options(mpirun, python):
+    done = run_two_ranks(mpirun, python, "plain", "--no-collectives-check")
+    assert done.returncode != 0
+    assert "--backend plain runs one process; the launcher started 2 ranks" in done.stderr
+    assert parse_records(done.stdout) == []
+    done = subprocess.run([python, str(SCRIPT), "--backend", "ddp", "--ddp", "bucket_view=1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "--ddp: 'bucket_view=1': expected NAME=VALUE" in done.stderr
 
 
 def test_workload_flags_reach_the_trainer_as_flags():

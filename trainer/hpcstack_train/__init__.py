@@ -34,11 +34,20 @@ summary goes to stderr. Rates are images per second (img/s), losses cross-entrop
     {"record": "throughput", "rank", "img_per_sec_mean", "img_per_sec_ci95",
      "img_per_sec_iters", "batch_size", "unit"}                            (one per rank)
     {"record": "throughput_total", "img_per_sec", "img_per_sec_ci95", "img_per_sec_per_rank",
-     "world_size", "unit"}
+     "world_size", "unit", "setup"}                     (setup: benchmark phase only, see below)
     {"record": "convergence", "initial_loss", "final_loss", "threshold", "baseline_loss",
      "steps", "loss_fell", "below_threshold", "params_identical", "param_hashes", "seconds"}
     {"record": "startup", "rank", "imports_s", "first_step_s", "unit"}    (one per rank)
     {"record": "result", "ok", "reasons", "wall_seconds"}
+
+Every backend trains the same computation (``models.SETUP_RULE``): model, batch, precision and
+memory format come from the command line alone; ``--channels-last`` puts the model's parameters
+and the batches in NHWC for every backend. ``setup`` says what rank 0's benchmark steps really
+ran: ``precision``, ``channels_last``, ``batch_shape``, ``batch_memory_format`` and
+``logits_dtype`` as the model's forward saw them, ``param_memory_formats`` and
+``grad_memory_formats`` of its 4-D parameters, ``param_dtype`` and ``parameters``.
+``--backend plain`` is one process with no wrapper (world size 1), the reference the
+distributed backends are measured against.
 
 The gpu records say, per rank, which GPU it uses or would use (also on a CPU-only node, from the
 node's ``CUDA_VISIBLE_DEVICES``): the host, ``CUDA_VISIBLE_DEVICES`` as the rank saw it (None when
@@ -64,7 +73,7 @@ only when ``--backend horovod`` asks for it): the package runs in the stack's ow
 hpcstack is not installed, and never imports hpcstack (nor does hpcstack import it).
 
 The modules, one concern each: :mod:`.launch` (rank and rendezvous from the launcher's variables,
-threads per rank; no torch), :mod:`.backends` (Horovod and DDP behind one interface),
+threads per rank; no torch), :mod:`.backends` (Horovod, DDP and the plain loop behind one interface),
 :mod:`.collective_cases` and :mod:`.collectives` (the collectives check), :mod:`.models`,
 :mod:`.data` (the teacher task and the digits data set), :mod:`.phases` (benchmark, convergence,
 digits training), :mod:`.timing` (start-up points, mean and spread; no torch), :mod:`.report`
@@ -79,6 +88,7 @@ OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 for mpirun)::
     horovodrun -np 2 -H localhost:2 --gloo hpcstack-train-benchmark --backend horovod
     torchrun --nproc-per-node 2 "$(command -v hpcstack-train-benchmark)" --backend ddp \\
         --model digits --batch-size 32
+    hpcstack-train-benchmark --backend plain
     srun --mpi=pmix -n 8 hpcstack-train-benchmark --backend horovod --model resnet50 \\
         --batch-size 32 --device cuda --precision amp --output result.jsonl
 

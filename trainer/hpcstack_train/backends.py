@@ -1,7 +1,7 @@
 """The distributed backends behind one interface (:class:`Comm`): Horovod (``horovod.torch``,
 imported only when ``--backend horovod`` asks for it, so that a stack without Horovod runs
-``--backend ddp``) and ``torch.distributed`` with DistributedDataParallel (NCCL on CUDA, Gloo on
-the CPU).
+``--backend ddp``), ``torch.distributed`` with DistributedDataParallel (NCCL on CUDA, Gloo on
+the CPU), and the plain loop (one process, no wrapper), the reference of both.
 """
 
 from __future__ import annotations
@@ -14,6 +14,40 @@ import torch.nn as nn
 
 from .errors import UsageError
 from .launch import GpuChoice, LaunchEnv, choose_gpu, resolve_launch_env
+
+#: DistributedDataParallel's options the trainer sets (``--ddp NAME=VALUE``), with its defaults.
+#: broadcast_buffers False: Horovod does not synchronise buffers after the first broadcast
+#: either (parameter_digest leaves them out), so both backends run the same computation;
+#: the other defaults are measured in docs/benchmarks.md ("DDP against a plain loop and
+#: Horovod"); torch's own defaults are bucket view False, static graph False, 25 MB buckets.
+DDP_DEFAULTS = {"gradient_as_bucket_view": True, "broadcast_buffers": False, "static_graph": False,
+                "bucket_cap_mb": 25.0}
+
+
+def ddp_options(items: Sequence[str]) -> dict:
+    """:data:`DDP_DEFAULTS` updated by ``NAME=VALUE`` items (``true``/``false`` for the flags,
+    a positive number of MB for ``bucket_cap_mb``).
+
+    Raises:
+        ValueError: an unknown name or a value of the wrong kind (one line naming it).
+    """
+    options = dict(DDP_DEFAULTS)
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in DDP_DEFAULTS:
+            raise ValueError(f"{item!r}: expected NAME=VALUE with NAME one of {', '.join(DDP_DEFAULTS)}")
+        if isinstance(DDP_DEFAULTS[name], bool):
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"{item!r}: {name} takes true or false")
+            options[name] = value.lower() in ("true", "1")
+        else:
+            try:
+                options[name] = float(value)
+            except ValueError:
+                options[name] = -1.0
+            if not options[name] > 0:
+                raise ValueError(f"{item!r}: {name} takes a positive number")
+    return options
 
 
 class Comm:
@@ -146,12 +180,23 @@ class HorovodComm(Comm):
                          "slurm" if "SLURM_PROCID" in os.environ else controller)
 
     def prepare(self, model, make_optimizer):
+        """As Horovod's examples, for models in any memory format: Horovod 0.28.1 refuses
+        non-contiguous tensors ("Tensor is required to be contiguous", horovod/torch/mpi_ops.py),
+        and a channels-last convolution weight and its gradient are not contiguous; so those
+        travel as contiguous copies and come back in their own layout (_LayoutKeeper), as DDP
+        copies gradients into and out of its buckets."""
         hvd = self.hvd
         model.to(self.device)
         optimizer = hvd.DistributedOptimizer(make_optimizer(list(model.parameters())),
                                              named_parameters=model.named_parameters(),
-                                             op=hvd.Average)
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+                                             compression=_LayoutKeeper, op=hvd.Average)
+        state = model.state_dict()
+        copies = {name: tensor.contiguous() for name, tensor in state.items()}
+        hvd.broadcast_parameters(copies, root_rank=0)
+        with torch.no_grad():
+            for name, tensor in state.items():
+                if copies[name] is not tensor:
+                    tensor.copy_(copies[name])
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         return model, optimizer
 
@@ -211,19 +256,101 @@ class HorovodComm(Comm):
         self.hvd.shutdown()
 
 
+class _LayoutKeeper:
+    """A Horovod ``Compression`` that changes no value: a gradient that is not contiguous (a
+    channels-last convolution weight's) is reduced as a contiguous copy, and the result is copied
+    back into the gradient, which keeps its layout; contiguous gradients go as they are."""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.is_contiguous():
+            return tensor, None
+        return tensor.contiguous(), tensor
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        if ctx is None:
+            return tensor
+        ctx.copy_(tensor)
+        return ctx
+
+
+class PlainComm(Comm):
+    """One process and no wrapper: the model and the optimizer as they are, world size 1.
+
+    The reference the distributed backends are measured against (the same model, batch,
+    precision and memory format; models.SETUP_RULE). Its collectives are those of a world of
+    one (each result is the input), so the collectives check runs and must pass.
+
+    Raises:
+        UsageError: the launcher started more than one rank (``--backend plain`` is one process).
+    """
+
+    name = "plain"
+
+    def __init__(self, device_request: str, environ: Mapping[str, str] = os.environ) -> None:
+        super().__init__()
+        self.version = torch.__version__
+        try:
+            launch = resolve_launch_env(environ)
+        except UsageError:
+            launch = None  # no launcher (one process, as it should be), or no rendezvous
+        sizes = [launch.world_size] if launch is not None else []
+        sizes += [int(environ[name]) for name in ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE", "PMI_SIZE")
+                  if environ.get(name, "").isdigit()]
+        if max(sizes, default=1) > 1:
+            raise UsageError(f"--backend plain runs one process; the launcher started "
+                             f"{max(sizes)} ranks (use --backend ddp or horovod)")
+        self.launcher = launch.launcher if launch is not None else "none"
+        self.device = pick_device(device_request, 0, 1, environ)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+
+    def prepare(self, model, make_optimizer):
+        model.to(self.device)
+        return model, make_optimizer(list(model.parameters()))
+
+    def allgather(self, tensor, name):
+        return tensor.detach().cpu().unsqueeze(0)
+
+    def allreduce_mean(self, tensor, name):
+        return tensor.detach().cpu().clone()
+
+    def lacks(self, collective, dtype):
+        return None
+
+    def c_allreduce(self, tensors, op, name):
+        return [t.clone() for t in tensors]
+
+    def c_allgather(self, tensor, counts, name):
+        return tensor.clone()
+
+    def c_broadcast(self, tensor, root, name):
+        return tensor.clone()
+
+    def c_alltoall(self, tensor, send, receive, name):
+        return tensor.clone()
+
+    def c_reducescatter(self, tensor, op, name):
+        return tensor.clone()
+
+
 class DdpComm(Comm):
     """``torch.distributed`` with DistributedDataParallel: NCCL on CUDA, Gloo on CPU.
 
     Rank and rendezvous come from torchrun, Open MPI or Slurm variables (resolve_launch_env).
+    ``options`` are DistributedDataParallel's keyword arguments (:data:`DDP_DEFAULTS`).
     """
 
     name = "ddp"
     #: reduce_scatter_tensor splits the first dimension into equal parts
     equal_reducescatter = True
 
-    def __init__(self, device_request: str, launch: LaunchEnv) -> None:
+    def __init__(self, device_request: str, launch: LaunchEnv,
+                 options: Optional[Mapping[str, object]] = None) -> None:
         super().__init__()
         import torch.distributed as dist
+        self.options = dict(DDP_DEFAULTS if options is None else options)
         self.dist = dist
         self.version = torch.__version__
         self.rank, self.size = launch.rank, launch.world_size
@@ -247,7 +374,8 @@ class DdpComm(Comm):
         model.to(self.device)
         # DDP broadcasts rank 0's parameters and buffers when it wraps the model.
         wrapped = DistributedDataParallel(
-            model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            **self.options)
         return wrapped, make_optimizer(list(wrapped.parameters()))
 
     def unwrap(self, model):
@@ -375,11 +503,21 @@ def gpu_choice(comm: Comm, environ: Mapping[str, str] = os.environ) -> GpuChoice
 
 
 def open_comm(backend: str, device_request: str,
-              environ: Mapping[str, str] = os.environ) -> Comm:
-    """Initialise the requested backend (``horovod`` or ``ddp``) and return its Comm."""
+              environ: Mapping[str, str] = os.environ,
+              ddp: Optional[Mapping[str, object]] = None) -> Comm:
+    """Initialise the requested backend (``horovod``, ``ddp`` or ``plain``) and return its Comm.
+
+    ``ddp``: DistributedDataParallel's options (:func:`ddp_options`), for ``ddp`` only.
+
+    Raises:
+        UsageError: the backend cannot start (no launcher for ddp, plain under several ranks,
+            horovod missing, no GPU where one was asked for).
+    """
     if backend == "horovod":
         return HorovodComm(device_request)
-    return DdpComm(device_request, resolve_launch_env(environ))
+    if backend == "plain":
+        return PlainComm(device_request, environ)
+    return DdpComm(device_request, resolve_launch_env(environ), ddp)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import torch
 
 from . import METHOD_SOURCE, PROGRAM, PROGRAM_VERSION
-from .backends import Comm, gpu_choice, open_comm
+from .backends import DDP_DEFAULTS, Comm, ddp_options, gpu_choice, open_comm
 from .collective_cases import INJECT_AT
 from .collectives import CollectivesCheck
 from .errors import UsageError
@@ -57,9 +57,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         description="Synthetic training benchmark (after " + METHOD_SOURCE + ") and "
                     "convergence check for Horovod or PyTorch DDP on N ranks.")
     add = parser.add_argument
-    add("--backend", choices=["horovod", "ddp"], default="horovod",
-        help="distributed backend: horovod (hvd.DistributedOptimizer) or ddp "
-             "(torch DistributedDataParallel, NCCL on CUDA, Gloo on CPU)")
+    add("--backend", choices=["horovod", "ddp", "plain"], default="horovod",
+        help="distributed backend: horovod (hvd.DistributedOptimizer), ddp "
+             "(torch DistributedDataParallel, NCCL on CUDA, Gloo on CPU) or plain (one process, "
+             "no wrapper: the reference the others are measured against)")
     add("--model", default=TINY_MODEL,
         help=f"'{TINY_MODEL}' (small CNN for CPUs) or a torchvision model name, e.g. resnet50: "
              f"synthetic benchmark and convergence check; '{DIGITS_MODEL}': a small CNN trained "
@@ -80,8 +81,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     add("--precision", choices=["fp32", "amp"], default="fp32",
         help="amp: autocast float16 + GradScaler on CUDA, bfloat16 on CPU")
     add("--channels-last", action="store_true",
-        help="batches (and, with ddp, the model) in channels-last (NHWC) memory format, what "
+        help="model and batches in channels-last (NHWC) memory format, for every backend, what "
              "tensor cores take for convolutions; advised with --precision amp on GPUs")
+    add("--ddp", dest="ddp_options", action="append", default=[], metavar="NAME=VALUE",
+        help="a DistributedDataParallel option, repeatable: " + ", ".join(
+            f"{name} (default {value})" for name, value in DDP_DEFAULTS.items()))
     add("--device", choices=["auto", "cpu", "cuda"], default="auto",
         help="auto: CUDA (GPU = local rank) when available, else CPU")
     add("--threads", type=int, default=0,
@@ -119,6 +123,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="testing aid: the last rank's result of one collective (%s %s size %d) gets one "
              "wrong element, so the collectives check must fail" % INJECT_AT)
     args = parser.parse_args(argv)
+    try:
+        args.ddp_options = ddp_options(args.ddp_options)
+    except ValueError as err:
+        parser.error(f"--ddp: {err}")
     if args.num_warmup_batches < 0:
         parser.error("--num-warmup-batches must be >= 0")
     if args.threads < 0:
@@ -154,9 +162,10 @@ def _versions(comm: Comm) -> dict:
 
 
 def report_throughput(comm: Comm, report: Report, img_secs: Sequence[float], batch_size: int,
-                      kind: str) -> None:
+                      kind: str, setup: Optional[dict] = None) -> None:
     """Gather every rank's img/s per iteration; write the ``throughput`` (one per rank) and
-    ``throughput_total`` records and their summary lines."""
+    ``throughput_total`` records and their summary lines. ``setup`` (rank 0's, from
+    run_benchmark: what the steps really ran) goes into ``throughput_total`` as ``setup``."""
     gathered = comm.allgather(torch.tensor(img_secs, dtype=torch.float64), "benchmark.img_secs")
     per_rank = []
     for rank, row in enumerate(gathered.tolist()):
@@ -166,8 +175,10 @@ def report_throughput(comm: Comm, report: Report, img_secs: Sequence[float], bat
                       img_per_sec_iters=row, batch_size=batch_size, unit="img/s")
     total = sum(mean for mean, _ in per_rank)
     total_ci95 = sum(ci95 for _, ci95 in per_rank)
+    extra = {"setup": setup} if setup is not None else {}
     report.record("throughput_total", img_per_sec=total, img_per_sec_ci95=total_ci95,
-                  img_per_sec_per_rank=total / comm.size, world_size=comm.size, unit="img/s")
+                  img_per_sec_per_rank=total / comm.size, world_size=comm.size, unit="img/s",
+                  **extra)
     report.say(f"Img/sec per {kind}: {per_rank[0][0]:.1f} +-{per_rank[0][1]:.1f} (rank 0); "
                + ", ".join(f"rank {r}: {m:.1f}" for r, (m, _) in enumerate(per_rank)))
     report.say(f"Total img/sec on {comm.size} {kind}(s): {total:.1f} +-{total_ci95:.1f}")
@@ -214,7 +225,8 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
         num_classes=args.num_classes, batch_size=args.batch_size,
         num_warmup_batches=args.num_warmup_batches,
         num_batches_per_iter=args.num_batches_per_iter, num_iters=args.num_iters,
-        precision=args.precision, convergence_steps=args.convergence_steps,
+        precision=args.precision, channels_last=args.channels_last,
+        ddp_options=getattr(comm, "options", None), convergence_steps=args.convergence_steps,
         epochs=args.epochs, lr=args.lr, accuracy_threshold=args.accuracy_threshold,
         convergence_classes=args.convergence_classes, convergence_lr=args.convergence_lr,
         loss_threshold=args.loss_threshold, seed=args.seed, versions=_versions(comm))
@@ -241,8 +253,8 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
                    + ("identical" if classifier["params_identical"] else "DIFFER"))
         reasons = classifier_reasons(classifier)
     else:
-        img_secs = run_benchmark(comm, args)
-        report_throughput(comm, report, img_secs, args.batch_size, kind)
+        img_secs, setup = run_benchmark(comm, args)
+        report_throughput(comm, report, img_secs, args.batch_size, kind, setup)
         convergence = run_convergence(comm, args)
         report.record("convergence", **convergence)
         report.say(f"convergence: loss {convergence['initial_loss']:.4f} -> "
@@ -277,7 +289,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     try:
         check_model_name(args.model)
-        comm = open_comm(args.backend, args.device)
+        comm = open_comm(args.backend, args.device, ddp=args.ddp_options)
         STARTUP["imports_done"] = time.time()
     except UsageError as err:
         print(f"{PROGRAM}: error: {err}", file=sys.stderr)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import time
 from typing import TYPE_CHECKING, Callable
@@ -104,12 +105,107 @@ def in_memory_format(value, channels_last: bool):
     return value.to(memory_format=torch.channels_last)
 
 
-def model_channels_last(comm: Comm, args: argparse.Namespace) -> bool:
-    """Whether the model's parameters go channels-last too: with DDP, yes; with Horovod 0.28.1,
-    no: its broadcast and allreduce refuse non-contiguous tensors ("Tensor is required to be
-    contiguous", ``horovod/torch/mpi_ops.py``), and a channels-last convolution weight and its
-    gradient are not contiguous. The batches still are, and the convolutions follow them."""
-    return args.channels_last and comm.name != "horovod"
+#: The one rule of what every backend trains (plain, DDP, Horovod alike): the same model, built
+#: from the same seed; the same batch per rank; the same precision (``--precision``); the same
+#: memory format: with ``--channels-last`` the model's parameters *and* every batch are
+#: channels-last (NHWC), for every backend. No backend decides any of these; the backends only
+#: differ in how gradients are averaged (none, DDP's buckets, Horovod's fused allreduce).
+SETUP_RULE = ("model, batch, precision and memory format come from the command line alone, "
+              "the same for every backend; --channels-last puts model and batches in NHWC")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSetup:
+    """What one rank trains, the same for every backend (:data:`SETUP_RULE`).
+
+    Attributes:
+        model (str): model name (``tiny``, ``digits`` or a torchvision name).
+        num_classes (int): outputs of the model.
+        image_size (int): image side in pixels.
+        batch_size (int): images per batch per rank.
+        precision (str): ``fp32`` or ``amp``.
+        channels_last (bool): model parameters and batches in channels-last memory format.
+    """
+
+    model: str
+    num_classes: int
+    image_size: int
+    batch_size: int
+    precision: str
+    channels_last: bool
+
+
+def training_setup(args: argparse.Namespace, num_classes: int | None = None,
+                   model: str | None = None) -> TrainingSetup:
+    """The :class:`TrainingSetup` of a phase, from the parsed command line alone.
+
+    The backend is deliberately not an argument (:data:`SETUP_RULE`): before this rule, with
+    ``--channels-last`` DDP trained a channels-last model and Horovod a contiguous one (Horovod
+    refuses non-contiguous tensors, which :class:`~hpcstack_train.backends.HorovodComm` now
+    handles), so the two did not run the same computation.
+
+    Args:
+        args: parsed command line (model, num_classes, image_size, batch_size, precision,
+            channels_last).
+        num_classes: the phase's classes when not ``args.num_classes`` (convergence, digits).
+        model: the phase's model when not ``args.model`` (digits).
+    """
+    return TrainingSetup(model=model or args.model,
+                         num_classes=num_classes or args.num_classes,
+                         image_size=args.image_size, batch_size=args.batch_size,
+                         precision=args.precision, channels_last=bool(args.channels_last))
+
+
+def memory_format_of(tensor: torch.Tensor) -> str:
+    """``channels_last`` for a 4-D tensor in NHWC layout (and not also plain contiguous, as
+    tensors with a unit dimension can be), ``contiguous`` for NCHW/row-major, else ``strided``."""
+    if tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last) \
+            and not tensor.is_contiguous():
+        return "channels_last"
+    return "contiguous" if tensor.is_contiguous() else "strided"
+
+
+def build_for(setup: TrainingSetup) -> nn.Module:
+    """The setup's model, randomly initialised (seed the generator first), in its memory format."""
+    return in_memory_format(build_model(setup.model, setup.num_classes), setup.channels_last)
+
+
+class SetupProbe:
+    """What a backend's training step really ran, seen from inside the model's first forward.
+
+    A forward hook on the plain module records the dtype of the logits (bfloat16/float16 under
+    AMP), the batch's memory format and size as the model received them; :meth:`fields` adds
+    the memory format of the 4-D parameters and their gradients after the step. The
+    ``throughput_total`` record carries these fields, so that runs of different backends can be
+    compared (tests/test_train_benchmark.py does).
+
+    Args:
+        module (nn.Module): the plain model (``comm.unwrap(model)``), before the first step.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.seen: dict = {}
+        self._handle = module.register_forward_hook(self._hook)
+
+    def _hook(self, module, inputs, output) -> None:
+        batch = inputs[0]
+        self.seen = {"batch_shape": list(batch.shape), "batch_memory_format": memory_format_of(batch),
+                     "logits_dtype": str(logits_of(output).dtype).replace("torch.", "")}
+        self._handle.remove()
+
+    def fields(self) -> dict:
+        """``model``-independent fields: batch_shape, batch_memory_format, logits_dtype,
+        param_memory_formats and grad_memory_formats (sorted sets over the 4-D parameters),
+        param_dtype, parameters (count)."""
+        params = list(self.module.parameters())
+        four = [p for p in params if p.dim() == 4]
+        return {**self.seen,
+                "param_memory_formats": sorted({memory_format_of(p) for p in four}),
+                "grad_memory_formats": sorted({memory_format_of(p.grad) for p in four
+                                               if p.grad is not None}),
+                "param_dtype": str(params[0].dtype).replace("torch.", "") if params else None,
+                "parameters": sum(p.numel() for p in params)}
 
 
 def make_train_step(model: nn.Module, optimizer: torch.optim.Optimizer, comm: Comm,

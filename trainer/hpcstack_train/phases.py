@@ -14,12 +14,12 @@ import torch.nn.functional as F
 
 from .backends import Comm
 from .data import ChannelMeanTeacher, derive_seed, load_digits_split, shard_indices
-from .models import (DIGITS_CLASSES, DIGITS_MODEL, batch_statistics_eval, build_model, in_memory_format,
-                     logits_of, make_train_step, model_channels_last, parameter_digest)
+from .models import (DIGITS_CLASSES, DIGITS_MODEL, SetupProbe, batch_statistics_eval, build_for,
+                     in_memory_format, logits_of, make_train_step, parameter_digest, training_setup)
 from .timing import synchronize
 
 
-def run_benchmark(comm: Comm, args: argparse.Namespace) -> list[float]:
+def run_benchmark(comm: Comm, args: argparse.Namespace) -> tuple[list[float], dict]:
     """Throughput of synthetic training on this rank, in images per second per iteration.
 
     Method of Horovod's ``examples/pytorch/pytorch_synthetic_benchmark.py`` (v0.28.1): a model
@@ -28,26 +28,31 @@ def run_benchmark(comm: Comm, args: argparse.Namespace) -> list[float]:
     labels; ``num_warmup_batches`` untimed steps; then ``num_iters`` timed iterations of
     ``num_batches_per_iter`` steps, each giving ``batch_size * num_batches_per_iter / seconds``.
     Differences: on CUDA the device is synchronised before each clock reading; the model is
-    torchvision's default build (no SyncBatchNorm); data and model are seeded from ``--seed``.
+    torchvision's default build (no SyncBatchNorm); data and model are seeded from ``--seed``;
+    model, batch, precision and memory format follow :func:`~hpcstack_train.models.training_setup`,
+    the same for every backend.
 
     Args:
         comm: the initialised backend.
         args: parsed command line (model, num_classes, image_size, batch_size, precision,
-            num_warmup_batches, num_batches_per_iter, num_iters, seed).
+            channels_last, num_warmup_batches, num_batches_per_iter, num_iters, seed).
 
     Returns:
-        Images per second of this rank, one value per timed iteration.
+        ``(img_secs, setup)``: images per second of this rank, one value per timed iteration;
+        what the steps really ran (:meth:`~hpcstack_train.models.SetupProbe.fields` plus
+        ``precision`` and ``channels_last``).
     """
+    setup = training_setup(args)
     torch.manual_seed(derive_seed(args.seed, "benchmark-model", 0))
-    model, optimizer = comm.prepare(
-        in_memory_format(build_model(args.model, args.num_classes), model_channels_last(comm, args)),
-        lambda params: torch.optim.SGD(params, lr=0.01 * comm.size))
+    model, optimizer = comm.prepare(build_for(setup),
+                                    lambda params: torch.optim.SGD(params, lr=0.01 * comm.size))
+    probe = SetupProbe(comm.unwrap(model))
     generator = torch.Generator().manual_seed(derive_seed(args.seed, "benchmark-data", comm.rank))
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size,
                          generator=generator).to(comm.device)
     labels = torch.randint(0, args.num_classes, (args.batch_size,),
                            generator=generator).to(comm.device)
-    step = make_train_step(model, optimizer, comm, args.precision, args.channels_last)
+    step = make_train_step(model, optimizer, comm, setup.precision, setup.channels_last)
     model.train()
     for _ in range(args.num_warmup_batches):
         step(images, labels)
@@ -59,7 +64,8 @@ def run_benchmark(comm: Comm, args: argparse.Namespace) -> list[float]:
             step(images, labels)
         synchronize(comm.device)
         img_secs.append(args.batch_size * args.num_batches_per_iter / (time.perf_counter() - start))
-    return img_secs
+    return img_secs, {"precision": setup.precision, "channels_last": setup.channels_last,
+                      **probe.fields()}
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,10 +95,10 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
         param_hashes (hex, by rank), seconds.
     """
     started = time.perf_counter()
+    setup = training_setup(args, num_classes=args.convergence_classes)
     torch.manual_seed(derive_seed(args.seed, "convergence-model", 0))
     model, optimizer = comm.prepare(
-        in_memory_format(build_model(args.model, args.convergence_classes), model_channels_last(comm, args)),
-        lambda params: torch.optim.SGD(params, lr=args.convergence_lr, momentum=0.9))
+        build_for(setup), lambda params: torch.optim.SGD(params, lr=args.convergence_lr, momentum=0.9))
     plain = comm.unwrap(model)
     teacher = ChannelMeanTeacher(args.convergence_classes, args.seed, comm.device)
 
@@ -102,12 +108,12 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
 
     eval_generator = generator("convergence-eval")
     eval_set = [teacher.sample(args.batch_size, args.image_size, eval_generator) for _ in range(4)]
-    autocast = dict(device_type=comm.device.type, enabled=args.precision == "amp",
+    autocast = dict(device_type=comm.device.type, enabled=setup.precision == "amp",
                     dtype=torch.float16 if comm.device.type == "cuda" else torch.bfloat16)
 
     def mean_eval_loss(name: str) -> float:
         with torch.no_grad(), batch_statistics_eval(plain), torch.autocast(**autocast):
-            losses = [F.cross_entropy(logits_of(plain(in_memory_format(x, args.channels_last))), y).float()
+            losses = [F.cross_entropy(logits_of(plain(in_memory_format(x, setup.channels_last))), y).float()
                       for x, y in eval_set]
         return float(comm.allreduce_mean(torch.stack(losses).mean().cpu(), name))
 
@@ -117,7 +123,7 @@ def run_convergence(comm: Comm, args: argparse.Namespace) -> dict:
     frequencies = frequencies[frequencies > 0] / frequencies.sum()
     baseline_loss = float(-(frequencies * frequencies.log()).sum())
     initial_loss = mean_eval_loss("convergence.initial_loss")
-    step = make_train_step(model, optimizer, comm, args.precision, args.channels_last)
+    step = make_train_step(model, optimizer, comm, setup.precision, setup.channels_last)
     train_generator = generator("convergence-train")
     for _ in range(args.convergence_steps):
         step(*teacher.sample(args.batch_size, args.image_size, train_generator))
@@ -174,11 +180,11 @@ def run_digits(comm: Comm, args: argparse.Namespace) -> tuple[list[float], dict]
     test_x, test_y = test_x.to(comm.device), test_y.to(comm.device)
     torch.manual_seed(derive_seed(args.seed, "digits-model", 0))
     lr = args.lr * comm.size
+    setup = training_setup(args, num_classes=DIGITS_CLASSES, model=DIGITS_MODEL)
     model, optimizer = comm.prepare(
-        in_memory_format(build_model(DIGITS_MODEL, DIGITS_CLASSES), model_channels_last(comm, args)),
-        lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9))
+        build_for(setup), lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9))
     plain = comm.unwrap(model)
-    step = make_train_step(model, optimizer, comm, args.precision, args.channels_last)
+    step = make_train_step(model, optimizer, comm, setup.precision, setup.channels_last)
     model.train()
     img_secs, losses = [], []
     for epoch in range(args.epochs):
