@@ -44,8 +44,11 @@ LUMI's container wrapper (https://docs.lumi-supercomputer.eu/software/installing
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import shlex
+import stat
 import subprocess
 from dataclasses import dataclass
 
@@ -62,6 +65,13 @@ DEFAULT_COMPRESSION = "lz4"
 #: Mount options: read-only, readable by every user (``allow_other``; non-root needs
 #: ``user_allow_other`` in ``/etc/fuse.conf``), with the image's modes checked by the kernel.
 MOUNT_OPTIONS = "ro,allow_other,default_permissions"
+#: Mount options of a staged copy, mounted by the kernel's squashfs on a loop device (root only):
+#: read-only, no device files, no set-uid (the image's modes are checked by the kernel as for any
+#: local file system).
+KERNEL_MOUNT_OPTIONS = "ro,nodev,nosuid,loop"
+#: The size of each read when an image is staged (``hpcstack mount --stage``): 16 MiB, as ``dd
+#: bs=16M``; the network file system splits it into its own largest requests and reads ahead.
+STAGE_CHUNK = 16 << 20
 #: The programs the image step runs (the preflight looks for them on the build PATH).
 _TOOLS = ("bash", "mountpoint", "mksquashfs", "squashfuse", "mv", "mkdir", "rm")
 
@@ -269,18 +279,158 @@ def mount_argv(build: str) -> list[str]:
     return ["squashfuse", "-o", MOUNT_OPTIONS, image_of(build), mount_point_of(build)]
 
 
-def mount_build(build: str) -> bool:
+def kernel_mount_argv(image: str, venv: str) -> list[str]:
+    """The command that mounts ``image`` (a staged copy on node-local storage) at ``venv`` with
+    the kernel's squashfs on a loop device, as CSCS's squashfs-mount does (root only; the loop
+    device is released with the mount: ``mount -o loop`` sets autoclear)."""
+    return ["mount", "-t", "squashfs", "-o", KERNEL_MOUNT_OPTIONS, image, venv]
+
+
+def staged_image_of(build: str, stage_dir: str) -> str:
+    """Where ``hpcstack mount --stage DIR`` keeps the copy of the image of ``build``:
+    ``DIR/<build's name>-<12 hex digits of the SHA-256 of its real path>.sqsh`` (one name per
+    build, so a second mount on the node finds the copy, and two stacks never share one)."""
+    name = os.path.basename(os.path.normpath(build)).lstrip(".") or "build"
+    digest = hashlib.sha256(os.path.realpath(build).encode()).hexdigest()[:12]
+    return os.path.join(stage_dir, f"{name}-{digest}.sqsh")
+
+
+def check_stage_dir(stage_dir: str) -> None:
+    """Refuse a stage directory an ordinary user could control.
+
+    ``hpcstack mount --stage`` runs as root (a prolog) and the kernel mounts what it finds there,
+    so the directory and every directory above it must be real directories (no symbolic link
+    anywhere on the path) owned by root; a directory above it may be writable by others only
+    with the sticky bit (``/dev/shm``, ``/tmp``: nobody can rename or replace root's entries
+    there); the directory itself is writable by root alone.
+
+    Args:
+        stage_dir (str): an absolute path on node-local storage (tmpfs such as ``/dev/shm/hpcstack``,
+            or a node-local disk), created beforehand by root (``install -d -m 0700 -o root DIR``).
+
+    Raises:
+        ConfigError: one line naming the first component that fails, and why.
+    """
+    if not os.path.isabs(stage_dir):
+        raise ConfigError([f"--stage {stage_dir}: not an absolute path"])
+    parts = [p for p in os.path.normpath(stage_dir).split("/") if p]
+    path = "/"
+    for i, part in enumerate(["", *parts]):
+        path = os.path.join(path, part) if part else "/"
+        last = i == len(parts)
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            hint = " (root creates it: install -d -m 0700 -o root -g root DIR)" if last else ""
+            raise ConfigError([f"--stage {stage_dir}: {path}: {describe_os_error(exc)}{hint}"]) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise ConfigError([f"--stage {stage_dir}: {path} is a symbolic link; name the real directory"])
+        if not stat.S_ISDIR(st.st_mode):
+            raise ConfigError([f"--stage {stage_dir}: {path} is not a directory"])
+        if st.st_uid != 0:
+            raise ConfigError([f"--stage {stage_dir}: {path} is owned by uid {st.st_uid}, not root"])
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if writable and (last or not st.st_mode & stat.S_ISVTX):
+            raise ConfigError([f"--stage {stage_dir}: {path} is writable by its group or others "
+                               f"(mode {stat.S_IMODE(st.st_mode):04o}); chmod go-w it"])
+
+
+def stage_image(build: str, stage_dir: str) -> str:
+    """Copy the image of ``build`` into ``stage_dir`` on this node in large sequential reads
+    (:data:`STAGE_CHUNK`), unless the copy there already matches it (same size and
+    modification time, which the copy takes from the image).
+
+    The copy is written to ``<copy>.tmp`` (created anew, never followed through a link), synced,
+    then renamed into place whole; on any failure the partial copy is removed.
+
+    Args:
+        build (str): the build directory on the network file system.
+        stage_dir (str): node-local directory (:func:`check_stage_dir`).
+
+    Returns:
+        str: the path of the copy (:func:`staged_image_of`).
+
+    Raises:
+        ConfigError: an unsafe stage directory, no image, or a read/write error (e.g. ENOSPC
+            on a tmpfs too small for the image); one line.
+    """
+    check_stage_dir(stage_dir)
+    image, copy = image_of(build), staged_image_of(build, stage_dir)
+    try:
+        src = os.stat(image)
+    except OSError as exc:
+        raise ConfigError([f"{build}: no image {IMAGE_NAME} ({describe_os_error(exc)}; not installed with "
+                           "layout: squashfs, or the image step has not run)"]) from None
+    try:
+        have = os.lstat(copy)
+        if (stat.S_ISREG(have.st_mode) and have.st_uid == 0 and have.st_size == src.st_size
+                and have.st_mtime_ns == src.st_mtime_ns):
+            return copy
+    except FileNotFoundError:
+        pass
+    tmp = copy + ".tmp"
+    try:
+        for stale in (tmp, copy):
+            try:
+                os.unlink(stale)
+            except FileNotFoundError:
+                pass
+        fd_in = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.posix_fadvise(fd_in, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            fd_out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
+            try:
+                while True:
+                    chunk = os.read(fd_in, STAGE_CHUNK)
+                    if not chunk:
+                        break
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd_out, view):]
+                os.fsync(fd_out)
+                if os.fstat(fd_out).st_size != src.st_size:
+                    raise OSError(f"copied {os.fstat(fd_out).st_size} of {src.st_size} bytes (the image changed?)")
+                os.utime(fd_out, ns=(src.st_atime_ns, src.st_mtime_ns))
+            finally:
+                os.close(fd_out)
+        finally:
+            os.close(fd_in)
+        os.rename(tmp, copy)
+        fsync_dir(stage_dir)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            why = f"no space left there for the image's {src.st_size:,} bytes (a larger tmpfs or a node-local disk)"
+        else:
+            why = describe_os_error(exc)
+        raise ConfigError([f"cannot stage {image} into {stage_dir}: {why}"]) from None
+    return copy
+
+
+def mount_build(build: str, stage: str | None = None) -> bool:
     """Mount the image of ``build`` at its venv on this node, unless it is mounted already.
+
+    Without ``stage``, squashfuse reads the image where it lies (the network file system:
+    every block the ranks read is a request there). With ``stage``, the image is first copied
+    into that node-local directory in large sequential reads (:func:`stage_image`) and the copy
+    is mounted by the kernel's squashfs on a loop device (:func:`kernel_mount_argv`; root only):
+    start-up then reads nothing from the network (docs/benchmarks.md, "Start-up at scale").
 
     Args:
         build (str): a build directory (``StackLayout.build_path(id)`` or ``published()``).
+        stage (str | None): node-local, root-owned directory for the copy (:func:`check_stage_dir`).
 
     Returns:
         bool: True if it mounted the image, False if it was mounted already.
 
     Raises:
         ConfigError: no image (the build is not a squashfs build, or it was removed), no
-            ``squashfuse``, or the mount fails (its own last error line; e.g. no ``/dev/fuse``).
+            ``squashfuse``/``mount``, an unsafe stage directory, staging fails, or the mount
+            fails (its own last error line; e.g. no ``/dev/fuse``, no loop device). A copy
+            staged by this call is removed when its mount fails.
     """
     venv, image = mount_point_of(build), image_of(build)
     if is_mounted(venv) or _mounts_at(venv):
@@ -288,19 +438,39 @@ def mount_build(build: str) -> bool:
     if not os.path.isfile(image):
         raise ConfigError([f"{build}: no image {IMAGE_NAME} (not installed with layout: squashfs, "
                            "or the image step has not run)"])
+    if stage is not None:
+        if os.geteuid() != 0:
+            raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device)"])
+        copy = stage_image(build, stage)
+        argv, source, tool = kernel_mount_argv(copy, venv), copy, "mount"
+    else:
+        copy = None
+        argv, source, tool = mount_argv(build), image, "squashfuse"
     try:
         os.makedirs(venv, exist_ok=True)
-        proc = subprocess.run(mount_argv(build), capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              cwd=CHILD_CWD)
+        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
     except FileNotFoundError:
-        raise ConfigError(["cannot mount the image: squashfuse not found (apt-get install squashfuse fuse3)"]) from None
+        _drop(copy)
+        raise ConfigError([f"cannot mount the image: {tool} not found (apt-get install "
+                           f"{'mount' if copy else 'squashfuse fuse3'})"]) from None
     except OSError as exc:
-        raise ConfigError([f"cannot mount {image} at {venv}: {describe_os_error(exc)}"]) from None
+        _drop(copy)
+        raise ConfigError([f"cannot mount {source} at {venv}: {describe_os_error(exc)}"]) from None
     if proc.returncode != 0 or not is_mounted(venv):
+        _drop(copy)
         lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise ConfigError([f"cannot mount {image} at {venv}: "
-                           f"{lines[-1] if lines else f'squashfuse exited with status {proc.returncode}'}"])
+        raise ConfigError([f"cannot mount {source} at {venv}: "
+                           f"{lines[-1] if lines else f'{tool} exited with status {proc.returncode}'}"])
     return True
+
+
+def _drop(copy: str | None) -> None:
+    """Remove a staged copy whose mount failed (nothing else uses it)."""
+    if copy:
+        try:
+            os.unlink(copy)
+        except OSError:
+            pass
 
 
 def unmount(path: str) -> None:
@@ -376,6 +546,10 @@ def node_setup(build: str, mount_command: str) -> str:
     return "\n".join([
         "# Slurm prolog (runs as root on each node before a job; mounts the build published now):",
         f"{mount_command} --quiet || exit 1",
+        "# or staged once per node into node-local memory, mounted by the kernel (no network reads at",
+        "# start-up; costs the image's size in RAM: docs/benchmarks.md, \"Start-up at scale\"):",
+        "# install -d -m 0700 -o root -g root /dev/shm/hpcstack",
+        f"# {mount_command} --stage /dev/shm/hpcstack --quiet || exit 1",
         "",
         "# or /etc/fstab (this build; needs mount.fuse3 from fuse3):",
         f"{image} {venv} fuse.squashfuse {MOUNT_OPTIONS},nofail,_netdev 0 0",
@@ -400,12 +574,16 @@ def _which(cmd: str) -> bool:
     return which(cmd) is not None
 
 
-def mount_stack(layout) -> list[tuple[str, bool]]:
+def mount_stack(layout, stage: str | None = None) -> list[tuple[str, bool]]:
     """Mount, on this node, the images of a stack's published build and of the build it
     replaced (kept for jobs that started before the switch); idempotent.
 
     Args:
         layout (hpcstack.install.layout.StackLayout): the stack.
+        stage (str | None): stage the published build's image into this node-local directory
+            first (:func:`mount_build`); the previous build's is mounted where it lies (only
+            jobs that started before the switch read it, and a staged copy costs the node's
+            memory or disk).
 
     Returns:
         list[tuple[str, bool]]: ``(build directory, mounted now)``; False where it was mounted.
@@ -421,7 +599,7 @@ def mount_stack(layout) -> list[tuple[str, bool]]:
     previous = layout.read_state()["previous"]
     if previous and os.path.isfile(image_of(layout.build_path(previous))):
         builds.append(layout.build_path(previous))
-    return [(build, mount_build(build)) for build in builds]
+    return [(build, mount_build(build, stage if build == published else None)) for build in builds]
 
 
 def restart_packed(layout, choice) -> bool:
