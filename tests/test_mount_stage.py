@@ -161,3 +161,38 @@ def test_a_copy_that_cannot_be_mounted_is_removed(build):
     msg = str(err.value)
     assert msg.count("\n") == 0 and msg.startswith("cannot mount ") and str(stage) in msg, msg
     assert list(stage.iterdir()) == [] and _mount_of(b / "venv") is None
+
+
+def test_unpack_binds_the_unpacked_tree_read_only_and_a_second_mount_reuses_it(build):
+    if not shutil.which("unsquashfs"):
+        pytest.skip("unsquashfs missing (apt-get install squashfs-tools)")
+    b, stage = build["build"], build["stage"]
+    assert image.mount_build(str(b), stage=str(stage), unpack=True) is True
+    tree = Path(image.staged_image_of(str(b), str(stage))[: -len(".sqsh")] + ".d")
+    assert sorted(p.name for p in stage.iterdir()) == sorted([tree.name, tree.name + ".done"])
+    assert (b / "venv" / "pyvenv.cfg").read_text() == "home = /usr/bin\n"
+    fstype, _ = _mount_of(b / "venv")
+    assert fstype != "squashfs"  # plain files of the stage directory's file system
+    opts = next(line.split()[5] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                if line.split()[4] == str(b / "venv"))
+    assert {"ro", "nosuid", "nodev"} <= set(opts.split(",")), opts
+    with pytest.raises(OSError):
+        (b / "venv" / "new").write_text("x")
+    inode = tree.stat().st_ino
+    assert image.mount_build(str(b), stage=str(stage), unpack=True) is False
+    image.unmount(str(b / "venv"))
+    assert _mount_of(b / "venv") is None
+    assert image.mount_build(str(b), stage=str(stage), unpack=True) is True
+    assert tree.stat().st_ino == inode  # unpacked once
+
+
+def test_unpack_of_a_bad_image_leaves_no_tree(build):
+    if not shutil.which("unsquashfs"):
+        pytest.skip("unsquashfs missing (apt-get install squashfs-tools)")
+    b, stage = build["build"], build["stage"]
+    (b / image.IMAGE_NAME).write_bytes(b"not a squashfs image\n" * 100)
+    with pytest.raises(ConfigError) as err:
+        image.mount_build(str(b), stage=str(stage), unpack=True)
+    msg = str(err.value)
+    assert msg.count("\n") == 0 and msg.startswith("cannot unpack ") and str(stage) in msg, msg
+    assert list(stage.iterdir()) == [] and _mount_of(b / "venv") is None

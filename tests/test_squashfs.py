@@ -190,8 +190,17 @@ def test_mount_stage_copies_the_image_to_the_node_and_the_kernel_mounts_it(sq):
     stage.mkdir(mode=0o700, exist_ok=True)
     bad = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", "/var/tmp")  # sticky, world-writable
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "writable by its group or others" in bad.stderr
+    bad = hpcstack("mount", "tiny/1.0", *sq["where"], "--unpack")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "only with --stage" in bad.stderr
     image.unmount(str(venv))
     try:
+        proc = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", str(stage), "--unpack")
+        assert proc.returncode == 0, proc.stderr
+        tree = image.staged_image_of(str(_build(sq)), str(stage))[: -len(".sqsh")] + ".d"
+        assert proc.stdout.startswith(f"mounted: {tree} at {venv} (staged from "), proc.stdout
+        proc = bash_modules(f"module use {sq['mf']}\nmodule load tiny/1.0\npython -c 'import tinypkg'")
+        assert proc.returncode == 0, proc.stderr
+        image.unmount(str(venv))
         proc = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", str(stage))
         assert proc.returncode == 0, proc.stderr
         copy = image.staged_image_of(str(_build(sq)), str(stage))

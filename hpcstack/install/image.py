@@ -410,7 +410,104 @@ def stage_image(build: str, stage_dir: str) -> str:
     return copy
 
 
-def mount_build(build: str, stage: str | None = None) -> bool:
+def _read_whole(path: str) -> None:
+    """Read ``path`` from start to end in :data:`STAGE_CHUNK` reads, discarding the data: the
+    file system reads ahead in its largest requests and the node's page cache keeps the pages
+    for the next reader (``unsquashfs``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        while os.read(fd, STAGE_CHUNK):
+            pass
+    finally:
+        os.close(fd)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a file or directory tree inside a stage directory (never follows a link)."""
+    import shutil
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def stage_unpacked(build: str, stage_dir: str) -> str:
+    """Unpack the image of ``build`` into ``stage_dir`` on this node, unless it is unpacked
+    there already from the same image (same size and modification time, kept in
+    ``<tree>.done``).
+
+    The image is first read whole in :data:`STAGE_CHUNK` reads (few large requests to the
+    network file system; the page cache keeps it), then ``unsquashfs`` writes the tree into
+    ``<tree>.tmp`` (owners and modes as in the image), renamed into place whole; on any failure
+    the partial tree is removed.
+
+    Args:
+        build (str): the build directory on the network file system.
+        stage_dir (str): node-local directory (:func:`check_stage_dir`), typically a tmpfs: the
+            tree takes the venv's unpacked size (5.5 GB for pytorch/2.3.1-gpu against a 4.0 GB
+            image) of the node's memory.
+
+    Returns:
+        str: the unpacked tree, ``<stage_dir>/<name>-<digest>.d``.
+
+    Raises:
+        ConfigError: an unsafe stage directory, no image, no ``unsquashfs``, or a read/write
+            error (e.g. no space left); one line.
+    """
+    check_stage_dir(stage_dir)
+    image = image_of(build)
+    tree = staged_image_of(build, stage_dir)[: -len(".sqsh")] + ".d"
+    done, tmp = tree + ".done", tree + ".tmp"
+    try:
+        src = os.stat(image)
+    except OSError as exc:
+        raise ConfigError([f"{build}: no image {IMAGE_NAME} ({describe_os_error(exc)}; not installed with "
+                           "layout: squashfs, or the image step has not run)"]) from None
+    stamp = f"{src.st_size} {src.st_mtime_ns}\n"
+    try:
+        if stat.S_ISDIR(os.lstat(tree).st_mode) and stat.S_ISREG(os.lstat(done).st_mode):
+            with open(done, opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as f:
+                if f.read() == stamp:
+                    return tree
+    except FileNotFoundError:
+        pass
+    try:
+        for stale in (done, tmp, tree):
+            _remove_tree(stale)
+        _read_whole(image)
+        proc = subprocess.run(["unsquashfs", "-q", "-n", "-d", tmp, image], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            raise OSError(lines[-1] if lines else f"unsquashfs exited with status {proc.returncode}")
+        os.rename(tmp, tree)
+        fd = os.open(done, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
+        try:
+            os.write(fd, stamp.encode())
+        finally:
+            os.close(fd)
+    except FileNotFoundError as exc:
+        _remove_tree(tmp)
+        if exc.filename is None and "unsquashfs" in str(exc):
+            raise ConfigError(["cannot unpack the image: unsquashfs not found (apt-get install squashfs-tools)"]) from None
+        raise ConfigError([f"cannot unpack {image} into {stage_dir}: {describe_os_error(exc)}"]) from None
+    except OSError as exc:
+        _remove_tree(tmp)
+        _remove_tree(tree)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc)
+        why = (f"no space left there for the unpacked venv (a larger tmpfs or a node-local disk)" if full
+               else describe_os_error(exc))
+        raise ConfigError([f"cannot unpack {image} into {stage_dir}: {why}"]) from None
+    return tree
+
+
+def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> bool:
     """Mount the image of ``build`` at its venv on this node, unless it is mounted already.
 
     Without ``stage``, squashfuse reads the image where it lies (the network file system:
@@ -418,10 +515,14 @@ def mount_build(build: str, stage: str | None = None) -> bool:
     into that node-local directory in large sequential reads (:func:`stage_image`) and the copy
     is mounted by the kernel's squashfs on a loop device (:func:`kernel_mount_argv`; root only):
     start-up then reads nothing from the network (docs/benchmarks.md, "Start-up at scale").
+    With ``unpack`` too, the image is unpacked there instead and the tree bound at the venv.
 
     Args:
         build (str): a build directory (``StackLayout.build_path(id)`` or ``published()``).
         stage (str | None): node-local, root-owned directory for the copy (:func:`check_stage_dir`).
+        unpack (bool): with ``stage``: unpack the image into it (:func:`stage_unpacked`) and bind
+            the tree read-only at the venv (``nosuid,nodev``): the ranks read plain files from
+            node-local memory, nothing is decompressed while they start.
 
     Returns:
         bool: True if it mounted the image, False if it was mounted already.
@@ -438,9 +539,13 @@ def mount_build(build: str, stage: str | None = None) -> bool:
     if not os.path.isfile(image):
         raise ConfigError([f"{build}: no image {IMAGE_NAME} (not installed with layout: squashfs, "
                            "or the image step has not run)"])
-    if stage is not None:
-        if os.geteuid() != 0:
-            raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device)"])
+    if stage is not None and os.geteuid() != 0:
+        raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device or a bind mount)"])
+    if stage is not None and unpack:
+        tree = stage_unpacked(build, stage)
+        copy = None  # kept on a failed mount: it is a whole tree, and a re-run finds it
+        argv, source, tool = ["mount", "--bind", "-o", "ro,nosuid,nodev", tree, venv], tree, "mount"
+    elif stage is not None:
         copy = stage_image(build, stage)
         argv, source, tool = kernel_mount_argv(copy, venv), copy, "mount"
     else:
@@ -452,11 +557,11 @@ def mount_build(build: str, stage: str | None = None) -> bool:
     except FileNotFoundError:
         _drop(copy)
         raise ConfigError([f"cannot mount the image: {tool} not found (apt-get install "
-                           f"{'mount' if copy else 'squashfuse fuse3'})"]) from None
+                           f"{'mount' if tool == 'mount' else 'squashfuse fuse3'})"]) from None
     except OSError as exc:
         _drop(copy)
         raise ConfigError([f"cannot mount {source} at {venv}: {describe_os_error(exc)}"]) from None
-    if proc.returncode != 0 or not is_mounted(venv):
+    if proc.returncode != 0 or not (is_mounted(venv) or _mounts_at(venv)):  # a bind mount: same st_dev
         _drop(copy)
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         raise ConfigError([f"cannot mount {source} at {venv}: "
@@ -574,7 +679,7 @@ def _which(cmd: str) -> bool:
     return which(cmd) is not None
 
 
-def mount_stack(layout, stage: str | None = None) -> list[tuple[str, bool]]:
+def mount_stack(layout, stage: str | None = None, unpack: bool = False) -> list[tuple[str, bool]]:
     """Mount, on this node, the images of a stack's published build and of the build it
     replaced (kept for jobs that started before the switch); idempotent.
 
@@ -584,6 +689,8 @@ def mount_stack(layout, stage: str | None = None) -> list[tuple[str, bool]]:
             first (:func:`mount_build`); the previous build's is mounted where it lies (only
             jobs that started before the switch read it, and a staged copy costs the node's
             memory or disk).
+        unpack (bool): with ``stage``: unpack the image there (:func:`stage_unpacked`) and bind
+            the tree at the venv, instead of mounting a copy of the image.
 
     Returns:
         list[tuple[str, bool]]: ``(build directory, mounted now)``; False where it was mounted.
@@ -599,7 +706,7 @@ def mount_stack(layout, stage: str | None = None) -> list[tuple[str, bool]]:
     previous = layout.read_state()["previous"]
     if previous and os.path.isfile(image_of(layout.build_path(previous))):
         builds.append(layout.build_path(previous))
-    return [(build, mount_build(build, stage if build == published else None)) for build in builds]
+    return [(build, mount_build(build, stage if build == published else None, unpack)) for build in builds]
 
 
 def restart_packed(layout, choice) -> bool:
