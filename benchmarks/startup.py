@@ -42,6 +42,8 @@ Each node, in one Slurm job step (``srun``, one task per node), makes a mount na
 
 The mounts (and the staging in them) run before the ranks start and are timed apart
 (``mount_s_by_node``, "mount s" in the table): a site runs them once per node in a job prolog.
+As Slurm starts a job only when the prolog is done on all its nodes, every node waits until all
+nodes have mounted before it starts its ranks (a file per node in the results directory).
 
 sshfs options (:data:`SSHFS_OPTIONS`): read-only, ``no_contain_symlinks`` (a venv's ``bin/python``
 is an absolute link to the base Python), ``kernel_cache`` (a read-only stack's pages stay cached
@@ -144,8 +146,12 @@ cleanup() { for m in $BENCH_UNMOUNT; do fusermount3 -u -z "$m" 2>/dev/null || um
 trap cleanup EXIT
 t_mount=$(date +%s.%N)
 BENCH_MOUNTS
+t_mounted=$(date +%s.%N)
+# as Slurm starts a job only once every node's prolog is done: the ranks start when all nodes are ready
+touch "$BENCH_RESULTS/ready-$node"
+while [ "$(ls "$BENCH_RESULTS" | grep -c '^ready-')" -lt "$SLURM_NNODES" ]; do sleep 0.05; done
 export BENCH_T0=$(date +%s.%N)
-echo "$t_mount $BENCH_T0" > "$BENCH_RESULTS/mount-$node.txt"
+echo "$t_mount $t_mounted" > "$BENCH_RESULTS/mount-$node.txt"
 pids=()
 for i in $(seq 0 $(( per_node - 1 ))); do
     BENCH_RANK=$(( first + i )) GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PYTHONNOUSERSITE=1 \
