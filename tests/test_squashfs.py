@@ -212,7 +212,7 @@ def test_mount_stage_copies_the_image_to_the_node_and_the_kernel_mounts_it(sq):
         proc = bash_modules(f"module use {sq['mf']}\nmodule load tiny/1.0\npython -c 'import tinypkg'")
         assert proc.returncode == 0, proc.stderr
         unit = hpcstack("mount", "tiny/1.0", *sq["where"], "--print-unit")
-        assert "--stage /dev/shm/hpcstack --quiet" in unit.stdout
+        assert "--stage /dev/shm/hpcstack --unpack --quiet" in unit.stdout
     finally:  # back to the FUSE mount the later tests expect
         image.unmount(str(venv))
         assert hpcstack("mount", "tiny/1.0", *sq["where"]).returncode == 0

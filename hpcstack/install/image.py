@@ -30,7 +30,8 @@ is baked into the image, so a change to the sanity check or the permissions buil
 Each state the steps can be cut short in is one the next run finishes from: a venv with its
 ``pyvenv.cfg`` is packed (again), a venv directory without one and an image beside it is only
 mounted. A mount is per node: ``hpcstack mount`` (:func:`mount_build`) mounts the published
-build's image on the node it runs on (a Slurm prolog, or an fstab line / systemd mount unit from
+build's image on the node it runs on (``--stage DIR [--unpack]``: copied, or unpacked, into a
+node-local directory first, so that the ranks read nothing from the network) (a Slurm prolog, or an fstab line / systemd mount unit from
 :func:`node_setup`); the modulefile refuses to load where it is not mounted
 (:func:`module_check`). Removing a build unmounts it first (:func:`release`).
 
@@ -668,10 +669,10 @@ def node_setup(build: str, mount_command: str) -> str:
     return "\n".join([
         "# Slurm prolog (runs as root on each node before a job; mounts the build published now):",
         f"{mount_command} --quiet || exit 1",
-        "# or staged once per node into node-local memory, mounted by the kernel (no network reads at",
-        "# start-up; costs the image's size in RAM: docs/benchmarks.md, \"Start-up at scale\"):",
+        "# or unpacked once per node into node-local memory (no network reads while the ranks start;",
+        "# costs the venv's unpacked size in RAM: docs/benchmarks.md, \"Staged once per node\"):",
         "# install -d -m 0700 -o root -g root /dev/shm/hpcstack",
-        f"# {mount_command} --stage /dev/shm/hpcstack --quiet || exit 1",
+        f"# {mount_command} --stage /dev/shm/hpcstack --unpack --quiet || exit 1",
         "",
         "# or /etc/fstab (this build; needs mount.fuse3 from fuse3):",
         f"{image} {venv} fuse.squashfuse {MOUNT_OPTIONS},nofail,_netdev 0 0",
