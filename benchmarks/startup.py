@@ -27,7 +27,23 @@ Each node, in one Slurm job step (``srun``, one task per node), makes a mount na
   packed with the options of the install's ``image`` step, :func:`hpcstack.install.image.pack_argv`)
   mounted by sshfs at ``/opt/hpcstack/software``, then the image mounted at the build's venv with
   the command ``hpcstack mount`` runs (:func:`hpcstack.install.image.mount_argv`): squashfuse
-  reads the image over sshfs; the lookups inside it are answered on the node.
+  reads the image over sshfs; the lookups inside it are answered on the node;
+- ``loop``: as ``squashfs``, but the kernel's squashfs on a loop device over the image on sshfs
+  (as CSCS's squashfs-mount does) instead of squashfuse;
+- ``prefetch``: as ``squashfs``, after ``dd bs=16M`` has read the whole image over sshfs into
+  the node's page cache (``kernel_cache`` keeps it);
+- ``staged``: what ``hpcstack mount --stage DIR`` does (:func:`hpcstack.install.image.mount_build`
+  with ``stage``): the image copied in 16 MiB reads into a node-local tmpfs (mounted in the
+  node's namespace, :data:`STAGE_SIZE`) and the copy mounted by the kernel's squashfs on a loop
+  device;
+- ``unpacked``: what ``hpcstack mount --stage DIR --unpack`` does: the image read whole in 16 MiB
+  reads (the page cache keeps it), unpacked by ``unsquashfs`` into the node-local tmpfs and the
+  tree bound read-only at the venv.
+
+The mounts (and the staging in them) run before the ranks start and are timed apart
+(``mount_s_by_node``, "mount s" in the table): a site runs them once per node in a job prolog.
+As Slurm starts a job only when the prolog is done on all its nodes, every node waits until all
+nodes have mounted before it starts its ranks (a file per node in the results directory).
 
 sshfs options (:data:`SSHFS_OPTIONS`): read-only, ``no_contain_symlinks`` (a venv's ``bin/python``
 is an absolute link to the base Python), ``kernel_cache`` (a read-only stack's pages stay cached
@@ -43,7 +59,8 @@ with its gradients all-reduced, then a JSON line. Start-up is the seconds from t
 of its ranks (after its mounts) to the end of the rank's first step. This machine has 2 cores:
 above 2 ranks start-up is bound by the CPU (the ranks share the cores), not by the file system.
 
-Prints a table and, with ``--json FILE``, writes every run (per rank times, the server's counts
+``--rounds N`` repeats the matrix with the layouts alternating within each round and prints the
+medians over the rounds (the machine's load changes from minute to minute). Prints a table and, with ``--json FILE``, writes every run (per rank times, the server's counts
 per node). Needs root (mount namespaces, FUSE), the local Slurm up (``scripts/localhost-slurm
 up``), ``sshfs``, ``squashfuse``, ``mksquashfs`` and ``/usr/lib/openssh/sftp-server``
 (apt: sshfs squashfuse squashfs-tools openssh-sftp-server). The full matrix takes 20–40 minutes
@@ -53,7 +70,7 @@ libraries) through the relay.
 Usage:
     python3 benchmarks/startup.py [--stack /opt/hpcstack/software/pytorch/2.3.1-gpu]
         [--work /var/tmp/h-startup] [--ranks 1,2,4,8] [--layouts local,directory,squashfs]
-        [--latency 0.2,1] [--json FILE]
+        [--latency 0.2,1] [--rounds 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -81,7 +98,9 @@ SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 HOST_ADDR = "10.77.0.1"  # the bridge of scripts/localhost-slurm
 NODE_ADDR = {"n1": "10.77.0.11", "n2": "10.77.0.12"}
 SSHFS_OPTIONS = "ro,allow_other,no_contain_symlinks,kernel_cache"
-LAYOUTS = ("local", "directory", "squashfs")
+LAYOUTS = ("local", "directory", "squashfs", "loop", "prefetch", "staged", "unpacked")
+#: the node-local tmpfs a ``staged`` node copies the image into (mounted in its own namespace)
+STAGE_SIZE = "8g"
 #: SFTP packet types (draft-ietf-secsh-filexfer-02, the version OpenSSH speaks)
 SFTP_TYPES = {1: "INIT", 3: "OPEN", 4: "CLOSE", 5: "READ", 6: "WRITE", 7: "LSTAT", 8: "FSTAT",
               9: "SETSTAT", 10: "FSETSTAT", 11: "OPENDIR", 12: "READDIR", 13: "REMOVE", 14: "MKDIR",
@@ -123,10 +142,16 @@ set -euo pipefail
 node=$(hostname)
 per_node=$BENCH_PER_NODE
 first=$(( SLURM_NODEID * per_node ))
-cleanup() { for m in $BENCH_UNMOUNT; do fusermount3 -u -z "$m" 2>/dev/null || true; done; }
+cleanup() { for m in $BENCH_UNMOUNT; do fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done; }
 trap cleanup EXIT
+t_mount=$(date +%s.%N)
 BENCH_MOUNTS
+t_mounted=$(date +%s.%N)
+# as Slurm starts a job only once every node's prolog is done: the ranks start when all nodes are ready
+touch "$BENCH_RESULTS/ready-$node"
+while [ "$(ls "$BENCH_RESULTS" | grep -c '^ready-')" -lt "$SLURM_NNODES" ]; do sleep 0.05; done
 export BENCH_T0=$(date +%s.%N)
+echo "$t_mount $t_mounted" > "$BENCH_RESULTS/mount-$node.txt"
 pids=()
 for i in $(seq 0 $(( per_node - 1 ))); do
     BENCH_RANK=$(( first + i )) GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 PYTHONNOUSERSITE=1 \
@@ -278,9 +303,25 @@ def node_mounts(layout: str, port: int, work: Path, build: str) -> tuple[str, li
         return shlex.join([*sshfs, f"{HOST_ADDR}:/opt/hpcstack/software", "/opt/hpcstack/software"]), \
             ["/opt/hpcstack/software"]
     tree = work / "squashfs-tree" / "software"
-    lines = [shlex.join([*sshfs, f"{HOST_ADDR}:{tree}", "/opt/hpcstack/software"]),
-             shlex.join(stack_image.mount_argv(build))]
-    return "\n".join(lines), [stack_image.mount_point_of(build), "/opt/hpcstack/software"]
+    venv, image = stack_image.mount_point_of(build), stack_image.image_of(build)
+    lines = [shlex.join([*sshfs, f"{HOST_ADDR}:{tree}", "/opt/hpcstack/software"])]
+    unmount = [venv, "/opt/hpcstack/software"]
+    if layout == "squashfs":
+        lines.append(shlex.join(stack_image.mount_argv(build)))
+    elif layout == "loop":  # the kernel's squashfs on a loop device over the image on sshfs
+        lines.append(shlex.join(["mount", "-t", "squashfs", "-o", "ro,nodev,nosuid,loop", image, venv]))
+    elif layout == "prefetch":  # the image read whole into the node's page cache, then squashfuse
+        lines.append(shlex.join(["dd", f"if={image}", "of=/dev/null", "bs=16M", "status=none"]))
+        lines.append(shlex.join(stack_image.mount_argv(build)))
+    elif layout in ("staged", "unpacked"):  # hpcstack mount --stage [--unpack] into a node-local tmpfs
+        stage = str(work / "stage")
+        code = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
+                f"from hpcstack.install import image; "
+                f"image.mount_build({build!r}, stage={stage!r}, unpack={layout == 'unpacked'})")
+        lines = [shlex.join(["mount", "-t", "tmpfs", "-o", f"size={STAGE_SIZE},mode=0700", "tmpfs", stage]),
+                 lines[0], shlex.join([sys.executable, "-c", code])]
+        unmount.append(stage)
+    return "\n".join(lines), unmount
 
 
 def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path, timeout: int) -> dict:
@@ -294,7 +335,7 @@ def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path,
         RuntimeError: the job step failed (its output ends the message).
     """
     build = os.path.realpath(stack)
-    if layout == "squashfs":  # the tree's own build (the installed stack may have been replaced since)
+    if layout not in ("local", "directory"):  # the tree's own build (the installed stack may have been replaced since)
         tree_link = work / "squashfs-tree" / "software" / os.path.relpath(stack, "/opt/hpcstack/software")
         build = os.path.join(os.path.dirname(stack), os.readlink(tree_link))
     relay = SftpRelay(HOST_ADDR, latency_ms) if layout != "local" else None
@@ -322,6 +363,10 @@ def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path,
         if relay:
             relay.close()
     records = [json.loads(p.read_text()) for p in sorted(results.glob("rank-*.json"))]
+    mount_s = {}
+    for p in results.glob("mount-*.txt"):
+        t_mount, t0 = (float(x) for x in p.read_text().split())
+        mount_s[p.stem.removeprefix("mount-")] = round(t0 - t_mount, 2)
     if proc.returncode != 0 or len(records) != ranks:
         raise RuntimeError(f"{layout} N={ranks}: job step failed (status {proc.returncode}, "
                            f"{len(records)}/{ranks} ranks): {(proc.stderr or proc.stdout)[-2000:]}")
@@ -337,6 +382,7 @@ def run_once(layout: str, ranks: int, latency_ms: float, stack: str, work: Path,
             "metadata_requests": metadata, "metadata_per_rank": round(metadata / ranks, 1),
             "read_requests": total.get("READ", 0), "read_bytes": total.get("READ_bytes", 0),
             "server_total": total, "server_by_node": server, "job_wall_s": round(wall, 1),
+            "mount_s_by_node": mount_s, "mount_max_s": max(mount_s.values(), default=0.0),
             "rank_records": sorted(records, key=lambda r: r["rank"])}
 
 
@@ -372,7 +418,7 @@ def make_tree(stack: str, work: Path, processors: int | None) -> None:
 def table(results: list[dict]) -> str:
     """The results as a text table, one row per run."""
     head = (f"{'layout':10} {'lat ms':>6} {'N':>2} {'median s':>9} {'max s':>7} {'x local':>7} "
-            f"{'meta/rank':>9} {'READs':>7} {'MB read':>8}  requests by type (all ranks)")
+            f"{'meta/rank':>9} {'READs':>7} {'MB read':>8} {'mount s':>7}  requests by type (all ranks)")
     local = {r["ranks"]: r["startup_max_s"] for r in results if r["layout"] == "local"}
     rows = [head]
     for r in results:
@@ -381,7 +427,27 @@ def table(results: list[dict]) -> str:
                          if k in METADATA and v)
         rows.append(f"{r['layout']:10} {r['latency_ms']:>6} {r['ranks']:>2} {r['startup_median_s']:>9.2f} "
                     f"{r['startup_max_s']:>7.2f} {ratio:>7} {r['metadata_per_rank']:>9} "
-                    f"{r['read_requests']:>7} {r['read_bytes'] / 1e6:>8.0f}  {kinds}")
+                    f"{r['read_requests']:>7} {r['read_bytes'] / 1e6:>8.0f} {r['mount_max_s']:>7.2f}  {kinds}")
+    return "\n".join(rows)
+
+
+def summary(results: list[dict]) -> str:
+    """Medians over the rounds per layout, latency and rank count: start-up (the slowest rank of
+    each run), its ratio to the median of ``local`` at the same rank count, the mounts' time
+    (before the ranks start: staging is there) and the metadata requests per rank."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        groups.setdefault((r["layout"], r["latency_ms"], r["ranks"]), []).append(r)
+    med = {k: statistics.median(r["startup_max_s"] for r in v) for k, v in groups.items()}
+    local = {k[2]: v for k, v in med.items() if k[0] == "local"}
+    rows = [f"{'layout':10} {'lat ms':>6} {'N':>2} {'runs':>4} {'median max s':>12} {'x local':>7} "
+            f"{'mount s':>7} {'meta/rank':>9}  (medians over rounds)"]
+    for k in sorted(groups, key=lambda k: (k[2], LAYOUTS.index(k[0]), k[1])):
+        v = groups[k]
+        ratio = f"{med[k] / local[k[2]]:.2f}" if local.get(k[2]) else "-"
+        rows.append(f"{k[0]:10} {k[1]:>6} {k[2]:>2} {len(v):>4} {med[k]:>12.2f} {ratio:>7} "
+                    f"{statistics.median(r['mount_max_s'] for r in v):>7.2f} "
+                    f"{statistics.median(r['metadata_per_rank'] for r in v):>9}")
     return "\n".join(rows)
 
 
@@ -394,6 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", default="0.2,1", help="one-way delays in ms, comma-separated")
     ap.add_argument("--processors", type=int, default=1, help="mksquashfs -processors")
     ap.add_argument("--timeout", type=int, default=900, help="seconds one job step may take")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the whole matrix, layouts alternating within each round; prints medians")
     ap.add_argument("--json", metavar="FILE", help="write every run as JSON")
     args = ap.parse_args(argv)
     errors = []
@@ -409,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     errors += [f"--layouts: unknown layout {x!r} (one of {', '.join(LAYOUTS)})" for x in layouts if x not in LAYOUTS]
     if os.geteuid() != 0:
         errors.append("needs root (mount namespaces and FUSE mounts on the nodes)")
-    for tool in ("srun", "sshfs", "squashfuse", "mksquashfs", "unshare", "fusermount3"):
+    for tool in ("srun", "sshfs", "squashfuse", "mksquashfs", "unsquashfs", "unshare", "fusermount3", "losetup"):
         if not shutil.which(tool):
             errors.append(f"{tool} missing (apt-get install sshfs squashfuse squashfs-tools slurm-client)")
     if not os.path.exists(SFTP_SERVER):
@@ -422,20 +490,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    if "squashfs" in layouts:
+    if set(layouts) - {"local", "directory"}:
+        (work / "stage").mkdir(mode=0o700, exist_ok=True)
         make_tree(args.stack, work, args.processors)
     results = []
-    for layout in layouts:
-        for lat in (latencies if layout != "local" else [0.0]):
-            for n in ranks:
-                log(f"{layout}, {lat} ms each way, {n} rank(s) …")
-                r = run_once(layout, n, lat, args.stack, work, args.timeout)
-                log(f"  max {r['startup_max_s']} s, {r['metadata_per_rank']} metadata requests per rank")
-                results.append(r)
-                if args.json:
-                    Path(args.json).write_text(json.dumps({"sshfs_options": SSHFS_OPTIONS, "runs": results},
-                                                          indent=1) + "\n")
+    for rnd in range(1, args.rounds + 1):  # rounds outermost, layouts alternating within a round
+        for n in ranks:
+            for layout in layouts:
+                for lat in (latencies if layout != "local" else [0.0]):
+                    log(f"round {rnd}: {layout}, {lat} ms each way, {n} rank(s) …")
+                    r = run_once(layout, n, lat, args.stack, work, args.timeout)
+                    r["round"] = rnd
+                    log(f"  max {r['startup_max_s']} s, {r['metadata_per_rank']} metadata requests per rank, "
+                        f"mounts {r['mount_max_s']} s")
+                    results.append(r)
+                    if args.json:
+                        Path(args.json).write_text(json.dumps({"sshfs_options": SSHFS_OPTIONS, "runs": results},
+                                                              indent=1) + "\n")
     print(table(results))
+    if args.rounds > 1:
+        print()
+        print(summary(results))
     return 0
 
 

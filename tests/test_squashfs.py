@@ -180,6 +180,44 @@ def test_unmounted_the_module_refuses_to_load_and_hpcstack_mount_mounts_it(sq):
         pytest.skip(f"the Lmod half did not run: {lmod_missing}")
 
 
+def test_mount_stage_copies_the_image_to_the_node_and_the_kernel_mounts_it(sq):
+    if "squashfs" not in Path("/proc/filesystems").read_text() or not shutil.which("losetup"):
+        pytest.skip("the kernel has no squashfs or losetup is missing (hpcstack mount --stage mounts a loop device)")
+    from hpcstack.install import image
+
+    venv = _build(sq) / "venv"
+    stage = sq["root"] / "stage"
+    stage.mkdir(mode=0o700, exist_ok=True)
+    bad = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", "/var/tmp")  # sticky, world-writable
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "writable by its group or others" in bad.stderr
+    bad = hpcstack("mount", "tiny/1.0", *sq["where"], "--unpack")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "only with --stage" in bad.stderr
+    image.unmount(str(venv))
+    try:
+        proc = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", str(stage), "--unpack")
+        assert proc.returncode == 0, proc.stderr
+        tree = image.staged_image_of(str(_build(sq)), str(stage))[: -len(".sqsh")] + ".d"
+        assert proc.stdout.startswith(f"mounted: {tree} at {venv} (staged from "), proc.stdout
+        proc = bash_modules(f"module use {sq['mf']}\nmodule load tiny/1.0\npython -c 'import tinypkg'")
+        assert proc.returncode == 0, proc.stderr
+        image.unmount(str(venv))
+        proc = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", str(stage))
+        assert proc.returncode == 0, proc.stderr
+        copy = image.staged_image_of(str(_build(sq)), str(stage))
+        assert proc.stdout.startswith(f"mounted: {copy} at {venv} (staged from {_build(sq)}/venv.sqsh)"), proc.stdout
+        point = [(t, s) for p, t, s in _mounts(sq["root"]) if p == str(venv)]
+        assert len(point) == 1 and point[0][0] == "squashfs" and point[0][1].startswith("/dev/loop"), point
+        again = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", str(stage))
+        assert again.returncode == 0 and again.stdout.startswith("already mounted: "), again.stdout + again.stderr
+        proc = bash_modules(f"module use {sq['mf']}\nmodule load tiny/1.0\npython -c 'import tinypkg'")
+        assert proc.returncode == 0, proc.stderr
+        unit = hpcstack("mount", "tiny/1.0", *sq["where"], "--print-unit")
+        assert "--stage /dev/shm/hpcstack --unpack --quiet" in unit.stdout
+    finally:  # back to the FUSE mount the later tests expect
+        image.unmount(str(venv))
+        assert hpcstack("mount", "tiny/1.0", *sq["where"]).returncode == 0
+
+
 def test_mount_refuses_with_one_line(sq, tmp_path):
     proc = hpcstack("mount", "nothere/1.0", *sq["where"])
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not installed" in proc.stderr

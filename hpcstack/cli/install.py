@@ -242,6 +242,16 @@ def add_mount(sub) -> None:
     options.add_prefix(p)
     p.add_argument("--print-unit", action="store_true",
                    help="mount nothing; print what a site deploys on its nodes (Slurm prolog, fstab, systemd)")
+    p.add_argument("--stage", metavar="DIR",
+                   help="root: copy the image into DIR on this node first (node-local: a root-owned "
+                        "directory on tmpfs or local disk, mode go-w, no symbolic links on its path) in large "
+                        "sequential reads, and mount the copy with the kernel's squashfs on a loop device; the "
+                        "ranks then read nothing from the network file system (docs/benchmarks.md, "
+                        "\"Start-up at scale\")")
+    p.add_argument("--unpack", action="store_true",
+                   help="with --stage: unpack the image into DIR (unsquashfs; the venv's full size) and bind the "
+                        "tree read-only at the venv, instead of mounting a copy of the image: nothing is "
+                        "decompressed while the ranks start")
     p.add_argument("--quiet", action="store_true", help="print nothing when it succeeds")
     p.set_defaults(handler=cmd_mount)
 
@@ -268,8 +278,19 @@ def cmd_mount(args) -> int:
         print(image.node_setup(build, f"hpcstack mount {name}/{version} --site {site.ref or site.name}"
                                       + (f" --prefix {site.install_root}" if args.prefix else "")))
         return 0
-    for build, mounted in image.mount_stack(layout):
+    if args.stage is not None and os.geteuid() != 0:
+        raise ConfigError([f"--stage {args.stage}: only root can stage and mount an image with the kernel "
+                           "(a loop device); run it as root, e.g. in a Slurm prolog"])
+    if args.unpack and args.stage is None:
+        raise ConfigError(["--unpack: only with --stage DIR (where the image is unpacked)"])
+    if args.stage is not None:
+        image.check_stage_dir(args.stage)  # refused even where the image is mounted already
+    for build, mounted in image.mount_stack(layout, stage=args.stage, unpack=args.unpack):
         if not args.quiet:
-            print(f"{'mounted' if mounted else 'already mounted'}: {image.image_of(build)} at "
-                  f"{image.mount_point_of(build)}")
+            staged = args.stage is not None and build == layout.published()
+            copy = image.staged_image_of(build, args.stage) if staged else ""
+            source = (copy[: -len(".sqsh")] + ".d" if args.unpack else copy) if staged and mounted \
+                else image.image_of(build)
+            print(f"{'mounted' if mounted else 'already mounted'}: {source} at {image.mount_point_of(build)}"
+                  + (f" (staged from {image.image_of(build)})" if staged and mounted else ""))
     return 0

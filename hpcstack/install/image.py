@@ -30,7 +30,8 @@ is baked into the image, so a change to the sanity check or the permissions buil
 Each state the steps can be cut short in is one the next run finishes from: a venv with its
 ``pyvenv.cfg`` is packed (again), a venv directory without one and an image beside it is only
 mounted. A mount is per node: ``hpcstack mount`` (:func:`mount_build`) mounts the published
-build's image on the node it runs on (a Slurm prolog, or an fstab line / systemd mount unit from
+build's image on the node it runs on (``--stage DIR [--unpack]``: copied, or unpacked, into a
+node-local directory first, so that the ranks read nothing from the network) (a Slurm prolog, or an fstab line / systemd mount unit from
 :func:`node_setup`); the modulefile refuses to load where it is not mounted
 (:func:`module_check`). Removing a build unmounts it first (:func:`release`).
 
@@ -44,8 +45,11 @@ LUMI's container wrapper (https://docs.lumi-supercomputer.eu/software/installing
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import shlex
+import stat
 import subprocess
 from dataclasses import dataclass
 
@@ -62,6 +66,13 @@ DEFAULT_COMPRESSION = "lz4"
 #: Mount options: read-only, readable by every user (``allow_other``; non-root needs
 #: ``user_allow_other`` in ``/etc/fuse.conf``), with the image's modes checked by the kernel.
 MOUNT_OPTIONS = "ro,allow_other,default_permissions"
+#: Mount options of a staged copy, mounted by the kernel's squashfs on a loop device (root only):
+#: read-only, no device files, no set-uid (the image's modes are checked by the kernel as for any
+#: local file system).
+KERNEL_MOUNT_OPTIONS = "ro,nodev,nosuid,loop"
+#: The size of each read when an image is staged (``hpcstack mount --stage``): 16 MiB, as ``dd
+#: bs=16M``; the network file system splits it into its own largest requests and reads ahead.
+STAGE_CHUNK = 16 << 20
 #: The programs the image step runs (the preflight looks for them on the build PATH).
 _TOOLS = ("bash", "mountpoint", "mksquashfs", "squashfuse", "mv", "mkdir", "rm")
 
@@ -269,18 +280,276 @@ def mount_argv(build: str) -> list[str]:
     return ["squashfuse", "-o", MOUNT_OPTIONS, image_of(build), mount_point_of(build)]
 
 
-def mount_build(build: str) -> bool:
+def kernel_mount_argv(image: str, venv: str) -> list[str]:
+    """The command that mounts ``image`` (a staged copy on node-local storage) at ``venv`` with
+    the kernel's squashfs on a loop device, as CSCS's squashfs-mount does (root only; the loop
+    device is released with the mount: ``mount -o loop`` sets autoclear)."""
+    return ["mount", "-t", "squashfs", "-o", KERNEL_MOUNT_OPTIONS, image, venv]
+
+
+def staged_image_of(build: str, stage_dir: str) -> str:
+    """Where ``hpcstack mount --stage DIR`` keeps the copy of the image of ``build``:
+    ``DIR/<build's name>-<12 hex digits of the SHA-256 of its real path>.sqsh`` (one name per
+    build, so a second mount on the node finds the copy, and two stacks never share one)."""
+    name = os.path.basename(os.path.normpath(build)).lstrip(".") or "build"
+    digest = hashlib.sha256(os.path.realpath(build).encode()).hexdigest()[:12]
+    return os.path.join(stage_dir, f"{name}-{digest}.sqsh")
+
+
+def check_stage_dir(stage_dir: str) -> None:
+    """Refuse a stage directory an ordinary user could control.
+
+    ``hpcstack mount --stage`` runs as root (a prolog) and the kernel mounts what it finds there,
+    so the directory and every directory above it must be real directories (no symbolic link
+    anywhere on the path) owned by root; a directory above it may be writable by others only
+    with the sticky bit (``/dev/shm``, ``/tmp``: nobody can rename or replace root's entries
+    there); the directory itself is writable by root alone.
+
+    Args:
+        stage_dir (str): an absolute path on node-local storage (tmpfs such as ``/dev/shm/hpcstack``,
+            or a node-local disk), created beforehand by root (``install -d -m 0700 -o root DIR``).
+
+    Raises:
+        ConfigError: one line naming the first component that fails, and why.
+    """
+    if not os.path.isabs(stage_dir):
+        raise ConfigError([f"--stage {stage_dir}: not an absolute path"])
+    parts = [p for p in os.path.normpath(stage_dir).split("/") if p]
+    path = "/"
+    for i, part in enumerate(["", *parts]):
+        path = os.path.join(path, part) if part else "/"
+        last = i == len(parts)
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            hint = " (root creates it: install -d -m 0700 -o root -g root DIR)" if last else ""
+            raise ConfigError([f"--stage {stage_dir}: {path}: {describe_os_error(exc)}{hint}"]) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise ConfigError([f"--stage {stage_dir}: {path} is a symbolic link; name the real directory"])
+        if not stat.S_ISDIR(st.st_mode):
+            raise ConfigError([f"--stage {stage_dir}: {path} is not a directory"])
+        if st.st_uid != 0:
+            raise ConfigError([f"--stage {stage_dir}: {path} is owned by uid {st.st_uid}, not root"])
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if writable and (last or not st.st_mode & stat.S_ISVTX):
+            raise ConfigError([f"--stage {stage_dir}: {path} is writable by its group or others "
+                               f"(mode {stat.S_IMODE(st.st_mode):04o}); chmod go-w it"])
+
+
+def stage_image(build: str, stage_dir: str) -> str:
+    """Copy the image of ``build`` into ``stage_dir`` on this node in large sequential reads
+    (:data:`STAGE_CHUNK`), unless the copy there already matches it (same size and
+    modification time, which the copy takes from the image).
+
+    The copy is written to ``<copy>.tmp`` (created anew, never followed through a link), synced,
+    then renamed into place whole; on any failure the partial copy is removed.
+
+    Args:
+        build (str): the build directory on the network file system.
+        stage_dir (str): node-local directory (:func:`check_stage_dir`).
+
+    Returns:
+        str: the path of the copy (:func:`staged_image_of`).
+
+    Raises:
+        ConfigError: an unsafe stage directory, no image, or a read/write error (e.g. ENOSPC
+            on a tmpfs too small for the image); one line.
+    """
+    check_stage_dir(stage_dir)
+    image, copy = image_of(build), staged_image_of(build, stage_dir)
+    try:
+        src = os.stat(image)
+    except OSError as exc:
+        raise ConfigError([f"{build}: no image {IMAGE_NAME} ({describe_os_error(exc)}; not installed with "
+                           "layout: squashfs, or the image step has not run)"]) from None
+    try:
+        have = os.lstat(copy)
+        if (stat.S_ISREG(have.st_mode) and have.st_uid == 0 and have.st_size == src.st_size
+                and have.st_mtime_ns == src.st_mtime_ns):
+            return copy
+    except FileNotFoundError:
+        pass
+    tmp = copy + ".tmp"
+    try:
+        for stale in (tmp, copy):
+            try:
+                os.unlink(stale)
+            except FileNotFoundError:
+                pass
+        fd_in = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.posix_fadvise(fd_in, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+            fd_out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
+            try:
+                while True:
+                    chunk = os.read(fd_in, STAGE_CHUNK)
+                    if not chunk:
+                        break
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd_out, view):]
+                os.fsync(fd_out)
+                if os.fstat(fd_out).st_size != src.st_size:
+                    raise OSError(f"copied {os.fstat(fd_out).st_size} of {src.st_size} bytes (the image changed?)")
+                os.utime(fd_out, ns=(src.st_atime_ns, src.st_mtime_ns))
+            finally:
+                os.close(fd_out)
+            _forget(fd_in)
+        finally:
+            os.close(fd_in)
+        os.rename(tmp, copy)
+        fsync_dir(stage_dir)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            why = f"no space left there for the image's {src.st_size:,} bytes (a larger tmpfs or a node-local disk)"
+        else:
+            why = describe_os_error(exc)
+        raise ConfigError([f"cannot stage {image} into {stage_dir}: {why}"]) from None
+    return copy
+
+
+def _forget(fd: int) -> None:
+    """Drop the node's cached pages of the network image once it is staged
+    (``POSIX_FADV_DONTNEED``): the ranks read the copy, and 4 GB of the image kept in the page
+    cache beside the copy pushed the ranks' own pages out (measured: docs/benchmarks.md,
+    "Staged once per node")."""
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+
+
+def _read_whole(path: str) -> None:
+    """Read ``path`` from start to end in :data:`STAGE_CHUNK` reads, discarding the data: the
+    file system reads ahead in its largest requests and the node's page cache keeps the pages
+    for the next reader (``unsquashfs``)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        while os.read(fd, STAGE_CHUNK):
+            pass
+    finally:
+        os.close(fd)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a file or directory tree inside a stage directory (never follows a link)."""
+    import shutil
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def stage_unpacked(build: str, stage_dir: str) -> str:
+    """Unpack the image of ``build`` into ``stage_dir`` on this node, unless it is unpacked
+    there already from the same image (same size and modification time, kept in
+    ``<tree>.done``).
+
+    The image is first read whole in :data:`STAGE_CHUNK` reads (few large requests to the
+    network file system; the page cache keeps it), then ``unsquashfs`` writes the tree into
+    ``<tree>.tmp`` (owners and modes as in the image), renamed into place whole; on any failure
+    the partial tree is removed.
+
+    Args:
+        build (str): the build directory on the network file system.
+        stage_dir (str): node-local directory (:func:`check_stage_dir`), typically a tmpfs: the
+            tree takes the venv's unpacked size (5.5 GB for pytorch/2.3.1-gpu against a 4.0 GB
+            image) of the node's memory.
+
+    Returns:
+        str: the unpacked tree, ``<stage_dir>/<name>-<digest>.d``.
+
+    Raises:
+        ConfigError: an unsafe stage directory, no image, no ``unsquashfs``, or a read/write
+            error (e.g. no space left); one line.
+    """
+    check_stage_dir(stage_dir)
+    image = image_of(build)
+    tree = staged_image_of(build, stage_dir)[: -len(".sqsh")] + ".d"
+    done, tmp = tree + ".done", tree + ".tmp"
+    try:
+        src = os.stat(image)
+    except OSError as exc:
+        raise ConfigError([f"{build}: no image {IMAGE_NAME} ({describe_os_error(exc)}; not installed with "
+                           "layout: squashfs, or the image step has not run)"]) from None
+    stamp = f"{src.st_size} {src.st_mtime_ns}\n"
+    try:
+        if stat.S_ISDIR(os.lstat(tree).st_mode) and stat.S_ISREG(os.lstat(done).st_mode):
+            with open(done, opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW)) as f:
+                if f.read() == stamp:
+                    return tree
+    except FileNotFoundError:
+        pass
+    try:
+        for stale in (done, tmp, tree):
+            _remove_tree(stale)
+        _read_whole(image)
+        proc = subprocess.run(["unsquashfs", "-q", "-n", "-d", tmp, image], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
+        if proc.returncode != 0:
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            raise OSError(lines[-1] if lines else f"unsquashfs exited with status {proc.returncode}")
+        fd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _forget(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, tree)
+        fd = os.open(done, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
+        try:
+            os.write(fd, stamp.encode())
+        finally:
+            os.close(fd)
+    except FileNotFoundError as exc:
+        _remove_tree(tmp)
+        if exc.filename is None and "unsquashfs" in str(exc):
+            raise ConfigError(["cannot unpack the image: unsquashfs not found (apt-get install squashfs-tools)"]) from None
+        raise ConfigError([f"cannot unpack {image} into {stage_dir}: {describe_os_error(exc)}"]) from None
+    except OSError as exc:
+        _remove_tree(tmp)
+        _remove_tree(tree)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc)
+        why = (f"no space left there for the unpacked venv (a larger tmpfs or a node-local disk)" if full
+               else describe_os_error(exc))
+        raise ConfigError([f"cannot unpack {image} into {stage_dir}: {why}"]) from None
+    return tree
+
+
+def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> bool:
     """Mount the image of ``build`` at its venv on this node, unless it is mounted already.
+
+    Without ``stage``, squashfuse reads the image where it lies (the network file system:
+    every block the ranks read is a request there). With ``stage``, the image is first copied
+    into that node-local directory in large sequential reads (:func:`stage_image`) and the copy
+    is mounted by the kernel's squashfs on a loop device (:func:`kernel_mount_argv`; root only):
+    start-up then reads nothing from the network (docs/benchmarks.md, "Start-up at scale").
+    With ``unpack`` too, the image is unpacked there instead and the tree bound at the venv.
 
     Args:
         build (str): a build directory (``StackLayout.build_path(id)`` or ``published()``).
+        stage (str | None): node-local, root-owned directory for the copy (:func:`check_stage_dir`).
+        unpack (bool): with ``stage``: unpack the image into it (:func:`stage_unpacked`) and bind
+            the tree read-only at the venv (``nosuid,nodev``): the ranks read plain files from
+            node-local memory, nothing is decompressed while they start.
 
     Returns:
         bool: True if it mounted the image, False if it was mounted already.
 
     Raises:
         ConfigError: no image (the build is not a squashfs build, or it was removed), no
-            ``squashfuse``, or the mount fails (its own last error line; e.g. no ``/dev/fuse``).
+            ``squashfuse``/``mount``, an unsafe stage directory, staging fails, or the mount
+            fails (its own last error line; e.g. no ``/dev/fuse``, no loop device). A copy
+            staged by this call is removed when its mount fails.
     """
     venv, image = mount_point_of(build), image_of(build)
     if is_mounted(venv) or _mounts_at(venv):
@@ -288,19 +557,43 @@ def mount_build(build: str) -> bool:
     if not os.path.isfile(image):
         raise ConfigError([f"{build}: no image {IMAGE_NAME} (not installed with layout: squashfs, "
                            "or the image step has not run)"])
+    if stage is not None and os.geteuid() != 0:
+        raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device or a bind mount)"])
+    if stage is not None and unpack:
+        tree = stage_unpacked(build, stage)
+        copy = None  # kept on a failed mount: it is a whole tree, and a re-run finds it
+        argv, source, tool = ["mount", "--bind", "-o", "ro,nosuid,nodev", tree, venv], tree, "mount"
+    elif stage is not None:
+        copy = stage_image(build, stage)
+        argv, source, tool = kernel_mount_argv(copy, venv), copy, "mount"
+    else:
+        copy = None
+        argv, source, tool = mount_argv(build), image, "squashfuse"
     try:
         os.makedirs(venv, exist_ok=True)
-        proc = subprocess.run(mount_argv(build), capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              cwd=CHILD_CWD)
+        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
     except FileNotFoundError:
-        raise ConfigError(["cannot mount the image: squashfuse not found (apt-get install squashfuse fuse3)"]) from None
+        _drop(copy)
+        raise ConfigError([f"cannot mount the image: {tool} not found (apt-get install "
+                           f"{'mount' if tool == 'mount' else 'squashfuse fuse3'})"]) from None
     except OSError as exc:
-        raise ConfigError([f"cannot mount {image} at {venv}: {describe_os_error(exc)}"]) from None
-    if proc.returncode != 0 or not is_mounted(venv):
+        _drop(copy)
+        raise ConfigError([f"cannot mount {source} at {venv}: {describe_os_error(exc)}"]) from None
+    if proc.returncode != 0 or not (is_mounted(venv) or _mounts_at(venv)):  # a bind mount: same st_dev
+        _drop(copy)
         lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise ConfigError([f"cannot mount {image} at {venv}: "
-                           f"{lines[-1] if lines else f'squashfuse exited with status {proc.returncode}'}"])
+        raise ConfigError([f"cannot mount {source} at {venv}: "
+                           f"{lines[-1] if lines else f'{tool} exited with status {proc.returncode}'}"])
     return True
+
+
+def _drop(copy: str | None) -> None:
+    """Remove a staged copy whose mount failed (nothing else uses it)."""
+    if copy:
+        try:
+            os.unlink(copy)
+        except OSError:
+            pass
 
 
 def unmount(path: str) -> None:
@@ -376,6 +669,10 @@ def node_setup(build: str, mount_command: str) -> str:
     return "\n".join([
         "# Slurm prolog (runs as root on each node before a job; mounts the build published now):",
         f"{mount_command} --quiet || exit 1",
+        "# or unpacked once per node into node-local memory (no network reads while the ranks start;",
+        "# costs the venv's unpacked size in RAM: docs/benchmarks.md, \"Staged once per node\"):",
+        "# install -d -m 0700 -o root -g root /dev/shm/hpcstack",
+        f"# {mount_command} --stage /dev/shm/hpcstack --unpack --quiet || exit 1",
         "",
         "# or /etc/fstab (this build; needs mount.fuse3 from fuse3):",
         f"{image} {venv} fuse.squashfuse {MOUNT_OPTIONS},nofail,_netdev 0 0",
@@ -400,12 +697,18 @@ def _which(cmd: str) -> bool:
     return which(cmd) is not None
 
 
-def mount_stack(layout) -> list[tuple[str, bool]]:
+def mount_stack(layout, stage: str | None = None, unpack: bool = False) -> list[tuple[str, bool]]:
     """Mount, on this node, the images of a stack's published build and of the build it
     replaced (kept for jobs that started before the switch); idempotent.
 
     Args:
         layout (hpcstack.install.layout.StackLayout): the stack.
+        stage (str | None): stage the published build's image into this node-local directory
+            first (:func:`mount_build`); the previous build's is mounted where it lies (only
+            jobs that started before the switch read it, and a staged copy costs the node's
+            memory or disk).
+        unpack (bool): with ``stage``: unpack the image there (:func:`stage_unpacked`) and bind
+            the tree at the venv, instead of mounting a copy of the image.
 
     Returns:
         list[tuple[str, bool]]: ``(build directory, mounted now)``; False where it was mounted.
@@ -421,7 +724,7 @@ def mount_stack(layout) -> list[tuple[str, bool]]:
     previous = layout.read_state()["previous"]
     if previous and os.path.isfile(image_of(layout.build_path(previous))):
         builds.append(layout.build_path(previous))
-    return [(build, mount_build(build)) for build in builds]
+    return [(build, mount_build(build, stage if build == published else None, unpack)) for build in builds]
 
 
 def restart_packed(layout, choice) -> bool:
