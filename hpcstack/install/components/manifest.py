@@ -330,7 +330,10 @@ def distribution_files(site_packages: str) -> dict[str, dict]:
                 entry["sha256"] = None
             recorded = row[1][len("sha256="):] if len(row) > 1 and row[1].startswith("sha256=") else ""
             if recorded:
-                recorded = base64.urlsafe_b64decode(recorded + "=" * (-len(recorded) % 4)).hex()
+                try:
+                    recorded = base64.urlsafe_b64decode(recorded + "=" * (-len(recorded) % 4)).hex()
+                except ValueError:      # binascii.Error: not base64; kept as RECORD writes it
+                    recorded = row[1]
                 if recorded != entry["sha256"]:
                     entry["record_sha256"] = recorded
             files.append(entry)
