@@ -18,6 +18,7 @@ scripts/container-image does.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -141,10 +142,8 @@ def test_validate_local_passes_in_all_three(deliveries):
     ctr = run([*BUILDAH, "from", "--quiet", IMAGE]).stdout.strip()
     assert ctr
     try:
-        entry = run([*BUILDAH, "inspect", "--type", "image", "--format", "{{json .OCIv1.Config.Entrypoint}}", IMAGE])
-        import json
-
-        argv = json.loads(entry.stdout)
+        entry = run([*BUILDAH, "inspect", "--type", "image", IMAGE])
+        argv = json.loads(entry.stdout)["OCIv1"]["config"]["Entrypoint"]
         assert argv[:2] == ["hpcstack", "validate"] and argv[-1] == "--local", argv
         proc = timed("validate --local (image)", times, [*BUILDAH, "run", "--isolation", "chroot", ctr, "--", *argv],
                      timeout=900)
