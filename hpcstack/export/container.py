@@ -360,9 +360,6 @@ class ContainerSpec:
             ConfigError: no usable ``container`` section (exit 2).
         """
         import hpccm
-        from hpccm.building_blocks import packages
-        from hpccm.primitives import baseimage, comment, environment, label, raw, shell
-        from hpccm.primitives import copy as hcopy
 
         from hpcstack.loader import reload_recipe
 
@@ -370,16 +367,27 @@ class ContainerSpec:
         inside, inside_raw = inside_site(site)
         inside_recipe = reload_recipe(recipe, inside)
         distro, ca_bundle = DISTROS[section.get("distro", "debian12")]
-        site_file = f"{SITE_DIR}/{inside.name}.yaml"
-        wheel = f"hpcstack-{__version__}-py3-none-any.whl"
-        lock = lock_of(inside_recipe, inside)
         hpccm.config.set_container_format(self.container_format)
         hpccm.config.set_singularity_version("3.5")      # %files before %post; Apptainer reads it
         hpccm.config.set_linux_distro(distro)
 
         stage = hpccm.Stage()
+        for part in (self._base(recipe, site, section, distro, ca_bundle), self._tool(site, section),
+                     self._install(recipe, site, section, inside, inside_raw, inside_recipe)):
+            for primitive in part:
+                stage += primitive
+        return self.checked(str(stage).rstrip("\n") + "\n")
+
+    def _base(self, recipe, site, section: dict, distro: str, ca_bundle: str) -> list:
+        """The header comment, the base (``FROM``/``Bootstrap``), the CA bundle's variables and
+        the packages: hpccm primitives and building blocks, in order."""
+        import hpccm
+        from hpccm.building_blocks import packages
+        from hpccm.primitives import baseimage, comment, environment, raw
+
         c = comment_text     # every value in a comment stays on its line
-        stage += comment(
+        wheel = f"hpcstack-{__version__}-py3-none-any.whl"
+        out = [comment(
             f"{c(recipe.full_name)} for site {c(site.name)} as a container image: {c(recipe.whatis)}.\n"
             f"Written by hpcstack {__version__}: hpcstack export {c(recipe.full_name)} --site {c(site.ref)} "
             f"--format {self.name}.\n"
@@ -387,31 +395,38 @@ class ContainerSpec:
             + (f" and {c(section['rootfs'])} (mmdebstrap --variant=minbase bookworm {c(section['rootfs'])})"
                if "rootfs" in section else "") + ".\n"
             f"Share a cache of wheels and builds: mount a directory at {CACHE_DIR} while building, e.g.\n"
-            + self.build_hint(recipe), reformat=False)
+            + self.build_hint(recipe), reformat=False)]
         if "rootfs" in section:
             # hpccm cannot express this: its copy primitive writes COPY (which does not unpack a
             # tar) and its baseimage always bootstraps from a registry
             tar = section["rootfs"]
-            stage += raw(docker="FROM scratch\nADD " + json.dumps([tar, "/"]),
-                         singularity='Bootstrap: scratch\n\n%setup\n    tar -C "${APPTAINER_ROOTFS:-$SINGULARITY_ROOTFS}" '
-                                     f"-xf {sh_quote(tar)}")
+            out.append(raw(docker="FROM scratch\nADD " + json.dumps([tar, "/"]),
+                           singularity='Bootstrap: scratch\n\n%setup\n    tar -C "${APPTAINER_ROOTFS:-$SINGULARITY_ROOTFS}" '
+                                       f"-xf {sh_quote(tar)}"))
             hpccm.config.set_linux_distro(distro)
         else:
-            stage += baseimage(image=_one_line(section["base_image"], "container.base_image"), _distro=distro,
-                               _docker_env=False)
-        stage += comment("the image's tools trust the image's CA bundle (a site's CAs added at build time too)")
-        stage += environment(variables={k: self.env_value((ca_bundle,), k) for k in
-                                        ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")}, _export=True)
+            out.append(baseimage(image=_one_line(section["base_image"], "container.base_image"), _distro=distro,
+                                 _docker_env=False))
+        out.append(comment("the image's tools trust the image's CA bundle (a site's CAs added at build time too)"))
+        out.append(environment(variables={k: self.env_value((ca_bundle,), k) for k in
+                                          ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE")}, _export=True))
         pkgs = [p for role in PACKAGE_ROLES for p in (section.get("packages") or {}).get(role, [])]
         if pkgs:
-            stage += comment("compilers, MPI, the module tool and Python from the package manager")
-            stage += packages(ospackages=[sh_quote(_one_line(p, "container.packages")) for p in pkgs])
-        stage += comment(f"hpcstack {__version__} from its wheel")
-        stage += hcopy(src=wheel, dest=f"{DIST_DIR}/{wheel}")
+            out.append(comment("compilers, MPI, the module tool and Python from the package manager"))
+            out.append(packages(ospackages=[sh_quote(_one_line(p, "container.packages")) for p in pkgs]))
+        return out
+
+    def _tool(self, site, section: dict) -> list:
+        """hpcstack from its wheel (its dependencies hash-checked) and the site's ``setup``."""
+        from hpccm.primitives import comment, shell
+        from hpccm.primitives import copy as hcopy
+
+        wheel = f"hpcstack-{__version__}-py3-none-any.whl"
+        out = [comment(f"hpcstack {__version__} from its wheel"), hcopy(src=wheel, dest=f"{DIST_DIR}/{wheel}")]
         # its dependencies from the requirements file inside the wheel, every file's sha256
         # checked (--require-hashes), then the wheel itself without dependencies
         requirements = f"{DIST_DIR}/requirements.txt"
-        stage += shell(commands=[
+        out.append(shell(commands=[
             f"PIP_CACHE_DIR={CACHE_DIR}/pip python3 -m venv {TOOL_VENV}",
             f"{TOOL_VENV}/bin/python -c 'import sys, zipfile; sys.stdout.write(zipfile.ZipFile(sys.argv[1])"
             f".read(\"{WHEEL_REQUIREMENTS}\").decode())' {DIST_DIR}/{wheel} > {requirements}",
@@ -420,42 +435,52 @@ class ContainerSpec:
             f"PIP_CACHE_DIR={CACHE_DIR}/pip {TOOL_VENV}/bin/pip install --disable-pip-version-check "
             f"-q --no-deps {DIST_DIR}/{wheel}",
             f"ln -sfn {TOOL_VENV}/bin/hpcstack /usr/local/bin/hpcstack",
-            *self.cache_cleanup()])
+            *self.cache_cleanup()]))
         if section.get("setup"):
-            stage += comment("make the image a machine of the site ($HPCSTACK_DATA: hpcstack's own "
-                             "recipes, site configs and scripts)")
+            out.append(comment("make the image a machine of the site ($HPCSTACK_DATA: hpcstack's own "
+                               "recipes, site configs and scripts)"))
             # the site's own commands (shell code by design), each on its one line
-            stage += shell(commands=[
+            out.append(shell(commands=[
                 f"export HPCSTACK_DATA=$({TOOL_VENV}/bin/python -c "
                 "'import hpcstack; print(hpcstack.data_root())')",
-                *(_setup_command(cmd, f"{site.path}: container.setup") for cmd in section["setup"])])
-        stage += comment(f"the site config used inside (site {c(site.name)}: " +
-                         ("its container.site_changes, " if section.get("site_changes") else "") +
-                         f"Python {c(section['python'])}, the cache in {CACHE_DIR}), then the install")
+                *(_setup_command(cmd, f"{site.path}: container.setup") for cmd in section["setup"])]))
+        return out
+
+    def _install(self, recipe, site, section: dict, inside, inside_raw: dict, inside_recipe) -> list:
+        """The inside site config and the install, the module's variables, the labels and the
+        runscript."""
+        from hpccm.primitives import comment, environment, label, raw, shell
+
+        c = comment_text
+        site_file = f"{SITE_DIR}/{inside.name}.yaml"
+        out = [comment(f"the site config used inside (site {c(site.name)}: " +
+                       ("its container.site_changes, " if section.get("site_changes") else "") +
+                       f"Python {c(section['python'])}, the cache in {CACHE_DIR}), then the install")]
         yaml_lines = yaml.safe_dump(inside_raw, sort_keys=False, width=1000).splitlines()
-        stage += shell(commands=[
+        out.append(shell(commands=[
             f"mkdir -p {SITE_DIR}",
             "printf '%s\\n' \\\n        "
             + " \\\n        ".join(_shell_word(_one_line(line, "container.site_changes")) for line in yaml_lines)
             + f" \\\n        > {sh_quote(site_file)}",
             shlex.join(["hpcstack", "install", inside_recipe.full_name, "--site", site_file]),
-            *self.cache_cleanup()])
-        stage += comment(f"the module's environment, set directly (login shells can also "
-                         f"`module load {c(inside_recipe.full_name)}`)")
-        stage += environment(variables={_env_name(k): self.env_value(v, f"the module's {k}")
-                                        for k, v in module_variables(inside_recipe, inside).items()},
-                             _export=True)
+            *self.cache_cleanup()]))
+        out.append(comment(f"the module's environment, set directly (login shells can also "
+                           f"`module load {c(inside_recipe.full_name)}`)"))
+        out.append(environment(variables={_env_name(k): self.env_value(v, f"the module's {k}")
+                                          for k, v in module_variables(inside_recipe, inside).items()},
+                               _export=True))
         labels = {"org.opencontainers.image.title": f"{recipe.full_name} ({site.name})",
                   "org.opencontainers.image.description": recipe.whatis,
                   "org.hpcstack.recipe": recipe.full_name, "org.hpcstack.site": site.name,
                   "org.hpcstack.version": __version__}
+        lock = lock_of(inside_recipe, inside)
         if lock:
             labels.update({"org.hpcstack.lock": lock[0], "org.hpcstack.lock.sha256": lock[1]})
-        stage += label(metadata={k: self.label_value(v) for k, v in labels.items()})
-        stage += comment("the validation trainer on the site's launcher; arguments are appended (--ranks 2)")
-        stage += raw(**self.entrypoint(["hpcstack", "validate", inside_recipe.full_name, "--site", site_file,
-                                        "--local"]))
-        return self.checked(str(stage).rstrip("\n") + "\n")
+        out.append(label(metadata={k: self.label_value(v) for k, v in labels.items()}))
+        out.append(comment("the validation trainer on the site's launcher; arguments are appended (--ranks 2)"))
+        out.append(raw(**self.entrypoint(["hpcstack", "validate", inside_recipe.full_name, "--site", site_file,
+                                          "--local"])))
+        return out
 
     def checked(self, text: str) -> str:
         """The spec's text, after checking that it holds only the instructions or sections

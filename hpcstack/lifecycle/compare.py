@@ -1,12 +1,18 @@
 """``hpcstack compare A B``: are two deliveries of a stack the same stack, and what changed between
 two stacks.
 
-A and B are each an installed stack (its prefix, or ``NAME/VERSION`` of the site's install root)
-or an offline bundle (``hpcstack bundle``'s directory). Of each it reads:
+A and B are each an installed stack (its prefix, or ``NAME/VERSION`` of the site's install root),
+a container image built from ``hpcstack export`` (``image:REF`` or an OCI archive: the stack
+installed in the image, read through ``buildah mount``, :mod:`hpcstack.lifecycle.images`) or an
+offline bundle (``hpcstack bundle``'s directory). Of each it reads:
 
 - the distributions and versions its SBOM lists (``.hpcstack/sbom.cdx.json``), and for an
-  installed stack every distribution of its venv (``*.dist-info``): one the SBOM leaves out is a
-  difference of its own (the SBOM must be complete);
+  installed stack (or an image's) every distribution of its venv (``*.dist-info``): one the SBOM
+  leaves out is a difference of its own (the SBOM must be complete);
+- the files its SBOM lists for each distribution with their sha256
+  (:func:`hpcstack.install.components.manifest.distribution_files`), checked against the files on
+  disk: a file changed, added to or missing from a distribution since the SBOM was written is a
+  difference (an SBOM written before it listed files gives a note, not a difference);
 - the files of every distribution: for an installed stack each file its ``RECORD`` names, hashed
   on disk (sha256); for a bundle the ``RECORD`` of each wheel (whose own sha256 the bundle's
   manifest and the lock vouch for). Left out on both sides, as the installer writes them and they
@@ -29,6 +35,7 @@ hashing files (``--files`` hashes those of the same version on both sides).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -68,6 +75,8 @@ class Side:
         built_for (dict[str, str]): ``Python``, ``CUDA``, ``MPI`` -> version (``-`` unknown).
         figures (dict[str, str]): validation figure -> value with unit.
         root (Path): the prefix or the bundle directory.
+        sbom_files (dict[str, dict[str, str]] | None): normalized name -> {path: sha256 or
+            ``missing``} as the SBOM lists them (None: an SBOM that lists no files).
     """
 
     label: str
@@ -79,6 +88,7 @@ class Side:
     files: dict = field(default_factory=dict)
     built_for: dict = field(default_factory=dict)
     figures: dict = field(default_factory=dict)
+    sbom_files: dict | None = None
     _records: dict = field(default_factory=dict)
 
     def hash_files(self, name: str) -> dict[str, str] | None:
@@ -184,6 +194,25 @@ def _marker_holds(marker: object, python: str | None) -> bool:
         return True
 
 
+def _sbom_files(sbom: dict) -> dict | None:
+    """normalized name -> {path: sha256 or ``missing``} of the files each ``pkg:pypi``
+    component lists (nested ``file`` components), kept as :func:`_kept` keeps them; None when no
+    component lists any (an SBOM written before the SBOM listed files)."""
+    out: dict = {}
+    for c in sbom.get("components") or []:
+        if not (isinstance(c, dict) and str(c.get("purl") or "").startswith("pkg:pypi/") and c.get("name")):
+            continue
+        files = {}
+        for f in c.get("components") or []:
+            if isinstance(f, dict) and f.get("type") == "file" and isinstance(f.get("name"), str) and _kept(f["name"]):
+                digest = next((h.get("content") for h in f.get("hashes") or []
+                               if isinstance(h, dict) and h.get("alg") == "SHA-256"), None)
+                files[f["name"]] = str(digest) if digest else "missing"
+        if "components" in c:
+            out[norm(c["name"])] = files
+    return out or None
+
+
 def read_stack(prefix: Path, label: str, report: str | None = None) -> Side:
     """An installed stack: its SBOM, its venv's distributions and ``RECORD`` files, its records.
 
@@ -199,6 +228,7 @@ def read_stack(prefix: Path, label: str, report: str | None = None) -> Side:
     python = _venv_python(prefix / "venv")
     if python:
         side.built_for["Python"] = python
+    side.sbom_files = _sbom_files(sbom)
     for c in sbom.get("components") or []:
         if not isinstance(c, dict):
             continue
@@ -271,6 +301,35 @@ class Comparison:
     files_checked: int = 0
 
 
+def _differing(fa: dict[str, str], fb: dict[str, str], la: str, lb: str) -> tuple[int, str]:
+    """How many paths of two ``{path: sha256}`` differ, and the first :data:`SHOWN` of them named
+    (``content``, or on which side the file is missing)."""
+    differ = sorted(p for p in set(fa) | set(fb) if fa.get(p) != fb.get(p))
+    shown = ", ".join(f"{p} ({'missing in ' + (la if p not in fa else lb) if p not in fa or p not in fb else 'content'})"
+                      for p in differ[:SHOWN])
+    return len(differ), shown + (" ..." if len(differ) > SHOWN else "")
+
+
+def _against_sbom(side: Side) -> list[str]:
+    """An installed stack's files on disk against the files its SBOM lists, per distribution."""
+    if side.sbom_files is None:
+        print(f"note: {side.label}: its SBOM lists no files (written by an older hpcstack): its files are "
+              "compared with the other side only", file=sys.stderr)
+        return []
+    lines = []
+    for name, version in sorted(side.installed.items()):
+        listed = side.sbom_files.get(name)
+        if listed is None:
+            if side.dists.get(name) == version:
+                lines.append(f"{side.label}: its SBOM lists no files of {name} {version}")
+            continue
+        on_disk = side.hash_files(name) or {}
+        count, shown = _differing(listed, on_disk, "its SBOM", "its venv")
+        if count:
+            lines.append(f"{side.label}: files of {name} {version}: {count} differ from its SBOM: {shown}")
+    return lines
+
+
 def compare(a: Side, b: Side, files: bool = True) -> Comparison:
     """Compare two sides: distributions and versions, SBOM completeness, files (``files``), what
     they were built for.
@@ -291,6 +350,8 @@ def compare(a: Side, b: Side, files: bool = True) -> Comparison:
         if side.kind == "stack":
             for name in sorted(set(side.dists) - set(side.installed)):
                 out.lines.append(f"{side.label}: {name} {side.dists[name]} is in its SBOM but not installed in its venv")
+            if files:
+                out.lines += _against_sbom(side)
     for name in sorted(set(a.dists) | set(b.dists)):
         va, vb = a.dists.get(name), b.dists.get(name)
         if va is None:
@@ -309,12 +370,9 @@ def compare(a: Side, b: Side, files: bool = True) -> Comparison:
                 if fa is None or fb is None:
                     continue
                 out.files_checked += len(fa)
-                differ = sorted(p for p in set(fa) | set(fb) if fa.get(p) != fb.get(p))
-                if differ:
-                    shown = ", ".join(f"{p} ({'missing in ' + (a.label if p not in fa else b.label) if p not in fa or p not in fb else 'content'})"
-                                      for p in differ[:SHOWN])
-                    out.lines.append(f"files of {name} {va}: {len(differ)} of {len(set(fa) | set(fb))} differ: {shown}"
-                                     + (" ..." if len(differ) > SHOWN else ""))
+                count, shown = _differing(fa, fb, a.label, b.label)
+                if count:
+                    out.lines.append(f"files of {name} {va}: {count} of {len(set(fa) | set(fb))} differ: {shown}")
     for key in sorted(set(a.built_for) | set(b.built_for)):
         if key == "torch":
             continue
@@ -327,13 +385,34 @@ def compare(a: Side, b: Side, files: bool = True) -> Comparison:
     return out
 
 
-def open_side(arg: str, label: str, site_loader, report: str | None = None) -> Side:
-    """``arg`` as a side: a bundle directory (``manifest.json``), a stack prefix, or ``NAME/VERSION``
-    installed at the site (``site_loader()`` gives the site).
+def open_side(arg: str, label: str, site_loader, report: str | None = None, mounts=None,
+              image_storage: tuple = (None, None)) -> Side:
+    """``arg`` as a side: a container image (``image:REF`` or an OCI archive), a bundle directory
+    (``manifest.json``), a stack prefix, or ``NAME/VERSION`` installed at the site
+    (``site_loader()`` gives the site).
+
+    Args:
+        arg (str): the argument.
+        label (str): how the output names it.
+        site_loader (Callable[[], hpcstack.site.Site]): loads the site for ``NAME/VERSION``.
+        report (str | None): its validation report.json.
+        mounts (contextlib.ExitStack | None): keeps an image mounted until it closes (required
+            for an image).
+        image_storage (tuple[str | None, str | None]): buildah's storage driver and root.
 
     Raises:
         ConfigError: none of these.
+        HpcstackError: buildah cannot read the image.
     """
+    from hpcstack.lifecycle import images
+
+    ref = images.image_reference(arg)
+    if ref is not None:
+        root, config = mounts.enter_context(images.mounted_image(ref, *image_storage))
+        full, prefix = images.stack_prefix(root, config, ref)
+        side = read_stack(prefix, label, report)
+        side.kind, side.root = "stack", prefix
+        return side
     path = Path(arg)
     if path.is_dir() and (path / "manifest.json").is_file():
         return read_bundle(path, label)
@@ -345,8 +424,8 @@ def open_side(arg: str, label: str, site_loader, report: str | None = None) -> S
         if not prefix.is_dir():
             raise ConfigError([f"{arg}: not installed for site {site.name} (no {prefix})"])
         return read_stack(prefix.resolve(), label, report)
-    raise ConfigError([f"{arg}: give an installed stack's prefix, NAME/VERSION installed at --site, or a "
-                       "bundle directory (hpcstack bundle)"])
+    raise ConfigError([f"{arg}: give an installed stack's prefix, NAME/VERSION installed at --site, a "
+                       "bundle directory (hpcstack bundle), or a container image (image:REF, an OCI archive)"])
 
 
 def _side_by_side(rows: list[tuple[str, str, str]], a: str, b: str) -> list[str]:
@@ -360,13 +439,20 @@ def cmd_compare(args, load_site) -> int:
     if len(args.report) > 2:
         raise ConfigError(["--report: give at most two (A's, then B's)"])
     reports = args.report + [None] * (2 - len(args.report))
-    names = all(not os.path.exists(x) and "/" in x for x in (args.a, args.b))
+    names = all(not os.path.exists(x) and "/" in x and not x.startswith("image:") for x in (args.a, args.b))
     files = (not names) if args.files is None else args.files
     def loader():
         return load_site(args, install_root=args.prefix)
-    a = open_side(args.a, args.a, loader, reports[0])
-    b = open_side(args.b, args.b, loader, reports[1])
-    result = compare(a, b, files)
+    with contextlib.ExitStack() as mounts:
+        storage = (getattr(args, "storage_driver", None), getattr(args, "storage_root", None))
+        a = open_side(args.a, args.a, loader, reports[0], mounts, storage)
+        b = open_side(args.b, args.b, loader, reports[1], mounts, storage)
+        result = compare(a, b, files)
+    return _print(args, a, b, result, files)
+
+
+def _print(args, a: Side, b: Side, result: Comparison, files: bool) -> int:
+    """Print the comparison (text, or ``--json``); 1 when anything differs, else 0."""
     if args.json:
         print(json.dumps({"a": args.a, "b": args.b, "same": not result.lines, "differences": result.lines,
                           "added": result.added, "removed": result.removed, "changed": result.changed,

@@ -918,7 +918,7 @@ scipy==1.18.1 ; python_full_version >= '3.12'
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/.hpcstack/constraints.txt
-hpcstack action sbom --spec '{"builds": [], "description": "JAX 0.10.2 with CUDA 12 (jax-cuda12-plugin) for NVIDIA GPUs, NCCL between processes", "lock": "@HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.lock", "name": "jax", "prefix": "/p/project/PROJECT/hpcstack/jax/0.10.2-gpu", "site": "juwels-booster", "version": "0.10.2-gpu"}' /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/.hpcstack/sbom.cdx.json
+hpcstack action sbom --spec '{"builds": [], "description": "JAX 0.10.2 with CUDA 12 (jax-cuda12-plugin) for NVIDIA GPUs, NCCL between processes", "lock": "@HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.lock", "name": "jax", "prefix": "/p/project/PROJECT/hpcstack/jax/0.10.2-gpu", "site": "juwels-booster", "site_packages": "/p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/venv/lib/python3.11/site-packages", "version": "0.10.2-gpu"}' /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/.hpcstack/sbom.cdx.json
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/bin/hpcstack-doctor
 install -m 0755 @HPCSTACK_DATA@/recipes/jax/jax-validate /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/bin/jax-validate
 

@@ -994,7 +994,7 @@ werkzeug==3.1.9
 HPCSTACK_EOF
 chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/constraints.txt
-hpcstack action sbom --spec '{"builds": [], "description": "PyTorch 2.14.1 (CUDA 13.0) with torch.distributed (NCCL, Gloo) and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.14.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/global/common/software/PROJECT/hpcstack/pytorch/2.14.1-gpu", "site": "perlmutter", "version": "2.14.1-gpu"}' /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/sbom.cdx.json
+hpcstack action sbom --spec '{"builds": [], "description": "PyTorch 2.14.1 (CUDA 13.0) with torch.distributed (NCCL, Gloo) and TensorBoard", "lock": "@HPCSTACK_DATA@/recipes/pytorch/2.14.1-gpu.pypi.lock", "name": "pytorch", "prefix": "/global/common/software/PROJECT/hpcstack/pytorch/2.14.1-gpu", "site": "perlmutter", "site_packages": "/global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/venv/lib/python3.11/site-packages", "version": "2.14.1-gpu"}' /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/.hpcstack/sbom.cdx.json
 install -D -m 0755 @HPCSTACK_DATA@/../doctor.py /global/common/software/PROJECT/hpcstack/pytorch/.2.14.1-gpu-@BUILD@/bin/hpcstack-doctor
 
 # --- step sanitycheck: check imports, build flags and dependencies

@@ -51,6 +51,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -141,7 +142,7 @@ class StackManifest(Component):
         spec = {
             "name": ctx.recipe.name, "version": ctx.recipe.version,
             "description": getattr(ctx.recipe, "whatis", "") or "",
-            "site": ctx.site.name, "prefix": ctx.prefix, "lock": lock,
+            "site": ctx.site.name, "prefix": ctx.prefix, "lock": lock, "site_packages": ctx.site_packages,
             "builds": [{
                 "package": b.package, "version": b.version, "url": b.url, "sha256": b.sha256,
                 "patches": [{"file": b.patch_path(ctx, p), "sha256": p.sha256} for p in b.patches],
@@ -173,12 +174,13 @@ class WriteSbom(ActionBase):
     Args:
         path (str): the JSON file to write (atomically).
         spec (str): JSON: ``name``, ``version``, ``description``, ``site``, ``prefix``, ``lock``
-            (path or null) and ``builds`` (each: ``package``, ``version``, ``url``, ``sha256``,
+            (path or null), ``site_packages`` (the venv's: every file of every distribution
+            installed there is listed with its sha256, :func:`distribution_files`) and ``builds`` (each: ``package``, ``version``, ``url``, ``sha256``,
             ``patches`` [{``file``, ``sha256``}], ``env`` (may hold ``${NAME}``) and ``probes``
             [[label, bash command]] run in the build environment).
 
     Raises:
-        HpcstackError: the lock or a patch cannot be read, or the file cannot be written.
+        HpcstackError: the lock, a patch or a ``RECORD`` cannot be read, or the file cannot be written.
     """
 
     path: str
@@ -204,12 +206,13 @@ class WriteSbom(ActionBase):
         for build in data["builds"]:
             build_env = {**env, **{k: expand(v, env) for k, v in build["env"].items()}}
             build["probed"] = {label: run_probe(cmd, build_env) for label, cmd in build["probes"]}
+        start = time.monotonic()
         try:
             text = sbom_json(data)
             write_atomic(Path(self.path), text, 0o644)
         except OSError as exc:
             raise HpcstackError(f"cannot write the SBOM {self.path}: {exc}") from None
-        ctx.log.write(f"wrote the CycloneDX SBOM {self.path}\n")
+        ctx.log.write(f"wrote the CycloneDX SBOM {self.path} ({time.monotonic() - start:.1f} s)\n")
 
 
 def run_probe(command: str, env: dict[str, str]) -> str:
@@ -260,79 +263,211 @@ def probed_versions(probed: dict[str, str]) -> list[tuple[str, str, str]]:
     return out
 
 
-def build_bom(data: dict):
-    """Build the CycloneDX :class:`cyclonedx.model.bom.Bom` of a stack.
+#: Files a distribution's ``RECORD`` names that the installer writes, not the wheel, and that differ
+#: between two correct installs of the same wheel (``RECORD`` cannot hold its own hash; uv's
+#: ``uv_cache.json`` holds a time): left out of the SBOM's file lists.
+INSTALLER_WRITTEN = frozenset({"RECORD", "uv_cache.json"})
+
+
+def _pypi_name(name: str) -> str:
+    """A distribution's normalized name (PEP 503): lower case, runs of ``-_.`` as ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution_files(site_packages: str) -> dict[str, dict]:
+    """Every file of every distribution installed in ``site_packages``, hashed on disk.
+
+    The files are those each ``*.dist-info/RECORD`` names (PEP 376/627: the installer lists every
+    file it wrote), less :data:`INSTALLER_WRITTEN`; a path that leaves the venv (``../`` past its
+    root) is left out. Each file's sha256 is that of its bytes on disk, not the one ``RECORD``
+    gives: the SBOM says what the stack holds, and a file changed after the wheel was unpacked
+    (a recipe's fix-up) must show. Where the two differ the ``RECORD``'s is kept beside it
+    (``record_sha256``). Cost, measured on this project's 2-core machine: the
+    ``pytorch/2.3.1-gpu`` venv (25,657 files, 5.6 GB) hashes in 5 s with a warm page cache and
+    12 s with a cold one; listing the same files with ``RECORD``'s hashes alone (``stat`` only)
+    would take 0.2 s, but could not see a changed file of the same size.
+
+    Args:
+        site_packages (str): the venv's ``site-packages`` directory.
+
+    Returns:
+        dict[str, dict]: normalized name -> ``{"name", "version", "files": [{"path", "sha256"
+        (None: missing on disk), "record_sha256" (only where it differs)}]}``, paths as ``RECORD``
+        writes them (relative to ``site_packages``), in ``RECORD``'s order.
+
+    Raises:
+        OSError: a ``RECORD`` cannot be read.
+    """
+    import base64
+    import csv
+    import io
+
+    venv = os.path.normpath(os.path.join(site_packages, os.pardir, os.pardir, os.pardir))
+    out: dict[str, dict] = {}
+    try:
+        infos = sorted(n for n in os.listdir(site_packages) if n.endswith(".dist-info"))
+    except FileNotFoundError:
+        return out
+    for info in infos:
+        m = re.match(r"^(.+?)-([^-]+)\.dist-info$", info)
+        record = os.path.join(site_packages, info, "RECORD")
+        if not m or not os.path.isfile(record):
+            continue
+        with open(record, encoding="utf-8", errors="replace", newline="") as fh:
+            rows = list(csv.reader(io.StringIO(fh.read())))
+        files = []
+        for row in rows:
+            if not row or not row[0] or os.path.basename(row[0]) in INSTALLER_WRITTEN and \
+                    os.path.dirname(row[0]) == info:
+                continue
+            path = os.path.normpath(os.path.join(site_packages, row[0]))
+            if not path.startswith(venv + os.sep):
+                continue
+            entry = {"path": row[0]}
+            try:
+                entry["sha256"] = sha256_file(path) if not os.path.islink(path) else None
+            except OSError:
+                entry["sha256"] = None
+            recorded = row[1][len("sha256="):] if len(row) > 1 and row[1].startswith("sha256=") else ""
+            if recorded:
+                try:
+                    recorded = base64.urlsafe_b64decode(recorded + "=" * (-len(recorded) % 4)).hex()
+                except ValueError:      # binascii.Error: not base64; kept as RECORD writes it
+                    recorded = row[1]
+                if recorded != entry["sha256"]:
+                    entry["record_sha256"] = recorded
+            files.append(entry)
+        out[_pypi_name(m.group(1))] = {"name": m.group(1), "version": m.group(2), "files": files}
+    return out
+
+
+def _sha256(value: str):
+    from cyclonedx.model import HashAlgorithm, HashType
+
+    return HashType(alg=HashAlgorithm.SHA_256, content=value)
+
+
+def _purl(name: str, version: str):
+    from packageurl import PackageURL
+
+    return PackageURL(type="pypi", name=_pypi_name(name), version=version)
+
+
+def _stack_component(data: dict):
+    """The stack itself: the SBOM's metadata component."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component, ComponentType
+
+    return Component(name=f"{data['name']}/{data['version']}", version=data["version"],
+                     type=ComponentType.APPLICATION, bom_ref=f"stack:{data['name']}/{data['version']}",
+                     description=data.get("description") or None,
+                     properties=[Property(name="hpcstack:site", value=data["site"]),
+                                 Property(name="hpcstack:prefix", value=data["prefix"])])
+
+
+def _lock_components(lock: str) -> list:
+    """The lock file (with its sha256) and one component per pin (package URL, the sha256 of each
+    file the lock allows, its marker, its index)."""
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, Property, XsUri
+    from cyclonedx.model.component import Component, ComponentType
+
+    out = [Component(name=os.path.basename(lock), type=ComponentType.FILE,
+                     bom_ref=f"file:{os.path.basename(lock)}", hashes=[_sha256(sha256_file(lock))],
+                     description="the lock file the stack's wheels were installed from")]
+    for pin in read_lock(lock):
+        props = [Property(name="hpcstack:allowed-file-sha256", value=h) for h in pin.hashes]
+        if pin.marker:
+            props.append(Property(name="hpcstack:marker", value=pin.marker))
+        refs = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(pin.index))] if pin.index else []
+        out.append(Component(name=pin.name, version=pin.version, purl=_purl(pin.name, pin.version),
+                             bom_ref=f"pypi:{pin.name}=={pin.version}", properties=props,
+                             external_references=refs))
+    return out
+
+
+def _build_components(build: dict) -> list:
+    """A source build (its sdist with sha256, its patches in its pedigree, its build
+    environment's variables) followed by each patch file with its sha256."""
+    from cyclonedx.model import AttachedText, ExternalReference, ExternalReferenceType, Property, XsUri
+    from cyclonedx.model.component import Component, ComponentType, Diff, Patch, PatchClassification, Pedigree
+
+    patches, patch_files = [], []
+    for p in build["patches"]:
+        name = os.path.basename(p["file"])
+        patch_files.append(Component(name=name, type=ComponentType.FILE, bom_ref=f"file:{name}",
+                                     hashes=[_sha256(sha256_file(p["file"]))],
+                                     description=f"patch applied to {build['package']} {build['version']}"))
+        patches.append(Patch(type=PatchClassification.UNOFFICIAL,
+                             diff=Diff(text=AttachedText(content=Path(p["file"]).read_text(errors="replace")))))
+    sdist = ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(build["url"]),
+                              hashes=[_sha256(build["sha256"])], comment="the sdist it was built from")
+    return [Component(
+        name=build["package"], version=build["version"], purl=_purl(build["package"], build["version"]),
+        bom_ref=f"pypi:{build['package']}=={build['version']}", external_references=[sdist],
+        pedigree=Pedigree(patches=patches) if patches else None,
+        description="built from its sdist on the site",
+        properties=[Property(name=f"hpcstack:build-env:{k}", value=v) for k, v in sorted(build["env"].items())],
+    )] + patch_files
+
+
+def _tool_components(builds: list) -> list:
+    """The build environment's tools (compilers, MPI, CUDA, ...) probed for the source builds,
+    one component per tool and version."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component, ComponentType
+
+    tools: dict = {}
+    for build in builds:
+        for label, version, line in probed_versions(build.get("probed", {})):
+            tools.setdefault((label, version), line)
+    return [Component(name=label, version=version, type=ComponentType.APPLICATION,
+                      bom_ref=f"build-env:{label}", description=line or None,
+                      properties=[Property(name="hpcstack:role", value="build environment")])
+            for (label, version), line in sorted(tools.items())]
+
+
+def _venv_components(installed: dict[str, dict], listed) -> list:
+    """A component for each distribution of the venv that neither the lock nor a source build
+    names at its installed version (what another step installed): the SBOM lists them all."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component
+
+    return [Component(name=d["name"], version=d["version"], purl=_purl(d["name"], d["version"]),
+                      bom_ref=f"pypi:{d['name']}=={d['version']}",
+                      description="installed in the stack's venv, named by neither the lock nor a source build",
+                      properties=[Property(name="hpcstack:origin", value="venv")])
+            for key, d in sorted(installed.items()) if (key, d["version"]) not in listed]
+
+
+def build_bom(data: dict, installed: dict[str, dict] | None = None):
+    """Build the CycloneDX :class:`cyclonedx.model.bom.Bom` of a stack (without the files of
+    each distribution: :func:`sbom_json` adds those).
 
     Args:
         data (dict): the :class:`WriteSbom` spec, each build with ``probed`` (label -> output).
+        installed (dict[str, dict] | None): the venv's distributions
+            (:func:`distribution_files`); one that neither the lock nor a build names gets a
+            component of its own.
 
     Returns:
         cyclonedx.model.bom.Bom: the stack as the metadata component; the lock's pins, the lock
-            file, each source build (sdist with sha256, patches in its pedigree), each patch file
-            and the build environment's tools as components.
+            file, each source build (sdist with sha256, patches in its pedigree), each patch file,
+            the venv's other distributions and the build environment's tools as components.
 
     Raises:
         OSError: the lock file or a patch cannot be read.
     """
-    from cyclonedx.model import (AttachedText, ExternalReference, ExternalReferenceType, HashAlgorithm,
-                                 HashType, Property, XsUri)
     from cyclonedx.model.bom import Bom
-    from cyclonedx.model.component import Component, ComponentType, Diff, Patch, PatchClassification, Pedigree
-    from packageurl import PackageURL
 
-    def sha256(value: str) -> HashType:
-        return HashType(alg=HashAlgorithm.SHA_256, content=value)
-
-    def pypi(name: str, version: str) -> PackageURL:
-        return PackageURL(type="pypi", name=re.sub(r"[-_.]+", "-", name).lower(), version=version)
-
-    stack = Component(name=f"{data['name']}/{data['version']}", version=data["version"],
-                      type=ComponentType.APPLICATION, bom_ref=f"stack:{data['name']}/{data['version']}",
-                      description=data.get("description") or None,
-                      properties=[Property(name="hpcstack:site", value=data["site"]),
-                                  Property(name="hpcstack:prefix", value=data["prefix"])])
+    stack = _stack_component(data)
     bom = Bom()
     bom.metadata.component = stack
-    components = []
-    lock = data.get("lock")
-    if lock:
-        components.append(Component(name=os.path.basename(lock), type=ComponentType.FILE,
-                                    bom_ref=f"file:{os.path.basename(lock)}", hashes=[sha256(sha256_file(lock))],
-                                    description="the lock file the stack's wheels were installed from"))
-        for pin in read_lock(lock):
-            props = [Property(name="hpcstack:allowed-file-sha256", value=h) for h in pin.hashes]
-            if pin.marker:
-                props.append(Property(name="hpcstack:marker", value=pin.marker))
-            refs = [ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(pin.index))] if pin.index else []
-            components.append(Component(name=pin.name, version=pin.version, purl=pypi(pin.name, pin.version),
-                                        bom_ref=f"pypi:{pin.name}=={pin.version}", properties=props,
-                                        external_references=refs))
-    tools = {}
+    components = _lock_components(data["lock"]) if data.get("lock") else []
     for build in data["builds"]:
-        patches, patch_files = [], []
-        for p in build["patches"]:
-            name = os.path.basename(p["file"])
-            actual = sha256_file(p["file"])
-            patch_files.append(Component(name=name, type=ComponentType.FILE, bom_ref=f"file:{name}",
-                                         hashes=[sha256(actual)],
-                                         description=f"patch applied to {build['package']} {build['version']}"))
-            patches.append(Patch(type=PatchClassification.UNOFFICIAL,
-                                 diff=Diff(text=AttachedText(content=Path(p["file"]).read_text(errors="replace")))))
-        sdist = ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(build["url"]),
-                                  hashes=[sha256(build["sha256"])], comment="the sdist it was built from")
-        components.append(Component(
-            name=build["package"], version=build["version"], purl=pypi(build["package"], build["version"]),
-            bom_ref=f"pypi:{build['package']}=={build['version']}", external_references=[sdist],
-            pedigree=Pedigree(patches=patches) if patches else None,
-            description="built from its sdist on the site",
-            properties=[Property(name=f"hpcstack:build-env:{k}", value=v) for k, v in sorted(build["env"].items())]))
-        components += patch_files
-        for label, version, line in probed_versions(build.get("probed", {})):
-            tools.setdefault((label, version), line)
-    for (label, version), line in sorted(tools.items()):
-        components.append(Component(name=label, version=version, type=ComponentType.APPLICATION,
-                                    bom_ref=f"build-env:{label}", description=line or None,
-                                    properties=[Property(name="hpcstack:role", value="build environment")]))
+        components += _build_components(build)
+    listed = {(_pypi_name(c.name), c.version) for c in components if c.purl}
+    components += _venv_components(installed or {}, listed)
+    components += _tool_components(data["builds"])
     seen = set()
     for c in components:
         if str(c.bom_ref) not in seen:
@@ -343,11 +478,42 @@ def build_bom(data: dict):
     return bom
 
 
+def _file_component(entry: dict) -> dict:
+    """One installed file as a CycloneDX file component (JSON)."""
+    out: dict = {"type": "file", "name": entry["path"]}
+    if entry["sha256"]:
+        out["hashes"] = [{"alg": "SHA-256", "content": entry["sha256"]}]
+    props = []
+    if entry["sha256"] is None:
+        props.append({"name": "hpcstack:missing", "value": "true"})
+    if entry.get("record_sha256"):
+        props.append({"name": "hpcstack:record-sha256", "value": entry["record_sha256"]})
+    if props:
+        out["properties"] = props
+    return out
+
+
 def sbom_json(data: dict) -> str:
-    """The SBOM of :func:`build_bom` as CycloneDX 1.6 JSON text."""
+    """The SBOM of :func:`build_bom` as CycloneDX 1.6 JSON text, with the files of each installed
+    distribution (:func:`distribution_files` of the spec's ``site_packages``, when it gives one)
+    as file components nested in its component.
+
+    The file components are added to the JSON the library writes, not built as its objects:
+    ``cyclonedx-python-lib`` 11 took 24 s to build and write 25,600 nested components (the
+    PyTorch stack's file count) on this project's 2-core machine.
+
+    Raises:
+        OSError: the lock, a patch or a ``RECORD`` cannot be read.
+    """
     from cyclonedx.output.json import JsonV1Dot6
 
-    return JsonV1Dot6(build_bom(data)).output_as_string(indent=1) + "\n"
+    installed = distribution_files(data["site_packages"]) if data.get("site_packages") else {}
+    doc = json.loads(JsonV1Dot6(build_bom(data, installed)).output_as_string())
+    for component in doc.get("components", []):
+        dist = installed.get(_pypi_name(component.get("name", "")))
+        if component.get("purl", "").startswith("pkg:pypi/") and dist and dist["version"] == component.get("version"):
+            component["components"] = [_file_component(f) for f in dist["files"]]
+    return json.dumps(doc, indent=1) + "\n"
 
 
 _S = {"type": "string", "maxLength": 4096}
@@ -355,7 +521,7 @@ _S = {"type": "string", "maxLength": 4096}
 SBOM_SPEC_SCHEMA = {
     "type": "object", "required": ["name", "version", "site", "prefix", "builds"],
     "properties": {
-        "name": _S, "version": _S, "description": _S, "site": _S, "prefix": _S,
+        "name": _S, "version": _S, "description": _S, "site": _S, "prefix": _S, "site_packages": _S,
         "lock": {"type": ["string", "null"]},
         "builds": {"type": "array", "items": {
             "type": "object", "required": ["package", "version", "url", "sha256", "patches", "env", "probes"],
