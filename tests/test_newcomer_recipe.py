@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from conftest import REPO, hpcstack
+from conftest import REPO, hpcstack, site_overlay
 from hpcstack.recipe import load_recipe
 from hpcstack.recipe_api import BUILD, INSTALL, PipWheels, Run, SourceBuild, Validation
 from hpcstack.install.resolve import resolve
@@ -66,7 +66,8 @@ def _ctx(recipe, site):
 
 
 def test_the_install_dry_run_prints_the_whole_plan(tmp_path):
-    proc = hpcstack("install", NAME, "--repo", str(NEWCOMER_REPO), "--prefix", str(tmp_path / "sw"),
+    overlay = site_overlay(tmp_path / "repo", roots=tmp_path / "roots")  # localhost stating its Python: no module loads
+    proc = hpcstack("install", NAME, "--repo", str(overlay), "--repo", str(NEWCOMER_REPO), "--prefix", str(tmp_path / "sw"),
                     "--module-root", str(tmp_path / "mf"), "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert "mpi4py-4.1.2.tar.gz" in proc.stdout and "1.17.1-mpi.pypi.lock" in proc.stdout

@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 
 from hpcstack.errors import ConfigError, HpcstackError
+from hpcstack.fsutil import CHILD_CWD
 
 #: The prefix that names an image argument of ``hpcstack compare``.
 IMAGE_PREFIX = "image:"
@@ -85,7 +86,7 @@ def buildah_command(driver: str | None = None, root: str | None = None) -> list[
 
 def _buildah(cmd: list[str], *args: str, what: str) -> str:
     try:
-        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD,
                               timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise HpcstackError(f"cannot run buildah to {what}: {exc}") from None
@@ -157,8 +158,8 @@ def mounted_image(ref: str, driver: str | None = None, storage_root: str | None 
         config = ((info.get("OCIv1") or {}).get("config")) or {}
         yield root, config
     finally:
-        subprocess.run([*cmd, "umount", ctr], capture_output=True, stdin=subprocess.DEVNULL)
-        subprocess.run([*cmd, "rm", ctr], capture_output=True, stdin=subprocess.DEVNULL)
+        subprocess.run([*cmd, "umount", ctr], capture_output=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
+        subprocess.run([*cmd, "rm", ctr], capture_output=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
 
 
 def stack_prefix(root: Path, config: dict, ref: str) -> tuple[str, Path]:
