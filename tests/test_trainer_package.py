@@ -278,7 +278,7 @@ def test_the_installed_copy_runs_in_the_stacks_python_and_writes_nothing(tmp_pat
     helped = subprocess.run([stack_python, str(program), "--help"], capture_output=True, text=True,
                             env=env, timeout=120)
     assert helped.returncode == 0, helped.stderr
-    assert helped.stdout.startswith("usage: hpcstack-train-benchmark") and "--backend {horovod,ddp}" in helped.stdout
+    assert helped.stdout.startswith("usage: hpcstack-train-benchmark") and "--backend {horovod,ddp,plain}" in helped.stdout
     # -X importtime lists every module imported: a DDP run never imports horovod
     refused = subprocess.run([stack_python, "-X", "importtime", str(program), "--backend", "ddp"],
                              capture_output=True, text=True, env=env, timeout=120)
