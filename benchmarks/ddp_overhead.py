@@ -19,12 +19,23 @@ top operators (self CPU time) of rank 0, e.g. the DDP bucket copies and Gloo's a
         --rounds 5 --ranks 1,2
     python3 benchmarks/ddp_overhead.py --python ... --profile --ranks 2 --ddp static_graph=true
 
+``--interleaved`` pairs the backends inside one launch instead: every rank opens each backend
+(the plain loop at 1 rank only, DDP over Gloo, Horovod), builds the same model for each from the
+same seed, and alternates blocks of ``--block`` steps between them in an order that rotates each
+block (``--blocks`` blocks). A launch's ratio is the median of its per-block ratios, so the
+process's own luck (where its memory landed, which host core its vCPU got: on the 2-core VM one
+process of the plain loop ran 1,700 img/s and the next 2,400, while each run's iterations varied
+±5 %) hits every backend of the launch alike. ``--rounds`` launches give the spread::
+
+    python3 benchmarks/ddp_overhead.py --interleaved --rounds 5 --ranks 1,2 --threads 1 --omp 1
+
 Run as root: Open MPI's OMPI_ALLOW_RUN_AS_ROOT variables are set for the runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import socket
@@ -38,6 +49,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 TRAINER = HERE.parent / "trainer"
+#: backends ``--interleaved`` runs at 1 rank only: the plain loop is one process, and Horovod's
+#: background thread keeps negotiating (MPI, every cycle) while another backend's block runs,
+#: which at 2 ranks on 2 cores slowed DDP's blocks from 1,567 to 1,009 img/s per rank
+#: (docs/benchmarks.md, "DDP against a plain loop and Horovod"); compare Horovod at several
+#: ranks in separate launches (the default mode)
+SOLO_ONLY = ("plain", "horovod")
 #: profiler event names that belong to a wrapper or its communication (and the copies it makes)
 WRAPPER_WORDS = ("distributed", "gloo", "c10d", "allreduce", "all_reduce", "horovod", "copy_",
                  "optimizer", "reducer", "bucket", "broadcast", "synchronize", "wait")
@@ -52,7 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--ranks", default="1,2", help="comma-separated rank counts")
     p.add_argument("--backends", default="plain,ddp,horovod",
-                   help="runs of each round; ddp+NAME=VALUE[+...] is a DDP variant (--ddp options)")
+                   help="runs of each round; ddp+NAME=VALUE[+...] is a DDP variant (--ddp options); "
+                        "+threads=N gives any run its own torch and OpenMP thread count")
     p.add_argument("--model", default="tiny")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--image-size", type=int, default=None)
@@ -66,6 +84,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="DistributedDataParallel option for the trainer (repeatable)")
     p.add_argument("--profile", action="store_true", help="time phases and profile instead")
     p.add_argument("--steps", type=int, default=60, help="--profile: steps timed per backend")
+    p.add_argument("--interleaved", action="store_true",
+                   help="alternate the backends block by block inside each launch (paired)")
+    p.add_argument("--blocks", type=int, default=30, help="--interleaved: blocks per backend and launch")
+    p.add_argument("--block", type=int, default=10, help="--interleaved: steps per block")
     p.add_argument("--json", metavar="FILE", help="also write every run's figures as JSON")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -113,11 +135,20 @@ def run_trainer(backend: str, ranks: int, args, out: Path) -> dict:
     records = out / f"{backend}-{ranks}.jsonl"
     records.unlink(missing_ok=True)
     name, *variant = backend.split("+")
+    threads = [v.partition("=")[2] for v in variant if v.startswith("threads=")]
+    variant = [v for v in variant if not v.startswith("threads=")]
     ddp = [w for item in [*args.ddp, *variant] for w in ("--ddp", item)] if name == "ddp" else []
-    command = [*_mpirun(ranks, args), args.python, "-m", "hpcstack_train", "--backend", name,
-               *workload(args), *ddp, "--output", str(records)]
+    env = _env(args)
+    argv = workload(args)
+    if threads:  # this run's own thread count: torch's intra-op threads and OpenMP's alike
+        argv = [*[w for i, w in enumerate(argv) if "--threads" not in argv[max(i - 1, 0):i + 1]],
+                "--threads", threads[-1]]
+        env["OMP_NUM_THREADS"] = threads[-1]
+    command = [*_mpirun(ranks, args), *(["-x", "OMP_NUM_THREADS"] if threads and not args.omp else []),
+               args.python, "-m", "hpcstack_train", "--backend", name, *argv, *ddp,
+               "--output", str(records)]
     started = time.perf_counter()
-    done = subprocess.run(command, env=_env(args), capture_output=True, text=True, timeout=900)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     seconds = time.perf_counter() - started
     total = None
     if records.exists():
@@ -261,11 +292,129 @@ def worker(args) -> int:
     return 0
 
 
+def interleaved(args, argv=None) -> int:
+    """``--interleaved``: ``--rounds`` launches per rank count, each pairing the backends block by
+    block (:func:`interleaved_worker`); prints each launch and the summary across launches."""
+    from stats import fmt, load_average, verdict
+
+    print(f"load average before: {load_average()}", flush=True)
+    status, results = 0, []
+    for count in [int(r) for r in args.ranks.split(",")]:
+        launches = []
+        for index in range(args.rounds):
+            command = [*_mpirun(count, args), args.python, str(Path(__file__).resolve()),
+                       *(sys.argv[1:] if argv is None else argv), "--worker"]
+            done = subprocess.run(command, env=_env(args), capture_output=True, text=True, timeout=1800)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode or not lines:
+                print(f"launch {index + 1} x{count} failed (status {done.returncode}): "
+                      f"{done.stderr[-800:]}", flush=True)
+                status = 1
+                continue
+            launch = json.loads(lines[-1])
+            launches.append(launch)
+            results.append({"ranks": count, "round": index, "command": command, **launch})
+            print(f"launch {index + 1} x{count}: " + ", ".join(
+                f"{b} {statistics.median(v):.0f}" for b, v in launch["img_s"].items())
+                + " img/s; " + ", ".join(f"{k} {v:.3f}x" for k, v in launch["ratio"].items()), flush=True)
+        if not launches:
+            continue
+        print(f"\n{count} rank(s), {len(launches)} launch(es) of {args.blocks} blocks of {args.block} steps:")
+        for backend in launches[0]["img_s"]:
+            print(f"  {backend:8} {fmt([statistics.median(x['img_s'][backend]) for x in launches], 'img/s', 1)}"
+                  " (launch medians of block img/s, rank 0)")
+        for label in launches[0]["ratio"]:
+            values = [x["ratio"][label] for x in launches]
+            print(f"  {label} {fmt(values, 'x', 3)}")
+            ddp, other = label.split("/")
+            print("   ", verdict([1 / v for v in values], round(1 / 0.95, 3), f"{other}/{ddp}"))
+    print(f"load average after: {load_average()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return status
+
+
+def interleaved_worker(args) -> int:
+    """One rank of ``--interleaved``: every backend in this process, alternating blocks of steps.
+
+    Each backend gets its own model (the same seed, so the same weights), optimizer and the
+    trainer's own step (``make_train_step``); a block is ``--block`` steps of one backend between
+    two Gloo barriers, timed with ``time.perf_counter``. Rank 0 prints one JSON line: each
+    backend's img/s per block (this rank's batch x steps / seconds) and, per DDP variant, the
+    median over blocks of DDP's img/s divided by the plain loop's and Horovod's in the same
+    rotation.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from hpcstack_train.backends import ddp_options, open_comm
+    from hpcstack_train.cli import parse_args as trainer_args
+    from hpcstack_train.launch import threads_per_rank
+    from hpcstack_train.models import build_for, make_train_step, training_setup
+
+    names = args.backends.split(",")
+    ranks = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    comms, steps, opened = {}, {}, {}
+    for backend in names:
+        name, *variant = backend.split("+")
+        if name in SOLO_ONLY and ranks > 1:
+            continue
+        if name not in opened:
+            opened[name] = open_comm(name, "cpu", ddp=ddp_options(args.ddp) if name == "ddp" else None)
+        comm = opened[name]
+        if name == "ddp":  # one process group; each variant wraps its own model with its options
+            comm = copy.copy(comm)
+            comm.options = ddp_options([*args.ddp, *variant])
+        comms[backend] = comm
+    if not dist.is_initialized():
+        raise SystemExit("--interleaved needs ddp among --backends (its barriers bracket each block)")
+    if dist.get_rank() == 0 and ranks > 1 and any(b.split("+")[0] in SOLO_ONLY for b in names):
+        print(f"# at {ranks} ranks --interleaved leaves out {', '.join(SOLO_ONLY)} (see SOLO_ONLY)",
+              file=sys.stderr, flush=True)
+    size = dist.get_world_size()
+    torch.set_num_threads(args.threads or threads_per_rank(size))
+    targs = trainer_args(["--backend", "plain", *workload(args)])
+    setup = training_setup(targs)
+    generator = torch.Generator().manual_seed(1000 + dist.get_rank())
+    images = torch.randn(setup.batch_size, 3, targs.image_size, targs.image_size, generator=generator)
+    labels = torch.randint(0, setup.num_classes, (setup.batch_size,), generator=generator)
+    for backend, comm in comms.items():
+        torch.manual_seed(1)
+        model, optimizer = comm.prepare(build_for(setup), lambda p: torch.optim.SGD(p, lr=0.01 * size))
+        model.train()
+        steps[backend] = make_train_step(model, optimizer, comm, setup.precision, setup.channels_last)
+        for _ in range(5):
+            steps[backend](images, labels)
+    order = list(steps)
+    img_s: dict[str, list[float]] = {b: [] for b in order}
+    for block in range(args.blocks):
+        for backend in order[block % len(order):] + order[:block % len(order)]:
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(args.block):
+                steps[backend](images, labels)
+            img_s[backend].append(setup.batch_size * args.block / (time.perf_counter() - start))
+    dist.barrier()
+    ratio = {}
+    for ddp in (b for b in order if b.split("+")[0] == "ddp"):
+        for other in (b for b in order if b.split("+")[0] in ("plain", "horovod") or b.startswith("ddp+")
+                      and ddp == "ddp"):
+            ratio[f"{ddp}/{other}"] = statistics.median(
+                d / o for d, o in zip(img_s[ddp], img_s[other]))
+    if dist.get_rank() == 0:
+        print(json.dumps({"threads": torch.get_num_threads(), "img_s": img_s, "ratio": ratio}), flush=True)
+    for name in sorted(opened, key=lambda n: n == "ddp"):  # the process group last
+        opened[name].shutdown()
+    return 0
+
+
 def main(argv=None) -> int:
     """Dispatch to the comparison, the profile, or one profiling rank."""
     args = parse_args(argv)
     if args.worker:
-        return worker(args)
+        return interleaved_worker(args) if args.interleaved else worker(args)
+    if args.interleaved:
+        return interleaved(args, argv)
     return profile(args, argv) if args.profile else compare(args)
 
 

@@ -584,17 +584,22 @@ def run_one_rank(mpirun: str, python: str, backend: str, *extra: str) -> subproc
 def test_every_backend_trains_the_same_computation(mpirun, python, horovod, extra):
     """The one rule (models.SETUP_RULE): plain, DDP and Horovod get the same model, batch,
     precision and memory format, as the model's own forward and its parameters show them, and
-    on one rank they end with bit-identical parameters (the wrappers change no value)."""
+    on one rank they end with bit-identical parameters (the wrappers change no value), DDP's
+    identity hook at world size 1 (``single_rank_hook``) included."""
     seen = {}
-    for backend in ("plain", "ddp", "horovod"):
-        done = run_one_rank(mpirun, python, backend, "--no-collectives-check", *extra)
-        assert done.returncode == 0, f"{backend}: {done.stderr[-3000:]}"
+    for label, backend, options in (("plain", "plain", ()), ("ddp", "ddp", ()),
+                                    ("ddp-allreduce", "ddp", ("--ddp", "single_rank_hook=false")),
+                                    ("horovod", "horovod", ())):
+        done = run_one_rank(mpirun, python, backend, "--no-collectives-check", *extra, *options)
+        assert done.returncode == 0, f"{label}: {done.stderr[-3000:]}"
         records = parse_records(done.stdout)
         config = by_kind(records, "config")[0]
         assert (config["backend"], config["world_size"]) == (backend, 1)
-        seen[backend] = (config["threads_per_rank"], by_kind(records, "throughput_total")[0]["setup"],
-                         by_kind(records, "convergence")[0]["param_hashes"])
-    assert seen["plain"] == seen["ddp"] == seen["horovod"], seen
+        if backend == "ddp":
+            assert config["ddp_options"]["single_rank_hook"] is (label == "ddp")
+        seen[label] = (config["threads_per_rank"], by_kind(records, "throughput_total")[0]["setup"],
+                       by_kind(records, "convergence")[0]["param_hashes"])
+    assert seen["plain"] == seen["ddp"] == seen["ddp-allreduce"] == seen["horovod"], seen
     threads, setup, _ = seen["plain"]
     amp = bool(extra)
     assert setup["precision"] == ("amp" if amp else "fp32")
@@ -626,3 +631,28 @@ def test_workload_flags_reach_the_trainer_as_flags():
     assert "--channels-last" in argv and "True" not in argv
     assert argv[argv.index("--batch-size") + 1] == "128"
     assert "--channels-last" not in trainer_argv({"channels_last": False}, "/p", "ddp", "out.jsonl", 1)
+
+
+@pytest.mark.e2e
+def test_ddp_hands_buckets_back_at_world_size_one_and_reduces_at_two(python, tmp_path):
+    """``single_rank_hook``: at world size 1 DDP runs the trainer's identity hook instead of its
+    allreduce (DDP's own logging names the hook); ``single_rank_hook=false`` keeps torch's."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import sys, torch\n"
+        "from hpcstack_train.backends import ddp_options, open_comm\n"
+        "comm = open_comm('ddp', 'cpu', ddp=ddp_options(sys.argv[1:]))\n"
+        "model, _ = comm.prepare(torch.nn.Linear(3, 2), lambda p: torch.optim.SGD(p, lr=0.1))\n"
+        "print('hook:', model._get_ddp_logging_data().get('comm_hook'))\n"
+        "comm.shutdown()\n")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1",
+               PYTHONPATH=str(TRAINER_DIR))
+    said = {}
+    for options in ((), ("single_rank_hook=false",)):
+        env["MASTER_PORT"] = str(_free_port())
+        done = subprocess.run([python, str(probe), *options], capture_output=True, text=True,
+                              env=env, timeout=RUN_TIMEOUT_S)
+        assert done.returncode == 0, done.stderr[-2000:]
+        said[options] = done.stdout.strip().splitlines()[-1]
+    assert said[()] == "hook: _identity_hook"
+    assert said[("single_rank_hook=false",)] != "hook: _identity_hook"

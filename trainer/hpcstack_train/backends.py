@@ -20,8 +20,11 @@ from .launch import GpuChoice, LaunchEnv, choose_gpu, resolve_launch_env
 #: either (parameter_digest leaves them out), so both backends run the same computation;
 #: the other defaults are measured in docs/benchmarks.md ("DDP against a plain loop and
 #: Horovod"); torch's own defaults are bucket view False, static graph False, 25 MB buckets.
+#: ``single_rank_hook`` is the trainer's own, not DistributedDataParallel's: at world size 1 a
+#: communication hook (:func:`_identity_hook`) hands each bucket back as it is, since an
+#: allreduce over one rank and its division by 1 leave every gradient bit for bit unchanged.
 DDP_DEFAULTS = {"gradient_as_bucket_view": True, "broadcast_buffers": False, "static_graph": False,
-                "bucket_cap_mb": 25.0}
+                "bucket_cap_mb": 25.0, "single_rank_hook": True}
 
 
 def ddp_options(items: Sequence[str]) -> dict:
@@ -372,10 +375,14 @@ class DdpComm(Comm):
     def prepare(self, model, make_optimizer):
         from torch.nn.parallel import DistributedDataParallel
         model.to(self.device)
+        options = dict(self.options)
+        single_rank_hook = options.pop("single_rank_hook", True)
         # DDP broadcasts rank 0's parameters and buffers when it wraps the model.
         wrapped = DistributedDataParallel(
             model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-            **self.options)
+            **options)
+        if single_rank_hook and self.size == 1:
+            wrapped.register_comm_hook(None, _identity_hook)
         return wrapped, make_optimizer(list(wrapped.parameters()))
 
     def unwrap(self, model):
@@ -456,6 +463,24 @@ class DdpComm(Comm):
             self.dist.barrier()
         self.dist.destroy_process_group()
         self._keep_alive.clear()
+
+
+def _identity_hook(_state, bucket):  # no annotations: DDP checks them against the real types
+    """DistributedDataParallel's communication hook for a world of one rank: the bucket's
+    gradients as they are, in a completed future (what DDP's own allreduce-and-divide gives at
+    world size 1, without the Gloo or NCCL call and the division; torch's
+    ``ddp_comm_hooks.debugging_hooks.noop_hook`` does the same for headroom analysis).
+
+    Args:
+        _state: unused (DDP passes the state given to ``register_comm_hook``).
+        bucket (torch.distributed.GradBucket): the flattened gradients of one bucket.
+
+    Returns:
+        torch.futures.Future[torch.Tensor]: done, holding ``bucket.buffer()``.
+    """
+    future: torch.futures.Future = torch.futures.Future()
+    future.set_result(bucket.buffer())
+    return future
 
 
 def _call(module, function: str) -> bool:
