@@ -60,7 +60,7 @@ class Recipe:
 
         Args:
             kind (type): a component class, e.g. ``PipWheels`` or ``SourceBuild`` (which finds
-                ``HorovodBuild`` and a recipe's own ``Mpi4pyBuild`` too).
+                ``HorovodBuild``, ``Mpi4pyBuild`` and a recipe's own subclasses too).
 
         Returns:
             list: possibly empty.

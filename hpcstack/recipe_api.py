@@ -16,6 +16,7 @@ What it holds (each documented where it is defined; docs/recipes.md walks throug
   :class:`~hpcstack.install.components.source.SourceBuild` with
   :class:`~hpcstack.install.components.source.Patch`,
   :class:`~hpcstack.install.components.horovod.HorovodBuild`,
+  :class:`~hpcstack.install.components.mpi4py.Mpi4pyBuild`,
   :class:`~hpcstack.install.components.cudawheels.CudaWheelArchs`,
   :class:`~hpcstack.install.components.sanity.Imports`,
   :class:`~hpcstack.install.components.tools.StackTools`,
@@ -45,7 +46,8 @@ the install layer, above everything it re-exports.
 """
 
 from hpcstack.install.actions import Capture, Fetch, Run, Unpack, VerifySha256, WriteFile
-from hpcstack.install.components import (CudaWheelArchs, HorovodBuild, Imports, Lock, Modulefile, Patch, PipWheels,
+from hpcstack.install.components import (CudaWheelArchs, HorovodBuild, Imports, Lock, Modulefile, Mpi4pyBuild, Patch,
+                                         PipWheels,
                                          PythonSnippet, SourceBuild, StackManifest, StackTools, Trainer, Validation,
                                          Venv)
 from hpcstack.install.components.base import Component, PlanContext, run_after, run_before
@@ -59,7 +61,8 @@ __all__ = [
     # the recipe
     "Recipe",
     # the components
-    "Venv", "PipWheels", "Lock", "PYPI", "SourceBuild", "Patch", "HorovodBuild", "CudaWheelArchs", "Imports",
+    "Venv", "PipWheels", "Lock", "PYPI", "SourceBuild", "Patch", "HorovodBuild", "Mpi4pyBuild", "CudaWheelArchs",
+    "Imports",
     "StackTools", "Trainer", "StackManifest", "Modulefile", "Validation",
     # a component of the recipe's own: the base, its hooks and what they return
     "Component", "PlanContext", "run_after", "run_before",

@@ -47,7 +47,7 @@ def test_the_install_plan_builds_mpi4py_with_the_sites_wrapper(tmp_path):
     recipe = load_recipe(str(RECIPE_DIR / "1.17.1-mpi.py"), site)
     assert recipe.component(PipWheels).min_python == "3.11"
     build = recipe.component(SourceBuild)
-    assert type(build).__name__ == "Mpi4pyBuild" and build.package == "mpi4py"
+    assert type(build).__name__ == "Mpi4pyBuild" and build.package == "mpi4py"  # recipe_api's, not a copy
     assert build.build_env(_ctx(recipe, site))["MPICC"] == site.toolchain.cc
     plan = resolve(recipe, site, python_version="3.11", stage_prefix=str(tmp_path / "sw" / "scipy" / ".test"))
     steps = {s.name: s.actions for s in plan.steps}

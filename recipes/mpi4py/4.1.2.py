@@ -1,31 +1,14 @@
 """mpi4py 4.1.2 built from its sdist against the site's MPI, with the site's MPI compiler wrapper."""
 
-import os
-
-from hpcstack.recipe_api import (INSTALL, Imports, Lock, Modulefile, PipWheels, Recipe, Run, SourceBuild, StackManifest,
-                                 Validation, Venv, run_after)
+from hpcstack.recipe_api import (Imports, Lock, Modulefile, Mpi4pyBuild, PipWheels, Recipe, Run, StackManifest,
+                                 Validation, Venv)
 
 
-class Mpi4pyBuild(SourceBuild):
-    """mpi4py's build with ``MPICC`` set to the site's wrapper (``toolchain.cc``); the wrapper's
-    ``-show`` (the MPI it compiles against) enters the build-cache key; the sanity check
-    (mpi4py-sanity) requires ``mpi4py.get_config()`` to name that wrapper and
-    ``MPI.Get_library_version()`` the version the wrapper reports."""
-
-    def build_env(self, ctx):
-        return {**super().build_env(ctx), "MPICC": ctx.site.toolchain.cc}
-
-    def key_probes(self, ctx):
-        cc = ctx.site.toolchain.cc
-        return (*super().key_probes(ctx), ("MPI", f"{cc} -show 2>&1; {cc} --showme:version 2>&1 || {cc} -v 2>&1"))
-
-    @run_after(INSTALL)
-    def record_mpi_cfg(self, ctx):
-        """mpi4py >= 4 reads its build's MPI from an mpi.cfg that downstream packagers provide
-        (mpi4py.get_config's docstring): record the wrapper the build found on PATH."""
-        cfg = os.path.join(ctx.site_packages, "mpi4py", "mpi.cfg")
-        return [Run(("bash", "-c", 'printf "[mpi]\\nmpicc = %s\\n" "$(command -v "$1")" > "$2"', "mpi.cfg",
-                     ctx.site.toolchain.cc, cfg))]
+class CheckedMpi4pyBuild(Mpi4pyBuild):
+    """The shared mpi4py build (``MPICC`` the site's wrapper, the wrapper in the build-cache key,
+    ``mpi.cfg`` recorded) with this recipe's sanity check: mpi4py-sanity requires
+    ``mpi4py.get_config()`` to name that wrapper and ``MPI.Get_library_version()`` the version the
+    wrapper reports."""
 
     def sanity_actions(self, ctx):
         script = str(ctx.recipe_file("mpi4py-sanity"))
@@ -40,7 +23,7 @@ def recipe(site):
         # what the build needs in the venv (setuptools, build, Cython), pinned with hashes
         PipWheels("4.1.2", locks=(Lock("pypi"),)),
         # mpi4py from the PyPI sdist (sha256 as PyPI lists it), compiled with the site's mpicc
-        Mpi4pyBuild(
+        CheckedMpi4pyBuild(
             "mpi4py", "4.1.2",
             url="https://files.pythonhosted.org/packages/75/83/231445bbcf7ef10864746c244ff2d82000011449b79275642c5d4ed8c8f4/mpi4py-4.1.2.tar.gz",
             sha256="56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02"),

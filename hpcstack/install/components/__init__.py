@@ -11,6 +11,7 @@ from hpcstack.install.components.cudawheels import CudaWheelArchs
 from hpcstack.install.components.horovod import HorovodBuild
 from hpcstack.install.components.manifest import StackManifest
 from hpcstack.install.components.modulefile import Modulefile
+from hpcstack.install.components.mpi4py import Mpi4pyBuild
 from hpcstack.install.components.sanity import Imports, PythonSnippet
 from hpcstack.install.components.source import Patch, SourceBuild
 from hpcstack.install.components.tools import StackTools
@@ -20,5 +21,5 @@ from hpcstack.install.components.venv import Venv
 from hpcstack.install.components.wheels import Lock, PipWheels
 
 __all__ = ["Component", "PlanContext", "run_after", "run_before", "Venv", "PipWheels", "Lock", "SourceBuild",
-           "HorovodBuild", "Patch", "Imports", "CudaWheelArchs", "PythonSnippet", "StackTools", "Trainer",
+           "HorovodBuild", "Mpi4pyBuild", "Patch", "Imports", "CudaWheelArchs", "PythonSnippet", "StackTools", "Trainer",
            "StackManifest", "Modulefile", "Validation"]

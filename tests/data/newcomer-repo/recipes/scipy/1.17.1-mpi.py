@@ -5,28 +5,8 @@ linear system split by rows across the ranks (conjugate gradients with halo exch
 the answer against SciPy's serial solver on rank 0, and checks allreduce/allgather exactly.
 """
 
-import os
-
-from hpcstack.recipe_api import (INSTALL, Imports, Lock, Modulefile, PipWheels, Recipe, Run, SourceBuild, StackManifest,
-                                 StackTools, Validation, Venv, run_after)
-
-
-class Mpi4pyBuild(SourceBuild):
-    """mpi4py built with ``MPICC`` the site's wrapper (``toolchain.cc``), the wrapper's ``-show`` in
-    the build-cache key, and the ``mpi.cfg`` mpi4py >= 4 reads its MPI from (as recipes/mpi4py)."""
-
-    def build_env(self, ctx):
-        return {**super().build_env(ctx), "MPICC": ctx.site.toolchain.cc}
-
-    def key_probes(self, ctx):
-        cc = ctx.site.toolchain.cc
-        return (*super().key_probes(ctx), ("MPI", f"{cc} -show 2>&1; {cc} --showme:version 2>&1 || {cc} -v 2>&1"))
-
-    @run_after(INSTALL)
-    def record_mpi_cfg(self, ctx):
-        cfg = os.path.join(ctx.site_packages, "mpi4py", "mpi.cfg")
-        return [Run(("bash", "-c", 'printf "[mpi]\\nmpicc = %s\\n" "$(command -v "$1")" > "$2"', "mpi.cfg",
-                     ctx.site.toolchain.cc, cfg))]
+from hpcstack.recipe_api import (Imports, Lock, Modulefile, Mpi4pyBuild, PipWheels, Recipe, StackManifest, StackTools,
+                                 Validation, Venv)
 
 
 def recipe(site):
