@@ -196,3 +196,92 @@ def test_unpack_of_a_bad_image_leaves_no_tree(build):
     msg = str(err.value)
     assert msg.count("\n") == 0 and msg.startswith("cannot unpack ") and str(stage) in msg, msg
     assert list(stage.iterdir()) == [] and _mount_of(b / "venv") is None
+
+
+# ----------------------------------------------------------------------------- pruning (prune_stage)
+
+def _sibling(build: Path, name: str) -> Path:
+    """Another build directory beside ``build`` (another build of the same stack, when ``name``
+    is in the same directory) with a copy of its image and an empty venv/."""
+    other = build.parent / name
+    (other / "venv").mkdir(parents=True)
+    shutil.copy2(build / image.IMAGE_NAME, other / image.IMAGE_NAME)
+    return other
+
+
+def _names(stage: Path) -> list[str]:
+    return sorted(p.name for p in stage.iterdir())
+
+
+@pytest.mark.parametrize("unpack", [False, True], ids=["copy", "unpacked"])
+def test_staging_a_new_build_removes_the_replaced_builds_copy_unless_mounted(build, unpack):
+    if unpack and not shutil.which("unsquashfs"):
+        pytest.skip("unsquashfs missing (apt-get install squashfs-tools)")
+    old, stage = build["build"], build["stage"]
+    new = _sibling(old, ".1.0-def")
+    assert image.mount_build(str(old), stage=str(stage), unpack=unpack) is True
+    old_stem = Path(image.staged_image_of(str(old), str(stage))).stem
+    # mounted: a job may still run on it, so it stays
+    report = image.prune_stage(str(stage), str(new))
+    assert report and not any(e.removed for e in report), report
+    assert all(e.why == f"mounted at {old / 'venv'}" for e in report), report
+    image.unmount(str(old / "venv"))
+    report = image.prune_stage(str(stage), str(new))
+    assert [e.why for e in report] == [f"its build {old} is no longer published"] * len(report), report
+    assert all(e.removed and e.bytes > 0 for e in report if not e.path.endswith(".done")), report
+    assert not any(n.startswith(old_stem) for n in _names(stage)), _names(stage)
+    assert image.mount_build(str(new), stage=str(stage), unpack=unpack) is True
+    assert all(n.startswith(Path(image.staged_image_of(str(new), str(stage))).stem) for n in _names(stage))
+
+
+def test_pruning_keeps_the_published_copy_other_stacks_and_foreign_files(build):
+    b, stage, root = build["build"], build["stage"], build["root"]
+    other = root / "other-stack" / ".2.0-xyz"
+    (other / "venv").mkdir(parents=True)
+    shutil.copy2(b / image.IMAGE_NAME, other / image.IMAGE_NAME)
+    for x in (b, other):
+        assert image.mount_build(str(x), stage=str(stage)) is True
+        image.unmount(str(x / "venv"))
+    (stage / "notes.txt").write_text("the admin's\n")
+    (stage / "x-0123456789ab.sqsh.bak").write_text("not ours\n")
+    before = _names(stage)
+    report = image.prune_stage(str(stage), str(b))
+    assert not any(e.removed for e in report), report
+    assert sorted(e.why for e in report) == sorted(["the published build's copy",
+                                                    f"the copy of {other}, another stack's build"])
+    assert _names(stage) == before
+
+
+def test_pruning_removes_copies_of_removed_builds_interrupted_stagings_and_unnamed_copies(build):
+    b, stage = build["build"], build["stage"]
+    gone = _sibling(b, ".0.9-old")
+    assert image.mount_build(str(gone), stage=str(stage)) is True
+    image.unmount(str(gone / "venv"))
+    (gone / image.IMAGE_NAME).unlink()  # what removing a build does (image.release)
+    (stage / "1.0-zzz-0123456789ab.sqsh.tmp").write_bytes(b"partial")
+    (stage / "1.0-yyy-ba9876543210.sqsh").write_bytes(b"no record")
+    link_target = build["root"] / "precious"
+    link_target.write_text("keep me\n")
+    (stage / "1.0-www-aaaaaaaaaaaa.sqsh").symlink_to(link_target)
+    report = {Path(e.path).name: e for e in image.prune_stage(str(stage), str(b))}
+    gone_copy = Path(image.staged_image_of(str(gone), str(stage))).name
+    assert report[gone_copy].removed and report[gone_copy].why == f"its build {gone} is gone"
+    assert report["1.0-zzz-0123456789ab.sqsh.tmp"].removed
+    assert report["1.0-zzz-0123456789ab.sqsh.tmp"].why == "left by an interrupted staging"
+    assert report["1.0-yyy-ba9876543210.sqsh"].why == "it names no build"
+    assert report["1.0-www-aaaaaaaaaaaa.sqsh"].removed  # the link itself, never what it points at
+    assert _names(stage) == []
+    assert link_target.read_text() == "keep me\n"
+
+
+def test_dry_run_removes_nothing_and_an_unsafe_directory_is_refused(build):
+    b, stage, root = build["build"], build["stage"], build["root"]
+    (stage / "1.0-zzz-0123456789ab.sqsh.tmp").write_bytes(b"partial")
+    report = image.prune_stage(str(stage), str(b), dry_run=True)
+    assert [e.removed for e in report] == [True] and _names(stage) == ["1.0-zzz-0123456789ab.sqsh.tmp"]
+    shared = root / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with pytest.raises(ConfigError) as err:
+        image.prune_stage(str(shared), str(b))
+    assert str(err.value).count("\n") == 0 and "writable by" in str(err.value)

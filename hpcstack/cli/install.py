@@ -252,6 +252,10 @@ def add_mount(sub) -> None:
                    help="with --stage: unpack the image into DIR (unsquashfs; the venv's full size) and bind the "
                         "tree read-only at the venv, instead of mounting a copy of the image: nothing is "
                         "decompressed while the ranks start")
+    p.add_argument("--prune-only", action="store_true",
+                   help="with --stage: mount nothing; remove from DIR the copies no job can need (builds removed or "
+                        "replaced, unnamed copies, interrupted stagings; never a mounted one) and say what stays "
+                        "and why. --stage does this by itself before it stages; an epilog runs this")
     p.add_argument("--quiet", action="store_true", help="print nothing when it succeeds")
     p.set_defaults(handler=cmd_mount)
 
@@ -283,8 +287,19 @@ def cmd_mount(args) -> int:
                            "(a loop device); run it as root, e.g. in a Slurm prolog"])
     if args.unpack and args.stage is None:
         raise ConfigError(["--unpack: only with --stage DIR (where the image is unpacked)"])
+    if args.prune_only and args.stage is None:
+        raise ConfigError(["--prune-only: only with --stage DIR (the directory to prune)"])
     if args.stage is not None:
         image.check_stage_dir(args.stage)  # refused even where the image is mounted already
+        published = layout.published()
+        if not published:
+            raise ConfigError([f"{name}/{version} is not installed at {layout.prefix}; install it first"])
+        for entry in image.prune_stage(args.stage, published):
+            if not args.quiet and (entry.removed or args.prune_only):
+                print(f"{'removed' if entry.removed else 'kept'}: {entry.path} "
+                      f"({entry.bytes / 1e6:,.1f} MB; {entry.why})")
+        if args.prune_only:
+            return 0
     for build, mounted in image.mount_stack(layout, stage=args.stage, unpack=args.unpack):
         if not args.quiet:
             staged = args.stage is not None and build == layout.published()

@@ -48,6 +48,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -397,6 +398,7 @@ def stage_image(build: str, stage_dir: str) -> str:
             _forget(fd_in)
         finally:
             os.close(fd_in)
+        _record_build(tmp, build)
         os.rename(tmp, copy)
         fsync_dir(stage_dir)
     except OSError as exc:
@@ -504,6 +506,7 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
             _forget(fd)
         finally:
             os.close(fd)
+        _record_build(tmp, build)
         os.rename(tmp, tree)
         fd = os.open(done, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
         try:
@@ -523,6 +526,166 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
                else describe_os_error(exc))
         raise ConfigError([f"cannot unpack {image} into {stage_dir}: {why}"]) from None
     return tree
+
+
+#: The extended attribute that names, on a staged copy or tree, the build it was staged from
+#: (its real path). ``trusted.*``: only root can set or read it, so no user can make a copy
+#: claim another build; tmpfs and the usual node-local disks (ext4, xfs) keep it.
+BUILD_XATTR = "trusted.hpcstack.build"
+#: What ``hpcstack mount --stage`` makes in a stage directory: ``<name>-<12 hex>`` (a copy's stem,
+#: :func:`staged_image_of`) then ``.sqsh`` (a copy), ``.d`` (an unpacked tree), ``.d.done`` (its
+#: stamp), each perhaps with ``.tmp`` (an interrupted staging). Nothing else there is touched.
+STAGED_ENTRY = re.compile(r"^(?P<stem>[A-Za-z0-9_.+-]+-[0-9a-f]{12})(?P<kind>\.sqsh|\.d|\.d\.done)(?P<tmp>\.tmp)?$")
+
+
+def _record_build(path: str, build: str) -> None:
+    """Name ``build`` (its real path) on the staged ``path`` (:data:`BUILD_XATTR`); a file system
+    without ``trusted.*`` attributes leaves the copy unnamed (:func:`prune_stage` then treats it as
+    unknown)."""
+    try:
+        os.setxattr(path, BUILD_XATTR, os.path.realpath(build).encode(), follow_symlinks=False)
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class StagedEntry:
+    """What :func:`prune_stage` decided about one entry of a stage directory.
+
+    Attributes:
+        path (str): the entry (a copy, a tree, its stamp, or a ``.tmp`` left by an interrupted staging).
+        bytes (int): its size on disk (a tree: the sum of its regular files' sizes).
+        removed (bool): it was removed (``dry_run``: it would be).
+        why (str): the reason, in words (``mounted at /…/venv``, ``its build is gone``, …).
+    """
+
+    path: str
+    bytes: int
+    removed: bool
+    why: str
+
+
+def _staged_mounts(stage_dir: str) -> dict[str, str]:
+    """The entries of ``stage_dir`` that back a mount in this mount namespace, with the mount
+    point: a copy on a loop device (``/sys/block/loopN/loop/backing_file``), or a tree bound at
+    a venv (same device as the stage directory, the bind's root ending in the entry's name)."""
+    try:
+        dev = os.stat(stage_dir).st_dev
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        if "-" not in fields:
+            continue
+        sep = fields.index("-")
+        point = fields[4].encode().decode("unicode_escape")
+        source = fields[sep + 2] if len(fields) > sep + 2 else ""
+        major, _, minor = fields[2].partition(":")
+        if source.startswith("/dev/loop"):
+            try:
+                with open(f"/sys/block/{os.path.basename(source)}/loop/backing_file", encoding="utf-8") as b:
+                    backing = b.read().strip()
+            except OSError:
+                continue
+            if os.path.dirname(backing) == os.path.realpath(stage_dir):
+                found[os.path.basename(backing)] = point
+        elif os.makedev(int(major), int(minor)) == dev and fields[3] != "/":
+            found[os.path.basename(fields[3].encode().decode("unicode_escape"))] = point
+    return found
+
+
+def _size_of(path: str) -> int:
+    """Bytes of a file, or of the regular files of a tree (no link followed)."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size
+    total = 0
+    for top, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(top, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def prune_stage(stage_dir: str, published: str, dry_run: bool = False) -> list[StagedEntry]:
+    """Remove from ``stage_dir`` the staged copies no job can need any more, before the
+    published build of a stack is staged there (``hpcstack mount --stage``) or from an epilog
+    (``hpcstack mount --stage DIR --prune-only``): a staged tree of a 5.5 GB venv costs the node
+    that much memory (docs/benchmarks.md, "Staged once per node").
+
+    Only entries of hpcstack's own naming (:data:`STAGED_ENTRY`) are looked at, never through a
+    link. An entry is kept while it backs a mount in this namespace (a job may run on it), and
+    while it is ``published``'s own copy. Otherwise it is removed when its build (named by
+    :data:`BUILD_XATTR`) is gone (its image deleted: the build was removed), when its build is
+    another build of the same stack (an older one, replaced), when it names no build (a copy
+    from a file system without ``trusted.*`` attributes), or when it is a ``.tmp`` left by an
+    interrupted staging. Copies of other stacks' installed builds are kept. A wrong removal
+    costs only a new staging; a mounted copy is never removed.
+
+    Args:
+        stage_dir (str): the stage directory (:func:`check_stage_dir`).
+        published (str): the stack's published build directory.
+        dry_run (bool): decide and report, remove nothing.
+
+    Returns:
+        list[StagedEntry]: one per entry looked at, removed or kept, in name order.
+
+    Raises:
+        ConfigError: an unsafe stage directory; an entry that cannot be removed (one line).
+    """
+    check_stage_dir(stage_dir)
+    own = os.path.basename(staged_image_of(published, stage_dir))[: -len(".sqsh")]
+    stack_dir = os.path.dirname(os.path.realpath(published))
+    mounts = _staged_mounts(stage_dir)
+    entries = sorted(name for name in os.listdir(stage_dir) if STAGED_ENTRY.match(name))
+    by_stem: dict[str, list[str]] = {}
+    for name in entries:
+        by_stem.setdefault(STAGED_ENTRY.match(name)["stem"], []).append(name)
+    report: list[StagedEntry] = []
+    for stem, names in by_stem.items():
+        mounted = [mounts[n] for n in names if n in mounts]
+        named = None
+        for name in names:
+            try:
+                named = os.getxattr(os.path.join(stage_dir, name), BUILD_XATTR, follow_symlinks=False).decode()
+                break
+            except OSError:
+                continue
+        for name in names:
+            path = os.path.join(stage_dir, name)
+            if STAGED_ENTRY.match(name)["tmp"] and not mounted:
+                why = "left by an interrupted staging"
+            elif mounted:
+                why = f"mounted at {mounted[0]}"
+            elif stem == own:
+                why = "the published build's copy"
+            elif named is None:
+                why = "it names no build"
+            elif not os.path.isfile(image_of(named)):
+                why = f"its build {named} is gone"
+            elif os.path.dirname(named) == stack_dir:
+                why = f"its build {named} is no longer published"
+            else:
+                why = f"the copy of {named}, another stack's build"
+            remove = not mounted and (STAGED_ENTRY.match(name)["tmp"] or (
+                stem != own and not why.startswith("the copy of ")))
+            try:
+                size = _size_of(path)
+                if remove and not dry_run:
+                    _remove_tree(path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise ConfigError([f"cannot remove {path}: {describe_os_error(exc)}"]) from None
+            report.append(StagedEntry(path, size, bool(remove), why))
+    if any(e.removed for e in report) and not dry_run:
+        fsync_dir(stage_dir)
+    return report
 
 
 def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> bool:
