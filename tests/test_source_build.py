@@ -197,8 +197,9 @@ def test_key_is_the_same_online_and_from_a_bundle(tmp_path):
     assert "--- variables\nCC=" in online and "CFLAGS=-O2\n" in online and "PIP_" not in online
     # a site's own mirror or proxy neither
     mirror = site_with(tmp_path, "m", cc=cc, build_env={
-        "CFLAGS": "-O2", "PIP_INDEX_URL": "https://mirror.example/simple", "UV_INDEX_URL": "https://mirror.example/simple",
-        "https_proxy": "http://proxy.example:3128", "PIP_FIND_LINKS": "/srv/wheels"})
+        "CFLAGS": "-O2", "PIP_INDEX_URL": "https://mirror.example/simple",
+        "UV_INDEX_URL": "https://mirror.example/simple", "https_proxy": "http://proxy.example:3128",
+        "PIP_FIND_LINKS": "/srv/wheels"})
     assert build_action(tmp_path, mirror).key_text(dict(os.environ)) == online
     tuned = site_with(tmp_path, "t", cc=cc, build_env={"CFLAGS": "-O3", "PIP_NO_INDEX": "1"})
     assert build_action(tmp_path, tuned).key_text(dict(os.environ)) != online

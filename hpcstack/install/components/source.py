@@ -59,9 +59,10 @@ _NOT_IN_KEY = ("MAKEFLAGS", "TMPDIR")
 #: Build variables that never enter the key either: where pip and uv find packages and how they
 #: reach the network (an index, a directory of files, a proxy). ``install --from BUNDLE`` sets
 #: ``PIP_NO_INDEX=1`` and ``PIP_FIND_LINKS=<bundle>/build``
-#: (:func:`hpcstack.lifecycle.bundle.use_bundle`), a site may name its own mirror: they say where a build requirement is fetched from, not what
-#: is compiled, so a build from a bundle has the key of the same build online (and the bundle's
-#: path, which differs with every copy of it, is not in the key).
+#: (:func:`hpcstack.lifecycle.bundle.use_bundle`), a site may name its own mirror: they say where
+#: a build requirement is fetched from, not what is compiled, so a build from a bundle has the
+#: key of the same build online (and the bundle's path, which differs with every copy of it, is
+#: not in the key).
 PACKAGE_SOURCE_VARIABLES = (r"(PIP|UV)_(INDEX_URL|EXTRA_INDEX_URL|INDEX|DEFAULT_INDEX|FIND_LINKS|NO_INDEX|OFFLINE"
                             r"|TRUSTED_HOST|INSECURE_HOST|CERT|CLIENT_CERT|PROXY|TIMEOUT|HTTP_TIMEOUT|RETRIES)"
                             r"|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy")
