@@ -170,3 +170,36 @@ def test_key_probes_python_abi_and_cuda_only_where_used(tmp_path):
     assert probes["CUDA"] == "/opt/cuda-12.4/bin/nvcc --version" and "/opt/nccl/include/nccl.h" in probes["NCCL"]
     assert gpu.build_env(ctx)["CUDA_HOME"] == "/opt/cuda-12.4"
     assert "CUDA_HOME" not in SourceBuild("x", "1", "file:///x-1.tar.gz", SHA).build_env(ctx)
+
+
+def test_key_is_the_same_online_and_from_a_bundle(tmp_path):
+    """``install --from BUNDLE`` gives the build ``PIP_NO_INDEX`` and ``PIP_FIND_LINKS`` (the
+    bundle's path): where a build requirement comes from, not what is compiled. The key of the
+    same build online and from any copy of the bundle is one, and a real build setting still counts."""
+    from hpcstack.lifecycle.bundle import FORMAT, use_bundle
+
+    cc = openmpi_wrapper(tmp_path / "bin" / "mpicc")
+    site = site_with(tmp_path, cc=cc, build_env={"CFLAGS": "-O2"})
+    recipe = context(tmp_path, site).recipe
+    texts = []
+    for copy in ("bundle", "elsewhere/bundle"):
+        bundle = tmp_path / copy
+        bundle.mkdir(parents=True)
+        (bundle / "manifest.json").write_text(
+            f'{{"format": "{FORMAT}", "recipe": "{recipe.full_name}", "site": "{site.name}", "files": {{}}}}')
+        offline = build_action(tmp_path, use_bundle(site, recipe, None, bundle))
+        # the build itself still fetches from the bundle alone
+        assert offline.build.env["PIP_NO_INDEX"] == "1"
+        assert offline.build.env["PIP_FIND_LINKS"] == str(bundle / "build")
+        texts.append(offline.key_text(dict(os.environ)))
+    online = build_action(tmp_path, site).key_text(dict(os.environ))
+    assert texts == [online, online]
+    assert "--- variables\nCC=" in online and "CFLAGS=-O2\n" in online and "PIP_" not in online
+    # a site's own mirror or proxy neither
+    mirror = site_with(tmp_path, "m", cc=cc, build_env={
+        "CFLAGS": "-O2", "PIP_INDEX_URL": "https://mirror.example/simple",
+        "UV_INDEX_URL": "https://mirror.example/simple", "https_proxy": "http://proxy.example:3128",
+        "PIP_FIND_LINKS": "/srv/wheels"})
+    assert build_action(tmp_path, mirror).key_text(dict(os.environ)) == online
+    tuned = site_with(tmp_path, "t", cc=cc, build_env={"CFLAGS": "-O3", "PIP_NO_INDEX": "1"})
+    assert build_action(tmp_path, tuned).key_text(dict(os.environ)) != online

@@ -11,7 +11,8 @@ The build key hashes everything that changes the binary: the sdist and patch sha
 compilers' versions (``$CC``, ``$CXX``, ``$FC --version``), the MPI behind the wrappers (Open MPI
 ``-showme`` and ``-showme:version``, else MPICH's ``-show`` and ``-v``), CUDA and NCCL where the
 build uses them, the venv's Python and its ABI (``SOABI``), the versions of the packages the
-binary is built against, and the build's variables. ``MAKEFLAGS`` (parallelism) does not count.
+binary is built against, and the build's variables. ``MAKEFLAGS`` (parallelism) does not count,
+nor do the variables that say where pip and uv fetch packages from (an index, a bundle).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from hpcstack.install.wheelcache import SUMS
 
 #: Bumped when the key's recipe changes, so wheels keyed the old way are not reused
 #: (v2: the MPI wrapper, the Fortran compiler, Python's ABI and every build variable in every key).
+#: Leaving a line out needs no bump: an old text equal to a new one comes from a build that never
+#: had that line, so its wheel is right (v2 later left out :data:`PACKAGE_SOURCE_VARIABLES`).
 KEY_FORMAT = "hpcstack build key v2"
 #: Drops the ``<script>: line N: `` that bash puts before its own errors (``command not found``,
 #: ``No such file or directory``): the line differs between the dry-run script and the key
@@ -53,6 +56,16 @@ _NO_LINE_NUMBERS = "sed -E 's/^[^:]*: line [0-9]+: //'"
 KEY_VARIABLES = secrets.BUILD_KEY_VARIABLES
 #: Build variables that never enter the key: parallelism and scratch space.
 _NOT_IN_KEY = ("MAKEFLAGS", "TMPDIR")
+#: Build variables that never enter the key either: where pip and uv find packages and how they
+#: reach the network (an index, a directory of files, a proxy). ``install --from BUNDLE`` sets
+#: ``PIP_NO_INDEX=1`` and ``PIP_FIND_LINKS=<bundle>/build``
+#: (:func:`hpcstack.lifecycle.bundle.use_bundle`), a site may name its own mirror: they say where
+#: a build requirement is fetched from, not what is compiled, so a build from a bundle has the
+#: key of the same build online (and the bundle's path, which differs with every copy of it, is
+#: not in the key).
+PACKAGE_SOURCE_VARIABLES = (r"(PIP|UV)_(INDEX_URL|EXTRA_INDEX_URL|INDEX|DEFAULT_INDEX|FIND_LINKS|NO_INDEX|OFFLINE"
+                            r"|TRUSTED_HOST|INSECURE_HOST|CERT|CLIENT_CERT|PROXY|TIMEOUT|HTTP_TIMEOUT|RETRIES)"
+                            r"|(HTTPS?|NO|ALL)_PROXY|(https?|no|all)_proxy")
 
 #: The MPI behind the C compiler wrapper: Open MPI's ``-showme`` (the underlying command) and
 #: ``-showme:version``, else MPICH's (and its derivatives') ``-show`` and the first line of ``-v``.
@@ -421,10 +434,11 @@ class SourceBuild(Component):
 
     def key_variables(self, ctx: PlanContext) -> str:
         """The ``grep -E`` pattern of the variables whose values enter the key: those of
-        :data:`KEY_VARIABLES` and every variable of :meth:`build_env` but ``MAKEFLAGS``/``TMPDIR``
-        and the site's secrets and the variables that expand one (``build.env`` values marked
-        ``secret``: the key's text is logged and kept in the build cache, and a secret is written
-        nowhere; :func:`hpcstack.secrets.secret_names`).
+        :data:`KEY_VARIABLES` and every variable of :meth:`build_env` but ``MAKEFLAGS``/``TMPDIR``,
+        those of :data:`PACKAGE_SOURCE_VARIABLES` (where packages are fetched from), the site's
+        secrets and the variables that expand one (``build.env`` values marked ``secret``: the
+        key's text is logged and kept in the build cache, and a secret is written nowhere;
+        :func:`hpcstack.secrets.secret_names`).
 
         Raises:
             ConfigError: a variable of :data:`KEY_VARIABLES` expands a secret
@@ -435,7 +449,8 @@ class SourceBuild(Component):
         secrets.check_key(env, specs, f"{getattr(ctx.recipe, 'full_name', 'recipe')}: the build of {self.package}")
         secret = secrets.secret_names(env, specs)
         names = sorted(n for n in env
-                       if n not in _NOT_IN_KEY and n not in secret and not re.fullmatch(KEY_VARIABLES, n))
+                       if n not in _NOT_IN_KEY and n not in secret and not re.fullmatch(KEY_VARIABLES, n)
+                       and not re.fullmatch(PACKAGE_SOURCE_VARIABLES, n))
         return "|".join([KEY_VARIABLES, *(re.escape(n) for n in names)])
 
     def key_probes(self, ctx: PlanContext) -> tuple[tuple[str, str], ...]:
