@@ -31,8 +31,9 @@ Each state the steps can be cut short in is one the next run finishes from: a ve
 ``pyvenv.cfg`` is packed (again), a venv directory without one and an image beside it is only
 mounted. A mount is per node: ``hpcstack mount`` (:func:`mount_build`) mounts the published
 build's image on the node it runs on (``--stage DIR [--unpack]``: copied, or unpacked, into a
-node-local directory first, so that the ranks read nothing from the network) (a Slurm prolog, or an fstab line / systemd mount unit from
-:func:`node_setup`); the modulefile refuses to load where it is not mounted
+node-local directory first, so that the ranks read nothing from the network; the copies of
+builds no longer published are pruned there: :mod:`hpcstack.install.staged`) (a Slurm prolog,
+or an fstab line / systemd mount unit from :func:`node_setup`); the modulefile refuses to load where it is not mounted
 (:func:`module_check`). Removing a build unmounts it first (:func:`release`).
 
 Apptainer cannot be installed from Debian 12 or PyPI, so there is no Apptainer path here; a
@@ -45,7 +46,9 @@ LUMI's container wrapper (https://docs.lumi-supercomputer.eu/software/installing
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import shlex
@@ -287,13 +290,74 @@ def kernel_mount_argv(image: str, venv: str) -> list[str]:
     return ["mount", "-t", "squashfs", "-o", KERNEL_MOUNT_OPTIONS, image, venv]
 
 
+def staged_name_of(build: str) -> str:
+    """The stem of the staged copies of ``build``: ``<build's name>-<digest>``, the name of the
+    build directory without its leading dot and :func:`staged_digest` of its real path."""
+    name = os.path.basename(os.path.normpath(build)).lstrip(".") or "build"
+    return f"{name}-{staged_digest(os.path.realpath(build))}"
+
+
+def staged_digest(real_path: str) -> str:
+    """The first 12 hex digits of the SHA-256 of ``real_path`` (a build's real path, as
+    :func:`os.path.realpath` gives it): the part of a staged copy's name that ties it to one
+    build path (:mod:`hpcstack.install.staged` checks it before it removes a copy)."""
+    return hashlib.sha256(os.fsencode(real_path)).hexdigest()[:12]
+
+
 def staged_image_of(build: str, stage_dir: str) -> str:
     """Where ``hpcstack mount --stage DIR`` keeps the copy of the image of ``build``:
     ``DIR/<build's name>-<12 hex digits of the SHA-256 of its real path>.sqsh`` (one name per
     build, so a second mount on the node finds the copy, and two stacks never share one)."""
-    name = os.path.basename(os.path.normpath(build)).lstrip(".") or "build"
-    digest = hashlib.sha256(os.path.realpath(build).encode()).hexdigest()[:12]
-    return os.path.join(stage_dir, f"{name}-{digest}.sqsh")
+    return os.path.join(stage_dir, f"{staged_name_of(build)}.sqsh")
+
+
+def staged_tree_of(build: str, stage_dir: str) -> str:
+    """Where ``hpcstack mount --stage DIR --unpack`` unpacks the image of ``build``:
+    ``DIR/<name>-<digest>.d`` (beside it ``<tree>.done`` records the image it came from)."""
+    return os.path.join(stage_dir, f"{staged_name_of(build)}.d")
+
+
+#: Stage directories this process holds the lock of (:func:`stage_lock`), with the depth.
+_HELD_STAGE_LOCKS: dict[str, int] = {}
+
+
+@contextlib.contextmanager
+def stage_lock(stage_dir: str):
+    """Hold the lock of a stage directory: ``flock(LOCK_EX)`` on the directory itself (no file
+    is added to it), waiting for another ``hpcstack mount --stage`` on this node to finish.
+
+    Every staging (:func:`mount_build` with ``stage``) and every prune
+    (:func:`hpcstack.install.staged.prune`) runs under it, so that two prologs never write the
+    same ``.tmp`` and a ``.tmp`` found under the lock is one an interrupted run left. Re-entrant
+    within one process (a nested ``with`` only counts); the kernel drops it when the process ends.
+
+    Args:
+        stage_dir (str): a directory :func:`check_stage_dir` accepted.
+
+    Raises:
+        ConfigError: the directory cannot be opened (gone, or a symbolic link now); one line.
+    """
+    key = os.path.normpath(stage_dir)
+    if key in _HELD_STAGE_LOCKS:
+        _HELD_STAGE_LOCKS[key] += 1
+        try:
+            yield
+        finally:
+            _HELD_STAGE_LOCKS[key] -= 1
+        return
+    try:
+        fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError([f"--stage {stage_dir}: cannot open it to lock it: {describe_os_error(exc)}"]) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _HELD_STAGE_LOCKS[key] = 1
+        try:
+            yield
+        finally:
+            del _HELD_STAGE_LOCKS[key]
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
 
 
 def check_stage_dir(stage_dir: str) -> None:
@@ -475,7 +539,7 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
     """
     check_stage_dir(stage_dir)
     image = image_of(build)
-    tree = staged_image_of(build, stage_dir)[: -len(".sqsh")] + ".d"
+    tree = staged_tree_of(build, stage_dir)
     done, tmp = tree + ".done", tree + ".tmp"
     try:
         src = os.stat(image)
@@ -550,6 +614,9 @@ def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> b
             ``squashfuse``/``mount``, an unsafe stage directory, staging fails, or the mount
             fails (its own last error line; e.g. no ``/dev/fuse``, no loop device). A copy
             staged by this call is removed when its mount fails.
+
+    With ``stage`` the copy and the mount are made under :func:`stage_lock`: a second
+    ``hpcstack mount --stage`` on the node waits, then finds the venv mounted.
     """
     venv, image = mount_point_of(build), image_of(build)
     if is_mounted(venv) or _mounts_at(venv):
@@ -557,8 +624,20 @@ def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> b
     if not os.path.isfile(image):
         raise ConfigError([f"{build}: no image {IMAGE_NAME} (not installed with layout: squashfs, "
                            "or the image step has not run)"])
-    if stage is not None and os.geteuid() != 0:
+    if stage is None:
+        return _mount(build, None, False)
+    if os.geteuid() != 0:
         raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device or a bind mount)"])
+    check_stage_dir(stage)
+    with stage_lock(stage):
+        if is_mounted(venv) or _mounts_at(venv):  # by another prolog while this one waited
+            return False
+        return _mount(build, stage, unpack)
+
+
+def _mount(build: str, stage: str | None, unpack: bool) -> bool:
+    """:func:`mount_build` once its checks passed (with ``stage``: under :func:`stage_lock`)."""
+    venv, image = mount_point_of(build), image_of(build)
     if stage is not None and unpack:
         tree = stage_unpacked(build, stage)
         copy = None  # kept on a failed mount: it is a whole tree, and a re-run finds it
@@ -673,6 +752,9 @@ def node_setup(build: str, mount_command: str) -> str:
         "# costs the venv's unpacked size in RAM: docs/benchmarks.md, \"Staged once per node\"):",
         "# install -d -m 0700 -o root -g root /dev/shm/hpcstack",
         f"# {mount_command} --stage /dev/shm/hpcstack --unpack --quiet || exit 1",
+        "# (it first removes the copies there of this stack's builds that are no longer published and",
+        "# not mounted; a Slurm epilog line frees them as soon as the last job on them ends:)",
+        f"# {mount_command} --stage /dev/shm/hpcstack --prune-only --quiet",
         "",
         "# or /etc/fstab (this build; needs mount.fuse3 from fuse3):",
         f"{image} {venv} fuse.squashfuse {MOUNT_OPTIONS},nofail,_netdev 0 0",
