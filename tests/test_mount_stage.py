@@ -457,6 +457,13 @@ def test_prune_only_through_the_command_line(stack):
     assert lines[1].startswith(f"kept {_copy(st, B)} (") and lines[1].endswith(
         f"the copy of the published build {st['builds'][B]}"), lines
     assert not _copy(st, C).exists()
+    image.stage_image(str(st["builds"][C]), str(stage))
+    proc = hpcstack("mount", *where, "--stage", str(stage))  # a prolog: prunes, then stages and mounts
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2, proc
+    assert lines[0].startswith(f"removed {_copy(st, C)} (") and not _copy(st, C).exists()
+    b = st["builds"][B]
+    assert lines[1] == f"mounted: {_copy(st, B)} at {b / 'venv'} (staged from {b / image.IMAGE_NAME})", lines
     unit = hpcstack("mount", *where, "--print-unit")
     assert unit.returncode == 0 and "--stage /dev/shm/hpcstack --prune-only --quiet" in unit.stdout, unit
     for bad, words in ((["--prune-only"], "--prune-only: only with --stage DIR"),

@@ -70,14 +70,19 @@ class Pruned:
 
     Attributes:
         path (str): the entry, ``DIR/<name>-<digest>.<kind>`` (a tree's ``.done`` goes with it).
-        size (int): bytes it takes, in blocks as ``du`` counts them (each inode once).
+        size (int | None): bytes it takes, in blocks as ``du -sx`` counts them (each inode
+            once); None for a copy kept whose size was not asked for (:func:`prune`).
         why (str): why it went or stayed, e.g. ``"build /sw/pytorch/.2.3.1-gpu-… was removed"``,
             ``"mounted at /sw/pytorch/.2.3.1-gpu-…/venv (a job may still use it)"``.
     """
 
     path: str
-    size: int
+    size: int | None
     why: str
+
+    def size_text(self) -> str:
+        """`` (5.5 GB)``, or nothing where the size was not measured."""
+        return "" if self.size is None else f" ({human_size(self.size)})"
 
 
 @dataclass
@@ -97,8 +102,8 @@ class PruneReport:
     def lines(self, dry_run: bool = False) -> list[str]:
         """``removed PATH (SIZE): WHY`` per entry removed, then ``kept PATH (SIZE): WHY``."""
         verb = "would remove" if dry_run else "removed"
-        return ([f"{verb} {p.path} ({human_size(p.size)}): {p.why}" for p in self.removed]
-                + [f"kept {p.path} ({human_size(p.size)}): {p.why}" for p in self.kept])
+        return ([f"{verb} {p.path}{p.size_text()}: {p.why}" for p in self.removed]
+                + [f"kept {p.path}{p.size_text()}: {p.why}" for p in self.kept])
 
 
 def human_size(n: int) -> str:
@@ -341,7 +346,7 @@ def _remove(parts: list[str]) -> None:
 
 # ---------------------------------------------------------------------- pruning
 
-def prune(layout, stage_dir: str, dry_run: bool = False) -> PruneReport:
+def prune(layout, stage_dir: str, dry_run: bool = False, measure_kept: bool = True) -> PruneReport:
     """Remove from ``stage_dir`` this node's copies of the builds of ``layout`` that no longer
     serve: those of builds other than the published one, and the leftovers of an interrupted
     staging, unless a mount still uses them (see the module's docstring for what is kept).
@@ -352,6 +357,8 @@ def prune(layout, stage_dir: str, dry_run: bool = False) -> PruneReport:
         stage_dir (str): the node-local directory of ``hpcstack mount --stage``; refused as
             :func:`hpcstack.install.image.check_stage_dir` refuses it, before anything is read.
         dry_run (bool): say what would be removed; remove nothing.
+        measure_kept (bool): measure the copies kept too (a walk over an unpacked tree's tens
+            of thousands of files); False leaves their size None (what the prolog does).
 
     Returns:
         PruneReport: removed, kept (with the reason) and failed entries, by name.
@@ -381,14 +388,15 @@ def prune(layout, stage_dir: str, dry_run: bool = False) -> PruneReport:
             kind = m["kind"]
             if kind == ".d.done" and name[: -len(".done")] in names:
                 continue  # goes with its tree
-            _judge(report, os.path.join(stage_dir, name), kind, build, alive[build], published, names, mounts,
-                   loops, dry_run)
+            _judge(report, os.path.join(stage_dir, name), kind, build, alive[build], published, names,
+                   (mounts, loops), dry_run, measure_kept)
     return report
 
 
 def _judge(report: PruneReport, path: str, kind: str, build: str, alive: bool, published: str | None,
-           names: set[str], mounts: list[_Mount], loops, dry_run: bool) -> None:
-    """Keep or remove one staged entry of the stack (:func:`prune`), adding it to ``report``."""
+           names: set[str], in_sight: tuple, dry_run: bool, measure_kept: bool) -> None:
+    """Keep or remove one staged entry of the stack (:func:`prune`), adding it to ``report``;
+    ``in_sight``: :func:`node_mounts` and :func:`loop_backings`."""
     done = path + ".done"
     parts = [done, path] if kind == ".d" and os.path.basename(done) in names else [path]
     try:
@@ -401,14 +409,16 @@ def _judge(report: PruneReport, path: str, kind: str, build: str, alive: bool, p
         if bad:
             report.kept.append(Pruned(path, st.st_blocks * 512, (f"{done}: " if p == done else "") + bad))
             return
-    size, inodes = 0, set()
-    for p in parts:
-        more, their = _walk(p)
-        size, inodes = size + more, inodes | their
-    use = _use_of(path, kind, stats[-1], mounts, loops)
+    use = _use_of(path, kind, stats[-1], *in_sight)
     complete = kind == ".sqsh" or (kind == ".d" and len(parts) == 2)
     if not use and complete and build == published:
         use = f"the copy of the published build {build}"
+    size, inodes = None, set()
+    if not use or measure_kept:
+        size = 0
+        for p in parts:
+            more, their = _walk(p)
+            size, inodes = size + more, inodes | their
     if not use and kind.startswith(".d"):
         use = _held_open(inodes)
     if use:
@@ -453,5 +463,5 @@ def mount_staged(layout, stage_dir: str, unpack: bool = False) -> tuple[list[tup
     """
     image.check_stage_dir(stage_dir)
     with image.stage_lock(stage_dir):
-        report = prune(layout, stage_dir) if layout.published() else PruneReport()
+        report = prune(layout, stage_dir, measure_kept=False) if layout.published() else PruneReport()
         return image.mount_stack(layout, stage=stage_dir, unpack=unpack), report
