@@ -472,3 +472,9 @@ def test_prune_only_through_the_command_line(stack):
                        (["--stage", "/var/tmp", "--prune-only"], "writable by its group or others")):
         proc = hpcstack("mount", *where, *bad)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, (bad, proc.stderr)
+    proc = hpcstack("mount", *where, "--prune-only", "--dry-run", "--unpack")  # one line per problem
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "error: --unpack: only with --stage DIR (the node-local directory of the copies)",
+        "error: --prune-only: only with --stage DIR (the node-local directory of the copies)",
+        "error: --unpack: not with --prune-only (it prunes both kinds of copy and mounts nothing)"], proc.stderr
+    assert sorted(p.name for p in stage.iterdir()) == [_copy(st, B).name]  # nothing touched on bad input

@@ -312,18 +312,25 @@ def cmd_mount(args) -> int:
 
 
 def _check_mount_options(args) -> None:
-    """Refuse ``hpcstack mount`` options that do not go together (one line, exit status 2)."""
+    """Refuse ``hpcstack mount`` options that do not go together.
+
+    Raises:
+        ConfigError: one line per problem (exit status 2).
+    """
+    problems = []
     if args.stage is not None and os.geteuid() != 0:
-        raise ConfigError([f"--stage {args.stage}: only root can stage and mount an image with the kernel "
-                           "(a loop device) or prune the staged copies; run it as root, e.g. in a Slurm "
-                           "prolog or epilog"])
+        problems.append(f"--stage {args.stage}: only root can stage and mount an image with the kernel "
+                        "(a loop device) or prune the staged copies; run it as root, e.g. in a Slurm "
+                        "prolog or epilog")
     for flag, given in (("--unpack", args.unpack), ("--prune-only", args.prune_only)):
         if given and args.stage is None:
-            raise ConfigError([f"{flag}: only with --stage DIR (the node-local directory of the copies)"])
+            problems.append(f"{flag}: only with --stage DIR (the node-local directory of the copies)")
     if args.prune_only and args.unpack:
-        raise ConfigError(["--unpack: not with --prune-only (it prunes both kinds of copy and mounts nothing)"])
+        problems.append("--unpack: not with --prune-only (it prunes both kinds of copy and mounts nothing)")
     if args.dry_run and not args.prune_only:
-        raise ConfigError(["--dry-run: only with --prune-only (the mount itself has no dry run)"])
+        problems.append("--dry-run: only with --prune-only (the mount itself has no dry run)")
+    if problems:
+        raise ConfigError(problems)
 
 
 def _prune_only(args, layout) -> int:

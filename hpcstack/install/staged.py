@@ -25,19 +25,18 @@ run on it): an image that backs a loop device (``/sys/block/loop*/loop/backing_f
 device's ``LOOP_GET_STATUS64``: its file system and inode), a tree that is the source of a
 bind mount (a ``/proc/<pid>/mountinfo`` line on the stage directory's file system whose root
 holds the tree's name), a tree something is mounted inside, and a tree a process still has a
-file of open, mapped or as its directory (``/proc/<pid>/fd``, ``maps``, ``cwd``, ``root``: a bind
-unmounted lazily while a job runs is in no ``mountinfo``; a loop device keeps its image open by
-itself); entries that are not what
-hpcstack makes (a symbolic link, a file where a directory belongs, an owner other than root),
-which are reported and never followed; and every entry whose name is not of that form, or
-is another stack's.
+file of open, mapped or as its directory (``/proc/<pid>/fd``, ``maps``, ``cwd``, ``root``: a
+bind unmounted lazily while a job runs is in no ``mountinfo``; a loop device keeps its image
+open by itself); entries that are not what hpcstack makes (a symbolic link, a file where a
+directory belongs, an owner other than root), which are reported and never followed; and every
+entry whose name is not of that form, or is another stack's.
 
 Everything runs under :func:`hpcstack.install.image.stage_lock`, as the staging does, so a
 ``.tmp`` found is one an interrupted run left, never one being written. The build directories
 are looked up before the mounts are read: where the install root is on a network file system,
 the node's kernel then finds a removed build gone and detaches, lazily, what the node had
-mounted in it (``d_invalidate``, Linux 3.18 and later), so the copy goes once no job uses it.
-Nothing here unmounts anything itself.
+mounted in it (``d_invalidate``, Linux 3.18 and later; not checked here: the tests have no
+network file system), so the copy goes once no job uses it. Nothing here unmounts anything.
 """
 
 from __future__ import annotations
