@@ -1,8 +1,12 @@
 """``hpcstack mount --stage DIR`` (:func:`hpcstack.install.image.mount_build` with ``stage``):
 the image copied into a root-owned node-local directory and the copy mounted by the kernel's
 squashfs on a loop device; unsafe stage directories refused with one line before anything is
-copied; a failed copy or mount leaves no copy behind. The real ``mksquashfs``, ``mount`` (loop
-device), tmpfs; a few seconds. The CLI option through a real install: tests/test_squashfs.py.
+copied; a failed copy or mount leaves no copy behind. Then the pruning of a node's copies
+(:mod:`hpcstack.install.staged`, ``hpcstack mount --stage DIR [--prune-only]``): stale copies
+removed, the published build's and every mounted or still-read copy kept, entries that are not
+the stack's or not what hpcstack makes left alone, leftovers of an interrupted staging removed.
+The real ``mksquashfs``, ``unsquashfs``, ``mount`` (loop device, bind), tmpfs; a few seconds.
+The CLI option through a real install: tests/test_squashfs.py.
 """
 
 from __future__ import annotations
@@ -10,13 +14,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
+from conftest import REPO, hpcstack
 from hpcstack.errors import ConfigError
-from hpcstack.install import image
+from hpcstack.install import image, staged
 
 pytestmark = pytest.mark.integration
 
@@ -198,90 +205,276 @@ def test_unpack_of_a_bad_image_leaves_no_tree(build):
     assert list(stage.iterdir()) == [] and _mount_of(b / "venv") is None
 
 
-# ----------------------------------------------------------------------------- pruning (prune_stage)
+# ------------------------------------------------------------------ pruning the copies of a node
+#
+# A stack tiny/1.0 in an install root of its own: build A (removed later, or published first),
+# build C (still on disk, not published) and build B (published); the image of each a real
+# squashfs image. Pruning (hpcstack.install.staged) keeps what is published or still in use and
+# removes the rest of the stack's copies, and nothing else.
 
-def _sibling(build: Path, name: str) -> Path:
-    """Another build directory beside ``build`` (another build of the same stack, when ``name``
-    is in the same directory) with a copy of its image and an empty venv/."""
-    other = build.parent / name
-    (other / "venv").mkdir(parents=True)
-    shutil.copy2(build / image.IMAGE_NAME, other / image.IMAGE_NAME)
-    return other
-
-
-def _names(stage: Path) -> list[str]:
-    return sorted(p.name for p in stage.iterdir())
+A, B, C = "aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"
 
 
-@pytest.mark.parametrize("unpack", [False, True], ids=["copy", "unpacked"])
-def test_staging_a_new_build_removes_the_replaced_builds_copy_unless_mounted(build, unpack):
-    if unpack and not shutil.which("unsquashfs"):
+def _publish(sw: Path, build_id: str) -> None:
+    link = sw / "tiny" / "1.0"
+    tmp = sw / "tiny" / ".1.0.publish-tmp"
+    tmp.symlink_to(f".1.0-{build_id}")
+    os.rename(tmp, link)
+
+
+@pytest.fixture
+def stack():
+    """``root/sw/tiny/.1.0-{A,B,C}`` each with ``venv/`` and ``venv.sqsh``, ``root/sw/tiny/1.0``
+    linked to B, a root-owned 0700 ``root/stage``, and the layout. Everything mounted under
+    ``root`` is unmounted afterwards."""
+    from hpcstack.install.layout import StackLayout
+
+    reason = _loop_missing()
+    if reason:
+        pytest.skip(reason)
+    if not shutil.which("unsquashfs"):
         pytest.skip("unsquashfs missing (apt-get install squashfs-tools)")
-    old, stage = build["build"], build["stage"]
-    new = _sibling(old, ".1.0-def")
-    assert image.mount_build(str(old), stage=str(stage), unpack=unpack) is True
-    old_stem = Path(image.staged_image_of(str(old), str(stage))).stem
-    # mounted: a job may still run on it, so it stays
-    report = image.prune_stage(str(stage), str(new))
-    assert report and not any(e.removed for e in report), report
-    assert all(e.why == f"mounted at {old / 'venv'}" for e in report), report
-    image.unmount(str(old / "venv"))
-    report = image.prune_stage(str(stage), str(new))
-    assert [e.why for e in report] == [f"its build {old} is no longer published"] * len(report), report
-    assert all(e.removed and e.bytes > 0 for e in report if not e.path.endswith(".done")), report
-    assert not any(n.startswith(old_stem) for n in _names(stage)), _names(stage)
-    assert image.mount_build(str(new), stage=str(stage), unpack=unpack) is True
-    assert all(n.startswith(Path(image.staged_image_of(str(new), str(stage))).stem) for n in _names(stage))
+    root = Path(tempfile.mkdtemp(prefix="mount-prune-", dir="/var/tmp"))
+    os.chmod(root, 0o755)
+    src = root / "src"
+    src.mkdir()
+    (src / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (src / "blob").write_bytes(os.urandom(64 << 10))
+    packed = root / "packed.sqsh"
+    subprocess.run(image.pack_argv(str(src), str(packed), image.ImageSettings("lz4", 1)), check=True,
+                   capture_output=True)
+    sw = root / "sw"
+    builds = {}
+    for build_id in (A, B, C):
+        b = sw / "tiny" / f".1.0-{build_id}"
+        (b / "venv").mkdir(parents=True)
+        shutil.copy2(packed, b / image.IMAGE_NAME)
+        builds[build_id] = b
+    _publish(sw, B)
+    stage = root / "stage"
+    stage.mkdir(mode=0o700)
+    try:
+        yield {"root": root, "sw": sw, "stage": stage, "builds": builds,
+               "layout": StackLayout(str(sw), "tiny", "1.0")}
+    finally:
+        for point in sorted({line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                             if line.split()[4].startswith(str(root) + "/")}, reverse=True):
+            subprocess.run(["umount", "-l", point], check=False)
+        shutil.rmtree(root, ignore_errors=True)
 
 
-def test_pruning_keeps_the_published_copy_other_stacks_and_foreign_files(build):
-    b, stage, root = build["build"], build["stage"], build["root"]
-    other = root / "other-stack" / ".2.0-xyz"
+def _copy(st, build_id: str) -> Path:
+    return Path(image.staged_image_of(str(st["builds"][build_id]), str(st["stage"])))
+
+
+def _tree(st, build_id: str) -> Path:
+    return Path(image.staged_tree_of(str(st["builds"][build_id]), str(st["stage"])))
+
+
+def _by_path(entries) -> dict[str, str]:
+    return {p.path: p.why for p in entries}
+
+
+def test_prune_removes_stale_copies_and_keeps_the_published_one_and_what_is_not_the_stacks(stack):
+    st, stage = stack, stack["stage"]
+    for build_id in (A, B, C):
+        image.stage_image(str(st["builds"][build_id]), str(stage))
+    image.stage_unpacked(str(st["builds"][A]), str(stage))
+    # another stack whose build has the same directory name as A: same name part, another digest
+    other = st["sw"] / "other" / f".1.0-{A}"
     (other / "venv").mkdir(parents=True)
-    shutil.copy2(b / image.IMAGE_NAME, other / image.IMAGE_NAME)
-    for x in (b, other):
-        assert image.mount_build(str(x), stage=str(stage)) is True
-        image.unmount(str(x / "venv"))
-    (stage / "notes.txt").write_text("the admin's\n")
-    (stage / "x-0123456789ab.sqsh.bak").write_text("not ours\n")
-    before = _names(stage)
-    report = image.prune_stage(str(stage), str(b))
-    assert not any(e.removed for e in report), report
-    assert sorted(e.why for e in report) == sorted(["the published build's copy",
-                                                    f"the copy of {other}, another stack's build"])
-    assert _names(stage) == before
+    shutil.copy2(st["builds"][A] / image.IMAGE_NAME, other / image.IMAGE_NAME)
+    other_copy = Path(image.stage_image(str(other), str(stage)))
+    assert other_copy.name.startswith(f"1.0-{A}-") and other_copy != _copy(st, A)
+    (stage / "notes.txt").write_text("an admin's file\n")
+    (stage / f"1.0-{A}-0123456789ab.sqsh").write_bytes(b"x")  # hpcstack's naming, no build's digest
+    (stage / f"{_copy(st, A).name}.done").write_bytes(b"x")  # not a name hpcstack makes
+    shutil.rmtree(st["builds"][A])  # uninstalled: only the node's copies are left
+
+    report = staged.prune(st["layout"], str(stage))
+
+    removed = _by_path(report.removed)
+    assert set(removed) == {str(_copy(st, A)), str(_tree(st, A)), str(_copy(st, C))}, report
+    assert "was removed" in removed[str(_copy(st, A))] and "no longer published" in removed[str(_copy(st, C))]
+    assert _by_path(report.kept) == {str(_copy(st, B)): f"the copy of the published build {st['builds'][B]}"}
+    assert report.failed == []
+    assert sorted(p.name for p in stage.iterdir()) == sorted(
+        [_copy(st, B).name, other_copy.name, "notes.txt", f"1.0-{A}-0123456789ab.sqsh", f"{_copy(st, A).name}.done"])
+    assert _copy(st, B).read_bytes() == (st["builds"][B] / image.IMAGE_NAME).read_bytes()
+    sizes = {p.path: p.size for p in report.removed}
+    assert sizes[str(_copy(st, C))] >= (st["builds"][C] / image.IMAGE_NAME).stat().st_size
+    assert sizes[str(_tree(st, A))] >= 64 << 10  # the unpacked blob
+    line = next(x for x in report.lines() if x.startswith(f"removed {_copy(st, C)} ("))
+    assert line.endswith(f"): build {st['builds'][C]} is no longer published, and nothing here mounts this copy")
+    # nothing left to do: an empty report, nothing removed
+    again = staged.prune(st["layout"], str(stage))
+    assert again.removed == [] and [p.path for p in again.kept] == [str(_copy(st, B))]
 
 
-def test_pruning_removes_copies_of_removed_builds_interrupted_stagings_and_unnamed_copies(build):
-    b, stage = build["build"], build["stage"]
-    gone = _sibling(b, ".0.9-old")
-    assert image.mount_build(str(gone), stage=str(stage)) is True
-    image.unmount(str(gone / "venv"))
-    (gone / image.IMAGE_NAME).unlink()  # what removing a build does (image.release)
-    (stage / "1.0-zzz-0123456789ab.sqsh.tmp").write_bytes(b"partial")
-    (stage / "1.0-yyy-ba9876543210.sqsh").write_bytes(b"no record")
-    link_target = build["root"] / "precious"
-    link_target.write_text("keep me\n")
-    (stage / "1.0-www-aaaaaaaaaaaa.sqsh").symlink_to(link_target)
-    report = {Path(e.path).name: e for e in image.prune_stage(str(stage), str(b))}
-    gone_copy = Path(image.staged_image_of(str(gone), str(stage))).name
-    assert report[gone_copy].removed and report[gone_copy].why == f"its build {gone} is gone"
-    assert report["1.0-zzz-0123456789ab.sqsh.tmp"].removed
-    assert report["1.0-zzz-0123456789ab.sqsh.tmp"].why == "left by an interrupted staging"
-    assert report["1.0-yyy-ba9876543210.sqsh"].why == "it names no build"
-    assert report["1.0-www-aaaaaaaaaaaa.sqsh"].removed  # the link itself, never what it points at
-    assert _names(stage) == []
-    assert link_target.read_text() == "keep me\n"
+@pytest.mark.parametrize("unpack", [False, True], ids=["loop", "bind"])
+def test_a_copy_mounted_on_the_node_is_kept_until_it_is_unmounted(stack, unpack):
+    st, stage = stack, stack["stage"]
+    _publish(st["sw"], A)
+    assert image.mount_build(str(st["builds"][A]), stage=str(stage), unpack=unpack) is True
+    entry = _tree(st, A) if unpack else _copy(st, A)
+    _publish(st["sw"], B)  # a new build published; the job on A still runs
+
+    report = staged.prune(st["layout"], str(stage))
+
+    why = _by_path(report.kept).get(str(entry), "")
+    venv = st["builds"][A] / "venv"
+    assert why.startswith("bound at " if unpack else "mounted at ") and str(venv) in why, report
+    assert report.removed == [] and entry.exists()
+    assert (venv / "pyvenv.cfg").read_text() == "home = /usr/bin\n"
+    image.unmount(str(venv))
+    report = staged.prune(st["layout"], str(stage))
+    assert [p.path for p in report.removed] == [str(entry)] and not entry.exists()
+    assert not Path(str(entry) + ".done").exists()
 
 
-def test_dry_run_removes_nothing_and_an_unsafe_directory_is_refused(build):
-    b, stage, root = build["build"], build["stage"], build["root"]
-    (stage / "1.0-zzz-0123456789ab.sqsh.tmp").write_bytes(b"partial")
-    report = image.prune_stage(str(stage), str(b), dry_run=True)
-    assert [e.removed for e in report] == [True] and _names(stage) == ["1.0-zzz-0123456789ab.sqsh.tmp"]
-    shared = root / "shared"
-    shared.mkdir()
-    os.chmod(shared, 0o1777)
-    with pytest.raises(ConfigError) as err:
-        image.prune_stage(str(shared), str(b))
-    assert str(err.value).count("\n") == 0 and "writable by" in str(err.value)
+@pytest.mark.parametrize("unpack", [False, True], ids=["loop", "bind"])
+def test_a_copy_still_read_after_a_lazy_unmount_is_kept(stack, unpack):
+    """``umount -l`` (or the kernel's own detach when a network file system finds the build
+    removed) takes the mount out of every mountinfo while a job still reads from it."""
+    st, stage = stack, stack["stage"]
+    _publish(st["sw"], A)
+    image.mount_build(str(st["builds"][A]), stage=str(stage), unpack=unpack)
+    entry = _tree(st, A) if unpack else _copy(st, A)
+    venv = st["builds"][A] / "venv"
+    job = subprocess.Popen(["sleep", "600"], cwd=venv)  # its working directory is in the mount
+    try:
+        subprocess.run(["umount", "-l", str(venv)], check=True)
+        assert _mount_of(venv) is None
+        _publish(st["sw"], B)
+        report = staged.prune(st["layout"], str(stage))
+        why = _by_path(report.kept).get(str(entry), "")
+        assert (f"process {job.pid} " in why) if unpack else why.startswith("backs /dev/loop"), report
+        assert entry.exists() and report.removed == []
+    finally:
+        job.kill()
+        job.wait()
+    if unpack:  # the job has ended: nothing holds the tree now
+        report = staged.prune(st["layout"], str(stage))
+        assert [p.path for p in report.removed] == [str(entry)] and not entry.exists()
+
+
+def test_entries_of_hpcstack_naming_that_hpcstack_did_not_make_are_never_followed(stack):
+    st, stage = stack, stack["stage"]
+    victim = st["root"] / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("not hpcstack's\n")
+    tree, copy = _tree(st, A), _copy(st, A)
+    tree.symlink_to(victim)  # a stale build's tree, as a link to elsewhere
+    Path(str(tree) + ".done").write_text("0 0\n")
+    copy.symlink_to(victim / "keep.txt")
+    _copy(st, C).mkdir()  # a directory where an image belongs
+    shutil.rmtree(st["builds"][A])
+
+    report = staged.prune(st["layout"], str(stage))
+
+    assert report.removed == [] and report.failed == []
+    kept = _by_path(report.kept)
+    assert "symbolic link" in kept[str(tree)] and "symbolic link" in kept[str(copy)], report
+    assert "not a regular file" in kept[str(_copy(st, C))]
+    assert (victim / "keep.txt").read_text() == "not hpcstack's\n" and sorted(os.listdir(victim)) == ["keep.txt"]
+    assert tree.is_symlink() and copy.is_symlink() and _copy(st, C).is_dir()
+
+
+def test_leftovers_of_an_interrupted_staging_are_removed_and_the_next_mount_stages_afresh(stack):
+    st, stage = stack, stack["stage"]
+    partial = Path(str(_copy(st, B)) + ".tmp")  # the published build's copy, cut short
+    partial.write_bytes(b"hsqs" + b"\0" * 1000)
+    os.chmod(partial, 0o400)
+    unpacking = Path(str(_tree(st, C)) + ".tmp")  # unsquashfs cut short
+    (unpacking / "lib").mkdir(parents=True)
+    (unpacking / "lib" / "half.py").write_text("x = 1\n")
+    no_done = _tree(st, B)  # renamed into place, its .done never written
+    no_done.mkdir()
+    (no_done / "pyvenv.cfg").write_text("home = /usr/bin\n")
+
+    report = staged.prune(st["layout"], str(stage))
+
+    removed = _by_path(report.removed)
+    assert set(removed) == {str(partial), str(unpacking), str(no_done)}, report
+    assert all(why == "left by an interrupted staging" for why in removed.values())
+    assert list(stage.iterdir()) == []
+    assert image.mount_build(str(st["builds"][B]), stage=str(stage)) is True
+    assert _copy(st, B).read_bytes() == (st["builds"][B] / image.IMAGE_NAME).read_bytes()
+
+
+def test_mount_stage_prunes_first_then_stages_the_published_build(stack):
+    st, stage = stack, stack["stage"]
+    image.stage_unpacked(str(st["builds"][A]), str(stage))
+    shutil.rmtree(st["builds"][A])
+    mounted, report = staged.mount_staged(st["layout"], str(stage), unpack=True)
+    assert [p.path for p in report.removed] == [str(_tree(st, A))]
+    assert mounted == [(str(st["builds"][B]), True)]
+    assert sorted(p.name for p in stage.iterdir()) == sorted([_tree(st, B).name, _tree(st, B).name + ".done"])
+
+
+def test_the_stage_lock_is_held_across_processes(stack):
+    """Two prologs on one node: while one holds the stage directory's lock, the other cannot take it."""
+    import fcntl
+
+    stage = stack["stage"]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom hpcstack.install import image\n"
+         f"with image.stage_lock({str(stage)!r}):\n    print('held', flush=True)\n    sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            holder.stdin.close()
+            assert holder.wait() == 0
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the holder
+        finally:
+            os.close(fd)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_prune_only_through_the_command_line(stack):
+    st, stage = stack, stack["stage"]
+    site = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    site["layout"] = "squashfs"
+    (st["root"] / "sq.yaml").write_text(yaml.safe_dump(site))
+    where = ["tiny/1.0", "--site", str(st["root"] / "sq.yaml"), "--prefix", str(st["sw"])]
+    proc = hpcstack("mount", *where, "--stage", str(stage), "--prune-only")
+    assert proc.returncode == 0 and proc.stdout == f"nothing staged in {stage} for tiny/1.0\n", proc
+    image.stage_image(str(st["builds"][B]), str(stage))
+    image.stage_image(str(st["builds"][C]), str(stage))
+    dry = hpcstack("mount", *where, "--stage", str(stage), "--prune-only", "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.startswith(f"would remove {_copy(st, C)} ("), dry
+    assert _copy(st, C).exists()
+    proc = hpcstack("mount", *where, "--stage", str(stage), "--prune-only")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"removed {_copy(st, C)} (") and " kB): build " in lines[0]
+    assert lines[1].startswith(f"kept {_copy(st, B)} (") and lines[1].endswith(
+        f"the copy of the published build {st['builds'][B]}"), lines
+    assert not _copy(st, C).exists()
+    image.stage_image(str(st["builds"][C]), str(stage))
+    proc = hpcstack("mount", *where, "--stage", str(stage))  # a prolog: prunes, then stages and mounts
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and len(lines) == 2, proc
+    assert lines[0].startswith(f"removed {_copy(st, C)} (") and not _copy(st, C).exists()
+    b = st["builds"][B]
+    assert lines[1] == f"mounted: {_copy(st, B)} at {b / 'venv'} (staged from {b / image.IMAGE_NAME})", lines
+    unit = hpcstack("mount", *where, "--print-unit")
+    assert unit.returncode == 0 and "--stage /dev/shm/hpcstack --prune-only --quiet" in unit.stdout, unit
+    for bad, words in ((["--prune-only"], "--prune-only: only with --stage DIR"),
+                       (["--stage", str(stage), "--dry-run"], "--dry-run: only with --prune-only"),
+                       (["--stage", str(stage), "--prune-only", "--unpack"], "--unpack: not with --prune-only"),
+                       (["--stage", "/var/tmp", "--prune-only"], "writable by its group or others")):
+        proc = hpcstack("mount", *where, *bad)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and words in proc.stderr, (bad, proc.stderr)
+    proc = hpcstack("mount", *where, "--prune-only", "--dry-run", "--unpack")  # one line per problem
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "error: --unpack: only with --stage DIR (the node-local directory of the copies)",
+        "error: --prune-only: only with --stage DIR (the node-local directory of the copies)",
+        "error: --unpack: not with --prune-only (it prunes both kinds of copy and mounts nothing)"], proc.stderr
+    assert sorted(p.name for p in stage.iterdir()) == [_copy(st, B).name]  # nothing touched on bad input

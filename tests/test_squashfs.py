@@ -211,19 +211,6 @@ def test_mount_stage_copies_the_image_to_the_node_and_the_kernel_mounts_it(sq):
         assert again.returncode == 0 and again.stdout.startswith("already mounted: "), again.stdout + again.stderr
         proc = bash_modules(f"module use {sq['mf']}\nmodule load tiny/1.0\npython -c 'import tinypkg'")
         assert proc.returncode == 0, proc.stderr
-        pruned = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", str(stage), "--prune-only")
-        assert pruned.returncode == 0, pruned.stderr
-        lines = sorted(pruned.stdout.splitlines())
-        assert len(lines) == 3 and all(line.startswith("kept: ") for line in lines), lines
-        assert f"kept: {copy} (" in pruned.stdout  # with the unpacked tree and its stamp: one build, mounted
-        assert pruned.stdout.count(f"; mounted at {venv})") == 3, pruned.stdout
-        (stage / "tiny-0123456789ab.sqsh.tmp").write_bytes(b"partial")
-        pruned = hpcstack("mount", "tiny/1.0", *sq["where"], "--stage", str(stage), "--prune-only")
-        assert f"removed: {stage}/tiny-0123456789ab.sqsh.tmp (0.0 MB; left by an interrupted staging)" \
-            in pruned.stdout, pruned.stdout
-        assert not (stage / "tiny-0123456789ab.sqsh.tmp").exists() and Path(copy).exists()
-        bad = hpcstack("mount", "tiny/1.0", *sq["where"], "--prune-only")
-        assert bad.returncode == 2 and "--prune-only: only with --stage DIR" in bad.stderr
         unit = hpcstack("mount", "tiny/1.0", *sq["where"], "--print-unit")
         assert "--stage /dev/shm/hpcstack --unpack --quiet" in unit.stdout
     finally:  # back to the FUSE mount the later tests expect

@@ -253,9 +253,11 @@ def add_mount(sub) -> None:
                         "tree read-only at the venv, instead of mounting a copy of the image: nothing is "
                         "decompressed while the ranks start")
     p.add_argument("--prune-only", action="store_true",
-                   help="with --stage: mount nothing; remove from DIR the copies no job can need (builds removed or "
-                        "replaced, unnamed copies, interrupted stagings; never a mounted one) and say what stays "
-                        "and why. --stage does this by itself before it stages; an epilog runs this")
+                   help="with --stage: mount nothing; remove from DIR this stack's copies of builds other than "
+                        "the published one, and the leftovers of an interrupted staging, unless a mount on this "
+                        "node still uses them (a Slurm epilog; every --stage run does it before it stages); one "
+                        "line per copy removed or kept, with its size and why")
+    options.add_flag(p, "--dry-run", "with --prune-only: say what would be removed; remove nothing")
     p.add_argument("--quiet", action="store_true", help="print nothing when it succeeds")
     p.set_defaults(handler=cmd_mount)
 
@@ -263,7 +265,10 @@ def add_mount(sub) -> None:
 def cmd_mount(args) -> int:
     """``hpcstack mount``: mount the published build's image (``layout: squashfs``) on this node,
     and the previous build's; exit 0 when already mounted, 2 with one line when it cannot
-    (:func:`hpcstack.install.image.mount_stack`). ``--print-unit`` prints what nodes need."""
+    (:func:`hpcstack.install.image.mount_stack`). ``--print-unit`` prints what nodes need. With
+    ``--stage DIR`` it first prunes the stack's copies there that no longer serve, printing one
+    line per copy removed (:func:`hpcstack.install.staged.mount_staged`); ``--prune-only`` only
+    prunes (:func:`_prune_only`)."""
     from hpcstack.install import image
     from hpcstack.install.layout import StackLayout
 
@@ -282,30 +287,63 @@ def cmd_mount(args) -> int:
         print(image.node_setup(build, f"hpcstack mount {name}/{version} --site {site.ref or site.name}"
                                       + (f" --prefix {site.install_root}" if args.prefix else "")))
         return 0
-    if args.stage is not None and os.geteuid() != 0:
-        raise ConfigError([f"--stage {args.stage}: only root can stage and mount an image with the kernel "
-                           "(a loop device); run it as root, e.g. in a Slurm prolog"])
-    if args.unpack and args.stage is None:
-        raise ConfigError(["--unpack: only with --stage DIR (where the image is unpacked)"])
-    if args.prune_only and args.stage is None:
-        raise ConfigError(["--prune-only: only with --stage DIR (the directory to prune)"])
-    if args.stage is not None:
+    _check_mount_options(args)
+    if args.stage is None:
+        results = image.mount_stack(layout)
+    else:
+        from hpcstack.install import staged
+
         image.check_stage_dir(args.stage)  # refused even where the image is mounted already
-        published = layout.published()
-        if not published:
-            raise ConfigError([f"{name}/{version} is not installed at {layout.prefix}; install it first"])
-        for entry in image.prune_stage(args.stage, published):
-            if not args.quiet and (entry.removed or args.prune_only):
-                print(f"{'removed' if entry.removed else 'kept'}: {entry.path} "
-                      f"({entry.bytes / 1e6:,.1f} MB; {entry.why})")
         if args.prune_only:
-            return 0
-    for build, mounted in image.mount_stack(layout, stage=args.stage, unpack=args.unpack):
+            return _prune_only(args, layout)
+        results, report = staged.mount_staged(layout, args.stage, unpack=args.unpack)
+        for line in [] if args.quiet else report.lines()[: len(report.removed)]:
+            print(line)
+        for line in report.failed:
+            print(f"warning: {line}", file=sys.stderr)
+    for build, mounted in results:
         if not args.quiet:
-            staged = args.stage is not None and build == layout.published()
-            copy = image.staged_image_of(build, args.stage) if staged else ""
-            source = (copy[: -len(".sqsh")] + ".d" if args.unpack else copy) if staged and mounted \
-                else image.image_of(build)
-            print(f"{'mounted' if mounted else 'already mounted'}: {source} at {image.mount_point_of(build)}"
-                  + (f" (staged from {image.image_of(build)})" if staged and mounted else ""))
+            staged_now = args.stage is not None and build == layout.published() and mounted
+            copy = ((image.staged_tree_of if args.unpack else image.staged_image_of)(build, args.stage)
+                    if staged_now else image.image_of(build))
+            print(f"{'mounted' if mounted else 'already mounted'}: {copy} at {image.mount_point_of(build)}"
+                  + (f" (staged from {image.image_of(build)})" if staged_now else ""))
     return 0
+
+
+def _check_mount_options(args) -> None:
+    """Refuse ``hpcstack mount`` options that do not go together.
+
+    Raises:
+        ConfigError: one line per problem (exit status 2).
+    """
+    problems = []
+    if args.stage is not None and os.geteuid() != 0:
+        problems.append(f"--stage {args.stage}: only root can stage and mount an image with the kernel "
+                        "(a loop device) or prune the staged copies; run it as root, e.g. in a Slurm "
+                        "prolog or epilog")
+    for flag, given in (("--unpack", args.unpack), ("--prune-only", args.prune_only)):
+        if given and args.stage is None:
+            problems.append(f"{flag}: only with --stage DIR (the node-local directory of the copies)")
+    if args.prune_only and args.unpack:
+        problems.append("--unpack: not with --prune-only (it prunes both kinds of copy and mounts nothing)")
+    if args.dry_run and not args.prune_only:
+        problems.append("--dry-run: only with --prune-only (the mount itself has no dry run)")
+    if problems:
+        raise ConfigError(problems)
+
+
+def _prune_only(args, layout) -> int:
+    """``hpcstack mount --stage DIR --prune-only``: prune the stack's staged copies on this node
+    (:func:`hpcstack.install.staged.prune`) and print one line per copy removed or kept; exit 0,
+    also when there is nothing to do, 1 where a copy could not be removed (one line each)."""
+    from hpcstack.install import staged
+
+    report = staged.prune(layout, args.stage, dry_run=args.dry_run)
+    if not args.quiet:
+        for line in report.lines(args.dry_run) or [f"nothing staged in {args.stage} for "
+                                                   f"{layout.name}/{layout.version}"]:
+            print(line)
+    for line in report.failed:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if report.failed else 0

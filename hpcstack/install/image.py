@@ -31,8 +31,9 @@ Each state the steps can be cut short in is one the next run finishes from: a ve
 ``pyvenv.cfg`` is packed (again), a venv directory without one and an image beside it is only
 mounted. A mount is per node: ``hpcstack mount`` (:func:`mount_build`) mounts the published
 build's image on the node it runs on (``--stage DIR [--unpack]``: copied, or unpacked, into a
-node-local directory first, so that the ranks read nothing from the network) (a Slurm prolog, or an fstab line / systemd mount unit from
-:func:`node_setup`); the modulefile refuses to load where it is not mounted
+node-local directory first, so that the ranks read nothing from the network; the copies of
+builds no longer published are pruned there: :mod:`hpcstack.install.staged`) (a Slurm prolog,
+or an fstab line / systemd mount unit from :func:`node_setup`); the modulefile refuses to load where it is not mounted
 (:func:`module_check`). Removing a build unmounts it first (:func:`release`).
 
 Apptainer cannot be installed from Debian 12 or PyPI, so there is no Apptainer path here; a
@@ -45,10 +46,11 @@ LUMI's container wrapper (https://docs.lumi-supercomputer.eu/software/installing
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import hashlib
 import os
-import re
 import shlex
 import stat
 import subprocess
@@ -288,13 +290,74 @@ def kernel_mount_argv(image: str, venv: str) -> list[str]:
     return ["mount", "-t", "squashfs", "-o", KERNEL_MOUNT_OPTIONS, image, venv]
 
 
+def staged_name_of(build: str) -> str:
+    """The stem of the staged copies of ``build``: ``<build's name>-<digest>``, the name of the
+    build directory without its leading dot and :func:`staged_digest` of its real path."""
+    name = os.path.basename(os.path.normpath(build)).lstrip(".") or "build"
+    return f"{name}-{staged_digest(os.path.realpath(build))}"
+
+
+def staged_digest(real_path: str) -> str:
+    """The first 12 hex digits of the SHA-256 of ``real_path`` (a build's real path, as
+    :func:`os.path.realpath` gives it): the part of a staged copy's name that ties it to one
+    build path (:mod:`hpcstack.install.staged` checks it before it removes a copy)."""
+    return hashlib.sha256(os.fsencode(real_path)).hexdigest()[:12]
+
+
 def staged_image_of(build: str, stage_dir: str) -> str:
     """Where ``hpcstack mount --stage DIR`` keeps the copy of the image of ``build``:
     ``DIR/<build's name>-<12 hex digits of the SHA-256 of its real path>.sqsh`` (one name per
     build, so a second mount on the node finds the copy, and two stacks never share one)."""
-    name = os.path.basename(os.path.normpath(build)).lstrip(".") or "build"
-    digest = hashlib.sha256(os.path.realpath(build).encode()).hexdigest()[:12]
-    return os.path.join(stage_dir, f"{name}-{digest}.sqsh")
+    return os.path.join(stage_dir, f"{staged_name_of(build)}.sqsh")
+
+
+def staged_tree_of(build: str, stage_dir: str) -> str:
+    """Where ``hpcstack mount --stage DIR --unpack`` unpacks the image of ``build``:
+    ``DIR/<name>-<digest>.d`` (beside it ``<tree>.done`` records the image it came from)."""
+    return os.path.join(stage_dir, f"{staged_name_of(build)}.d")
+
+
+#: Stage directories this process holds the lock of (:func:`stage_lock`), with the depth.
+_HELD_STAGE_LOCKS: dict[str, int] = {}
+
+
+@contextlib.contextmanager
+def stage_lock(stage_dir: str):
+    """Hold the lock of a stage directory: ``flock(LOCK_EX)`` on the directory itself (no file
+    is added to it), waiting for another ``hpcstack mount --stage`` on this node to finish.
+
+    Every staging (:func:`mount_build` with ``stage``) and every prune
+    (:func:`hpcstack.install.staged.prune`) runs under it, so that two prologs never write the
+    same ``.tmp`` and a ``.tmp`` found under the lock is one an interrupted run left. Re-entrant
+    within one process (a nested ``with`` only counts); the kernel drops it when the process ends.
+
+    Args:
+        stage_dir (str): a directory :func:`check_stage_dir` accepted.
+
+    Raises:
+        ConfigError: the directory cannot be opened (gone, or a symbolic link now); one line.
+    """
+    key = os.path.normpath(stage_dir)
+    if key in _HELD_STAGE_LOCKS:
+        _HELD_STAGE_LOCKS[key] += 1
+        try:
+            yield
+        finally:
+            _HELD_STAGE_LOCKS[key] -= 1
+        return
+    try:
+        fd = os.open(key, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError([f"--stage {stage_dir}: cannot open it to lock it: {describe_os_error(exc)}"]) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _HELD_STAGE_LOCKS[key] = 1
+        try:
+            yield
+        finally:
+            del _HELD_STAGE_LOCKS[key]
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
 
 
 def check_stage_dir(stage_dir: str) -> None:
@@ -398,7 +461,6 @@ def stage_image(build: str, stage_dir: str) -> str:
             _forget(fd_in)
         finally:
             os.close(fd_in)
-        _record_build(tmp, build)
         os.rename(tmp, copy)
         fsync_dir(stage_dir)
     except OSError as exc:
@@ -477,7 +539,7 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
     """
     check_stage_dir(stage_dir)
     image = image_of(build)
-    tree = staged_image_of(build, stage_dir)[: -len(".sqsh")] + ".d"
+    tree = staged_tree_of(build, stage_dir)
     done, tmp = tree + ".done", tree + ".tmp"
     try:
         src = os.stat(image)
@@ -506,7 +568,6 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
             _forget(fd)
         finally:
             os.close(fd)
-        _record_build(tmp, build)
         os.rename(tmp, tree)
         fd = os.open(done, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
         try:
@@ -526,166 +587,6 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
                else describe_os_error(exc))
         raise ConfigError([f"cannot unpack {image} into {stage_dir}: {why}"]) from None
     return tree
-
-
-#: The extended attribute that names, on a staged copy or tree, the build it was staged from
-#: (its real path). ``trusted.*``: only root can set or read it, so no user can make a copy
-#: claim another build; tmpfs and the usual node-local disks (ext4, xfs) keep it.
-BUILD_XATTR = "trusted.hpcstack.build"
-#: What ``hpcstack mount --stage`` makes in a stage directory: ``<name>-<12 hex>`` (a copy's stem,
-#: :func:`staged_image_of`) then ``.sqsh`` (a copy), ``.d`` (an unpacked tree), ``.d.done`` (its
-#: stamp), each perhaps with ``.tmp`` (an interrupted staging). Nothing else there is touched.
-STAGED_ENTRY = re.compile(r"^(?P<stem>[A-Za-z0-9_.+-]+-[0-9a-f]{12})(?P<kind>\.sqsh|\.d|\.d\.done)(?P<tmp>\.tmp)?$")
-
-
-def _record_build(path: str, build: str) -> None:
-    """Name ``build`` (its real path) on the staged ``path`` (:data:`BUILD_XATTR`); a file system
-    without ``trusted.*`` attributes leaves the copy unnamed (:func:`prune_stage` then treats it as
-    unknown)."""
-    try:
-        os.setxattr(path, BUILD_XATTR, os.path.realpath(build).encode(), follow_symlinks=False)
-    except OSError:
-        pass
-
-
-@dataclass(frozen=True)
-class StagedEntry:
-    """What :func:`prune_stage` decided about one entry of a stage directory.
-
-    Attributes:
-        path (str): the entry (a copy, a tree, its stamp, or a ``.tmp`` left by an interrupted staging).
-        bytes (int): its size on disk (a tree: the sum of its regular files' sizes).
-        removed (bool): it was removed (``dry_run``: it would be).
-        why (str): the reason, in words (``mounted at /…/venv``, ``its build is gone``, …).
-    """
-
-    path: str
-    bytes: int
-    removed: bool
-    why: str
-
-
-def _staged_mounts(stage_dir: str) -> dict[str, str]:
-    """The entries of ``stage_dir`` that back a mount in this mount namespace, with the mount
-    point: a copy on a loop device (``/sys/block/loopN/loop/backing_file``), or a tree bound at
-    a venv (same device as the stage directory, the bind's root ending in the entry's name)."""
-    try:
-        dev = os.stat(stage_dir).st_dev
-    except OSError:
-        return {}
-    found: dict[str, str] = {}
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        lines = f.read().splitlines()
-    for line in lines:
-        fields = line.split()
-        if "-" not in fields:
-            continue
-        sep = fields.index("-")
-        point = fields[4].encode().decode("unicode_escape")
-        source = fields[sep + 2] if len(fields) > sep + 2 else ""
-        major, _, minor = fields[2].partition(":")
-        if source.startswith("/dev/loop"):
-            try:
-                with open(f"/sys/block/{os.path.basename(source)}/loop/backing_file", encoding="utf-8") as b:
-                    backing = b.read().strip()
-            except OSError:
-                continue
-            if os.path.dirname(backing) == os.path.realpath(stage_dir):
-                found[os.path.basename(backing)] = point
-        elif os.makedev(int(major), int(minor)) == dev and fields[3] != "/":
-            found[os.path.basename(fields[3].encode().decode("unicode_escape"))] = point
-    return found
-
-
-def _size_of(path: str) -> int:
-    """Bytes of a file, or of the regular files of a tree (no link followed)."""
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        return st.st_size
-    total = 0
-    for top, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(top, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def prune_stage(stage_dir: str, published: str, dry_run: bool = False) -> list[StagedEntry]:
-    """Remove from ``stage_dir`` the staged copies no job can need any more, before the
-    published build of a stack is staged there (``hpcstack mount --stage``) or from an epilog
-    (``hpcstack mount --stage DIR --prune-only``): a staged tree of a 5.5 GB venv costs the node
-    that much memory (docs/benchmarks.md, "Staged once per node").
-
-    Only entries of hpcstack's own naming (:data:`STAGED_ENTRY`) are looked at, never through a
-    link. An entry is kept while it backs a mount in this namespace (a job may run on it), and
-    while it is ``published``'s own copy. Otherwise it is removed when its build (named by
-    :data:`BUILD_XATTR`) is gone (its image deleted: the build was removed), when its build is
-    another build of the same stack (an older one, replaced), when it names no build (a copy
-    from a file system without ``trusted.*`` attributes), or when it is a ``.tmp`` left by an
-    interrupted staging. Copies of other stacks' installed builds are kept. A wrong removal
-    costs only a new staging; a mounted copy is never removed.
-
-    Args:
-        stage_dir (str): the stage directory (:func:`check_stage_dir`).
-        published (str): the stack's published build directory.
-        dry_run (bool): decide and report, remove nothing.
-
-    Returns:
-        list[StagedEntry]: one per entry looked at, removed or kept, in name order.
-
-    Raises:
-        ConfigError: an unsafe stage directory; an entry that cannot be removed (one line).
-    """
-    check_stage_dir(stage_dir)
-    own = os.path.basename(staged_image_of(published, stage_dir))[: -len(".sqsh")]
-    stack_dir = os.path.dirname(os.path.realpath(published))
-    mounts = _staged_mounts(stage_dir)
-    entries = sorted(name for name in os.listdir(stage_dir) if STAGED_ENTRY.match(name))
-    by_stem: dict[str, list[str]] = {}
-    for name in entries:
-        by_stem.setdefault(STAGED_ENTRY.match(name)["stem"], []).append(name)
-    report: list[StagedEntry] = []
-    for stem, names in by_stem.items():
-        mounted = [mounts[n] for n in names if n in mounts]
-        named = None
-        for name in names:
-            try:
-                named = os.getxattr(os.path.join(stage_dir, name), BUILD_XATTR, follow_symlinks=False).decode()
-                break
-            except OSError:
-                continue
-        for name in names:
-            path = os.path.join(stage_dir, name)
-            if STAGED_ENTRY.match(name)["tmp"] and not mounted:
-                why = "left by an interrupted staging"
-            elif mounted:
-                why = f"mounted at {mounted[0]}"
-            elif stem == own:
-                why = "the published build's copy"
-            elif named is None:
-                why = "it names no build"
-            elif not os.path.isfile(image_of(named)):
-                why = f"its build {named} is gone"
-            elif os.path.dirname(named) == stack_dir:
-                why = f"its build {named} is no longer published"
-            else:
-                why = f"the copy of {named}, another stack's build"
-            remove = not mounted and (STAGED_ENTRY.match(name)["tmp"] or (
-                stem != own and not why.startswith("the copy of ")))
-            try:
-                size = _size_of(path)
-                if remove and not dry_run:
-                    _remove_tree(path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                raise ConfigError([f"cannot remove {path}: {describe_os_error(exc)}"]) from None
-            report.append(StagedEntry(path, size, bool(remove), why))
-    if any(e.removed for e in report) and not dry_run:
-        fsync_dir(stage_dir)
-    return report
 
 
 def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> bool:
@@ -713,6 +614,9 @@ def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> b
             ``squashfuse``/``mount``, an unsafe stage directory, staging fails, or the mount
             fails (its own last error line; e.g. no ``/dev/fuse``, no loop device). A copy
             staged by this call is removed when its mount fails.
+
+    With ``stage`` the copy and the mount are made under :func:`stage_lock`: a second
+    ``hpcstack mount --stage`` on the node waits, then finds the venv mounted.
     """
     venv, image = mount_point_of(build), image_of(build)
     if is_mounted(venv) or _mounts_at(venv):
@@ -720,8 +624,20 @@ def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> b
     if not os.path.isfile(image):
         raise ConfigError([f"{build}: no image {IMAGE_NAME} (not installed with layout: squashfs, "
                            "or the image step has not run)"])
-    if stage is not None and os.geteuid() != 0:
+    if stage is None:
+        return _mount(build, None, False)
+    if os.geteuid() != 0:
         raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device or a bind mount)"])
+    check_stage_dir(stage)
+    with stage_lock(stage):
+        if is_mounted(venv) or _mounts_at(venv):  # by another prolog while this one waited
+            return False
+        return _mount(build, stage, unpack)
+
+
+def _mount(build: str, stage: str | None, unpack: bool) -> bool:
+    """:func:`mount_build` once its checks passed (with ``stage``: under :func:`stage_lock`)."""
+    venv, image = mount_point_of(build), image_of(build)
     if stage is not None and unpack:
         tree = stage_unpacked(build, stage)
         copy = None  # kept on a failed mount: it is a whole tree, and a re-run finds it
@@ -836,6 +752,9 @@ def node_setup(build: str, mount_command: str) -> str:
         "# costs the venv's unpacked size in RAM: docs/benchmarks.md, \"Staged once per node\"):",
         "# install -d -m 0700 -o root -g root /dev/shm/hpcstack",
         f"# {mount_command} --stage /dev/shm/hpcstack --unpack --quiet || exit 1",
+        "# (it first removes the copies there of this stack's builds that are no longer published and",
+        "# not mounted; a Slurm epilog line frees them as soon as the last job on them ends:)",
+        f"# {mount_command} --stage /dev/shm/hpcstack --prune-only --quiet",
         "",
         "# or /etc/fstab (this build; needs mount.fuse3 from fuse3):",
         f"{image} {venv} fuse.squashfuse {MOUNT_OPTIONS},nofail,_netdev 0 0",
