@@ -20,6 +20,8 @@ The filters are also checked one by one on random text (hypothesis), each by its
 from __future__ import annotations
 
 import ast
+import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -474,7 +476,11 @@ def test_shell_filters_round_trip_in_bash(values, tmp_path):
     script = "".join(f"printf '%s' {templates.sh_quote(v)} | od -An -tx1 | tr -d ' \\n'; echo\n" for v in values)
     # an easyconfig's shell string: EasyBuild fills in its %(name)s templates, then bash runs it
     script += "".join(f"printf '%s' {templates.eb_shell(v) % {}} | od -An -tx1 | tr -d ' \\n'; echo\n" for v in values)
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    # ``${NAME}`` stays a live reference to the build environment (bash_word, by design): each
+    # one named is set to its own text, so that the expansion gives the value back unchanged
+    names = {m.group(1) for v in values for m in re.finditer(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", v)}
+    env = {"PATH": os.environ["PATH"], **{n: "${" + n + "}" for n in names}}
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     got = [bytes.fromhex(h).decode() for h in proc.stdout.split("\n")[:-1]]
     assert got == values + values
