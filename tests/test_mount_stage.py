@@ -52,6 +52,18 @@ def _mount_of(point: Path) -> tuple[str, str] | None:
     return None
 
 
+def _scratch(prefix: str, blob: int) -> tuple[Path, Path]:
+    """A root-readable directory under /var/tmp and in it ``src/``, a venv's stand-in to pack:
+    ``pyvenv.cfg`` and ``blob`` bytes of incompressible data."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    os.chmod(root, 0o755)
+    src = root / "src"
+    src.mkdir()
+    (src / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (src / "blob").write_bytes(os.urandom(blob))
+    return root, src
+
+
 @pytest.fixture
 def build():
     """A build directory under /var/tmp with a packed ``venv.sqsh`` (``pyvenv.cfg`` and 256 KiB
@@ -60,12 +72,7 @@ def build():
     reason = _loop_missing()
     if reason:
         pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="mount-stage-", dir="/var/tmp"))
-    os.chmod(root, 0o755)
-    src = root / "src"
-    src.mkdir()
-    (src / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    (src / "blob").write_bytes(os.urandom(256 << 10))
+    root, src = _scratch("mount-stage-", 256 << 10)
     b = root / ".1.0-abc"
     (b / "venv").mkdir(parents=True)
     subprocess.run(image.pack_argv(str(src), str(b / image.IMAGE_NAME), image.ImageSettings("lz4", 1)),
@@ -234,12 +241,7 @@ def stack():
         pytest.skip(reason)
     if not shutil.which("unsquashfs"):
         pytest.skip("unsquashfs missing (apt-get install squashfs-tools)")
-    root = Path(tempfile.mkdtemp(prefix="mount-prune-", dir="/var/tmp"))
-    os.chmod(root, 0o755)
-    src = root / "src"
-    src.mkdir()
-    (src / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    (src / "blob").write_bytes(os.urandom(64 << 10))
+    root, src = _scratch("mount-prune-", 64 << 10)
     packed = root / "packed.sqsh"
     subprocess.run(image.pack_argv(str(src), str(packed), image.ImageSettings("lz4", 1)), check=True,
                    capture_output=True)
