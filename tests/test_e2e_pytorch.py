@@ -6,6 +6,7 @@ validate on 2 ranks, extend a user's venv. The stack comes from the ``installed_
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +36,18 @@ def test_install_records_every_step(installed):
     assert (E2E_ROOT / "modulefiles" / "pytorch" / "2.3.1-gpu").is_file()
 
 
+def sbom_sample(files: dict[str, list[dict]], spread: int = 20, shared: int = 4) -> list[tuple[str, str, str]]:
+    """``(distribution, path, sha256)`` of ``spread`` file components taken at even steps over the
+    SBOM's files (in its order) and of ``shared`` ``.so`` files taken likewise over the ``.so``
+    files (at least one: the stack has compiled code)."""
+    flat = [(dist, f["name"], f["hashes"][0]["content"]) for dist, fs in files.items() for f in fs if f.get("hashes")]
+    libs = [entry for entry in flat if entry[1].endswith(".so") or ".so." in entry[1]]
+    assert len(flat) >= spread and libs, f"{len(flat)} files, {len(libs)} shared libraries in the SBOM"
+    picked = {flat[i * len(flat) // spread] for i in range(spread)}
+    picked |= {libs[i * len(libs) // shared] for i in range(min(shared, len(libs)))}
+    return sorted(picked)
+
+
 def test_the_stack_carries_its_constraints_and_sbom(installed):
     """The stack says what is in it: the install writes constraints.txt and the CycloneDX SBOM next to the provenance,
     the modulefile names the constraints, and `hpcstack show` points to the SBOM."""
@@ -50,8 +63,21 @@ def test_the_stack_carries_its_constraints_and_sbom(installed):
     # 25,000, and every file component has this one shape: checked below)
     files = {c["name"]: c.get("components", []) for c in doc["components"] if c.get("purl")}
     assert len(files["torch"]) > 9000 and any(f["name"] == "torch/__init__.py" for f in files["torch"])
-    assert all(f["type"] == "file" and [h["alg"] for h in f.get("hashes", [])] in (["SHA-256"], [])
-               for fs in files.values() for f in fs)
+    # every file has its one SHA-256 (a wheel holds no links), but those the install removes on
+    # purpose (ipykernel's kernelspec of the build's venv, StackTools): marked missing, and gone
+    site_packages = next(PREFIX.glob("venv/lib/python3*/site-packages"))
+    assert all(f["type"] == "file" for fs in files.values() for f in fs)
+    unhashed = [(dist, f) for dist, fs in files.items() for f in fs if not f.get("hashes")]
+    assert all([h["alg"] for h in f["hashes"]] == ["SHA-256"] for fs in files.values() for f in fs if f.get("hashes"))
+    for dist, f in unhashed:
+        assert {"name": "hpcstack:missing", "value": "true"} in f.get("properties", []), (dist, f)
+        assert f["name"].startswith("../../../share/jupyter/kernels/"), f"{dist}: {f['name']} has no hash"
+        assert not os.path.lexists(site_packages / f["name"]), (dist, f["name"])
+    assert len(unhashed) < 10, [f["name"] for _, f in unhashed]
+    # and the hashes are those of the files on disk: a sample spread over the SBOM, with .so files
+    for dist, path, digest in sbom_sample(files):
+        on_disk = hashlib.sha256((site_packages / path).resolve().read_bytes()).hexdigest()
+        assert on_disk == digest, f"{dist}: {path}: sha256 {on_disk} on disk, {digest} in the SBOM"
     for c in doc["components"]:
         if c.get("components"):
             c["components"] = c["components"][:20]
