@@ -6,7 +6,10 @@ validation's directory and its Slurm jobs, ``doctor``'s venv, ``validate --colle
 The account ``rtuser`` (group ``users``; tests/attacker.py) plants its files as a user of a shared
 login node can; then root runs the real command, as an admin would. Each test asserts that the
 user's code did not run (the canary is absent) or that root's file is unchanged, and, where the
-command must refuse, that it refused in one ``error:`` line with exit status 2.
+command must refuse, that it refused in one ``error:`` line with exit status 2. Where the claim is
+"no canary", a positive control follows: the same payload, started the way a naive tool would
+start it (root's plain ``python3`` in that directory, the user's ``module load``, the venv's
+python), does write the canary, so the test fails if hpcstack ran it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pytest
 import yaml
 
 from attacker import attacker  # noqa: F401
-from conftest import HPCSTACK, NEUTRAL_DIR, REPO, make_sdist, write_tiny_recipe
+from conftest import HPCSTACK, MODULES_INIT, NEUTRAL_DIR, REPO, make_sdist, write_tiny_recipe
 
 pytestmark = pytest.mark.integration
 
@@ -103,17 +106,37 @@ def victim_dir(attacker) -> Path:
     return d
 
 
+#: The modules :func:`plant_modules` plants (``pip`` a package, the others ``NAME.py``).
+PLANTED = ("venv", "six", "compileall", "platform", "tinypkg", "ensurepip", "json", "pip")
+
+
 def plant_modules(attacker, where: Path) -> Path:
     """The user's modules in a directory of theirs, each creating the canary when imported:
     what ``python -m venv``/``-m pip``/``-m compileall`` and ``-c "import six, …"`` would find
     first on ``sys.path`` when run there."""
     attacker.mkdir(where)
-    for name in ("venv", "six", "compileall", "platform", "tinypkg", "ensurepip", "json"):
+    for name in PLANTED[:-1]:
         attacker.write(where / f"{name}.py", attacker.payload())
     attacker.mkdir(where / "pip")
     attacker.write(where / "pip" / "__init__.py", attacker.payload())
     attacker.write(where / "pip" / "__main__.py", attacker.payload())
     return where
+
+
+def assert_planted_modules_run(attacker, where: Path) -> None:
+    """The positive control of the tests that find no canary after root ran hpcstack in ``where``:
+    root's plain ``python3`` started there, as a naive tool would start it (``-m NAME`` or
+    ``-c "import NAME"``: the working directory first on ``sys.path``), runs each planted module,
+    which writes the canary. Each is tried alone (the canary removed between); the canary is
+    removed at the end."""
+    assert not attacker.canary.exists()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH", "PYTHONSTARTUP")}
+    python = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    for argv in ([python, "-m", "venv", "--help"], [python, "-m", "pip", "--version"],
+                 [python, "-m", "compileall", "--help"], *([python, "-c", f"import {n}"] for n in PLANTED)):
+        subprocess.run(argv, capture_output=True, cwd=where, env=env, timeout=120, stdin=subprocess.DEVNULL)
+        assert attacker.canary.exists(), f"the planted payload did not run: {' '.join(argv)} in {where}"
+        attacker.canary.unlink()
 
 
 # ---------------------------------------------- 1 (high): Python started in root's working directory
@@ -128,6 +151,7 @@ def test_an_install_from_a_directory_holding_the_users_modules_runs_none_of_them
     assert not attacker.canary.exists(), f"root ran the user's module from its working directory: {proc.stderr}"
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (attacker.shared / "mf" / "tiny" / "1.0").is_file()
+    assert_planted_modules_run(attacker, cwd)
 
 
 # ---------------------------------- 2 (high): the validation's directory, where root's jobs run
@@ -162,11 +186,15 @@ def test_validate_through_a_link_planted_at_the_output_dir_changes_no_mode(attac
 # ------------------------------------------------------------------ 3 (high): doctor's venv
 
 def users_venv(attacker) -> Path:
-    """A venv of the user's whose ``.pth`` file creates the canary when its python starts."""
+    """A venv of the user's whose ``.pth`` file creates the canary when its python starts (checked:
+    the user starts it once, and the canary it writes is removed)."""
     venv = attacker.home / "venv"
     attacker.run("python3", "-m", "venv", "--without-pip", str(venv))
     site = next(venv.glob("lib/python*/site-packages"))
     attacker.write(site / "evil.pth", attacker.payload())
+    attacker.run(str(venv / "bin" / "python"), "-c", "pass")
+    assert attacker.canary.exists(), "the venv's .pth payload did not run when its python started"
+    attacker.canary.unlink()
     return venv
 
 
@@ -199,6 +227,7 @@ def test_doctor_from_a_directory_holding_the_users_modules_runs_none_of_them(att
     proc = hs("doctor", "--stack", roots_stack, cwd=cwd)
     assert not attacker.canary.exists(), proc.stderr
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    assert_planted_modules_run(attacker, cwd)
 
 
 # ------------------------------------------- 5 (medium) and 6 (low): validate --collect DIR
@@ -315,5 +344,10 @@ def test_a_module_directory_of_the_site_that_the_user_made_first_is_refused(atta
         proc = hs("install", recipe, "--site", attacker.shared / "site.yaml", "--prefix", attacker.shared / "sw",
                   "--module-root", attacker.shared / "mf", "--dry-run")
         refused(attacker, proc, "owned by rtuser")
+        # the positive control: the same modulefile loaded as module tools load it (the user's
+        # own `module use DIR; module load python/99.0`) runs its payload
+        load = attacker.run("bash", "--norc", "--noprofile", "-c",
+                            f"source {MODULES_INIT} && module use {mods} && module load python/99.0", check=False)
+        assert attacker.canary.exists(), f"loading the planted modulefile ran nothing: {load.stdout}{load.stderr}"
     finally:
         shutil.rmtree(mods, ignore_errors=True)
