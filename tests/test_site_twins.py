@@ -181,6 +181,33 @@ GPU_FORMS = {
 }
 
 
+def twin_sftp_address() -> tuple[str, int]:
+    """Where the twin's nodes reach its SFTP server: ``(address, port)`` as scripts/site-twin wrote
+    them into the nodes' start script at ``up`` (/run/hpcstack-twin/node-start.sh: the iptables
+    rule that lets only root through, and each sshfs mount's ``directport``), from
+    ``$HPCSTACK_SLURM_SUBNET.1`` (scripts/localhost-slurm, default 10.77.0) and
+    ``$HPCSTACK_TWIN_SFTP_PORT`` (default 7022); checked against the address and port the running
+    ``sftp-listen`` (pid in /run/hpcstack-twin/pids) was started with.
+
+    Raises:
+        AssertionError: no rule, a mount or the server elsewhere.
+        OSError: the twin's state files are missing (no twin up).
+    """
+    state = Path("/run/hpcstack-twin")
+    start = (state / "node-start.sh").read_text()
+    rule = re.search(r"^iptables -A OUTPUT -p tcp -d (\S+) --dport (\d+) -m owner ! --uid-owner 0 -j REJECT$",
+                     start, re.M)
+    assert rule, start
+    addr, port = rule.group(1), int(rule.group(2))
+    mounts = re.findall(r"^sshfs -o (\S+) ([^\s:]+):/\S* /\S*$", start, re.M)
+    assert mounts and all((host, f"directport={port}") == (addr, opts.split(",")[0]) for opts, host in mounts), start
+    pid = (state / "pids" / "sftp-listen").read_text().split()[0]
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    at = next(i for i, a in enumerate(argv) if a.endswith("/sftp-listen"))
+    assert argv[at + 1:at + 3] == [addr, str(port)], (argv, addr, port)
+    return addr, port
+
+
 class EveryTwin:
     """What every twin answers; one subclass per site (the tests of a class share its twin, so
     the twins come up one after the other, once each)."""
@@ -208,11 +235,33 @@ class EveryTwin:
         assert host_type != "fuse.sshfs"          # the login node holds the files itself
 
     def test_sftp_server_refuses_ordinary_users(self, twin):
-        """The SFTP server serves as root: only root on the nodes may reach it."""
-        script = ("#!/bin/bash\nif timeout 5 bash -c 'exec 3<>/dev/tcp/10.77.0.1/7022' 2>/dev/null; "
-                  "then echo sftp-reached; else echo sftp-refused; fi\n")
+        """The SFTP server serves as root: only root on the nodes may reach it. Root on node n1
+        (in slurmd's namespaces) gets the server's SFTP answer at the address the nodes use; the
+        ordinary user's job on a node, at the same address, is refused."""
+        addr, port = twin_sftp_address()
+        slurmd = (Path("/run/hpcstack-twin/pids/slurmd-n1").read_text().split() or ["?"])[0]
+        # SSH_FXP_INIT (version 3); the server answers SSH_FXP_VERSION (type 2) with its version
+        handshake = ("import socket, struct, sys\n"
+                     "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)\n"
+                     "s.sendall(struct.pack('>IBI', 5, 1, 3))\n"
+                     "got = b''\n"
+                     "while len(got) < 9:\n"
+                     "    chunk = s.recv(9 - len(got))\n"
+                     "    if not chunk:\n"
+                     "        break\n"
+                     "    got += chunk\n"
+                     "print(socket.gethostname(), 'sftp-answer', *(struct.unpack('>IBI', got) if len(got) == 9 "
+                     "else ('short', got.hex())))\n")
+        root = subprocess.run(["nsenter", "-t", slurmd, "--net", "--uts", "--mount", "python3", "-c", handshake,
+                               addr, str(port)], capture_output=True, text=True, timeout=60)
+        answer = root.stdout.split()
+        assert root.returncode == 0 and answer[:2] == ["n1", "sftp-answer"] and answer[3:] == ["2", "3"], \
+            f"root on n1 got no SFTP answer from {addr}:{port}: {root.stdout}{root.stderr}"
+        script = (f"#!/bin/bash\nif timeout 5 bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null; "
+                  "then echo sftp-reached $(hostname); else echo sftp-refused $(hostname); fi\n")
         record, out = twin.run(f"--account={twin.account}", script=script)
-        assert "sftp-refused" in out, record + out
+        assert job_state(record) == "COMPLETED", record + out
+        assert re.search(r"^sftp-refused n[12]$", out, re.M), record + out
 
     def test_home_on_compute_nodes_as_the_site_has_it(self, twin):
         home = Path(pwd.getpwnam(twin.user).pw_dir)
