@@ -3,8 +3,9 @@ the image copied into a root-owned node-local directory and the copy mounted by 
 squashfs on a loop device; unsafe stage directories refused with one line before anything is
 copied; a failed copy or mount leaves no copy behind. Then the pruning of a node's copies
 (:mod:`hpcstack.install.staged`, ``hpcstack mount --stage DIR [--prune-only]``): stale copies
-removed, the published build's and every mounted or still-read copy kept, entries that are not
-the stack's or not what hpcstack makes left alone, leftovers of an interrupted staging removed.
+removed, the published build's and every mounted (in any mount namespace) or still-read copy
+kept, entries that are not the stack's or not what hpcstack makes left alone, leftovers of an
+interrupted staging removed, and a copy that cannot be removed reported in one line, exit 1.
 The real ``mksquashfs``, ``unsquashfs``, ``mount`` (loop device, bind), tmpfs; a few seconds.
 The CLI option through a real install: tests/test_squashfs.py.
 """
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -480,3 +482,109 @@ def test_prune_only_through_the_command_line(stack):
         "error: --prune-only: only with --stage DIR (the node-local directory of the copies)",
         "error: --unpack: not with --prune-only (it prunes both kinds of copy and mounts nothing)"], proc.stderr
     assert sorted(p.name for p in stage.iterdir()) == [_copy(st, B).name]  # nothing touched on bad input
+
+
+@pytest.mark.parametrize("unpack", [False, True], ids=["loop", "bind"])
+def test_a_copy_mounted_only_in_another_mount_namespace_is_kept(stack, unpack):
+    """A job in a mount namespace of its own (Slurm's ``job_container/tmpfs``, ``unshare -m``)
+    mounts a stale build's copy there: this namespace has no such mount, and prune still keeps the
+    copy, naming that namespace's process; once the namespace is gone the next prune removes it.
+    The holder is ``unshare --mount`` (private propagation) that mounts the copy, says ``ready``
+    on its output and waits for its input to close."""
+    st, stage = stack, stack["stage"]
+    entry = Path(image.stage_unpacked(str(st["builds"][A]), str(stage)) if unpack
+                 else image.stage_image(str(st["builds"][A]), str(stage)))
+    assert entry == (_tree(st, A) if unpack else _copy(st, A))
+    point = st["root"] / "job-view"
+    point.mkdir()
+    mount = (f"mount --bind {entry} {point}" if unpack
+             else f"mount -t squashfs -o ro,loop {entry} {point}")
+    job = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                            f"{mount} && echo ready && {{ read -r _ || true; }}"],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert job.stdout.readline() == "ready\n", job.wait()
+        assert _mount_of(point) is None and list(point.iterdir()) == []  # not in this namespace
+
+        report = staged.prune(st["layout"], str(stage))
+
+        why = _by_path(report.kept).get(str(entry), "")
+        assert f"{point} (mount namespace of pid {job.pid})" in why, report
+        assert why.startswith("bound at " if unpack else "mounted at "), why
+        assert report.removed == [] and report.failed == [] and entry.exists()
+    finally:
+        job.stdin.close()
+        assert job.wait(timeout=60) == 0
+    # the namespace is gone with its last process; a loop device is detached once its last
+    # mount is released (autoclear), which the kernel may finish just after the process exits
+    st_entry = entry.stat()
+    deadline = time.monotonic() + 30
+    fs = (os.major(st_entry.st_dev), os.minor(st_entry.st_dev))
+    while not unpack and any(b == str(entry) or (dev, ino) == (fs, st_entry.st_ino)
+                             for _, b, dev, ino in staged.loop_backings()):
+        assert time.monotonic() < deadline, f"{entry} still backs a loop device"
+        time.sleep(0.05)
+    report = staged.prune(st["layout"], str(stage))
+    assert [p.path for p in report.removed] == [str(entry)] and not entry.exists(), report
+
+
+def _immutable(paths: list[Path], stage: Path) -> str:
+    """Make ``paths`` impossible to remove: ``chattr +i`` where the file system supports it, else
+    a read-only bind mount of ``stage`` on itself. Returns how (``"chattr"`` or ``"ro-bind"``)."""
+    done = []
+    for p in paths:
+        if subprocess.run(["chattr", "+i", str(p)], capture_output=True).returncode != 0:
+            for q in done:
+                subprocess.run(["chattr", "-i", str(q)], check=True)
+            subprocess.run(["mount", "--bind", str(stage), str(stage)], check=True)
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(stage)], check=True)
+            return "ro-bind"
+        done.append(p)
+    return "chattr"
+
+
+def _removable(paths: list[Path], stage: Path, how: str) -> None:
+    """Undo :func:`_immutable`."""
+    if how == "chattr":
+        for p in paths:
+            subprocess.run(["chattr", "-i", str(p)], check=True)
+    else:
+        subprocess.run(["umount", str(stage)], check=True)
+
+
+def test_prune_only_exits_1_with_one_line_per_copy_it_cannot_remove(stack):
+    """Two stale copies that cannot be removed (immutable, or on a read-only mount): ``--prune-only``
+    keeps going, prints the copy it keeps, one ``error: cannot remove COPY: …`` line per copy
+    on its standard error, and exits 1; once they can be removed, the same command removes both and
+    exits 0."""
+    if not shutil.which("chattr"):
+        pytest.skip("chattr missing (apt-get install e2fsprogs)")
+    st, stage = stack, stack["stage"]
+    site = yaml.safe_load((REPO / "site-configs" / "localhost.yaml").read_text())
+    site["layout"] = "squashfs"
+    (st["root"] / "sq.yaml").write_text(yaml.safe_dump(site))
+    where = ["tiny/1.0", "--site", str(st["root"] / "sq.yaml"), "--prefix", str(st["sw"]),
+             "--stage", str(stage), "--prune-only"]
+    image.stage_image(str(st["builds"][B]), str(stage))        # published: kept
+    stale_image = Path(image.stage_image(str(st["builds"][A]), str(stage)))
+    stale_tree = Path(image.stage_unpacked(str(st["builds"][C]), str(stage)))
+    shutil.rmtree(st["builds"][A])
+    locked = [stale_image, stale_tree, Path(f"{stale_tree}.done")]
+    how = _immutable(locked, stage)
+    try:
+        proc = hpcstack("mount", *where)
+        assert proc.returncode == 1, (how, proc)
+        errors = proc.stderr.splitlines()
+        assert sorted(line.split(": ", 2)[1] for line in errors) == sorted(
+            [f"cannot remove {stale_image}", f"cannot remove {stale_tree}"]), (how, proc.stderr)
+        assert all(line.startswith("error: cannot remove ") for line in errors), proc.stderr
+        lines = proc.stdout.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"kept {_copy(st, B)} (") and lines[0].endswith(
+            f"): the copy of the published build {st['builds'][B]}"), proc.stdout
+        assert stale_image.exists() and stale_tree.is_dir()
+    finally:
+        _removable(locked, stage, how)
+    proc = hpcstack("mount", *where)
+    assert proc.returncode == 0 and proc.stderr == "", proc
+    assert not stale_image.exists() and not stale_tree.exists() and not Path(f"{stale_tree}.done").exists()
+    assert sorted(p.name for p in stage.iterdir()) == [_copy(st, B).name]
