@@ -67,10 +67,19 @@ up``), ``sshfs``, ``squashfuse``, ``mksquashfs`` and ``/usr/lib/openssh/sftp-ser
 on a loaded 2-core machine: most of it the data of ``import torch`` (about 1 GB of shared
 libraries) through the relay.
 
+``--report FILE`` prints the table and summary of a kept ``--json`` file again (a stopped run's
+file too: it holds every run that finished), and ``--model`` the arithmetic of many nodes
+starting at once from counts given on the command line (:func:`model`); neither runs anything
+nor needs root.
+
 Usage:
     python3 benchmarks/startup.py [--stack /opt/hpcstack/software/pytorch/2.3.1-gpu]
         [--work /var/tmp/h-startup] [--ranks 1,2,4,8] [--layouts local,directory,squashfs]
         [--latency 0.2,1] [--rounds 3] [--json FILE]
+    python3 benchmarks/startup.py --report FILE.json
+    python3 benchmarks/startup.py --model --model-requests directory=24626,squashfs=98
+        [--model-mb staged=4029] [--model-bandwidth 100,1000] [--model-nodes 2,100,1000]
+        [--model-rate 500000]
 """
 
 from __future__ import annotations
@@ -91,6 +100,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/stats.py
 from hpcstack.install import image as stack_image  # noqa: E402
 
 DEFAULT_STACK = "/opt/hpcstack/software/pytorch/2.3.1-gpu"
@@ -165,6 +175,7 @@ exit $rc
 
 
 def log(msg: str) -> None:
+    """Print ``msg`` to stderr as a progress line (``[startup] …``)."""
     print(f"[startup] {msg}", file=sys.stderr, flush=True)
 
 
@@ -415,43 +426,183 @@ def make_tree(stack: str, work: Path, processors: int | None) -> None:
     tmp.rename(image)
 
 
+def _local_of(results: list[dict]) -> dict[tuple[int, int], float]:
+    """The slowest rank's start-up of each ``local`` run, by (round, rank count)."""
+    return {(r.get("round", 1), r["ranks"]): r["startup_max_s"] for r in results if r["layout"] == "local"}
+
+
 def table(results: list[dict]) -> str:
-    """The results as a text table, one row per run."""
+    """The results as a text table, one row per run.
+
+    :param results: the runs, as :func:`run_once` returns them (with ``round`` where
+        ``--rounds`` was given; a run without one counts as round 1).
+    :returns: the table; ``x local`` is the run's slowest rank against the slowest rank of the
+        ``local`` run of the same round and rank count (``-`` where there is none), ``mount s``
+        the slowest node's mounts, and the last column the metadata requests by type and each
+        node's mounts in seconds.
+    """
     head = (f"{'layout':10} {'lat ms':>6} {'N':>2} {'median s':>9} {'max s':>7} {'x local':>7} "
-            f"{'meta/rank':>9} {'READs':>7} {'MB read':>8} {'mount s':>7}  requests by type (all ranks)")
-    local = {r["ranks"]: r["startup_max_s"] for r in results if r["layout"] == "local"}
+            f"{'meta/rank':>9} {'READs':>7} {'MB read':>8} {'mount s':>7}  requests by type (all ranks); "
+            "mount s by node")
+    local = _local_of(results)
     rows = [head]
     for r in results:
-        ratio = f"{r['startup_max_s'] / local[r['ranks']]:.2f}" if local.get(r["ranks"]) else "-"
+        base = local.get((r.get("round", 1), r["ranks"]))
+        ratio = f"{r['startup_max_s'] / base:.2f}" if base else "-"
         kinds = " ".join(f"{k}={v}" for k, v in sorted(r["server_total"].items())
                          if k in METADATA and v)
-        rows.append(f"{r['layout']:10} {r['latency_ms']:>6} {r['ranks']:>2} {r['startup_median_s']:>9.2f} "
-                    f"{r['startup_max_s']:>7.2f} {ratio:>7} {r['metadata_per_rank']:>9} "
-                    f"{r['read_requests']:>7} {r['read_bytes'] / 1e6:>8.0f} {r['mount_max_s']:>7.2f}  {kinds}")
+        mounts = " ".join(f"{node}={s:.2f}" for node, s in sorted(r.get("mount_s_by_node", {}).items())
+                          if r["layout"] != "local")
+        rows.append((f"{r['layout']:10} {r['latency_ms']:>6} {r['ranks']:>2} {r['startup_median_s']:>9.2f} "
+                     f"{r['startup_max_s']:>7.2f} {ratio:>7} {r['metadata_per_rank']:>9} "
+                     f"{r['read_requests']:>7} {r['read_bytes'] / 1e6:>8.0f} {r['mount_max_s']:>7.2f}  "
+                     f"{kinds}{'; ' + mounts if mounts else ''}").rstrip())
     return "\n".join(rows)
 
 
 def summary(results: list[dict]) -> str:
-    """Medians over the rounds per layout, latency and rank count: start-up (the slowest rank of
-    each run), its ratio to the median of ``local`` at the same rank count, the mounts' time
-    (before the ranks start: staging is there) and the metadata requests per rank."""
+    """Medians over the rounds per layout, latency and rank count, then each layout against
+    ``local`` round by round.
+
+    The table: start-up (the slowest rank of each run), its ratio to the median of ``local`` at
+    the same rank count (``x local``: a ratio of medians), the mounts' time (before the ranks
+    start: staging is there), the metadata requests per rank, the data reads and the MB read.
+    Below it, for each layout other than ``local``: the ratio of its slowest rank to that of the
+    ``local`` run of the same round and rank count, every round where both ran, as a median with
+    its spread (:func:`stats.fmt`): the figure a verdict rests on.
+
+    :param results: the runs (see :func:`table`).
+    :returns: the text, one line per group and one per paired layout.
+    """
+    from stats import fmt  # benchmarks/stats.py
+
     groups: dict[tuple, list[dict]] = {}
     for r in results:
         groups.setdefault((r["layout"], r["latency_ms"], r["ranks"]), []).append(r)
     med = {k: statistics.median(r["startup_max_s"] for r in v) for k, v in groups.items()}
     local = {k[2]: v for k, v in med.items() if k[0] == "local"}
     rows = [f"{'layout':10} {'lat ms':>6} {'N':>2} {'runs':>4} {'median max s':>12} {'x local':>7} "
-            f"{'mount s':>7} {'meta/rank':>9}  (medians over rounds)"]
-    for k in sorted(groups, key=lambda k: (k[2], LAYOUTS.index(k[0]), k[1])):
+            f"{'mount s':>7} {'meta/rank':>9} {'READs':>7} {'MB read':>8}  (medians over rounds)"]
+    order = sorted(groups, key=lambda k: (k[2], LAYOUTS.index(k[0]), k[1]))
+    for k in order:
         v = groups[k]
         ratio = f"{med[k] / local[k[2]]:.2f}" if local.get(k[2]) else "-"
         rows.append(f"{k[0]:10} {k[1]:>6} {k[2]:>2} {len(v):>4} {med[k]:>12.2f} {ratio:>7} "
                     f"{statistics.median(r['mount_max_s'] for r in v):>7.2f} "
-                    f"{statistics.median(r['metadata_per_rank'] for r in v):>9}")
+                    f"{statistics.median(r['metadata_per_rank'] for r in v):>9} "
+                    f"{statistics.median(r['read_requests'] for r in v):>7.0f} "
+                    f"{statistics.median(r['read_bytes'] for r in v) / 1e6:>8.0f}")
+    local_of = _local_of(results)
+    paired = []
+    for k in order:
+        if k[0] == "local":
+            continue
+        values = [r["startup_max_s"] / local_of[(r.get("round", 1), r["ranks"])] for r in groups[k]
+                  if local_of.get((r.get("round", 1), r["ranks"]))]
+        if values:
+            paired.append(f"  {k[0]} {k[1]} ms, N {k[2]}: {fmt(values, 'x', 2)}; "
+                          f"per round {', '.join(f'{x:.2f}' for x in values)}")
+    if paired:
+        rows += ["", "max s / local's max s of the same round and N (paired rounds):", *paired]
     return "\n".join(rows)
 
 
+def report(path: Path) -> str:
+    """The table and, for more than one round, the summary of a kept ``--json`` file: what the run
+    printed, printed again (by this version of :func:`table` and :func:`summary`) without
+    running anything.
+
+    :param path: a file written by ``--json`` (also one a stopped run left: it holds every run
+        that finished).
+    :returns: the text.
+    :raises OSError: the file cannot be read.
+    :raises ValueError: it is not such a file (no ``runs``, or a run without the fields).
+    """
+    data = json.loads(path.read_text())
+    results = data.get("runs") if isinstance(data, dict) else None
+    if not results or not all(isinstance(r, dict) and {"layout", "ranks", "startup_max_s"} <= set(r)
+                              for r in results):
+        raise ValueError(f"{path}: not a --json file of benchmarks/startup.py (no runs)")
+    out = [f"{len(results)} runs from {path.name}", table(results)]
+    if max(r.get("round", 1) for r in results) > 1:
+        out += ["", summary(results)]
+    return "\n".join(out)
+
+
+def _sig(x: float) -> str:
+    """``x`` with 3 significant digits, thousands separated (``0.0985``, ``4.93``, ``49.3``, ``493``,
+    ``4,930``)."""
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{round(x):,}"
+    return f"{x:.3g}"
+
+
+def model(nodes: list[int], requests_per_node: dict[str, float], rate: float,
+          mb_per_node: dict[str, float] | None = None, bandwidths_gb_s: list[float] | None = None) -> str:
+    """Start-up at scale as arithmetic on measured counts, not a measurement: every node starts at
+    once against one metadata server and the storage that serves the data.
+
+    For each node count: the metadata requests of all nodes (``nodes x requests per node``) and
+    the seconds the server alone needs at ``rate`` (``requests / rate``); the bytes all nodes
+    read (``nodes x MB per node``) and the seconds at each aggregate bandwidth.
+
+    :param nodes: node counts, e.g. ``[2, 100, 1000]``.
+    :param requests_per_node: metadata requests one node sends, by layout (``{"directory": 24626}``).
+    :param rate: requests per second the metadata server answers (R), > 0.
+    :param mb_per_node: MB (10^6 bytes) one node reads, by layout (``{"staged": 4029}``).
+    :param bandwidths_gb_s: aggregate bandwidths in GB/s (10^9 bytes per second), each > 0.
+    :returns: the model's assumptions and one table each for the metadata and the data.
+    :raises ValueError: a rate or bandwidth that is not positive, or no node count.
+    """
+    mb_per_node, bandwidths_gb_s = mb_per_node or {}, bandwidths_gb_s or []
+    if not nodes or rate <= 0 or any(b <= 0 for b in bandwidths_gb_s):
+        raise ValueError("the model needs node counts, a positive rate and positive bandwidths")
+    rows = ["model (arithmetic, not a measurement): every node starts at once",
+            "per node: " + "; ".join([f"{k} {_sig(v)} metadata requests" for k, v in requests_per_node.items()]
+                                     + [f"{k} {_sig(v)} MB read" for k, v in mb_per_node.items()])]
+    if requests_per_node:
+        rows += ["", f"metadata server at R = {_sig(rate)} requests/s: requests = nodes x requests per node, "
+                 "seconds = requests / R",
+                 f"{'nodes':>7}" + "".join(f"  {k + ' requests':>20} {'s at R':>9}" for k in requests_per_node)]
+        for n in nodes:
+            rows.append(f"{n:>7,}" + "".join(f"  {_sig(n * v):>20} {_sig(n * v / rate):>9}"
+                                             for v in requests_per_node.values()))
+    if mb_per_node:
+        rows += ["", "data: GB = nodes x MB per node / 1000, seconds = GB / B",
+                 f"{'nodes':>7}" + "".join(f"  {k + ' GB':>14}" + "".join(f" {f's at {_sig(b)} GB/s':>16}"
+                                                                           for b in bandwidths_gb_s)
+                                           for k in mb_per_node)]
+        for n in nodes:
+            rows.append(f"{n:>7,}" + "".join(f"  {_sig(n * v / 1000):>14}" + "".join(
+                f" {_sig(n * v / 1000 / b):>16}" for b in bandwidths_gb_s) for v in mb_per_node.values()))
+    return "\n".join(rows)
+
+
+def _named_numbers(text: str, what: str) -> dict[str, float]:
+    """``NAME=NUMBER,NAME=NUMBER`` as a dict (empty for an empty text).
+
+    :raises ValueError: an item without ``=`` or with a value that is not a number, naming ``what``.
+    """
+    out: dict[str, float] = {}
+    for item in filter(None, text.split(",")):
+        name, sep, value = item.partition("=")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            raise ValueError(f"{what}: {item!r} is not NAME=NUMBER")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the matrix (or, with ``--report`` or ``--model``, only print); the exit status.
+
+    :param argv: the command line without the program name (default: ``sys.argv[1:]``).
+    :returns: 0, or 2 when an option or a prerequisite is wrong (each problem on stderr).
+    """
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--stack", default=DEFAULT_STACK, help="an installed stack (its published name)")
     ap.add_argument("--work", default="/var/tmp/h-startup", help="the image, scripts and results go here")
@@ -463,7 +614,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1,
                     help="repeat the whole matrix, layouts alternating within each round; prints medians")
     ap.add_argument("--json", metavar="FILE", help="write every run as JSON")
+    ap.add_argument("--report", metavar="FILE", type=Path,
+                    help="print the table and summary of a kept --json FILE and exit (runs nothing)")
+    ap.add_argument("--model", action="store_true",
+                    help="print the model at --model-nodes from the counts given and exit (runs nothing)")
+    ap.add_argument("--model-nodes", default="2,100,1000", help="node counts of the model")
+    ap.add_argument("--model-rate", type=float, default=500_000.0,
+                    help="metadata requests/s the server answers (R)")
+    ap.add_argument("--model-requests", default="", metavar="LAYOUT=N,…",
+                    help="metadata requests per node, by layout (e.g. directory=24626,squashfs=98)")
+    ap.add_argument("--model-mb", default="", metavar="LAYOUT=MB,…",
+                    help="MB read per node, by layout (e.g. staged=4029,squashfs=196)")
+    ap.add_argument("--model-bandwidth", default="", metavar="GB/S,…",
+                    help="aggregate bandwidths in GB/s for the data (e.g. 100,1000)")
     args = ap.parse_args(argv)
+    if args.report or args.model:
+        try:
+            if args.report:
+                print(report(args.report))
+            if args.model:
+                print(model([int(x) for x in args.model_nodes.split(",")],
+                            _named_numbers(args.model_requests, "--model-requests"), args.model_rate,
+                            _named_numbers(args.model_mb, "--model-mb"),
+                            [float(x) for x in args.model_bandwidth.split(",") if x]))
+        except (OSError, ValueError) as e:
+            print(f"startup.py: {e}", file=sys.stderr)
+            return 2
+        return 0
     errors = []
     try:
         ranks = [int(x) for x in args.ranks.split(",")]
