@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -88,6 +89,111 @@ HPCSTACK = [str(Path(sys.executable).with_name("hpcstack"))]
 NEUTRAL_DIR = tempfile.gettempdir()
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it, parents first (from /proc/PID/task/*/children)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                pass
+    return found
+
+
+def dump_stacks(pid: int) -> str:
+    """The stacks of ``pid`` and its descendants, for a test whose process did not exit: each
+    Python process's threads as ``py-spy dump`` prints them, and for any process the command
+    line and the kernel's wait channel. Never raises."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out = []
+    for p in descendants(pid):
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            wchan = Path(f"/proc/{p}/wchan").read_text()
+        except OSError:
+            continue
+        out.append(f"--- process {p} (wchan {wchan or '-'}): {cmd[:300]}")
+        if "python" in cmd and Path(spy).is_file():
+            try:
+                proc = subprocess.run([spy, "dump", "--pid", str(p)], capture_output=True, text=True, timeout=30)
+                out.append(proc.stdout + proc.stderr)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                out.append(f"(py-spy: {exc})")
+    return "\n".join(out)
+
+
+def wait_or_dump(proc: subprocess.Popen, timeout: float) -> int:
+    """``proc.wait(timeout)``; on a timeout, fail the test with the held processes' stacks
+    (:func:`dump_stacks`), after killing ``proc``'s process group.
+
+    Returns:
+        int: the exit status (negative: the signal that ended it).
+    """
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stacks = dump_stacks(proc.pid)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            proc.kill()
+        proc.wait()
+        pytest.fail(f"process {proc.pid} did not exit within {timeout} s; its stacks:\n{stacks}")
+
+
+def _item_timeout(item) -> float:
+    """The pytest-timeout limit of ``item`` in seconds (its ``timeout`` marker, else setup.cfg's
+    ``timeout``); 0 when none."""
+    marker = item.get_closest_marker("timeout")
+    if marker and marker.args:
+        return float(marker.args[0])
+    try:
+        return float(item.config.getini("timeout") or 0)
+    except ValueError:
+        return 0.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Shortly before pytest-timeout stops a test (setup, call and teardown together, as
+    pytest-timeout counts them), print the stacks of every process the test started that is still
+    running (:func:`dump_stacks`), so that a hang in a child shows where the child is held, not
+    only where the test waits for it."""
+    import threading
+
+    timeout = _item_timeout(item)
+    timer = None
+    if timeout > 0:
+        def dump():
+            children = descendants(os.getpid())[1:]
+            if not children:
+                return
+            print(f"\n=== {item.nodeid}: still running {timeout * 0.95:.0f} s in; the stacks of its processes ===",
+                  file=sys.__stderr__)
+            direct = [c for c in children if _parent(c) == os.getpid()]
+            for child in direct:
+                print(dump_stacks(child), file=sys.__stderr__, flush=True)
+
+        timer = threading.Timer(timeout * 0.95, dump)
+        timer.daemon = True
+        timer.start()
+    try:
+        yield
+    finally:
+        if timer:
+            timer.cancel()
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
 def hpcstack(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the real, installed ``hpcstack`` command and capture its output."""
     return subprocess.run([*HPCSTACK, *args], capture_output=True, text=True,
@@ -96,8 +202,17 @@ def hpcstack(*args: str, env: dict | None = None, timeout: float = 600) -> subpr
 
 def pytest_sessionstart(session):
     """Under scripts/run-tests (HPCSTACK_TEST_INSTALLED=1) the package under test must be the
-    installed wheel, not this checkout; anywhere, the ``hpcstack`` command must exist."""
+    installed wheel, not this checkout; anywhere, the ``hpcstack`` command must exist.
+
+    Ctrl-C reaches what the tests start, as it does from a terminal: a non-interactive shell
+    starts a background command with SIGINT ignored (POSIX, "Shell Command Language", 2.11), and
+    a CI runner that starts the suite so would pass that on to every process a test sends SIGINT
+    to (each would ignore it and hold). A handled signal is reset to its default in a child
+    (execve(2)), so this process handles it again before starting any."""
     import hpcstack as package
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     if not Path(HPCSTACK[0]).is_file():
         pytest.exit(f"{HPCSTACK[0]} missing: install hpcstack into this environment "
@@ -147,6 +262,7 @@ def pytest_collection_modifyitems(session, config, items):
     if doubled:
         raise pytest.UsageError(f"a test, class or module carries two of the markers {', '.join(LEVELS)}; "
                                 "give it one (tests/conftest.py):\n  " + "\n  ".join(doubled))
+    _group_twin_tests(items)
     levels = {item.nodeid: test_level(item) for item in items}
     for item in items:  # keep the closest level marker only, so that -m selects by the real level
         for node in item.listchain():
@@ -157,6 +273,79 @@ def pytest_collection_modifyitems(session, config, items):
         if levels[item.nodeid] == "e2e" and not item.get_closest_marker("fresh") \
                 and "installed_stack" not in item.fixturenames:
             item.fixturenames.append("installed_stack")
+
+
+def _group_twin_tests(items) -> None:
+    """Run the tests that need a site twin (the ``twins`` fixture) one after the other, grouped
+    by site in the order of :data:`twins.SITES` (tests of no one site last), each group in
+    collection order, where the first of them was: each twin then comes up once per run
+    (:class:`twins.Twins`), whichever file its tests are in."""
+    from twins import SITES
+
+    at = [i for i, item in enumerate(items) if "twins" in item.fixturenames]
+    if not at:
+        return
+    group = [items[i] for i in at]
+
+    def site_of(item) -> int:
+        site = getattr(item.cls, "site", None) if item.cls else None
+        return SITES.index(site) if site in SITES else len(SITES)
+
+    group.sort(key=site_of)  # stable: collection order within a site
+    rest = [item for i, item in enumerate(items) if i not in set(at)]
+    items[:] = rest[:at[0]] + group + rest[at[0]:]
+
+
+@pytest.fixture(scope="session")
+def twins(request):
+    """The site twins' manager (:class:`twins.Twins`) for the whole run: one twin up at a time,
+    localhost's Slurm down meanwhile; closed (the twin down, localhost's Slurm back as it was)
+    after the last test that needs it (:func:`pytest_runtest_teardown`). Skips, saying why,
+    when not root or when a twin's binaries are missing."""
+    from twins import BINARIES, Twins
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the twins start Slurm, MariaDB and namespaces")
+    missing = [b for b in BINARIES if which_sbin(b) is None]
+    if missing:
+        pytest.skip(f"missing {', '.join(missing)}; run `scripts/site-twin install` as root")
+    manager = Twins(localhost_slurm)
+    request.config._hpcstack_twins = manager
+    try:
+        yield manager
+    finally:
+        manager.close()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """After the last test of a run of tests that need a twin, close the twins' manager (the
+    twin down, localhost's Slurm back) before the next test, which may need localhost's Slurm."""
+    manager = getattr(item.config, "_hpcstack_twins", None)
+    if manager is not None and "twins" in item.fixturenames and (nextitem is None or "twins" not in nextitem.fixturenames):
+        manager.close()
+
+
+@pytest.fixture(scope="session")
+def ordinary_user() -> str:
+    """An ordinary login account, ``hpcstack-user`` (bash, a home), made once for the whole run
+    by whichever test needs it first, and kept (later runs reuse it): tests run login shells and
+    jobs as it. Skips, saying why, when not root or without runuser."""
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("running shells as another user needs root (runuser)")
+    if not shutil.which("runuser"):
+        pytest.skip("runuser missing (util-linux)")
+    try:
+        pwd.getpwnam(ORDINARY_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--comment",
+                        "hpcstack user (tests)", ORDINARY_USER], check=True)
+    return ORDINARY_USER
+
+
+#: The ordinary account of :func:`ordinary_user`.
+ORDINARY_USER = "hpcstack-user"
 
 
 def _skip_reason(report) -> str:

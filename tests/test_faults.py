@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import HPCSTACK, NEUTRAL_DIR, REPO, bash_modules, hpcstack, make_sdist, write_tiny_recipe
+from conftest import HPCSTACK, NEUTRAL_DIR, REPO, bash_modules, hpcstack, make_sdist, wait_or_dump, write_tiny_recipe
 from hpcstack.install.plan import STEP_ORDER
 
 pytestmark = pytest.mark.integration
@@ -33,8 +33,10 @@ pytestmark = pytest.mark.integration
 #: (``HPCSTACK_FAILPOINT=STEP:N:hold:PATH``). The other steps are killed by the runner itself.
 #: Nothing here waits for a log and hopes the step is still running: a held step cannot move on.
 KILLED_FROM_OUTSIDE = ("venv", "wheels", "build")
-#: Interrupted with Ctrl-C (SIGINT to the process group) instead, held the same way.
-INTERRUPTED = ("sanitycheck",)
+#: Interrupted instead, held the same way: Ctrl-C (SIGINT to the process group, as a terminal
+#: sends it) in the sanity check, and SIGTERM to the install alone (``kill PID``, ``timeout``, Slurm
+#: at a job's time limit) in the install step; each ends with one line that says how to go on.
+INTERRUPTED = {"sanitycheck": signal.SIGINT, "install": signal.SIGTERM}
 
 
 class Tiny:
@@ -190,7 +192,7 @@ def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
     killed_mid_step = []
     hold = Hold(tmp_path / "hold-step")
     for step in index:
-        if step in KILLED_FROM_OUTSIDE + INTERRUPTED:
+        if step in (*KILLED_FROM_OUTSIDE, *INTERRUPTED):
             if step == "build":  # inside the build command itself
                 held = tiny.build_hold.arm()
                 proc = tiny.start(name=step)
@@ -198,14 +200,18 @@ def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
                 held = hold.arm()
                 proc = tiny.start(name=step, env=hold.env(step, index[step]))
             held.held(proc, f"step {step} held", tiny.err(step))
-            os.killpg(proc.pid, signal.SIGINT if step in INTERRUPTED else signal.SIGKILL)
+            if INTERRUPTED.get(step) == signal.SIGTERM:
+                os.kill(proc.pid, signal.SIGTERM)
+            else:
+                os.killpg(proc.pid, INTERRUPTED.get(step, signal.SIGKILL))
         else:
             proc = tiny.start(name=step, env={"HPCSTACK_FAILPOINT": f"{step}:{index[step]}"})
-        if step in INTERRUPTED:  # Ctrl-C: one line that says how to go on
-            assert proc.wait(timeout=300) == 1, tiny.err(step)
-            assert f"error: step {step}: interrupted; re-run to resume from this step" in tiny.err(step)
+        if step in INTERRUPTED:  # one line that says how to go on
+            how = "" if INTERRUPTED[step] == signal.SIGINT else f" ({INTERRUPTED[step].name})"
+            assert wait_or_dump(proc, 300) == 1, tiny.err(step)
+            assert f"error: step {step}: interrupted{how}; re-run to resume from this step" in tiny.err(step)
         else:
-            assert proc.wait(timeout=300) == -signal.SIGKILL, tiny.err(step)
+            assert wait_or_dump(proc, 300) == -signal.SIGKILL, tiny.err(step)
         hold.release()
         tiny.build_hold.release()
         build = tiny.builds / f".1.0-{tiny.building()}"
@@ -217,7 +223,7 @@ def test_kill_9_at_each_step_in_turn_then_resume(localhost_ready, tmp_path):
         assert "Traceback" not in tiny.err(step)
     # the module step was killed after switching the prefix link, before writing the modulefile
     assert os.path.realpath(tiny.prefix) == str(build) and not tiny.modulefile.exists()
-    assert set(KILLED_FROM_OUTSIDE + INTERRUPTED) <= set(killed_mid_step), killed_mid_step
+    assert {*KILLED_FROM_OUTSIDE, *INTERRUPTED} <= set(killed_mid_step), killed_mid_step
     assert "module" in killed_mid_step
     final = tiny.install()
     watch.stop()

@@ -16,130 +16,16 @@ down).
 
 from __future__ import annotations
 
-import os
 import pwd
 import re
-import shutil
 import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, localhost_slurm, which_sbin
+from twins import Twin, twin_conf
 
 pytestmark = pytest.mark.integration
-
-TWIN_SCRIPT = REPO / "scripts" / "site-twin"
-TWINS = REPO / "twins" / "clusters"
-SITES = ("cirrus", "perlmutter", "juwels-booster")
-#: what a twin's `up` needs besides localhost-slurm's binaries (scripts/site-twin install)
-BINARIES = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd", "sacctmgr", "sbatch", "squeue",
-            "scontrol", "sshfs", "iptables", "findmnt", "nsenter", "unshare")
-#: a job's state is final once squeue no longer lists it; this long is a hang, not a slow job
-JOB_DEADLINE_S = 180
-
-
-def twin_conf(site: str) -> dict[str, list[str]]:
-    """twins/clusters/SITE/twin.conf as {key: [values]} (the format scripts/site-twin reads)."""
-    conf: dict[str, list[str]] = {}
-    for line in (TWINS / site / "twin.conf").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            key, _, value = line.partition("=")
-            conf.setdefault(key.strip(), []).append(value.strip())
-    return conf
-
-
-def site_twin(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``scripts/site-twin ARGS``; with ``check``, fail the test on a non-zero exit."""
-    proc = subprocess.run([str(TWIN_SCRIPT), *args], capture_output=True, text=True, timeout=300)
-    if check and proc.returncode:
-        raise AssertionError(f"site-twin {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
-    return proc
-
-
-class Twins:
-    """One twin up at a time: :meth:`use` brings SITE's up (taking another twin down first)."""
-
-    def __init__(self) -> None:
-        self.current: str | None = None
-
-    def use(self, site: str) -> "Twin":
-        if self.current != site:
-            if self.current is not None:
-                site_twin("down")
-                self.current = None
-            site_twin("up", site)
-            self.current = site
-        return Twin(site)
-
-
-class Twin:
-    """A twin that is up: its config, its ordinary user and a job directory that user owns under
-    /tmp (which the nodes share with the login node)."""
-
-    def __init__(self, site: str) -> None:
-        self.site = site
-        conf = twin_conf(site)
-        self.user = conf["user"][0]
-        self.account = conf["account"][0]
-        self.shared = [entry.split() for entry in conf["shared"]]
-        self.home_on_compute = conf["home_on_compute"][0] == "yes"
-        self.dir = Path(tempfile.mkdtemp(prefix=f"twin-{site}-", dir="/tmp"))
-        pw = pwd.getpwnam(self.user)
-        os.chown(self.dir, pw.pw_uid, pw.pw_gid)
-        self.dir.chmod(0o755)
-
-    def sbatch(self, *options: str, script: str) -> subprocess.CompletedProcess:
-        """``sbatch --parsable OPTIONS job.sh`` as the twin's user, from its job directory."""
-        path = self.dir / f"job-{time.monotonic_ns()}.sh"
-        path.write_text(script)
-        path.chmod(0o755)
-        return subprocess.run(["runuser", "-u", self.user, "--", "sbatch", "--parsable",
-                               f"--chdir={self.dir}", f"--output={self.dir}/%j.out", *options, str(path)],
-                              capture_output=True, text=True, timeout=60)
-
-    def run(self, *options: str, script: str) -> tuple[str, str]:
-        """Submit, wait for the job to leave the queue, and return (its scontrol record, its
-        output). Fails the test when the submission is refused."""
-        proc = self.sbatch(*options, script=script)
-        assert proc.returncode == 0, f"sbatch {' '.join(options)} refused: {proc.stderr}"
-        job = proc.stdout.strip().split(";")[0]
-        deadline = time.monotonic() + JOB_DEADLINE_S
-        while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
-            assert time.monotonic() < deadline, f"job {job} still queued after {JOB_DEADLINE_S} s"
-            time.sleep(0.2)
-        record = subprocess.run(["scontrol", "-d", "show", "job", job], capture_output=True, text=True).stdout
-        out = self.dir / f"{job}.out"
-        return record, out.read_text() if out.exists() else ""
-
-
-@pytest.fixture(scope="module")
-def twins():
-    """The twins' manager; localhost's Slurm down meanwhile and restored as it was after."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the twins start Slurm, MariaDB and namespaces")
-    missing = [b for b in BINARIES if which_sbin(b) is None]
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)}; run `scripts/site-twin install` as root")
-    status = localhost_slurm("status", check=False)
-    nodes = re.match(r"nodes: (\d)", status.stdout) if status.returncode == 0 else None
-    if status.returncode != 0 and "partly running" in status.stderr:
-        localhost_slurm("down")          # left over: its processes are gone; down is what it was
-    if nodes:
-        localhost_slurm("down")
-    manager = Twins()
-    try:
-        yield manager
-    finally:
-        site_twin("down", check=False)
-        for path in Path("/tmp").glob("twin-*-*"):
-            if path.is_dir() and path.owner() != "root":
-                shutil.rmtree(path, ignore_errors=True)
-        if nodes:
-            localhost_slurm("up", "--nodes", nodes.group(1))
 
 
 @pytest.fixture
@@ -354,3 +240,41 @@ class TestJuwelsBooster(EveryTwin):
         record, _ = twin.run(f"--account={twin.account}", "--nodes=1", "--ntasks-per-node=4",
                              "--cpus-per-task=24", script="#!/bin/bash\nhostname\n")
         assert "NumCPUs=96 " in record, record
+
+
+def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):
+    """A second twin is refused while one is up (one line); ``down`` removes the twin's login
+    setup and module trees, after which an ordinary user's login shell shows localhost's modules
+    exactly as before; ``down`` of a twin that is not up says so and succeeds. Runs after every
+    twin's own tests (tests/conftest.py groups them), from localhost with no twin up."""
+    from twins import site_twin
+
+    twins.close()
+    profile = Path("/etc/profile.d/zz-hpcstack-twin.sh")
+
+    def localhost_state() -> tuple[str, str]:
+        proc = subprocess.run(["runuser", "-l", ordinary_user, "-c",
+                               'echo "$MODULEPATH|$MODULES_CMD|${LMOD_CMD:-}|${BASH_ENV:-}"; module avail 2>&1'],
+                              capture_output=True, text=True, timeout=300, cwd="/")
+        return proc.stdout, proc.stderr
+
+    assert not profile.exists()
+    before = localhost_state()
+    site_twin("up", "cirrus")
+    try:
+        assert profile.exists()
+        during = localhost_state()
+        assert "/work/y07/shared/cirrus-modulefiles" in during[0] and during != before, during
+        again = site_twin("up", "perlmutter", check=False)
+        said = (again.stdout + again.stderr).strip().splitlines()
+        assert again.returncode == 1 and len(said) == 1, said
+        assert "the cirrus twin is up; run 'site-twin down' first" in said[0], said
+        assert not Path("/opt/cray/pe/lmod").exists()
+    finally:
+        site_twin("down")
+    assert not profile.exists()
+    assert not Path("/work/y07/shared/cirrus-modulefiles/python/3.12.1-gpu").exists()
+    assert localhost_state() == before
+    assert site_twin("status", check=False).returncode == 3
+    nothing = site_twin("down", check=False)
+    assert nothing.returncode == 0

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HPCSTACK, REPO
-from test_site_twins import twin_conf, twins  # noqa: F401  (the module's fixture: one twin up at a time)
+from twins import twin_conf
 
 pytestmark = pytest.mark.e2e
 
@@ -77,6 +77,21 @@ class TwinE2E:
     def work(self, conf, user: str) -> Path:
         """The user's working directory on the twin's file system the compute nodes share."""
         return Path(conf["user_work"][0]) / user
+
+    #: what the twin's login shell must show (scripts/twin-modules: the site's module tool, its
+    #: default MODULEPATH and names, its paths): a script for an ordinary user's login shell
+    #: and the lines or words its output holds
+    LOGIN_SCRIPT: str = ""
+    LOGIN_SHOWS: tuple[str, ...] = ()
+    #: $LOADEDMODULES after the hierarchy and ``module load mpi4py/4.1.2``: its first and last entries
+    LOADED_FIRST: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ the site's login shell
+    def test_login_shell_has_the_sites_module_tool_names_and_paths(self, on):
+        twin, conf, site = on
+        shell = login(conf["user"][0], self.LOGIN_SCRIPT)
+        for shown in self.LOGIN_SHOWS:
+            assert shown in shell.stdout, (shown, tail(shell))
 
     # ------------------------------------------------------------------ as the site's admin
     def test_admin_installs_the_stacks_into_the_sites_roots(self, on):
@@ -143,6 +158,25 @@ class TwinE2E:
         if recipe == PYTORCH:
             assert f"{site.install_root}/pytorch/" in proc.stdout, proc.stdout
 
+    def test_user_loads_mpi4py_after_the_sites_hierarchy_with_its_mpi(self, on):
+        """mpi4py/4.1.2, built against the site's MPI stand-in, loads after what the stack's
+        module help says (the hierarchy) in the order the site's tool gives, and ``module
+        avail``/``spider`` find it."""
+        twin, conf, site = on
+        proc = login(conf["user"][0], f"{self.user_setup(site)}\nmodule load {MPI4PY} || exit 9\n"
+                     "python -c 'import mpi4py, mpi4py.MPI; print(\"MPI4PY\", mpi4py.__file__, "
+                     "mpi4py.MPI.Get_library_version()[:8])'\n"
+                     "echo LOADED=$LOADEDMODULES\necho CUDA=${CRAY_CUDATOOLKIT_VERSION:-}\n"
+                     "echo MPITYPE=${SLURM_MPI_TYPE:-}\n")
+        assert proc.returncode == 0, tail(proc)
+        assert f"MPI4PY {site.install_root}/mpi4py/" in proc.stdout and "Open MPI" in proc.stdout, tail(proc)
+        loaded = proc.stdout.split("LOADED=", 1)[1].splitlines()[0].split(":")
+        assert loaded[:len(self.LOADED_FIRST)] == list(self.LOADED_FIRST) and loaded[-1] == MPI4PY, loaded
+        self.check_mpi4py_env(proc.stdout)
+
+    def check_mpi4py_env(self, out: str) -> None:
+        """The site's own environment after ``module load mpi4py/4.1.2`` (per site)."""
+
     def test_user_validates_in_the_sites_account(self, on):
         twin, conf, site = on
         user = conf["user"][0]
@@ -162,11 +196,48 @@ class TwinE2E:
 
 class TestCirrusTwin(TwinE2E):
     site = "cirrus"
+    LOGIN_SCRIPT = ('echo "MP=$MODULEPATH"; echo "CMD=$MODULES_CMD"; module avail 2>&1; '
+                    'module load python/3.12.1-gpu && command -v python3 mpicc && '
+                    'python3 -c "import sys; print(sys.version_info[:2])"; test -f /usr/share/Modules/init/bash && echo INIT')
+    LOGIN_SHOWS = ("MP=/work/y07/shared/cirrus-modulefiles\n", "modulecmd.tcl", "python/3.12.1-gpu", "cmake/3.25.2",
+                   "/work/y07/shared/cirrus-software/python/3.12.1-gpu/bin/python3",
+                   "/work/y07/shared/cirrus-software/openmpi/4.1.6-cuda-12.4/bin/mpicc", "INIT")
+    LOADED_FIRST = ("openmpi/4.1.6-cuda-12.4", "python/3.12.1-gpu")
 
 
 class TestPerlmutterTwin(TwinE2E):
     site = "perlmutter"
+    LOGIN_SCRIPT = ('echo "LOADED=$LOADEDMODULES"; echo "CUDA=$CRAY_CUDATOOLKIT_VERSION"; module -t avail 2>&1;'
+                    'command -v cc CC ftn')
+    LOGIN_SHOWS = ("LOADED=gcc-native/12.3:PrgEnv-gnu/8.5.0:cray-mpich/8.1.28:cudatoolkit/13.0:gpu/1.0",
+                   "CUDA=13.0",   # the unversioned default moved: why the site pins 12.2
+                   "PrgEnv-gnu/8.5.0", "cray-mpich/8.1.28", "cudatoolkit/12.2", "cudatoolkit/13.0", "nccl/2.21.5",
+                   "python/3.11", "/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3/bin/cc")
+    LOADED_FIRST = ("gcc-native/12.3", "PrgEnv-gnu/8.5.0")
+
+    def check_mpi4py_env(self, out: str) -> None:
+        assert "CUDA=12.2" in out, out      # the stack's pinned cudatoolkit replaced the default
 
 
 class TestJuwelsBoosterTwin(TwinE2E):
     site = "juwels-booster"
+    # the default MODULEPATH shows the Stages only; a Stage resets it and shows the compilers
+    LOGIN_SCRIPT = ('echo "MP=$MODULEPATH"; module -t avail 2>&1; module load Python/3.11.3 2>&1 && echo BAD;'
+                    'module load Stages/2024; echo "MP2=$MODULEPATH"; module -t avail 2>&1;'
+                    'module load GCC/12.3.0 ParaStationMPI/5.9.2-1; module -t avail 2>&1; '
+                    'echo "TYPE=$SLURM_MPI_TYPE"; command -v mpicc python3; echo END')
+    LOGIN_SHOWS = ("MP=/p/software/juwelsbooster/stagesmodules\n", "Stages/2024", "Stages/2025",
+                   "MP2=/p/software/juwelsbooster/stages/2024/modules/all/Core:/p/software/juwelsbooster/stagesmodules",
+                   "GCC/12.3.0", "ParaStationMPI/5.9.2-1", "Python/3.11.3", "CMake/3.26.3", "CUDA/12",
+                   "NCCL/default-CUDA-12", "mpi-settings/CUDA", "TYPE=pmix",
+                   "/p/software/juwelsbooster/stages/2024/software/psmpi/5.9.2-1-GCC-12.3.0/bin/mpicc", "END")
+    LOADED_FIRST = ("Stages/2024", "GCC/12.3.0", "ParaStationMPI/5.9.2-1")
+
+    def test_login_shell_has_the_sites_module_tool_names_and_paths(self, on):
+        super().test_login_shell_has_the_sites_module_tool_names_and_paths(on)
+        twin, conf, site = on
+        shell = login(conf["user"][0], self.LOGIN_SCRIPT)
+        assert "BAD" not in shell.stdout, tail(shell)   # Python is not visible before a Stage
+
+    def check_mpi4py_env(self, out: str) -> None:
+        assert "MPITYPE=pmix" in out, out

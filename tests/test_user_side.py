@@ -32,7 +32,6 @@ from moduletools import require, tool_params
 
 pytestmark = pytest.mark.integration
 
-USER = "hpcstack-user"
 SITE_OF_TOOL = {"environment-modules": "localhost", "lmod": "localhost-lmod"}
 PACKAGING_PIN = """\
 packaging==24.1 \\
@@ -42,18 +41,9 @@ packaging==24.1 \\
 
 
 @pytest.fixture(scope="module")
-def user() -> str:
-    """An ordinary account (created once); tests run login shells as it."""
-    if os.geteuid() != 0:
-        pytest.skip("running shells as another user needs root (runuser)")
-    if not shutil.which("runuser"):
-        pytest.skip("runuser missing (util-linux)")
-    try:
-        pwd.getpwnam(USER)
-    except KeyError:
-        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", "--comment",
-                        "hpcstack user (tests)", USER], check=True)
-    return USER
+def user(ordinary_user) -> str:
+    """An ordinary account (tests/conftest.py ``ordinary_user``); tests run login shells as it."""
+    return ordinary_user
 
 
 class Stack:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from hpcstack import __version__
 from hpcstack.cli import action, export, info, install, lifecycle, modules, validate
@@ -94,6 +96,33 @@ COMMANDS = (install.add_install, validate.add_validate, install.add_lock, info.a
             lifecycle.add_audit, lifecycle.add_usage, lifecycle.add_compare, modules.add_module)
 
 
+#: Signals that stop a command the way Ctrl-C does: SIGTERM is what ``kill``, ``timeout`` and
+#: Slurm at a job's time limit send (Slurm's ``KillWait``: SIGTERM, then SIGKILL 30 s later by
+#: default, slurm.conf(5)); SIGHUP is a closed terminal or a dropped ssh session.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_SIGNAL_NAMES = {"SIGINT", *(s.name for s in STOP_SIGNALS)}
+
+
+def _stop(signum: int, frame) -> None:
+    """Raise :class:`KeyboardInterrupt` naming the signal, so that a step stops and says how to
+    resume, a validation cancels its jobs, and child processes started with
+    :func:`subprocess.run` are killed on the way out (as for Ctrl-C)."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def install_stop_handlers() -> None:
+    """Stop cleanly on SIGTERM and SIGHUP as on SIGINT (:func:`_stop`), in the main thread.
+
+    A signal the parent set to be ignored stays ignored: ``nohup`` ignores SIGHUP, and a
+    non-interactive shell starts background commands with SIGINT ignored (POSIX, "Shell Command
+    Language", 2.11), which Python keeps (no ``KeyboardInterrupt`` then); SIGTERM is never
+    ignored that way, so ``kill PID`` always reaches an install.
+    """
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``hpcstack`` console script.
 
@@ -106,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in FORMAT_MODULES:
         sys.modules.setdefault(name, None)
     argv = list(sys.argv[1:] if argv is None else argv)
+    if threading.current_thread() is threading.main_thread():
+        install_stop_handlers()
     try:
         problems = check_args(argv)
         if problems:
@@ -124,9 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     except RecursionError:
         print("error: input nested too deeply", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        name = exc.args[0] if exc.args and exc.args[0] in _SIGNAL_NAMES else "SIGINT"
+        print("error: interrupted" + ("" if name == "SIGINT" else f" ({name})"), file=sys.stderr)
+        return 128 + signal.Signals[name].value
     except BrokenPipeError:  # `hpcstack … | head`: the reader has gone; nothing more to say
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -218,8 +218,9 @@ class Runner:
             raise HpcstackError(f"{exc} (log: {log_path}){tail}", step=step.name) from None
         except OSError as exc:
             raise HpcstackError(f"{describe_os_error(exc)} (log: {log_path})", step=step.name) from None
-        except KeyboardInterrupt:
-            raise HpcstackError(f"interrupted; re-run to resume from this step (log: {log_path})",
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP (hpcstack.cli.install_stop_handlers)
+            how = f" ({exc.args[0]})" if exc.args and str(exc.args[0]).startswith("SIG") else ""
+            raise HpcstackError(f"interrupted{how}; re-run to resume from this step (log: {log_path})",
                                 step=step.name) from None
         seconds = time.monotonic() - start
         self.timings[step.name] = seconds
