@@ -267,6 +267,14 @@ def site_dirs(site: Site, stack: tuple[str, str] | None = None, *, install: bool
     if caches:
         out += [("cache_dir", site.cache_dir), ("stage_root", site.stage_root),
                 ("installer.wheel_cache", getattr(site.installer, "wheel_cache", None))]
+    # The usage log's hooks run in every `module load` (root's too) and its records are read and
+    # written by root: checked like an install root, by every command that checks the site's
+    # directories, whichever of them it writes (its spool is world-writable by design, the
+    # directories above and beside it are not).
+    usage = ((getattr(site, "raw", None) or {}).get("lifecycle") or {}).get("usage_log")
+    if usage:
+        top = os.path.abspath(usage)
+        out += [("lifecycle.usage_log", top), ("lifecycle.usage_log", os.path.join(top, "hooks"))]
     return out
 
 

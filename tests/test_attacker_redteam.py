@@ -321,6 +321,31 @@ def test_extend_venv_activate_by_root_on_a_users_venv_is_refused(attacker):
     assert (venv / "bin" / "activate").read_bytes() == before
 
 
+def test_extend_venv_activate_by_root_through_a_directory_the_user_controls_is_refused(attacker):
+    """Root's own venv, named through a directory the user owns (where a link of theirs can
+    point at another root-owned venv, or be flipped to their own between the check and the run):
+    refused with one line naming the user, nothing changed; the same venv by its own path is
+    extended (the positive control: the refusal is the path, not the venv)."""
+    from hpcstack.modules.activate import render_extend_venv_activate
+
+    venv = attacker.shared / "rootvenv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    via = attacker.mkdir(attacker.home / "via")
+    os.symlink(venv, via / "v")          # root made the link here: only the directory is the user's
+    before = (venv / "bin" / "activate").read_bytes()
+    tool = attacker.shared / "extend-venv-activate"
+    tool.write_text(render_extend_venv_activate("tiny/1.0", {}, sys.executable))
+    tool.chmod(0o755)
+    proc = subprocess.run([str(tool), str(via / "v")], capture_output=True, text=True, cwd="/", timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    assert len(errors) == 1 and "rtuser" in errors[0] and str(via) in errors[0], proc.stderr
+    assert (venv / "bin" / "activate").read_bytes() == before
+    good = subprocess.run([str(tool), str(venv)], capture_output=True, text=True, cwd="/", timeout=120)
+    assert good.returncode == 0, good.stderr
+    assert (venv / "bin" / "activate").read_bytes() != before
+
+
 @pytest.mark.parametrize("planted", ["use", "child"])
 def test_a_module_directory_of_the_site_that_the_user_made_first_is_refused(attacker, planted):
     """A site config (root's) lists a module directory in ``modules.use`` that the user created

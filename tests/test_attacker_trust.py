@@ -406,3 +406,23 @@ def test_a_sticky_directory_above_a_root_owned_prefix_is_fine(attacker, repo):
         assert proc.returncode == 0, proc.stderr
     finally:
         shutil.rmtree(prefix, ignore_errors=True)
+
+
+@pytest.mark.parametrize("cmd", ["install", "usage"])
+def test_a_usage_log_in_a_directory_the_user_owns(attacker, repo, cmd):
+    """The usage log's hooks run in every ``module load``, root's too: a usage log whose parent
+    the user can write (they could swap ``usage`` for a directory of their own, with their own
+    ``hooks/siteconfig.tcl``) is refused like an install root, before anything is read or
+    written there; a root-owned one passes (the positive control)."""
+    parent = attacker.mkdir(attacker.home / "logs")
+    set_site(repo, lifecycle={"usage_log": str(parent / "usage")})
+    args = (["install", "tiny/1.0", "--site", "localhost", "--repo", repo, *roots(attacker), "--dry-run"]
+            if cmd == "install" else ["usage", "--site", "localhost", "--repo", repo])
+    proc = hs(*args)
+    refused(attacker, proc, f"lifecycle.usage_log {parent / 'usage'}: {parent}: owned by {attacker.name}")
+    assert not (parent / "usage").exists()
+    good = attacker.shared / "root-logs"
+    good.mkdir(mode=0o755)
+    set_site(repo, lifecycle={"usage_log": str(good / "usage")})
+    proc = hs(*args)
+    assert "lifecycle.usage_log" not in proc.stderr, proc.stderr
