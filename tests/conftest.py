@@ -144,6 +144,13 @@ def wait_or_dump(proc: subprocess.Popen, timeout: float) -> int:
         pytest.fail(f"process {proc.pid} did not exit within {timeout} s; its stacks:\n{stacks}")
 
 
+def pytest_report_header(config):
+    """What the run covers beyond its defaults, in the header every run prints."""
+    every = os.environ.get("HPCSTACK_TWIN_E2E") == "all"
+    return [f"site twins with pytorch/2.3.1-gpu installed and validated (tests/test_twin_e2e.py): "
+            f"{'every twin' if every else 'cirrus only; HPCSTACK_TWIN_E2E=all for every twin'}"]
+
+
 def _item_timeout(item) -> float:
     """The pytest-timeout limit of ``item`` in seconds (its ``timeout`` marker, else setup.cfg's
     ``timeout``); 0 when none."""

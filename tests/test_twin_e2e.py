@@ -12,7 +12,9 @@ CI's time (design.md, "Tests and time") holds one Horovod build per twin only fo
 seed's site: there ``pytorch/2.3.1-gpu`` is installed and validated; on every twin ``mpi4py/4.1.2``
 (built against the site's MPI stand-in) is, and the PyTorch stack is planned. ``HPCSTACK_TWIN_E2E=all``
 adds the PyTorch install and validation on perlmutter and juwels-booster (about 12 minutes more on
-2 cores; the closing figures of docs/admin/sites.md, "Site twins", were taken so).
+2 cores; the closing figures of docs/admin/sites.md, "Site twins", were taken so); the run's header
+says which twins have it. The GPU check (each rank a GPU of its own, from the trainer's records)
+exists only on the twins with PyTorch (:class:`PytorchOnTwin`): on the others no test claims it.
 
 Everything the twin's ``down`` removes (its site paths with the stacks installed there) goes when
 the module ends, so later tests see the real sites' roots as they were.
@@ -38,6 +40,7 @@ PYTORCH = "pytorch/2.3.1-gpu"
 MPI4PY = "mpi4py/4.1.2"
 #: the twins whose PyTorch stack CI installs and validates (one Horovod build each)
 PYTORCH_TWINS = ("cirrus",) if os.environ.get("HPCSTACK_TWIN_E2E") != "all" else ("cirrus", "perlmutter", "juwels-booster")
+
 
 
 def login(user: str, script: str, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -107,7 +110,10 @@ class TwinE2E:
             assert plan.returncode == 0, tail(plan)
             assert "horovod" in plan.stdout
 
-    def test_admin_validates_on_one_and_two_nodes_with_every_rank_on_a_gpu_of_its_own(self, on):
+    def test_admin_validates_on_one_and_two_nodes_four_ranks_each(self, on):
+        """The site's validation of the twin's main stack (PyTorch where it is installed, else
+        mpi4py) passes on 1 and 2 nodes with the site's 4 ranks per node; the report is kept for
+        the GPU check of the PyTorch twins."""
         twin, conf, site = on
         out = Path(conf["user_work"][0]) / "root-validate"
         out.mkdir(mode=0o755, exist_ok=True)
@@ -122,15 +128,9 @@ class TwinE2E:
         assert {r["nodes"] for r in runs} == {1, 2} and all(r["ranks"] == 4 * r["nodes"] for r in runs)
         for job in report["jobs"]:
             assert job["state"] == "COMPLETED", job
-        if recipe == PYTORCH:
-            # Slurm's own CUDA_VISIBLE_DEVICES (Gres=gpu:4): each rank of a node its own GPU
-            for run in runs:
-                seen = {(g["host"], g["physical_gpu"]) for g in run["gpus"]}
-                assert len(seen) == run["ranks"], run["gpus"]          # no two ranks of a node share one
-                assert {h for h, _ in seen} == ({"n1"} if run["nodes"] == 1 else {"n1", "n2"}), run["gpus"]
-                assert all(g["cuda_visible_devices"] for g in run["gpus"]), run["gpus"]
-            job2 = next(j for j in report["jobs"] if j["nodes"] == 2)
-            assert job2["nodelist"] == "n[1-2]"
+        job2 = next(j for j in report["jobs"] if j["nodes"] == 2)
+        assert job2["nodelist"] == "n[1-2]"
+        REPORTS[self.site] = report
 
     def test_a_wrong_budget_is_one_line_before_anything_is_submitted(self, on):
         twin, conf, site = on
@@ -194,7 +194,33 @@ class TwinE2E:
             assert json.loads(proc.stdout)["ok"] is True
 
 
-class TestCirrusTwin(TwinE2E):
+#: each twin's validation report as the admin's test got it (for :class:`PytorchOnTwin`)
+REPORTS: dict[str, dict] = {}
+
+
+class PytorchOnTwin:
+    """The checks that need the PyTorch stack on the twin (the trainer records each rank's GPU):
+    only the classes of :data:`PYTORCH_TWINS` have them, so no other twin passes them with
+    nothing checked."""
+
+    def test_every_rank_trains_on_a_gpu_of_its_own(self, on):
+        """Slurm's own ``CUDA_VISIBLE_DEVICES`` (``Gres=gpu:4``) as the trainer recorded it in the
+        admin's validation: on each node every rank a GPU of its own, on the nodes of the job."""
+        report = REPORTS.get(self.site)
+        assert report is not None, "the admin's validation on this twin did not pass (test above)"
+        for run in report["runs"]:
+            assert len(run["gpus"]) == run["ranks"], run["gpus"]
+            seen = {(g["host"], g["physical_gpu"]) for g in run["gpus"]}
+            assert len(seen) == run["ranks"], run["gpus"]          # no two ranks of a node share one
+            assert {h for h, _ in seen} == ({"n1"} if run["nodes"] == 1 else {"n1", "n2"}), run["gpus"]
+            assert all(g["cuda_visible_devices"] for g in run["gpus"]), run["gpus"]
+
+
+def _bases(site: str) -> tuple[type, ...]:
+    return (TwinE2E, PytorchOnTwin) if site in PYTORCH_TWINS else (TwinE2E,)
+
+
+class TestCirrusTwin(*_bases("cirrus")):
     site = "cirrus"
     LOGIN_SCRIPT = ('echo "MP=$MODULEPATH"; echo "CMD=$MODULES_CMD"; module avail 2>&1; '
                     'module load python/3.12.1-gpu && command -v python3 mpicc && '
@@ -205,7 +231,7 @@ class TestCirrusTwin(TwinE2E):
     LOADED_FIRST = ("openmpi/4.1.6-cuda-12.4", "python/3.12.1-gpu")
 
 
-class TestPerlmutterTwin(TwinE2E):
+class TestPerlmutterTwin(*_bases("perlmutter")):
     site = "perlmutter"
     LOGIN_SCRIPT = ('echo "LOADED=$LOADEDMODULES"; echo "CUDA=$CRAY_CUDATOOLKIT_VERSION"; module -t avail 2>&1;'
                     'command -v cc CC ftn')
@@ -219,7 +245,7 @@ class TestPerlmutterTwin(TwinE2E):
         assert "CUDA=12.2" in out, out      # the stack's pinned cudatoolkit replaced the default
 
 
-class TestJuwelsBoosterTwin(TwinE2E):
+class TestJuwelsBoosterTwin(*_bases("juwels-booster")):
     site = "juwels-booster"
     # the default MODULEPATH shows the Stages only; a Stage resets it and shows the compilers
     LOGIN_SCRIPT = ('echo "MP=$MODULEPATH"; module -t avail 2>&1; module load Python/3.11.3 2>&1 && echo BAD;'
