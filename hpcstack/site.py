@@ -432,8 +432,9 @@ class InstallerConfig:
         link_mode (str): uv's ``--link-mode``: ``hardlink`` (default), ``copy`` or ``clone``.
             ``symlink`` is refused: a pruned cache would break the stack.
         compile_bytecode (bool): compile ``.pyc`` files at install time (uv
-            ``--compile-bytecode``, pip ``--compile``), so importing from a read-only stack
-            writes none. Default True.
+            ``--compile-bytecode``; with pip, after the last package), so importing from a
+            read-only stack writes none; ``unchecked-hash`` (:mod:`hpcstack.install.bytecode`),
+            so the same files give the same bytes. Default True.
         build_cache (bool): reuse wheels built from source (Horovod) whose build key (sdist and
             patch hashes, torch, Python, MPI, compilers, CUDA/NCCL, HOROVOD_* settings) matches;
             ``<cache_dir>/builds/<package>-<version>/<key>/``. Default True.

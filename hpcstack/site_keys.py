@@ -147,7 +147,8 @@ KEYS: dict[str, Key] = {
     "installer.link_mode": Key("uv's `--link-mode`; `symlink` is refused (a pruned cache would break "
                                "the stack).", "hardlink", ("PipWheels",)),
     "installer.compile_bytecode": Key("Compile `.pyc` at install time, so imports from a read-only "
-                                      "stack write none.", "true", ("PipWheels",)),
+                                      "stack write none; unchecked-hash (PEP 552), so the same files give "
+                                      "the same bytes.", "true", ("PipWheels",)),
     "installer.optimization_levels": Key("Bytecode also for these optimisation levels (`1`: `python -O`, "
                                          "`2`: `-OO`), compiled after the last package is installed; without it "
                                          "a read-only stack compiles every module at each `python -O` start.",

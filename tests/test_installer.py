@@ -255,6 +255,8 @@ def test_bytecode_is_compiled_at_install_so_imports_write_none(tiny_uv):
     sp = _site_packages(tiny_uv, "a")
     assert list((sp / "__pycache__").glob("six.cpython-*.pyc"))
     assert list((sp / "tinypkg" / "__pycache__").glob("__init__.cpython-*.pyc"))  # the source build too
+    # unchecked-hash (PEP 552 flags 0b01), as uv compiles it with hpcstack's PYC_INVALIDATION_MODE
+    assert {int.from_bytes(p.read_bytes()[4:8], "little") for p in sp.rglob("*.pyc")} == {1}
 
     def pycs():
         return {p: p.stat().st_mtime_ns for p in sp.rglob("*.pyc")}
@@ -325,6 +327,10 @@ def test_pip_backend_installs_compiles_and_ignores_pip_settings(localhost_ready,
     assert list((sp / "tinypkg" / "__pycache__").glob("__init__.cpython-*.pyc"))
     assert (sp / "six.py").stat().st_nlink == 1  # pip copies
     wheels = "\n".join(p.read_text() for p in prefix.rglob("logs/wheels.log"))
-    assert f"--cache-dir {tmp_path}/sw/.hpcstack/cache/pip --compile --require-hashes" in wheels
+    assert f"--cache-dir {tmp_path}/sw/.hpcstack/cache/pip --no-compile --require-hashes" in wheels
+    # the bytecode compiled after the last package, unchecked-hash (PEP 552 flags 0b01)
+    install = "\n".join(p.read_text() for p in prefix.rglob("logs/install.log"))
+    assert "/install/bytecode.py -j " in install and " files compiled (unchecked-hash), level 0" in install
+    assert {int.from_bytes(p.read_bytes()[4:8], "little") for p in sp.rglob("*.pyc")} == {1}
     sanity = "\n".join(p.read_text() for p in prefix.rglob("logs/sanitycheck.log"))
     assert "-m pip --isolated --no-input --disable-pip-version-check check" in sanity

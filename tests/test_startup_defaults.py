@@ -118,8 +118,9 @@ def test_report_shows_startup_next_to_img_per_sec():
 
 
 def test_optimization_levels_compile_after_the_last_package(tmp_path):
-    """``installer.optimization_levels: [1]`` adds one ``compileall -o 1`` over site-packages to
-    the install step (after the source builds' installs); without it the plan has none."""
+    """``installer.optimization_levels: [1]`` adds one compile at level 1 over site-packages
+    (hpcstack/install/bytecode.py, run by the venv's python) to the install step (after the
+    source builds' installs); without it the plan has none (uv compiles level 0 as it installs)."""
     import subprocess
     import sys
 
@@ -136,12 +137,13 @@ def test_optimization_levels_compile_after_the_last_package(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         return proc.stdout
 
-    assert "compileall" not in dry_run(plain)
+    assert "/install/bytecode.py" not in dry_run(plain)
     script = dry_run(site)
-    lines = [line for line in script.splitlines() if "-m compileall" in line]
-    assert len(lines) == 1 and "-o 1" in lines[0] and lines[0].rstrip().endswith("/site-packages")
+    lines = [line for line in script.splitlines() if "/install/bytecode.py " in line]
+    assert len(lines) == 1 and " -o 1 " in lines[0] and " -o 0 " not in lines[0], lines
+    assert "/venv/bin/python -I -B " in lines[0] and lines[0].rstrip().endswith("/site-packages"), lines
     install = script.index("# --- step install")
-    assert install < script.index("-m compileall") < script.index("# --- step sanitycheck")
+    assert install < script.index(lines[0]) < script.index("# --- step sanitycheck")
 
 
 def test_bad_optimization_level_is_one_line(tmp_path):

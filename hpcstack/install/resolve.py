@@ -9,11 +9,11 @@ from hpcstack.modules import modsys
 from hpcstack.install.components.base import PlanContext, hook
 from hpcstack.secrets import secret_files
 from hpcstack.install.components.sanity import merge_python_checks
-from hpcstack.install.components.wheels import freeze_argv
+from hpcstack.install.components.wheels import bytecode_levels, compile_run, freeze_argv
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install import image
-from hpcstack.install.actions import Capture, Publish, Run
+from hpcstack.install.actions import Capture, Publish
 from hpcstack.install.permissions import permission_actions
 from hpcstack.install.plan import (IMAGE, INSTALL, MODULE, PERMISSIONS, SANITYCHECK, STEP_DESCRIPTIONS, STEP_ORDER, VENV, Plan,
                                    Step)
@@ -136,10 +136,9 @@ def resolve(recipe: Recipe, site: Site, python_version: str | None = None,
         except ValueError as exc:  # a value of the site or recipe the component cannot use
             raise ConfigError([f"{recipe.full_name}: {type(component).__name__}: {exc} "
                                f"(check the site config {site.path} and the recipe)"]) from None
-    levels = sorted(site.installer.optimization_levels) if actions[VENV] else []
-    if levels:  # after the last package: bytecode for python -O / -OO beside level 0
-        actions[INSTALL].append(Run((ctx.python, "-m", "compileall", "-q", "-j", str(ctx.jobs),
-                                     *[a for lvl in levels for a in ("-o", str(lvl))], ctx.site_packages)))
+    levels = bytecode_levels(site.installer) if actions[VENV] else ()
+    if levels:  # after the last package: bytecode for python -O / -OO (and level 0 with pip), unchecked-hash
+        actions[INSTALL].append(compile_run(ctx.python, (ctx.site_packages,), levels, ctx.jobs))
     actions[SANITYCHECK] = merge_python_checks(actions[SANITYCHECK])  # one interpreter, one import torch
     if actions[VENV]:
         actions[SANITYCHECK].append(

@@ -16,10 +16,11 @@ offline bundle (``hpcstack bundle``'s directory). Of each it reads:
 - the files of every distribution: for an installed stack each file its ``RECORD`` names, hashed
   on disk (sha256); for a bundle the ``RECORD`` of each wheel (whose own sha256 the bundle's
   manifest and the lock vouch for). Left out on both sides, as the installer writes them and they
-  differ between two correct installs: ``__pycache__``/``*.pyc`` (compiled at install, with
-  timestamps), files outside ``site-packages`` (entry-point scripts carry the venv's path in
-  their ``#!`` line) and the installer's own ``RECORD``, ``INSTALLER``, ``REQUESTED``,
-  ``direct_url.json``. A distribution built from its sdist on the site (Horovod) is compared by
+  differ between two correct installs: ``__pycache__``/``*.pyc`` (compiled at install; the same
+  files give the same bytes, :mod:`hpcstack.install.bytecode`, but each names its source's
+  path, which differs between two prefixes), files outside ``site-packages`` (entry-point
+  scripts carry the venv's path in their ``#!`` line) and the installer's own ``RECORD``,
+  ``INSTALLER``, ``REQUESTED``, ``direct_url.json``. A distribution built from its sdist on the site (Horovod) is compared by
   version only: its binary depends on the build machine;
 - what it was built for (Python, CUDA, MPI: the SBOM's build environment and the site config the
   stack records) and its validation figures (``.hpcstack/validation.json``, or ``--report`` of

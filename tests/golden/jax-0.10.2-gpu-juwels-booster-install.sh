@@ -25,7 +25,7 @@ chmod 644 "$hpcstack_tmp"
 mv -fT "$hpcstack_tmp" /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/venv/lib/python3.11/site-packages/00-hpcstack-paths.pth
 
 # --- step wheels: install the pinned wheels from the lock file in one resolution
-env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE @UV@ pip install --python /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/venv/bin/python --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.lock
+env -u UV_CONFIG_FILE -u UV_INDEX -u UV_DEFAULT_INDEX -u UV_INDEX_URL -u UV_EXTRA_INDEX_URL -u UV_FIND_LINKS -u UV_NO_INDEX -u UV_INDEX_STRATEGY -u UV_TORCH_BACKEND -u UV_INSECURE_HOST -u UV_NO_VERIFY_HASHES -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_BUILD_CONSTRAINT -u UV_EXCLUDE_NEWER -u UV_PRERELEASE -u UV_RESOLUTION -u UV_NO_BINARY -u UV_NO_BUILD -u UV_NO_BUILD_ISOLATION -u UV_SYSTEM_PYTHON -u UV_BREAK_SYSTEM_PACKAGES -u UV_NO_CACHE -u UV_COMPILE_BYTECODE PYC_INVALIDATION_MODE=UNCHECKED_HASH @UV@ pip install --python /p/project/PROJECT/hpcstack/jax/.0.10.2-gpu-@BUILD@/venv/bin/python --no-config --cache-dir /p/project/PROJECT/hpcstack/.hpcstack/cache/uv --link-mode hardlink --compile-bytecode --require-hashes -r @HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.lock
 # before this script runs, hpcstack checks the GPU architectures of jax-cuda12-pjrt recorded in @HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.gpu-archs.json against compute capabilities 80 (and says so where none is recorded)
 # before this script runs, hpcstack checks the GPU architectures of jax-cuda12-plugin recorded in @HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.gpu-archs.json against compute capabilities 80 (and says so where none is recorded)
 
@@ -613,24 +613,63 @@ def venv_site_packages(venv: Path) -> str:
 
 
 def foreign_owner(venv: Path) -> "str | None":
-    """The owner of the venv (its directory, ``bin/`` or ``bin/python``) when that is neither the
-    running account nor root, else None.
+    """Who else could change the venv: the owner of the venv (its directory, ``bin/`` or
+    ``bin/python``) when that is neither the running account nor root, or an account that can
+    change a directory above it (owns it, or may write it: group- or world-writable without the
+    sticky bit), along the path as named and as resolved; None when only root and the running
+    account can. The directories above count when root runs it (a user extending their own venv
+    in a group's project directory is not refused).
 
     Extending a venv runs its python and rewrites files in a directory its owner controls: run by
-    root (or anyone else) on another user's venv, that user's code would run as the caller.
+    root (or anyone else) on another user's venv, that user's code would run as the caller. A
+    directory above it that another account controls decides, by a link or a rename, which venv
+    the path names from one moment to the next (the same rule as ``hpcstack doctor --venv``).
+
+    Returns:
+        str | None: e.g. ``"alice"`` or ``"alice (owner of /home/alice, above it)"``.
     """
     import pwd
+    import stat
 
+    def name(uid: int) -> str:
+        try:
+            return pwd.getpwuid(uid).pw_name
+        except KeyError:
+            return str(uid)
+
+    mine = (0, os.geteuid())
     for path in (venv, venv / "bin", venv / "bin" / "python"):
         try:
             uid = os.lstat(path).st_uid
         except OSError:
             continue
-        if uid not in (0, os.geteuid()):
+        if uid not in mine:
+            return name(uid)
+    if os.geteuid() != 0:   # a user on their own venv in a shared project directory: theirs to judge
+        return None
+    chain = []
+    for start in (Path(os.path.abspath(venv)), Path(os.path.realpath(venv))):
+        for above in (start, *start.parents):
+            if above not in chain:
+                chain.append(above)
+    for above in chain:
+        try:
+            st = os.lstat(above)
+        except OSError:
+            continue
+        if st.st_uid not in mine:
+            return f"{name(st.st_uid)} (owner of {above}, on the path to it)"
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_mode & stat.S_ISVTX:
+            continue
+        if st.st_mode & 0o002:
+            return f"every user's ({above}, on the path to it, is writable by every user)"
+        if st.st_mode & 0o020 and st.st_gid != 0 and st.st_gid != os.getegid():
+            import grp
             try:
-                return pwd.getpwuid(uid).pw_name
+                group = grp.getgrgid(st.st_gid).gr_name
             except KeyError:
-                return str(uid)
+                group = str(st.st_gid)
+            return f"group {group}'s ({above}, on the path to it, is writable by group {group})"
     return None
 
 

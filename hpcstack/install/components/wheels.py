@@ -4,7 +4,10 @@ Also the installer backend every component installs with: uv by default
 (https://docs.astral.sh/uv/pip/), pip as the fallback, chosen by the site's ``installer``
 section. uv installs from a per-site cache by hard-linking the files into the venv (the cache
 sits on the prefixes' filesystem) and compiles bytecode at install time, so a stack that is
-read-only to its users never has a ``.pyc`` written on import.
+read-only to its users never has a ``.pyc`` written on import. The bytecode is
+``unchecked-hash`` (:mod:`hpcstack.install.bytecode`): the same files give the same ``.pyc``
+bytes, whenever they were unpacked; with pip (whose ``--compile`` writes timestamp ``.pyc``) it is
+compiled after the last package (:func:`compile_run`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ UV_UNSET = (
     "UV_NO_BUILD_ISOLATION", "UV_SYSTEM_PYTHON", "UV_BREAK_SYSTEM_PACKAGES", "UV_NO_CACHE",
     "UV_COMPILE_BYTECODE",
 )
+
+#: uv's bytecode as :mod:`hpcstack.install.bytecode` compiles it (PEP 552 unchecked-hash: the same
+#: bytes for the same files, whatever their modification times; read by uv's compile workers).
+UV_BYTECODE_ENV = {"PYC_INVALIDATION_MODE": "UNCHECKED_HASH"}
 
 
 def uv_binary() -> str:
@@ -77,8 +84,11 @@ def install_run(ctx: PlanContext, *args: str, reinstall: tuple[str, ...] = (),
 
     uv: ``uv pip install --python <venv python> --no-config --cache-dir <wheel cache>
     --link-mode <mode> [--compile-bytecode] [--reinstall-package P …] <args>`` with the
-    variables of :data:`UV_UNSET` removed. pip: ``<venv python> -m pip --isolated install
-    --cache-dir <wheel cache> --compile|--no-compile [--force-reinstall] <args>``.
+    variables of :data:`UV_UNSET` removed and, when it compiles, :data:`UV_BYTECODE_ENV` set.
+    pip: ``<venv python> -m pip --isolated install --cache-dir <wheel cache> --no-compile
+    [--force-reinstall] <args>`` (its ``--compile`` writes timestamp ``.pyc``, which differ
+    between two installs of the same files: the venv's bytecode is compiled after the last
+    package instead, :func:`compile_run`).
 
     Args:
         ctx (PlanContext): the install.
@@ -103,12 +113,54 @@ def install_run(ctx: PlanContext, *args: str, reinstall: tuple[str, ...] = (),
             argv.append("--compile-bytecode")
         for name in reinstall:
             argv += ["--reinstall-package", name]
-        return Run(tuple(argv + list(args)), unset=UV_UNSET, input_files=input_files)
-    argv = list(ctx.pip("install", "--cache-dir", cache,
-                        "--compile" if inst.compile_bytecode else "--no-compile"))
+        return Run(tuple(argv + list(args)), env=dict(UV_BYTECODE_ENV) if inst.compile_bytecode else {},
+                   unset=UV_UNSET, input_files=input_files)
+    argv = list(ctx.pip("install", "--cache-dir", cache, "--no-compile"))
     if reinstall:
         argv.append("--force-reinstall")
     return Run(tuple(argv + list(args)), input_files=input_files)
+
+
+def bytecode_levels(installer) -> tuple[int, ...]:
+    """The optimisation levels :func:`compile_run` compiles after the last package: 0 with the pip
+    backend when ``installer.compile_bytecode`` (uv compiles level 0 as it installs), and
+    ``installer.optimization_levels``; empty: no pass.
+
+    Args:
+        installer (hpcstack.site.InstallerConfig): the site's ``installer`` section.
+
+    Returns:
+        tuple[int, ...]: the levels, sorted (0: plain, 1: ``python -O``, 2: ``-OO``).
+    """
+    levels = set(installer.optimization_levels)
+    if installer.compile_bytecode and installer.backend == "pip":
+        levels.add(0)
+    return tuple(sorted(levels))
+
+
+def compile_run(python: str, paths: tuple[str, ...], levels: tuple[int, ...], jobs: int = 1) -> Run:
+    """The action that compiles the bytecode of ``paths`` as :func:`hpcstack.install.bytecode.compile_tree`
+    does (``unchecked-hash``: the same bytes for the same files at the same path), run by the
+    venv's Python: ``<python> -I -B <hpcstack>/install/bytecode.py -j JOBS -o LEVEL … PATH …``.
+
+    Args:
+        python (str): the venv's Python (the ``.pyc`` are its version's).
+        paths (tuple[str, ...]): directories (the venv's ``site-packages``) or files.
+        levels (tuple[int, ...]): optimisation levels (0, 1, 2).
+        jobs (int): processes compiling at once.
+
+    Returns:
+        Run: the action (it exits 0 also when a file does not compile: that file is named in
+        the step's log and left to Python at import, as pip and uv leave it).
+    """
+    from hpcstack import data_root
+    from hpcstack.install import bytecode
+
+    # named from the package's data directory, as the doctor's source is (StackManifest), so
+    # that the dry-run reads the same wherever hpcstack is installed
+    script = os.path.join(str(data_root()), os.pardir, "install", os.path.basename(bytecode.__file__))
+    return Run((python, "-I", "-B", script, "-j", str(max(1, jobs)),
+                *[a for level in levels for a in ("-o", str(level))], *paths))
 
 
 def check_run(ctx: PlanContext) -> Run:
