@@ -255,6 +255,7 @@ def _doubled_levels(item) -> list[str]:
     return found
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects and before xdist reads the groups
 def pytest_collection_modifyitems(session, config, items):
     """Every test has a level (:func:`test_level`), and only that one of :data:`LEVELS` applies:
     ``-m unit`` selects a test whose module is ``unit`` but which says ``integration`` itself only
@@ -270,6 +271,7 @@ def pytest_collection_modifyitems(session, config, items):
         raise pytest.UsageError(f"a test, class or module carries two of the markers {', '.join(LEVELS)}; "
                                 "give it one (tests/conftest.py):\n  " + "\n  ".join(doubled))
     _group_twin_tests(items)
+    _mark_lanes(config, items)
     levels = {item.nodeid: test_level(item) for item in items}
     for item in items:  # keep the closest level marker only, so that -m selects by the real level
         for node in item.listchain():
@@ -282,16 +284,34 @@ def pytest_collection_modifyitems(session, config, items):
             item.fixturenames.append("installed_stack")
 
 
+#: The suite's second lane under pytest-xdist (scripts/run-tests: ``-n 2 --dist loadgroup``):
+#: the tests that build in a root file system or image of their own (apt, PyPI, compilers inside
+#: buildah, or a separate prefix and cache), and touch neither the local Slurm, the site twins,
+#: the login shells' module setup nor the default stack. Every other test is in the first lane,
+#: in file order, so the tests that share the machine's state never run at the same time; the
+#: lanes overlap downloads and apt with compiles and job waits (design.md, "Tests and time").
+BUILD_LANE = ("test_fresh_machine.py", "test_image_localhost.py", "test_three_deliveries.py", "test_gpu_build.py")
+
+
+def _mark_lanes(config, items) -> None:
+    """Under pytest-xdist, put each test in its lane (:data:`BUILD_LANE`) as an ``xdist_group``
+    (``--dist loadgroup`` gives each group to one worker)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        lane = "builds" if item.path.name in BUILD_LANE else "machine"
+        item.add_marker(pytest.mark.xdist_group(name=lane))
+
+
 def _group_twin_tests(items) -> None:
     """Run the tests that need a site twin (the ``twins`` fixture) one after the other, grouped
     by site in the order of :data:`twins.SITES` (tests of no one site last), each group in
     collection order, where the first of them was: each twin then comes up once per run
     (:class:`twins.Twins`), whichever file its tests are in."""
-    from twins import SITES
-
     at = [i for i, item in enumerate(items) if "twins" in item.fixturenames]
     if not at:
         return
+    from twins import SITES
     group = [items[i] for i in at]
 
     def site_of(item) -> int:
