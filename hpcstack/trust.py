@@ -431,3 +431,21 @@ def check_dirs(dirs: list[tuple[str, str | os.PathLike | None]], pol: Policy) ->
             problems.append(dir_problem(label, path, pol))
     if problems:
         raise ConfigError(problems)
+
+
+def stat_problem(st: os.stat_result, pol: Policy, child_trusted: bool) -> str | None:
+    """The rule of :func:`path_problem` for one component already opened (its ``lstat`` or the
+    ``fstat`` of a descriptor that followed no link): why an untrusted account could change what
+    lies at or below it, or None. For :mod:`hpcstack.gate`, which walks a path by descriptor.
+
+    Args:
+        st (os.stat_result): the component's status.
+        pol (Policy): whom to trust.
+        child_trusted (bool): the component below it (the next one on the path) belongs to a
+            trusted account; only then does a sticky directory writable by others pass.
+
+    Returns:
+        str | None: e.g. ``"owned by alice"``, ``"writable by every user"``,
+        ``"writable by group users"``.
+    """
+    return _problem(st, pol, child_trusted)

@@ -376,3 +376,228 @@ def test_a_module_directory_of_the_site_that_the_user_made_first_is_refused(atta
         assert attacker.canary.exists(), f"loading the planted modulefile ran nothing: {load.stdout}{load.stderr}"
     finally:
         shutil.rmtree(mods, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ root's file operations by name
+#
+# The places where root checked a path by name and then used it again by name (hpcstack/gate.py,
+# docs/admin/security.md "The gate"): the user's files and mounts are real; root calls the
+# product's functions directly (what the installed command runs), each time after a positive
+# control that shows the same move against the operation by name.
+
+def _as_user(attacker, *argv: str) -> subprocess.Popen:
+    """Start ``argv`` as the user, with a plain environment; its standard input is a pipe."""
+    return subprocess.Popen(["runuser", "-u", attacker.name, "--", "env", "-i", f"HOME={attacker.home}",
+                             "PATH=/usr/local/bin:/usr/bin:/bin", *argv],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=attacker.home)
+
+
+def _held(command: str) -> str:
+    """A shell script: ``command``, then ``ready``, then hold (the mounts with it) until its input closes."""
+    return f"{command} && echo ready && exec cat >/dev/null"
+
+
+def _group_cache(attacker) -> Path:
+    """A cache directory of root's that the user's group may write (``permissions.group`` with
+    ``g+rwX``: the site's stack group), as hpcstack makes it for such a site (mode 2770)."""
+    cache = attacker.shared / "cache"
+    cache.mkdir()
+    os.chown(cache, 0, attacker.gid)
+    cache.chmod(0o2770)
+    return cache
+
+
+def _victim_file(attacker) -> Path:
+    victim = attacker.shared / "victim"
+    victim.write_text(VICTIM_TEXT)
+    victim.chmod(0o600)
+    return victim
+
+
+_SWAP_LOCK = """
+import os, sys, time
+cache, victim, stop = sys.argv[1:4]
+lock, n = os.path.join(cache, "x.lock"), 0
+print("ready", flush=True)
+while not os.path.exists(stop):
+    n += 1
+    os.symlink(victim, os.path.join(cache, f".l{n}"))
+    os.rename(os.path.join(cache, f".l{n}"), lock)
+    fd = os.open(os.path.join(cache, f".f{n}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    os.fchmod(fd, 0o666)
+    os.close(fd)
+    os.rename(os.path.join(cache, f".f{n}"), lock)
+os.symlink(victim, os.path.join(cache, ".last"))
+os.rename(os.path.join(cache, ".last"), lock)
+print(n, flush=True)
+"""
+
+
+def test_tightening_lock_files_in_a_group_cache_changes_no_file_a_member_links_in(attacker):
+    """A member of the site's stack group swaps uv's ``x.lock`` in the group-writable cache for a
+    link to root's file, back and forth, while root takes group and other write off the cache's
+    lock files after an install (:func:`hpcstack.install.service.tighten_lock_files`): root's file
+    keeps its mode, the lock files are still tightened. Positive control: ``chmod`` by name (what
+    the install did, after an ``lstat``) through the link makes root's file 0755."""
+    import stat
+    import time
+
+    from hpcstack import trust
+    from hpcstack.install.service import tighten_lock_files
+
+    cache, victim = _group_cache(attacker), _victim_file(attacker)
+    stop = attacker.shared / "stop"
+    pol = trust.Policy(uid=0, stack_gids=frozenset({attacker.gid}))
+    swapper = _as_user(attacker, "python3", "-c", _SWAP_LOCK, str(cache), str(victim), str(stop))
+    changed = 0
+    try:
+        assert swapper.stdout.readline() == "ready\n", swapper.stderr.read()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            changed += tighten_lock_files([str(cache)], pol)
+            assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    finally:
+        stop.touch()
+        out, err = swapper.communicate(timeout=60)
+    assert swapper.returncode == 0 and int(out.split()[-1]) > 0, err
+    assert changed > 0, "no lock file was tightened: the test did not run against the swaps"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600 and victim.read_text() == VICTIM_TEXT
+    assert (cache / "x.lock").is_symlink()
+    # the positive control: by name, through the link the member left
+    os.chmod(cache / "x.lock", 0o755)
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755
+
+
+_SWAP_NEW = """
+import os, sys
+cache, target, stop = sys.argv[1:4]
+n = 0
+print("ready", flush=True)
+while not os.path.exists(stop):
+    for name in os.listdir(cache):
+        if name.startswith(".new-"):
+            try:
+                os.rename(os.path.join(cache, name), os.path.join(cache, f".moved-{n}"))
+                os.symlink(target, os.path.join(cache, name))
+                n += 1
+            except OSError:
+                pass
+print(n, flush=True)
+"""
+
+
+def test_storing_a_built_wheel_in_a_group_cache_writes_nothing_through_a_members_link(attacker):
+    """A member of the site's stack group renames root's new cache entries (``.new-*``) aside and
+    puts links to a directory of root's in their place, while root stores built wheels there
+    (:func:`hpcstack.install.components.source.store_wheels`): nothing lands in root's directory,
+    its mode is kept, and what is stored is root's wheel with its sha256. Positive control: the
+    copy by name that the store did (``shutil.copy`` into the entry's name) writes into root's
+    directory through such a link."""
+    import stat
+
+    from hpcstack import gate, trust
+    from hpcstack.errors import HpcstackError
+    from hpcstack.install import wheelcache
+    from hpcstack.install.components.source import store_wheels
+
+    cache = _group_cache(attacker)
+    target = attacker.shared / "roots-dir"
+    target.mkdir(mode=0o700)
+    dist = attacker.shared / "dist"
+    dist.mkdir()
+    wheel = dist / "tinypkg-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"root's wheel\n" * 1000)
+    stop = attacker.shared / "stop"
+    swapper = _as_user(attacker, "python3", "-c", _SWAP_NEW, str(cache), str(target), str(stop))
+    stored = failed = 0
+    try:
+        assert swapper.stdout.readline() == "ready\n", swapper.stderr.read()
+        with gate.trusting(trust.Policy(uid=0, stack_gids=frozenset({attacker.gid}))):
+            for i in range(300):
+                try:
+                    store_wheels(str(cache), f"key{i}", [str(wheel)], "the key's text\n")
+                    stored += 1
+                except (OSError, HpcstackError):
+                    failed += 1
+    finally:
+        stop.touch()
+        out, err = swapper.communicate(timeout=60)
+    assert swapper.returncode == 0, err
+    assert list(target.iterdir()) == [] and stat.S_IMODE(target.stat().st_mode) == 0o700
+    assert stored > 0, f"nothing stored ({failed} failed)"
+    for entry in cache.glob("key*"):
+        wheels, problem = wheelcache.check_entry(str(entry))
+        assert problem is None and [Path(w).read_bytes() for w in wheels] == [wheel.read_bytes()], problem
+    # the positive control: the copy by name into a name the member linked
+    (cache / ".new-control").symlink_to(target)
+    shutil.copy(wheel, cache / ".new-control")
+    assert [p.name for p in target.iterdir()] == [wheel.name]
+
+
+def _staged_stale_tree(root: Path):
+    """A stack ``tiny/1.0`` under ``root/sw`` with one build, not published, and its unpacked copy
+    staged by hand in a root-owned 0700 ``root/stage`` (as ``mount --stage DIR --unpack`` leaves
+    it): a stale copy that prune removes unless something uses it. Returns (layout, stage, tree)."""
+    from hpcstack.install import image
+    from hpcstack.install.layout import StackLayout
+
+    build = root / "sw" / "tiny" / ".1.0-aaaaaaaaaaaa"
+    (build / "venv").mkdir(parents=True)
+    stage = root / "stage"
+    stage.mkdir(mode=0o700)
+    tree = Path(image.staged_tree_of(str(build), str(stage)))
+    (tree / "bin").mkdir(parents=True)
+    (tree / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    Path(str(tree) + ".done").write_text("staged\n")
+    return StackLayout(str(root / "sw"), "tiny", "1.0"), stage, tree
+
+
+@pytest.mark.parametrize("how", ["bind", "mount inside"])
+def test_a_users_own_mount_namespace_keeps_no_staged_copy_alive(attacker, how):
+    """The user, in a user and mount namespace of their own (``unshare -Urm``), binds a directory
+    of theirs that has the name of a stale staged tree (``bind``), or mounts a tmpfs over the stage
+    directory and another on the tree's name in it (``mount inside``): prune still removes the
+    copy (5.5 GB of a node's memory for a real stack). Positive controls: the rule by name that
+    prune used (a bind whose root holds the tree's name on the copy's file system; a mount point at
+    the tree's path) matches the user's mount; and root binding the real tree in a namespace of its
+    own does keep the copy."""
+    from hpcstack.install import staged
+
+    layout, stage, tree = _staged_stale_tree(attacker.shared)
+    # root's own bind of the real copy in a private namespace (a job's): kept
+    point = attacker.shared / "job-view"
+    point.mkdir()
+    job = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                            _held(f"mount --bind {tree} {point}")],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        assert job.stdout.readline() == "ready\n"
+        report = staged.prune(layout, str(stage))
+        kept = {p.path: p.why for p in report.kept}
+        assert kept.get(str(tree), "").startswith(f"bound at {point} (mount namespace of pid "), report
+    finally:
+        job.stdin.close()
+        assert job.wait(timeout=60) == 0
+    # the user's look-alike, on the copy's file system
+    theirs = attacker.mkdir(attacker.shared / "users" / tree.name)
+    view = attacker.mkdir(attacker.shared / "users" / "view")
+    assert os.stat(theirs).st_dev == os.stat(tree).st_dev
+    command = (f"mount --bind {theirs} {view}" if how == "bind" else
+               f"mount -t tmpfs none {stage} && mkdir {tree} && mount -t tmpfs none {tree}")
+    hold = _as_user(attacker, "unshare", "-Urm", "sh", "-c", _held(command))
+    try:
+        assert hold.stdout.readline() == "ready\n", hold.stderr.read()
+        mounts = staged.node_mounts()
+        dev = (os.major(tree.stat().st_dev), os.minor(tree.stat().st_dev))
+        theirs_seen = [m for m in mounts if m.pid is not None and (
+            (m.dev == dev and tree.name in m.root.split("/")) if how == "bind" else m.point == str(tree))]
+        assert theirs_seen, "the user's mount is not in sight: the attack was not made"   # the rule by name matched it
+
+        report = staged.prune(layout, str(stage))
+
+        assert [p.path for p in report.removed] == [str(tree)], report
+        assert not tree.exists() and not Path(str(tree) + ".done").exists()
+    finally:
+        hold.stdin.close()
+        hold.wait(timeout=60)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from hpcstack import gate
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import image, layout, provenance
 from hpcstack.install.actions import describe_os_error
@@ -77,6 +78,51 @@ class InstalledStack:
     def path(self, *parts: str) -> str:
         """A path under the stable prefix, e.g. ``path("bin", "hpcstack-train-benchmark")``."""
         return os.path.join(self.prefix, *parts)
+
+
+def _lock_file_mode(st: os.stat_result) -> int | None:
+    """A lock file's mode without group and other write, or None when it has neither."""
+    return stat.S_IMODE(st.st_mode) & 0o755 if st.st_mode & 0o022 else None
+
+
+def tighten_lock_files(dirs: list[str], pol=None) -> int:
+    """Take group and other write off every ``*.lock`` file below ``dirs`` (uv makes its lock
+    files 0666 whatever the umask), through :mod:`hpcstack.gate`: each directory reached by
+    descriptor (the trust rule checked from ``/``, resolved as :func:`hpcstack.trust.check_dirs`
+    checked it), each subdirectory entered without following a link, each file changed by
+    ``fchmod`` on a descriptor of the file itself, opened with ``O_NOFOLLOW``. A link, a
+    non-regular file or a file with other hard links is left alone: in a cache the site's group
+    can write, a member who swaps a lock file for a link to another file changes nothing of that
+    file. ``archive-v*`` (uv's unpacked wheels: no lock files) is not entered.
+
+    Args:
+        dirs (list[str]): hpcstack's own directories of the site (caches, stage root, locks).
+        pol (hpcstack.trust.Policy | None): whom to trust on the way to them (default
+            :func:`hpcstack.gate.current_policy`).
+
+    Returns:
+        int: how many files it changed. Errors are not raised: a directory the gate refuses,
+        or a file that vanished, is skipped (this runs after the install, whose outcome stands).
+    """
+    changed = 0
+    for d in dirs:
+        try:
+            top = gate.open_dir(os.path.realpath(d), pol)
+        except (OSError, HpcstackError):
+            continue
+        try:
+            for fd, names in gate.walk_files(top, skip_dir=lambda n: n.startswith("archive-v")):
+                for name in names:
+                    if not name.endswith(".lock"):
+                        continue
+                    try:
+                        st = gate.fchmod(fd, name, _lock_file_mode)
+                        changed += _lock_file_mode(st) is not None
+                    except (OSError, HpcstackError):
+                        pass
+        finally:
+            os.close(top)
+    return changed
 
 
 @contextmanager
@@ -294,28 +340,22 @@ class InstallService:
             except OSError:
                 pass  # the step that writes there names the problem
         trust.check_dirs(checked, pol)      # and again: one another user made meanwhile
-        for d in dirs:
+        for d in dirs:                      # through a descriptor: a link at the name is not followed
             try:
-                st = os.lstat(d)
-                if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
-                    os.chmod(d, mode)
-            except OSError:
-                pass
+                named = os.path.join(os.path.realpath(os.path.dirname(d)), os.path.basename(d))
+                with gate.directory(named, pol) as fd:
+                    st = os.fstat(fd)
+                    if st.st_uid == os.geteuid() and st.st_mode & 0o777 != mode:
+                        os.fchmod(fd, mode)
+            except (OSError, HpcstackError):
+                pass  # the step that writes there names the problem
         state = {"ran": True}
         try:
-            yield state
+            with gate.trusting(pol):
+                yield state
         finally:
-            for d in (dirs if state["ran"] else ()):
-                for top, subdirs, files in os.walk(d):
-                    subdirs[:] = [s for s in subdirs if not s.startswith("archive-v")]  # unpacked wheels: no locks
-                    for name in files:
-                        if name.endswith(".lock"):
-                            try:
-                                path = os.path.join(top, name)
-                                if os.lstat(path).st_mode & 0o022 and not os.path.islink(path):
-                                    os.chmod(path, os.lstat(path).st_mode & 0o755)
-                            except OSError:
-                                pass
+            if state["ran"]:
+                tighten_lock_files(dirs, pol)
 
     # ------------------------------------------------------------------ the installed stack
     def installed(self) -> "InstalledStack":

@@ -23,8 +23,11 @@ changed since is not recognised, and its copies are kept: the rule errs on keepi
 uses); every copy a mount on this node still uses, in any mount namespace (a job may still
 run on it): an image that backs a loop device (``/sys/block/loop*/loop/backing_file`` and the
 device's ``LOOP_GET_STATUS64``: its file system and inode), a tree that is the source of a
-bind mount (a ``/proc/<pid>/mountinfo`` line on the stage directory's file system whose root
-holds the tree's name), a tree something is mounted inside, and a tree a process still has a
+bind mount (a ``/proc/<pid>/mountinfo`` line on the stage directory's file system whose root,
+walked by descriptor from this namespace's mount of that file system, is the tree's own
+directory by device and inode: a directory of the same name that a user binds in a namespace
+of their own does not keep a copy), a tree something is mounted inside (in another namespace,
+on a directory that is the tree's, by inode again), and a tree a process still has a
 file of open, mapped or as its directory (``/proc/<pid>/fd``, ``maps``, ``cwd``, ``root``: a
 bind unmounted lazily while a job runs is in no ``mountinfo``; a loop device keeps its image
 open by itself); entries that are not what hpcstack makes (a symbolic link, a file where a
@@ -49,6 +52,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 
+from hpcstack import gate
 from hpcstack.errors import ConfigError
 from hpcstack.install import image
 from hpcstack.install.actions import describe_os_error
@@ -125,6 +129,8 @@ class _Mount:
     point: str
     source: str
     pid: int | None  # None: this process's mount namespace
+    mount_id: int = 0
+    parent_id: int = 0
 
 
 def _unescape(field_: bytes) -> str:
@@ -142,7 +148,7 @@ def _read_mountinfo(path: str, pid: int | None) -> list[_Mount]:
             sep = fields.index(b"-", 6)
             major, minor = (int(x) for x in fields[2].split(b":"))
             mounts.append(_Mount((major, minor), _unescape(fields[3]), _unescape(fields[4]),
-                                 _unescape(fields[sep + 2]), pid))
+                                 _unescape(fields[sep + 2]), pid, int(fields[0]), int(fields[1])))
         except (ValueError, IndexError):
             continue
     return mounts
@@ -219,8 +225,47 @@ def _where(mount: _Mount) -> str:
     return mount.point + (f" (mount namespace of pid {mount.pid})" if mount.pid is not None else "")
 
 
+def _reaches(fs_path: str, dev: tuple[int, int], key: tuple[int, int], mounts: list[_Mount]) -> bool:
+    """True when the directory ``fs_path`` of the file system ``dev`` (a path inside that file
+    system, as a mountinfo ``root`` field gives it) is the staged copy whose ``(st_dev, st_ino)``
+    is ``key``, or lies inside it: the path is walked by descriptor, no link followed
+    (:func:`hpcstack.gate.inodes_on`), from each mount of that file system in this process's
+    namespace whose root lies above it, and the copy's inode must be met on the way. A directory
+    elsewhere with the copy's name (a user's look-alike, bound in a namespace of their own) never
+    meets it."""
+    for a in mounts:
+        if a.pid is not None or a.dev != dev:
+            continue
+        base = a.root.rstrip("/")
+        if fs_path != a.root and not fs_path.startswith(base + "/"):
+            continue
+        full = os.path.join(a.point, fs_path[len(base):].lstrip("/"))
+        if key in gate.inodes_on(full):
+            return True
+    return False
+
+
+def _inside(m: _Mount, path: str, dev: tuple[int, int], key: tuple[int, int], mounts: list[_Mount]) -> bool:
+    """True when ``m`` is mounted on a directory of the copy ``path``: in this namespace, its
+    mount point is ``path`` or below it; in another, the directory it is mounted on (its parent
+    mount's ``root`` plus the rest of its mount point) is the copy or inside it, by inode
+    (:func:`_reaches`): a user's namespace that mounts a file system of its own where the
+    stage directory is, and something on the copy's name in it, is not the copy."""
+    if m.pid is None:
+        return m.point == path or m.point.startswith(path + "/")
+    parent = next((p for p in mounts if p.pid == m.pid and p.mount_id == m.parent_id), None)
+    if parent is None or parent.dev != dev or parent is m:
+        return False
+    rest = os.path.relpath(m.point, parent.point)
+    if rest == ".." or rest.startswith("../"):
+        return False
+    fs_path = os.path.normpath(os.path.join(parent.root, rest))
+    return _reaches(fs_path, dev, key, mounts)
+
+
 def _use_of(path: str, kind: str, st: os.stat_result, mounts: list[_Mount], loops) -> str | None:
-    """Why the entry ``path`` is in use on this node, or None."""
+    """Why the entry ``path`` is in use on this node, or None. A bind mount uses a tree when its
+    source is the tree (or inside it) by device and inode, not by name (:func:`_reaches`)."""
     if kind.startswith(".sqsh"):
         for device, backing, dev, ino in loops:
             if backing == path or (dev == (os.major(st.st_dev), os.minor(st.st_dev)) and ino == st.st_ino):
@@ -231,10 +276,11 @@ def _use_of(path: str, kind: str, st: os.stat_result, mounts: list[_Mount], loop
         return None
     name = os.path.basename(path)
     dev = (os.major(st.st_dev), os.minor(st.st_dev))
+    key = (st.st_dev, st.st_ino)
     for m in mounts:
-        if m.dev == dev and name in m.root.split("/"):
+        if m.dev == dev and name in m.root.split("/") and _reaches(m.root, dev, key, mounts):
             return f"bound at {_where(m)} (a job may still use it)"
-        if m.point == path or m.point.startswith(path + "/"):
+        if (m.point == path or m.point.startswith(path + "/")) and _inside(m, path, dev, key, mounts):
             return f"{_where(m)} is mounted inside it"
     return None
 

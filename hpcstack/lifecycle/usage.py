@@ -55,8 +55,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcstack import gate, trust
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.fsutil import write_atomic
 
 SPOOL, LOG, SALT, HOOKS = "spool", "usage.log", "salt", "hooks"
 HOOK_FILES = {"environment-modules": "siteconfig.tcl", "lmod": "SitePackage.lua"}
@@ -144,18 +144,35 @@ def render_hooks(cfg: UsageConfig, roots: list[str], site: str) -> dict[str, str
             for tool, name in HOOK_FILES.items()}
 
 
-def _recorded_roots(hooks: Path) -> list[str]:
+def _recorded_roots(hooks: str) -> list[str]:
+    """The module roots recorded in ``hooks/roots.json`` (read through :mod:`hpcstack.gate`)."""
     try:
-        data = json.loads((hooks / "roots.json").read_text())
+        data = json.loads(gate.read_file(os.path.join(hooks, "roots.json"), 1 << 20))
         return [r for r in data.get("roots", []) if isinstance(r, str) and r.startswith("/")]
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, HpcstackError):
         return []
+
+
+def _existing_problem(st: os.stat_result, mode: int) -> str | None:
+    """Why a directory of the layout that was there already is not as the layout says."""
+    if st.st_uid != 0:
+        return f"owned by {trust.user_name(st.st_uid)}, not root"
+    if stat.S_IMODE(st.st_mode) != mode:
+        return f"mode {stat.S_IMODE(st.st_mode):04o}, not {mode:04o}"
+    return None
 
 
 def install_hooks(cfg: UsageConfig, module_root: str, site: str) -> list[str]:
     """Make the usage directory (:mod:`module docstring <hpcstack.lifecycle.usage>`) and write the
     hooks for ``module_root`` and the roots recorded there before (several sites may share one
-    usage log). Run again, it rewrites the hooks and fixes the modes; it never removes events.
+    usage log). Run again, it rewrites the hooks; it never removes events.
+
+    Every directory and file is reached through :mod:`hpcstack.gate` (from ``/``, by descriptor,
+    no link followed, each directory on the way root's alone; the directories above the usage
+    directory resolved first, as the site's check resolved them). A directory of the layout is
+    given its mode only when made here; one that was there already is never changed: its owner
+    must be root and its mode the layout's (``0755``, ``spool`` ``1733``), else it is refused in
+    one line (an admin's ``0700`` spool is not opened to every user behind their back).
 
     Args:
         cfg (UsageConfig): the site's usage settings.
@@ -166,35 +183,42 @@ def install_hooks(cfg: UsageConfig, module_root: str, site: str) -> list[str]:
         list[str]: what was made or written.
 
     Raises:
-        HpcstackError: not root (the spool must be root's), or a path of the layout is a link or
-            not owned by root.
+        HpcstackError: not root (the spool must be root's); a path of the layout is a link, not
+            a directory, another account's, or (made before) not of the layout's mode; a
+            directory above it that another account can change (:class:`hpcstack.gate.GateError`).
     """
     if os.geteuid() != 0:
         raise HpcstackError("the usage log's spool must belong to root: run `hpcstack module usage-hook "
                             "install` as root")
     top = Path(cfg.directory)
+    real = os.path.join(os.path.realpath(top.parent), top.name)
     made = []
-    for path, mode in ((top, 0o755), (cfg.spool, 0o1733), (top / HOOKS, 0o755)):
-        if not path.exists():
-            path.mkdir(parents=True, mode=0o700)
+    for path, where, mode in ((top, real, 0o755), (cfg.spool, os.path.join(real, SPOOL), 0o1733),
+                              (top / HOOKS, os.path.join(real, HOOKS), 0o755)):
+        created, st = gate.mkdir(where, mode, parents=path == top)
+        if created:
             made.append(f"{path}/")
-        st = path.lstat()
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
-            raise HpcstackError(f"{path}: not a directory of root's (a link, or made by another account): "
-                                "remove it, or choose another lifecycle.usage_log")
-        os.chmod(path, mode)
-    salt = top / SALT
-    if not salt.exists():
-        write_atomic(salt, secrets.token_hex(32) + "\n", 0o600)
-        made.append(str(salt))
-    if not cfg.log.exists():
-        fd = os.open(cfg.log, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        os.close(fd)
-        made.append(str(cfg.log))
-    roots = sorted(set(_recorded_roots(top / HOOKS)) | {os.path.abspath(module_root)})
-    write_atomic(top / HOOKS / "roots.json", json.dumps({"roots": roots}, indent=1) + "\n", 0o644)
+            continue
+        problem = _existing_problem(st, mode)
+        if problem:
+            raise HpcstackError(f"{path}: {problem}; hpcstack changes no directory it did not make: "
+                                f"chown root and chmod {mode:04o} it, or choose another lifecycle.usage_log")
+    with gate.directory(real) as fd:
+        try:
+            os.stat(SALT, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            gate.write_atomic(os.path.join(real, SALT), secrets.token_hex(32) + "\n", 0o600)
+            made.append(str(top / SALT))
+        try:
+            os.stat(LOG, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.close(os.open(LOG, gate.FILE_NEW, 0o600, dir_fd=fd))
+            made.append(str(cfg.log))
+    hooks = os.path.join(real, HOOKS)
+    roots = sorted(set(_recorded_roots(hooks)) | {os.path.abspath(module_root)})
+    gate.write_atomic(os.path.join(hooks, "roots.json"), json.dumps({"roots": roots}, indent=1) + "\n", 0o644)
     for name, text in render_hooks(cfg, roots, site).items():
-        write_atomic(top / HOOKS / name, text, 0o644)
+        gate.write_atomic(os.path.join(hooks, name), text, 0o644)
         made.append(str(top / HOOKS / name))
     return made
 
@@ -541,7 +565,10 @@ def cmd_usage_hook(args, load_site) -> int:
     cfg = usage_config(site)
     if cfg is None:
         raise ConfigError([f"site {site.name}: lifecycle.usage_log is not set: the site records no module usage"])
-    for path in install_hooks(cfg, site.module_root, site.name):
+    loader = getattr(args, "_loader", None)     # the command's trust policy (admin group, --trust-writable)
+    with gate.trusting(getattr(loader, "policy", None) or trust.Policy(uid=os.geteuid())):
+        written = install_hooks(cfg, site.module_root, site.name)
+    for path in written:
         print(f"wrote {path}")
     for line in wiring(cfg, site.modules.tool):
         print(f"turn it on: {line}")

@@ -17,18 +17,20 @@ nor do the variables that say where pip and uv fetch packages from (an index, a 
 
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import json
 import os
 import re
+import secrets as _random
 import shlex
 import shutil
+import stat
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 
-from hpcstack import secrets
+from hpcstack import gate, secrets
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import CHILD_CWD
 from hpcstack.install import wheelcache
@@ -218,21 +220,118 @@ class CachedWheelBuild(ActionBase):
         built = sorted(glob.glob(os.path.join(self.dist, "*.whl")))
         if not built:
             raise HpcstackError(f"the build of {self.name} left no wheel in {self.dist}")
-        os.makedirs(self.root, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=self.root, prefix=".new-")
+        real_root = os.path.realpath(self.root)
+        gate.mkdir(real_root, 0o777, parents=True, exact=False)   # as os.makedirs: under the umask
         try:
-            for wheel in built:
-                shutil.copy(wheel, tmp)
-            with open(os.path.join(tmp, "key.txt"), "w") as f:
-                f.write(text)
-            wheelcache.write_sums(tmp)
-            os.chmod(tmp, 0o755)
-            os.rename(tmp, entry)  # atomic; fails if another install stored the same key first
+            store_wheels(real_root, key, built, text)
             ctx.log.write(f"stored {', '.join(os.path.basename(w) for w in built)} in {entry}\n")
-        except OSError as exc:  # the build succeeded; only its reuse is lost
+        except (OSError, HpcstackError) as exc:  # the build succeeded; only its reuse is lost
             ctx.log.write(f"warning: could not store the wheel in {entry}: {exc}\n")
+
+
+def _copy_into(src: str, dst_fd: int, h) -> str:
+    """Copy the regular file ``src`` (its directory through :mod:`hpcstack.gate`, the file opened
+    with ``O_NOFOLLOW``) to a new file of the same name in the directory ``dst_fd`` (``O_EXCL``),
+    mode 0644, feeding ``h`` (a hashlib object) its bytes. Returns the name."""
+    name = os.path.basename(src)
+    with gate.directory(os.path.realpath(os.path.dirname(src))) as sfd:
+        fin = os.open(name, gate.FILE_READ, dir_fd=sfd)
+    try:
+        if not stat.S_ISREG(os.fstat(fin).st_mode):
+            gate.refuse(src, "not a regular file")
+        fout = os.open(name, gate.FILE_NEW, 0o600, dir_fd=dst_fd)
+        try:
+            while block := os.read(fin, 1 << 20):
+                h.update(block)
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(fout, view):]
+            os.fchmod(fout, 0o644)
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            os.close(fout)
+    finally:
+        os.close(fin)
+    return name
+
+
+def _write_new(dir_fd: int, name: str, text: str) -> None:
+    """A new file ``name`` (``O_EXCL|O_NOFOLLOW``) in ``dir_fd`` holding ``text``, mode 0644."""
+    f = os.open(name, gate.FILE_NEW, 0o600, dir_fd=dir_fd)
+    try:
+        os.write(f, text.encode())
+        os.fchmod(f, 0o644)
+    finally:
+        os.close(f)
+
+
+def store_wheels(root: str, key: str, wheels: list[str], text: str) -> str:
+    """Store built wheels as the build-cache entry ``<root>/<key>`` (the wheels, ``key.txt``
+    holding ``text``, :data:`~hpcstack.install.wheelcache.SUMS`; files 0644, the entry 0755),
+    by descriptor: the cache directory is opened through :mod:`hpcstack.gate` (the trust rule
+    from ``/``, no link followed; the site's group may write it where the site says so); the
+    entry is made inside a new 0700 directory of this account there (``.new-XXXXXXXXXXXX``,
+    which no one else can write into), every file created ``O_EXCL|O_NOFOLLOW``, then renamed
+    from that directory's descriptor to ``key`` in the cache's. A member of the site's group who
+    renames or replaces entries of the cache meanwhile makes the store fail, never write or
+    ``chmod`` anything elsewhere.
+
+    Args:
+        root (str): the cache directory of the package and version (absolute, resolved: it is
+            walked without following links).
+        key (str): the build key (the entry's name).
+        wheels (list[str]): the built wheels' paths (regular files).
+        text (str): the key's text.
+
+    Returns:
+        str: the entry, ``<root>/<key>``.
+
+    Raises:
+        OSError: the cache cannot be written, or an entry of that key is there already
+            (another install stored it first).
+        hpcstack.gate.GateError: a link or an untrusted directory on the way, or a wheel that
+            is not a regular file.
+    """
+    with gate.directory(root) as root_fd:
+        for _ in range(100):
+            tmp = f".new-{_random.token_hex(6)}"
+            try:
+                os.mkdir(tmp, 0o700, dir_fd=root_fd)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise OSError(errno.EEXIST, "no free temporary name", os.path.join(root, ".new-*"))
+        tmp_fd = os.open(tmp, gate.DIR_READ, dir_fd=root_fd)
+        st = os.fstat(tmp_fd)
+        try:
+            if st.st_uid != os.geteuid() or st.st_mode & 0o777 != 0o700 or st.st_nlink != 2:
+                gate.refuse(os.path.join(root, tmp), "replaced while it was made")
+            try:
+                os.mkdir("entry", 0o700, dir_fd=tmp_fd)
+                entry_fd = os.open("entry", gate.DIR_READ, dir_fd=tmp_fd)
+                try:
+                    sums = {}
+                    for wheel in wheels:
+                        h = hashlib.sha256()
+                        name = _copy_into(wheel, entry_fd, h)
+                        sums[name] = h.hexdigest()
+                    _write_new(entry_fd, "key.txt", text)
+                    _write_new(entry_fd, SUMS, "".join(f"{sums[n]}  {n}\n" for n in sorted(sums)))
+                    os.fchmod(entry_fd, 0o755)
+                finally:
+                    os.close(entry_fd)
+                os.rename("entry", key, src_dir_fd=tmp_fd, dst_dir_fd=root_fd)  # atomic; fails if stored first
+            finally:
+                shutil.rmtree("entry", ignore_errors=True, dir_fd=tmp_fd)
+        finally:
+            try:   # the temporary directory, if it is still the one made here (empty now)
+                now = os.stat(tmp, dir_fd=root_fd, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                    os.rmdir(tmp, dir_fd=root_fd)
+            except OSError:
+                pass
+            os.close(tmp_fd)
+    return os.path.join(root, key)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,582 @@
+"""One gate for root's file operations: a path is walked from ``/`` by descriptor, each directory
+on the way is checked against the trust rule, and the operation is done on the descriptor.
+
+The holes this closes all had one shape: *a path checked by name, then used again by name*
+(``lstat`` then ``chmod``, ``exists`` then ``mkdir``, a mount matched by the name of its
+directory). Between the check and the use, anyone who can write a directory on the way can put a
+symbolic link or another directory at that name, and root then acts on what they chose. Here:
+
+* every component is opened with ``O_PATH|O_NOFOLLOW|O_DIRECTORY`` relative to the descriptor of
+  the one above (``openat(2)``), starting at ``/``: no link is ever followed, anywhere on the
+  path, and what is checked is what is used;
+* each directory is checked with :func:`hpcstack.trust.stat_problem` (the rule of
+  :mod:`hpcstack.trust`: owned by a trusted account; writable by its group or others only where
+  :class:`~hpcstack.trust.Policy` trusts the group, or with the sticky bit above a child that a
+  trusted account owns);
+* the last component is opened for what the operation needs (``O_NOFOLLOW``; ``O_EXCL`` for a new
+  file), checked with ``fstat`` on the descriptor (a regular file where a file is meant), and
+  changed through it (``fchmod``, ``fsync``; a rename within one directory descriptor).
+
+A refusal is one line, :class:`GateError` (an :class:`~hpcstack.errors.HpcstackError`), naming the
+path, the component and the problem. A component that does not exist, or cannot be opened for a
+reason that is not a refusal (``EACCES``, ``EIO``), raises the :class:`OSError` itself, with the
+component's path as its ``filename``.
+
+Paths must be absolute and hold no ``..``. A path whose directories pass through a link that the
+trust rule accepts (a root-owned ``/scratch -> /lustre/scratch``) is given to the gate resolved
+(``os.path.realpath``) by callers that have checked it with :func:`hpcstack.trust.check_dirs`
+(which checks the named and the resolved chain); the gate then refuses any link that appears on
+the resolved path afterwards.
+
+Whom to trust: the ``pol`` argument, else the policy of the enclosing :func:`trusting` block
+(the install service sets the run's, with the site's stack group), else root and the running
+account only. Sources of the rule: OpenSSH's ``StrictModes``, sudo's checks of ``sudoers``;
+openat(2), open(2) (``O_PATH``, ``O_NOFOLLOW``), rename(2) for the descriptor discipline.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+from hpcstack import trust
+from hpcstack.errors import HpcstackError
+
+#: A directory on the way: a handle for ``*at()`` calls only (no read permission needed).
+DIR_PATH = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: The directory an operation works in (listed, ``fsync``-ed, ``fchmod``-ed through it).
+DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: A file opened to be checked and changed: never through a link, never blocking on a FIFO.
+FILE_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: A new file: created here, never an existing name, never through a link.
+FILE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class GateError(HpcstackError):
+    """The gate refused a path: one line, ``<path>: <problem>`` (exit status 1).
+
+    Args:
+        path (str): the path asked for (or ``<directory>/<name>``).
+        problem (str): what is wrong, naming the component where it is not ``path`` itself.
+
+    Attributes:
+        path (str), problem (str): as given.
+    """
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path, self.problem = path, problem
+
+
+def refuse(path: str | os.PathLike, problem: str):
+    """Raise :class:`GateError` for ``path``: the one way this module refuses.
+
+    Args:
+        path (str | os.PathLike): the path the operation was asked for.
+        problem (str): one line, e.g. ``"/var/tmp/x: owned by alice"``.
+
+    Raises:
+        GateError: always.
+    """
+    raise GateError(os.fspath(path), problem)
+
+
+_policies: list = []
+
+
+@contextmanager
+def trusting(pol):
+    """Within the block, the gate's functions called without ``pol`` trust ``pol``.
+
+    Args:
+        pol (hpcstack.trust.Policy): whom to trust (e.g. the run's policy with the site's stack
+            group, :meth:`hpcstack.trust.Policy.for_site_dirs`).
+    """
+    _policies.append(pol)
+    try:
+        yield pol
+    finally:
+        _policies.pop()
+
+
+def current_policy():
+    """The policy of the innermost :func:`trusting` block, else root and the running account
+    (:class:`hpcstack.trust.Policy` with the effective uid)."""
+    return _policies[-1] if _policies else trust.Policy(uid=os.geteuid())
+
+
+# ---------------------------------------------------------------------- the walk
+
+def _parts(path: str | os.PathLike) -> tuple[str, list[str]]:
+    p = os.fspath(path)
+    if not os.path.isabs(p):
+        refuse(p, "not an absolute path")
+    parts = [c for c in p.split("/") if c not in ("", ".")]
+    if ".." in parts:
+        refuse(p, "holds '..' (name the directory itself)")
+    return p, parts
+
+
+def _join(where: str, name: str) -> str:
+    return where.rstrip("/") + "/" + name
+
+
+def _fd_path(fd: int) -> str:
+    """The path of a directory descriptor, for messages only."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return f"(directory descriptor {fd})"
+
+
+def _not_followed(dir_fd: int, name: str, where: str, target: str, want: str):
+    """After ``ELOOP``/``ENOTDIR`` opening ``name``: refuse, saying what is there instead."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        refuse(target, f"{where}: a symbolic link (no link is followed here; name the real path)"
+               if where != target else "a symbolic link (no link is followed here; name the real path)")
+    refuse(target, (f"{where}: " if where != target else "") + f"not a {want}")
+
+
+def _open(dir_fd: int, name: str, flags: int, where: str, target: str, want: str, mode: int = 0o600) -> int:
+    """``openat(dir_fd, name, flags)``, refusing a link or the wrong kind in one line."""
+    try:
+        return os.open(name, flags, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            _not_followed(dir_fd, name, where, target, want)
+        raise OSError(exc.errno, exc.strerror, where) from None
+
+
+def _judge(where: str, st: os.stat_result, pol, child_trusted: bool, target: str) -> None:
+    """Refuse ``where`` (with lstat-equivalent ``st``) when an untrusted account can change it."""
+    if pol.trust_writable:
+        return
+    problem = trust.stat_problem(st, pol, child_trusted)
+    if problem:
+        subject = f"{where}: {problem}" if where != target else problem
+        refuse(target, f"{subject}; hpcstack works only through directories that {pol.who()} alone "
+                       f"can change (docs/admin/security.md, 'The gate')")
+
+
+def _walk(parts: list[str], pol, target: str, make: int | None = None,
+          exact: bool = True) -> tuple[int, os.stat_result, str]:
+    """Open ``/`` and each of ``parts`` in turn (``DIR_PATH``), judging each directory once its
+    child is known; the last one is returned unjudged: ``(O_PATH descriptor, its fstat, its path)``.
+    With ``make`` (a mode), missing directories are made (mode ``make``: exactly with ``exact``,
+    else under the umask)."""
+    fd = os.open("/", DIR_PATH)
+    st, where = os.fstat(fd), "/"
+    try:
+        for name in parts:
+            child_where = _join(where, name)
+            try:
+                child = _open(fd, name, DIR_PATH, child_where, target, "directory")
+            except FileNotFoundError:
+                if make is None:
+                    raise
+                _judge(where, st, pol, True, target)    # before anything is made in it
+                child = _make(fd, name, make, exact, child_where, target)
+            cst = os.fstat(child)
+            try:
+                _judge(where, st, pol, pol.trusted_uid(cst.st_uid), target)
+            except BaseException:
+                os.close(child)
+                raise
+            os.close(fd)
+            fd, st, where = child, cst, child_where
+        return fd, st, where
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _make(dir_fd: int, name: str, mode: int, exact: bool, where: str, target: str) -> int:
+    """Make directory ``name`` in ``dir_fd`` and return its ``DIR_PATH`` descriptor; with
+    ``exact``, made 0700 then given ``mode`` through a descriptor (the umask does not apply)."""
+    try:
+        os.mkdir(name, 0o700 if exact else mode, dir_fd=dir_fd)
+    except FileExistsError:     # made meanwhile by someone else: judged as found
+        return _open(dir_fd, name, DIR_PATH, where, target, "directory")
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+    fd = _open(dir_fd, name, DIR_READ, where, target, "directory")
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            refuse(target, f"{where}: replaced by another account's directory while it was made")
+        if exact:
+            os.fchmod(fd, mode)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _reopen(fd: int, flags: int, where: str) -> int:
+    """A new descriptor of the directory ``fd`` (``O_PATH``) with ``flags`` (``openat(fd, ".")``)."""
+    try:
+        return os.open(".", flags, dir_fd=fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+
+
+# ---------------------------------------------------------------------- operations
+
+def open_dir(path: str | os.PathLike, pol=None) -> int:
+    """Open the directory ``path`` through the gate: every directory from ``/`` down to it
+    opened without following a link and checked against the trust rule, itself included (a
+    sticky world-writable directory is refused as the last component, as
+    :func:`hpcstack.trust.path_problem` refuses it).
+
+    Args:
+        path (str | os.PathLike): an absolute path, no ``..``.
+        pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+
+    Returns:
+        int: a descriptor (``O_RDONLY|O_DIRECTORY``, close-on-exec) for ``*at()`` calls, listing
+        (``os.scandir(fd)``), ``fsync`` and ``fchmod``; the caller closes it.
+
+    Raises:
+        GateError: a link or a non-directory on the path, or a directory another account can
+            change (one line).
+        OSError: a component is missing or cannot be opened (its path is the ``filename``).
+    """
+    pol = pol or current_policy()
+    target, parts = _parts(path)
+    fd, st, where = _walk(parts, pol, target)
+    try:
+        _judge(where, st, pol, False, target)
+        return _reopen(fd, DIR_READ, where)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def directory(path: str | os.PathLike, pol=None) -> Iterator[int]:
+    """:func:`open_dir` as a context manager: yields the descriptor and closes it."""
+    fd = open_dir(path, pol)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _parent(path: str | os.PathLike, pol) -> tuple[str, str, int, os.stat_result, str]:
+    """``(target, last name, O_PATH fd of the directory above, its fstat, its path)``; the
+    directory itself is left for the caller to judge (it knows the child)."""
+    target, parts = _parts(path)
+    if not parts:
+        refuse(target, "the root directory is not a file")
+    fd, st, where = _walk(parts[:-1], pol, target)
+    return target, parts[-1], fd, st, where
+
+
+def read_file(path: str | os.PathLike, max_bytes: int, pol=None) -> bytes:
+    """Read a regular file through the gate: its directories as :func:`open_dir` checks them,
+    the file opened with ``O_NOFOLLOW|O_NONBLOCK`` and checked by ``fstat`` (a regular file that
+    only trusted accounts can change).
+
+    Args:
+        path (str | os.PathLike): an absolute path.
+        max_bytes (int): the most bytes accepted; a larger file is refused (not read in part).
+        pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+
+    Returns:
+        bytes: the file's content.
+
+    Raises:
+        GateError: a link anywhere, not a regular file, an untrusted owner or writer, or larger
+            than ``max_bytes``.
+        OSError: missing or unreadable.
+    """
+    pol = pol or current_policy()
+    target, name, dfd, dst, where = _parent(path, pol)
+    try:
+        f = _open(dfd, name, FILE_READ, target, target, "regular file")
+    except BaseException:
+        os.close(dfd)
+        raise
+    try:
+        fst = os.fstat(f)
+        _judge(where, dst, pol, pol.trusted_uid(fst.st_uid), target)
+        if not stat.S_ISREG(fst.st_mode):
+            refuse(target, "not a regular file")
+        _judge(target, fst, pol, False, target)
+        if fst.st_size > max_bytes:
+            refuse(target, f"larger than {max_bytes} bytes ({fst.st_size})")
+        chunks, left = [], max_bytes + 1
+        while left > 0 and (block := os.read(f, min(left, 1 << 20))):
+            chunks.append(block)
+            left -= len(block)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            refuse(target, f"larger than {max_bytes} bytes")
+        return data
+    finally:
+        os.close(f)
+        os.close(dfd)
+
+
+def _fsync_dir(fd: int) -> None:
+    try:
+        d = os.open(".", DIR_READ, dir_fd=fd)
+    except OSError:
+        return
+    try:
+        os.fsync(d)
+    except OSError:
+        pass
+    finally:
+        os.close(d)
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes, mode: int = 0o644, pol=None) -> None:
+    """Replace (or create) the file ``path`` so that readers see the old content or the new,
+    never a part, never writing through a link: a new temporary file (``O_CREAT|O_EXCL|
+    O_NOFOLLOW``) in the directory's descriptor, written, ``fchmod``-ed to ``mode``, ``fsync``-ed,
+    then renamed over ``path`` within that descriptor (rename(2) is atomic and replaces a link
+    at ``path`` rather than following it), and the directory flushed.
+
+    Args:
+        path (str | os.PathLike): an absolute path; its directory must exist.
+        data (str | bytes): the content (text is written as UTF-8).
+        mode (int): the file's permission bits, exactly (no umask).
+        pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+
+    Raises:
+        GateError: a link or an untrusted directory on the way; the temporary file replaced
+            before the rename.
+        OSError: the directory is missing or cannot be written (no temporary file is left).
+    """
+    pol = pol or current_policy()
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    target, name, dfd, dst, where = _parent(path, pol)
+    try:
+        _judge(where, dst, pol, True, target)    # the file is made by this account
+        tmp = f".{name[:200]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        f = _open(dfd, tmp, FILE_NEW, _join(where, tmp), target, "regular file")
+        try:
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(f, view):]
+            os.fchmod(f, mode)
+            os.fsync(f)
+            ours = os.fstat(f)
+            now = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) != (ours.st_dev, ours.st_ino):
+                refuse(target, f"{_join(where, tmp)}: replaced while it was written")
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                now = os.stat(tmp, dir_fd=dfd, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) == (os.fstat(f).st_dev, os.fstat(f).st_ino):
+                    os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+        finally:
+            os.close(f)
+        _fsync_dir(dfd)
+    finally:
+        os.close(dfd)
+
+
+def mkdir(path: str | os.PathLike, mode: int, *, parents: bool = False, exact: bool = True,
+          pol=None) -> tuple[bool, os.stat_result]:
+    """Make the directory ``path`` through the gate (the directories above it checked as
+    :func:`open_dir` checks them), or find it made.
+
+    The directory itself must be a real directory of a trusted account; its mode is the
+    caller's to judge (a spool may be world-writable on purpose): the ``fstat`` returned says
+    what it is. A directory made here gets ``mode`` through its descriptor.
+
+    Args:
+        path (str | os.PathLike): an absolute path.
+        mode (int): the new directory's permission bits.
+        parents (bool): make missing directories above it too (mode ``0755`` with ``exact``).
+        exact (bool): set ``mode`` exactly (``fchmod``); False: ``mkdir(2)`` with ``mode`` under
+            the umask, as ``os.makedirs`` does.
+        pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+
+    Returns:
+        tuple[bool, os.stat_result]: whether it was made now, and its ``fstat``.
+
+    Raises:
+        GateError: a link or a non-directory on the way or at ``path``, an untrusted directory
+            above it, or ``path`` owned by an untrusted account.
+        OSError: a directory above it is missing (without ``parents``) or cannot be written.
+    """
+    pol = pol or current_policy()
+    target, parts = _parts(path)
+    if not parts:
+        refuse(target, "the root directory cannot be made")
+    above = 0o755 if exact else 0o777
+    fd, st, where = _walk(parts[:-1], pol, target, make=above if parents else None, exact=exact)
+    try:
+        name, child_where = parts[-1], _join(where, parts[-1])
+        made = False
+        try:
+            child = _open(fd, name, DIR_PATH, child_where, target, "directory")
+        except FileNotFoundError:
+            _judge(where, st, pol, True, target)        # before anything is made in it
+            child = _make(fd, name, mode, exact, child_where, target)
+            made = True
+        try:
+            cst = os.fstat(child)
+            _judge(where, st, pol, pol.trusted_uid(cst.st_uid), target)
+            if not pol.trust_writable and not pol.trusted_uid(cst.st_uid):
+                refuse(target, f"owned by {trust.user_name(cst.st_uid)}")
+            return made, cst
+        finally:
+            os.close(child)
+    finally:
+        os.close(fd)
+
+
+def _check_name(dir_fd: int, name: str) -> str:
+    """``<directory>/<name>`` for messages; refuses a name that is not one entry."""
+    where = _join(_fd_path(dir_fd), name)
+    if not name or "/" in name or name in (".", ".."):
+        refuse(where, "not the name of one entry")
+    return where
+
+
+def fchmod(dir_fd: int, name: str, mode: int | Callable[[os.stat_result], int | None]) -> os.stat_result:
+    """Change the mode of the regular file ``name`` of the directory ``dir_fd`` through a
+    descriptor of the file itself: checked with ``lstat`` (nothing else is opened), opened with
+    ``O_RDONLY|O_NOFOLLOW|O_NONBLOCK`` (``O_PATH`` cannot ``fchmod``), checked again by
+    ``fstat`` (the same inode, a regular file with one link), then ``fchmod``-ed. A link, a
+    directory, a device or a file with other hard links is refused: its target stays as it was.
+
+    Args:
+        dir_fd (int): a directory descriptor (:func:`open_dir`, :func:`walk_files`).
+        name (str): one entry of it.
+        mode (int | Callable[[os.stat_result], int | None]): the new permission bits, or a
+            function of the file's ``fstat`` returning them (None: leave the mode).
+
+    Returns:
+        os.stat_result: the file's ``fstat`` before the change.
+
+    Raises:
+        GateError: not a regular file with one link (one line, naming it).
+        OSError: it vanished or cannot be opened or changed.
+    """
+    where = _check_name(dir_fd, name)
+    first = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISREG(first.st_mode):
+        refuse(where, "a symbolic link (not followed)" if stat.S_ISLNK(first.st_mode) else "not a regular file")
+    f = _open(dir_fd, name, FILE_READ, where, where, "regular file")
+    try:
+        st = os.fstat(f)
+        if (st.st_dev, st.st_ino) != (first.st_dev, first.st_ino) or not stat.S_ISREG(st.st_mode):
+            refuse(where, "replaced while it was checked")
+        if st.st_nlink != 1:
+            refuse(where, f"has {st.st_nlink} hard links (a file that is also elsewhere is not changed)")
+        new = mode(st) if callable(mode) else mode
+        if new is not None and new != stat.S_IMODE(st.st_mode):
+            os.fchmod(f, new)
+        return st
+    finally:
+        os.close(f)
+
+
+def unlink(dir_fd: int, name: str) -> None:
+    """Remove the entry ``name`` (a file or a link itself, never a directory, never what a link
+    points to) from the directory ``dir_fd`` (``unlinkat(2)``).
+
+    Args:
+        dir_fd (int): a directory descriptor.
+        name (str): one entry of it.
+
+    Raises:
+        GateError: ``name`` is a directory or not one entry.
+        OSError: it cannot be removed (``FileNotFoundError`` when it is gone).
+    """
+    where = _check_name(dir_fd, name)
+    if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+        refuse(where, "a directory (not removed)")
+    os.unlink(name, dir_fd=dir_fd)
+
+
+def walk_files(dir_fd: int, skip_dir: Callable[[str], bool] | None = None) -> Iterator[tuple[int, list[str]]]:
+    """The tree below the directory ``dir_fd``, by descriptor: each subdirectory opened with
+    ``O_DIRECTORY|O_NOFOLLOW`` relative to its parent (a directory swapped for a link is not
+    entered), depth first.
+
+    Args:
+        dir_fd (int): the top directory (not closed here).
+        skip_dir (Callable[[str], bool] | None): a subdirectory whose name it accepts is not
+            entered.
+
+    Yields:
+        tuple[int, list[str]]: a directory's descriptor (valid until the next item) and the
+        names of its entries that are not directories.
+    """
+    todo = [os.dup(dir_fd)]
+    try:
+        while todo:
+            fd = todo.pop()
+            try:
+                try:
+                    with os.scandir(fd) as it:
+                        entries = list(it)
+                except OSError:
+                    continue
+                dirs = []
+                for e in entries:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            dirs.append(e.name)
+                    except OSError:
+                        pass
+                names = set(dirs)
+                yield fd, [e.name for e in entries if e.name not in names]
+                for name in dirs:
+                    if skip_dir and skip_dir(name):
+                        continue
+                    try:
+                        todo.append(os.open(name, DIR_READ, dir_fd=fd))
+                    except OSError:
+                        pass
+            finally:
+                os.close(fd)
+    finally:
+        for fd in todo:
+            os.close(fd)
+
+
+def inodes_on(path: str | os.PathLike) -> Iterator[tuple[int, int]]:
+    """``(st_dev, st_ino)`` of ``/`` and of each directory of ``path`` in turn, each opened
+    ``O_PATH|O_NOFOLLOW|O_DIRECTORY`` relative to the one before (no trust rule: for telling what
+    a path is, not for using it); stops, without error, at a component that is missing, a link
+    or not a directory. What :mod:`hpcstack.install.staged` compares a mount's source with.
+
+    Args:
+        path (str | os.PathLike): an absolute path (a relative one yields nothing).
+    """
+    p = os.fspath(path)
+    if not os.path.isabs(p):
+        return
+    fd = os.open("/", DIR_PATH)
+    try:
+        st = os.fstat(fd)
+        yield st.st_dev, st.st_ino
+        for name in (c for c in p.split("/") if c not in ("", ".")):
+            try:
+                child = os.open(name, DIR_PATH, dir_fd=fd)
+            except OSError:
+                return
+            os.close(fd)
+            fd = child
+            st = os.fstat(fd)
+            yield st.st_dev, st.st_ino
+    finally:
+        os.close(fd)
