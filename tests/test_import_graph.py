@@ -33,7 +33,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "hpcstack"
 
 LAYERS = (
     ("hpcstack", "hpcstack.fsutil", "hpcstack.errors", "hpcstack.schema", "hpcstack.registry",
-     "hpcstack.templates", "hpcstack.doctor", "hpcstack.secrets", "hpcstack.trust"),
+     "hpcstack.templates", "hpcstack.doctor", "hpcstack.secrets", "hpcstack.trust", "hpcstack.gate"),
     ("hpcstack.repos", "hpcstack.recipe", "hpcstack.modules"),
     ("hpcstack.site", "hpcstack.site_keys", "hpcstack.loader"),
     ("hpcstack.install", "hpcstack.lifecycle", "hpcstack.recipe_api"),
