@@ -6,12 +6,16 @@ the CPU), and the plain loop (one process, no wrapper), the reference of both.
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
+import weakref
 from typing import Callable, Mapping, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
+from . import PROGRAM
 from .errors import UsageError
 from .launch import GpuChoice, LaunchEnv, choose_gpu, resolve_launch_env
 
@@ -139,8 +143,24 @@ class Comm:
     def c_settle(self) -> None:
         """Wait until every rank is here and the backend holds no more check tensors."""
 
-    def shutdown(self) -> None:
-        """Release the backend."""
+    def shutdown(self) -> bool:
+        """Release the backend at the end of a run that every rank finished.
+
+        Returns:
+            bool: True when nothing of the backend is left running (its threads ended), so the
+            interpreter may end the normal way; False when something is (the caller then ends
+            the process with ``os._exit`` after flushing its output, see :func:`.cli.main`).
+        """
+        return True
+
+    def abort(self) -> bool:
+        """Release the backend after an error on this rank, without waiting for the others
+        (they may be waiting in a collective that this rank never joins).
+
+        Returns:
+            bool: as :meth:`shutdown`.
+        """
+        return True
 
 
 class HorovodComm(Comm):
@@ -257,6 +277,12 @@ class HorovodComm(Comm):
 
     def shutdown(self):
         self.hvd.shutdown()
+        return True
+
+    def abort(self):
+        # hvd.shutdown() coordinates with the other ranks' background threads, which may be
+        # waiting in a collective: after an error the process ends without it (os._exit)
+        return False
 
 
 class _LayoutKeeper:
@@ -367,10 +393,20 @@ class DdpComm(Comm):
         # that drops the last reference to a Python-owned tensor needs the GIL, which
         # destroy_process_group() holds while it joins that thread (a deadlock at exit).
         self._keep_alive: list[torch.Tensor] = []
+        # Before the process group exists: torch.distributed.nn.functional binds
+        # ``group=group.WORLD`` as default arguments of its ten collectives when it is first
+        # imported. With torch 2.14 DistributedDataParallel's constructor imports it (through
+        # torch._dynamo, torch.distributed.fsdp and torch.distributed._shard), after
+        # init_process_group: those defaults then hold the default group, destroy_process_group()
+        # does not free it, and its threads (Gloo's workers and TCP loop, rank 0's TCPStore
+        # server) run on into the interpreter's exit. Imported now, the defaults are None.
+        _import_before_the_group()
         os.environ["MASTER_ADDR"] = launch.master_addr
         os.environ["MASTER_PORT"] = str(launch.master_port)
         dist.init_process_group(self.transport, init_method="env://",
                                 rank=self.rank, world_size=self.size)
+        # to tell after destroy_process_group() whether anything still holds the group
+        self._group = _weak(dist.group.WORLD)
 
     def prepare(self, model, make_optimizer):
         from torch.nn.parallel import DistributedDataParallel
@@ -415,10 +451,17 @@ class DdpComm(Comm):
 
     def c_allreduce(self, tensors, op, name):
         outputs = [t.clone() for t in tensors]
-        works = [self.dist.all_reduce(t, op=self._op(op), async_op=True) for t in outputs]
-        for work in works:
-            work.wait()
         self._keep_alive += outputs
+        works = [self.dist.all_reduce(t, op=self._op(op), async_op=True) for t in outputs]
+        # every work waited for, even after one failed: none is left in flight on an error
+        failures = []
+        for work in works:
+            try:
+                work.wait()
+            except RuntimeError as err:  # torch.distributed's DistError is a RuntimeError
+                failures.append(err)
+        if failures:
+            raise failures[0]
         return outputs
 
     def c_allgather(self, tensor, counts, name):
@@ -456,13 +499,40 @@ class DdpComm(Comm):
         self._keep_alive.clear()
 
     def shutdown(self):
-        # The barrier waits without the GIL, so Gloo's workers can finish their last work items.
-        if self.device.type == "cuda":
-            self.dist.barrier(device_ids=[self.device.index])
-        else:
-            self.dist.barrier()
-        self.dist.destroy_process_group()
+        """A final barrier, then :meth:`abort`'s release of the process group.
+
+        The barrier waits without the GIL, so Gloo's workers can finish their last work items.
+        """
+        if self.dist.is_initialized():
+            if self.device.type == "cuda":
+                self.dist.barrier(device_ids=[self.device.index])
+            else:
+                self.dist.barrier()
+        return self.abort()
+
+    def abort(self):
+        """Destroy the process group (no barrier: after an error the other ranks may be waiting
+        in a collective; they see this rank's connections close) and check that it is gone.
+
+        Returns:
+            bool: True when nothing holds the group any more, so that its C++ threads (Gloo's
+            workers and TCP loop, rank 0's TCPStore server; NCCL's watchdog) were joined here;
+            False, with one line on stderr naming the threads left, when something still does.
+        """
+        # DDP models of the phases that a reference cycle keeps alive hold the group too
+        gc.collect()
+        if self.dist.is_initialized():
+            self.dist.destroy_process_group()
         self._keep_alive.clear()
+        gc.collect()
+        if self._group is not None and self._group() is not None:
+            left = ", ".join(process_group_threads()) or "none named"
+            print(f"{PROGRAM}: warning: rank {self.rank}: the process group "
+                  f"outlived destroy_process_group(): something still references it (threads: "
+                  f"{left}); the process ends without the interpreter's teardown",
+                  file=sys.stderr, flush=True)
+            return False
+        return True
 
 
 def _identity_hook(_state, bucket):  # no annotations: DDP checks them against the real types
@@ -481,6 +551,54 @@ def _identity_hook(_state, bucket):  # no annotations: DDP checks them against t
     future: torch.futures.Future = torch.futures.Future()
     future.set_result(bucket.buffer())
     return future
+
+
+def _import_before_the_group() -> None:
+    """Import ``torch.distributed.nn`` (see :class:`DdpComm`): its collectives' default group is
+    bound when the module is first imported, None while no process group exists."""
+    try:
+        import torch.distributed.nn  # noqa: F401
+    except ImportError:
+        pass  # a torch without it: nothing there to bind the group either
+
+
+def _weak(group) -> Optional[weakref.ref]:
+    """A weak reference to ``group`` (a torch ProcessGroup); None where the type has none."""
+    try:
+        return weakref.ref(group)
+    except TypeError:
+        return None
+
+
+#: Prefixes of the names torch gives the threads of a process group and its store
+#: (``pt_gloo_runloop``, ``gloo_tcp_loop``, ``pt_tcpstore_uv``, ``pt_nccl_watchdg``, ...).
+PROCESS_GROUP_THREADS = ("pt_gloo", "gloo", "pt_tcpstore", "pt_nccl")
+
+
+def process_group_threads(task_dir: str = "/proc/self/task") -> list[str]:
+    """Names of this process's threads that a torch process group or its store started, read
+    from ``/proc/self/task/*/comm`` (Linux; elsewhere an empty list).
+
+    Args:
+        task_dir (str): the process's task directory (tests pass another).
+
+    Returns:
+        list[str]: the thread names that start with one of :data:`PROCESS_GROUP_THREADS`, sorted.
+    """
+    names = []
+    try:
+        tasks = os.listdir(task_dir)
+    except OSError:
+        return []
+    for task in tasks:
+        try:
+            with open(os.path.join(task_dir, task, "comm")) as f:
+                name = f.read().strip()
+        except OSError:
+            continue  # the thread ended meanwhile
+        if name.startswith(PROCESS_GROUP_THREADS):
+            names.append(name)
+    return sorted(names)
 
 
 def _call(module, function: str) -> bool:

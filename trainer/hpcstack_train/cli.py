@@ -278,12 +278,36 @@ def run_phases(comm: Comm, args: argparse.Namespace, report: Report, threads: in
     return 1 if reasons else 0
 
 
+def _release(comm: Comm, failed: bool) -> Optional[bool]:
+    """``comm.abort()`` after an error on this rank, else ``comm.shutdown()``; None, with the
+    traceback on stderr, when that raised."""
+    try:
+        return comm.abort() if failed else comm.shutdown()
+    except Exception:  # noqa: BLE001 - said, and the caller ends the process
+        print(f"{PROGRAM}: rank {comm.rank}: releasing the {comm.name} backend failed:\n"
+              f"{traceback.format_exc()}", file=sys.stderr)
+        return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run both phases and report; return the exit status (0 ok, 1 checks failed, 2 usage).
 
-    After an error inside the phases the process ends at once with ``os._exit`` (status 2 for a
-    UsageError, 1 otherwise) instead of shutting the backend down: the other ranks may be waiting
-    in a collective, and the launcher ends them when one rank exits.
+    On every way out of the phases the backend is released before the interpreter ends: after a
+    run that every rank finished with :meth:`~.backends.Comm.shutdown` (DDP: a final barrier,
+    then ``destroy_process_group()``); after an error on this rank (status 2 for a UsageError,
+    1 otherwise) with :meth:`~.backends.Comm.abort`, which waits for no other rank (they may be
+    waiting in a collective: DDP destroys the group, so that they see its connections close and
+    fail in turn). Where the backend cannot be released that way (Horovod after an error) or
+    something of it is left running (a process group that outlived its destruction), the
+    process ends with ``os._exit`` after flushing its output: the interpreter's teardown never
+    runs beside the backend's threads. A shutdown that fails (a peer gone during the final
+    barrier) gives way to abort, and the status becomes 1 if it was 0.
+
+    Args:
+        argv (Sequence[str] | None): the options; ``sys.argv[1:]`` when None.
+
+    Returns:
+        int: the exit status, when the process ends the normal way.
     """
     started = time.perf_counter()
     args = parse_args(argv)
@@ -294,25 +318,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as err:
         print(f"{PROGRAM}: error: {err}", file=sys.stderr)
         return 2
-    threads = args.threads or threads_per_rank(comm.local_size)
-    torch.set_num_threads(threads)
-    if comm.device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-    report = Report(comm.rank == 0, args.output)
+    report: Optional[Report] = None
+    failed = True
     try:
+        threads = args.threads or threads_per_rank(comm.local_size)
+        torch.set_num_threads(threads)
+        if comm.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        report = Report(comm.rank == 0, args.output)
         status = run_phases(comm, args, report, threads, started)
+        failed = False
     except UsageError as err:
-        report.say(f"error: {err}")
+        if report is not None:
+            report.say(f"error: {err}")
+        else:
+            print(f"{PROGRAM}: error: {err}", file=sys.stderr)
         status = 2
-    except Exception:  # noqa: BLE001 - report, then leave without waiting for the peers
+    except KeyboardInterrupt:
+        print(f"{PROGRAM}: rank {comm.rank} interrupted", file=sys.stderr)
+        status = 130
+    except Exception:  # noqa: BLE001 - report, then release the backend without the peers
         print(f"{PROGRAM}: rank {comm.rank} failed:\n{traceback.format_exc()}",
               file=sys.stderr)
         status = 1
-    else:
+    if report is not None:
         report.close()
-        comm.shutdown()
+    released = _release(comm, failed)
+    if released is None:  # the release failed: a peer gone during the final barrier, say
+        status, released = status or 1, _release(comm, failed=True)
+    if released:
         return status
-    report.close()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
