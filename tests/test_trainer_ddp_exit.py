@@ -7,9 +7,10 @@ must exit with the status of its run, with no ``terminate called`` (a C++ thread
 the interpreter ends: pytorch/2.14.1-gpu's 2-node DDP job aborted so, exit 134, after "result: OK")
 and without the trainer's warning that the process group outlived ``destroy_process_group()``.
 
-The interpreter is this test environment's python, or the one ``HPCSTACK_TRAINER_PYTHON`` names
-(e.g. an installed stack's ``<prefix>/venv/bin/python``); the tests skip, with the reason, where it
-cannot import torch with Gloo.
+The interpreter is the installed pytorch/2.3.1-gpu stack's (marked e2e: the README's main command
+installs it), or the one ``HPCSTACK_TRAINER_PYTHON`` names (e.g. pytorch/2.14.1-gpu's
+``<prefix>/venv/bin/python``, where torch 2.14.1 kept the group alive); the end of the real
+2.14.1 job on 2 Slurm nodes is tests/test_e2e_two_pytorch.py's.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.e2e
 
 TRAINER_DIR = Path(__file__).resolve().parent.parent / "trainer"
 SCRIPT = TRAINER_DIR / "hpcstack-train-benchmark"
@@ -96,16 +96,16 @@ HOLD_THE_GROUP = textwrap.dedent("""
 
 
 @pytest.fixture(scope="module")
-def python() -> str:
-    """An interpreter whose torch has torch.distributed with Gloo."""
-    chosen = os.environ.get("HPCSTACK_TRAINER_PYTHON") or sys.executable
+def python(installed_stack) -> str:
+    """An interpreter whose torch has torch.distributed with Gloo: the installed stack's (the
+    README's main command installs it), or the one ``HPCSTACK_TRAINER_PYTHON`` names (another
+    stack's, e.g. pytorch/2.14.1-gpu's ``<prefix>/venv/bin/python``). Fails when it cannot
+    import torch with Gloo: the stack is there to be tested."""
+    chosen = os.environ.get("HPCSTACK_TRAINER_PYTHON") or str(installed_stack / "venv" / "bin" / "python")
     probe = subprocess.run(
         [chosen, "-c", "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()"],
         capture_output=True, text=True, timeout=300)
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        pytest.skip(f"{chosen} cannot import torch with torch.distributed and Gloo ({last}); "
-                    "HPCSTACK_TRAINER_PYTHON names another interpreter")
+    assert probe.returncode == 0, f"{chosen} cannot import torch with torch.distributed and Gloo: {probe.stderr[-2000:]}"
     return chosen
 
 
