@@ -86,9 +86,10 @@ def test_under_ci_a_disallowed_skip_and_every_xfail_fail_an_allowed_skip_stays(i
         "test_xfail_marker_fails": "FAILED", "test_xfail_marker_passes": "FAILED",
         "test_xfail_call": "FAILED"}, result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    # the short summary: each failure says why
-    said = {m.group(1): m.group(2) for m in (re.match(r"(?:FAILED|ERROR) test_inner\.py::(test_\w+) - (.*)", line)
-                                             for line in result.outlines) if m}
+    # each failure says why: the first line of its section under FAILURES or ERRORS (pytest 8's
+    # short summary leaves out a reason given as text)
+    said = {m.group(1): m.group(2) for m in re.finditer(
+        r"^_+ (?:ERROR at setup of )?(test_\w+) _+\n(.*)$", result.stdout.str(), re.M)}
     ci_skip = "skipped in CI, where nothing may skip but ('needs a GPU',) (tests/conftest.py ALLOWED_SKIPS): "
     ci_xfail = "xfail in CI, where an expected failure is a failure (tests/conftest.py): the test "
     assert said == {
