@@ -1,7 +1,10 @@
-"""The real GPU sites, dry-run: EPCC Cirrus (its V100 nodes, retired in October 2025), NERSC
-Perlmutter and JSC JUWELS Booster, each as its documentation asks (facts.md, "Real sites, checked
-against their documentation"): Cirrus's GPU jobs give the tasks' shape to srun only, JUWELS
-Booster's modules load in its hierarchy's order, Perlmutter needs no account and pins cudatoolkit.
+"""The real GPU sites, dry-run: every shipped site (``site-configs/*.yaml`` of the package under
+test) whose Slurm jobs ask for GPUs and whose toolchain has CUDA (:data:`SITES`), today EPCC Cirrus
+(the V100 nodes of the old Cirrus, until 8 December 2025), NERSC Perlmutter and JSC JUWELS Booster,
+each as its documentation asks (the sources each site config cites): Cirrus's GPU jobs give the
+tasks' shape to srun only, JUWELS Booster's modules load in its hierarchy's order, Perlmutter needs
+no account and pins cudatoolkit. A new GPU site is found here by itself: its dry runs must succeed,
+be valid bash and match its golden files, which :data:`REGENERATE` makes (docs/admin/new-site.md).
 
 Golden files: ``tests/golden/<site>-install.sh`` and ``<site>-validate.sh`` are the output of
 ``hpcstack install pytorch/2.3.1-gpu --site <site> --dry-run`` and ``hpcstack validate ... --dry-run``,
@@ -15,9 +18,12 @@ compared after normalising what differs between machines and runs:
 - the validation's output directory (``<cwd>/hpcstack-validate-pytorch-2.3.1-gpu-<date>-<time>``)
   -> ``@VALIDATION_DIR@``.
 
-Regenerate after an intended change with ``HPCSTACK_UPDATE_GOLDEN=1 pytest tests/test_gpu_sites.py``
-and review the diff of ``tests/golden/``. Besides the whole-file comparison, the key lines are
-asserted one by one (module loads, HOROVOD_* variables, the Lua modulefile, #SBATCH lines, srun).
+Make them for a new site, or regenerate them after an intended change, with :data:`REGENERATE`
+(``HPCSTACK_UPDATE_GOLDEN=1 scripts/run-tests --quick tests/test_gpu_sites.py``: it installs
+hpcstack from this checkout first, so the files are the checkout's output) and review the diff of
+``tests/golden/``. A site without its golden files fails with that command, not with a missing
+file. Besides the whole-file comparison, the key lines of the shipped sites are asserted one by
+one (module loads, HOROVOD_* variables, the Lua modulefile, #SBATCH lines, srun).
 """
 
 from __future__ import annotations
@@ -37,7 +43,29 @@ pytestmark = pytest.mark.unit
 
 GOLDEN = Path(__file__).parent / "golden"
 DATA_DIR = str(Path(hpcstack.__file__).resolve().parent / "data")
-SITES = ["cirrus", "perlmutter", "juwels-booster"]
+#: The documented command that makes (or remakes) a site's golden files (docs/admin/new-site.md).
+REGENERATE = "HPCSTACK_UPDATE_GOLDEN=1 scripts/run-tests --quick tests/test_gpu_sites.py"
+
+
+def gpu_sites() -> list[str]:
+    """The shipped sites with GPU jobs: each ``site-configs/<name>.yaml`` of the package under test
+    (``hpcstack.data_root()``, what ``--site <name>`` finds) whose ``slurm.gpus_per_node`` is above
+    0 and whose toolchain has CUDA, by name. A config that does not load is left out here:
+    tests/test_site.py names its problems."""
+    from hpcstack.site import load_site
+
+    names = []
+    for path in sorted((Path(hpcstack.data_root()) / "site-configs").glob("*.yaml")):
+        try:
+            site = load_site(path.stem)
+        except Exception:   # noqa: BLE001 - reported by tests/test_site.py, not at collection
+            continue
+        if site.toolchain.has_cuda and int((site.slurm or {}).get("gpus_per_node") or 0) > 0:
+            names.append(path.stem)
+    return names
+
+
+SITES = gpu_sites()
 
 
 def normalise(text: str) -> str:
@@ -55,9 +83,30 @@ def dry_run(command: str, site: str) -> str:
     return proc.stdout
 
 
+class _Scripts(dict):
+    """``scripts[site, command]``: the dry run's output, run once per site and command, when a
+    test first asks for it."""
+
+    def __missing__(self, key: tuple[str, str]) -> str:
+        site, command = key
+        self[key] = dry_run(command, site)
+        return self[key]
+
+
 @pytest.fixture(scope="module")
 def scripts() -> dict[tuple[str, str], str]:
-    return {(site, cmd): dry_run(cmd, site) for site in SITES for cmd in ("install", "validate")}
+    return _Scripts()
+
+
+def test_the_shipped_gpu_sites_are_found():
+    """SITES comes from site-configs/ (a site without GPUs, such as localhost, is not one)."""
+    assert SITES, "no shipped site has slurm.gpus_per_node > 0 and a CUDA toolchain"
+    assert "localhost" not in SITES, SITES
+
+
+def _updating() -> bool:
+    """Whether golden files are being (re)written: conftest.assert_golden's own rule."""
+    return os.environ.get("HPCSTACK_UPDATE_GOLDEN") == "1" and os.environ.get("CI") != "true"
 
 
 @pytest.mark.parametrize("site", SITES)
@@ -65,6 +114,10 @@ def scripts() -> dict[tuple[str, str], str]:
 def test_matches_the_golden_file(scripts, site, command):
     got = normalise(scripts[site, command])
     path = GOLDEN / f"{site}-{command}.sh"
+    if not path.is_file() and not _updating():
+        pytest.fail(f"tests/golden/{path.name} is missing: site {site} (site-configs/{site}.yaml) has no "
+                    f"golden files yet. Make them with `{REGENERATE}`, review them and commit them with the "
+                    "site (docs/admin/new-site.md, \"Golden files\").", pytrace=False)
     assert_golden(path, got)
 
 

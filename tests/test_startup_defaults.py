@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import hpcstack as package
 from conftest import hpcstack, site_overlay
 from hpcstack.install import image
 from hpcstack.site import load_site
@@ -20,6 +21,30 @@ from hpcstack.install.components.validation import Figure
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _shipped() -> list[str]:
+    """The shipped sites, by name: ``site-configs/*.yaml`` of the package under test (what
+    ``--site <name>`` finds)."""
+    return sorted(p.stem for p in (Path(package.data_root()) / "site-configs").glob("*.yaml"))
+
+
+def _cluster_sites() -> list[str]:
+    """The shipped cluster sites: those whose Slurm jobs span GPU nodes (``slurm.gpus_per_node``
+    above 0), whose stacks every node reads over a shared file system. A config that does not
+    load is left out here: tests/test_site.py names its problems."""
+    names = []
+    for name in _shipped():
+        try:
+            site = load_site(name)
+        except Exception:   # noqa: BLE001 - reported by tests/test_site.py, not at collection
+            continue
+        if int((site.slurm or {}).get("gpus_per_node") or 0) > 0:
+            names.append(name)
+    return names
+
+
+CLUSTER_SITES = _cluster_sites()
 
 
 def _site(tmp_path: Path, **keys):
@@ -43,14 +68,25 @@ def test_parallel_file_system_gets_squashfs(tmp_path, keys, layout):
     assert (image.settings(site) is not None) == (layout == "squashfs")
 
 
-@pytest.mark.parametrize("name", ["cirrus", "perlmutter", "juwels-booster"])
-def test_cluster_sites_declare_their_parallel_file_system(name):
-    """The cluster sites say where their stacks lie; each keeps directories (its nodes mount no
-    image yet) and so gets the note that names what squashfs would save."""
+def test_the_cluster_sites_are_found():
+    assert CLUSTER_SITES, "no shipped site has slurm.gpus_per_node > 0"
+    assert "localhost" not in CLUSTER_SITES, CLUSTER_SITES
+
+
+@pytest.mark.parametrize("name", CLUSTER_SITES)
+def test_cluster_sites_declare_their_file_system(name):
+    """A cluster site says where its stacks lie (``filesystem``), so its layout is a choice, not
+    a default taken unawares; one that keeps directories on a parallel file system (its nodes
+    mount no image yet) gets the note that names what squashfs would save, any other none."""
     site = load_site(name)
-    assert site.raw["filesystem"] == "parallel" and image.layout_of(site) == "directory"
+    assert site.raw.get("filesystem") in ("local", "parallel"), (
+        f"site-configs/{name}.yaml does not state `filesystem:` (local or parallel: where its install "
+        "root lies; docs/admin/new-site.md)")
     note = image.layout_note(site)
-    assert note and note.startswith(f"site {name}: ") and "`layout: squashfs`" in note
+    if site.raw["filesystem"] == "parallel" and image.layout_of(site) == "directory":
+        assert note and note.startswith(f"site {name}: ") and "`layout: squashfs`" in note, note
+    else:
+        assert note is None, note
 
 
 def test_install_prints_the_layout_note_once_and_only_where_it_applies(tmp_path):
@@ -61,11 +97,16 @@ def test_install_prints_the_layout_note_once_and_only_where_it_applies(tmp_path)
         return hpcstack("install", "pytorch/2.3.1-gpu", "--site", site, "--repo", str(overlay), "--dry-run",
                         timeout=120)
 
-    cirrus = dry("cirrus")
-    assert cirrus.returncode == 0, cirrus.stderr
-    notes = [line for line in cirrus.stderr.splitlines() if "parallel file system" in line]
-    assert notes == [f"note: {image.layout_note(load_site('cirrus'))}"], cirrus.stderr
-    assert "parallel file system" not in cirrus.stdout           # the script itself is unchanged
+    # a shipped site that gets the note (a parallel file system, directories) and states its
+    # Python (planning then loads no module), found in site-configs/
+    noted = next((n for n in CLUSTER_SITES if image.layout_note(load_site(n)) and load_site(n).python_version),
+                 None)
+    assert noted, f"no shipped cluster site keeps directories on a parallel file system: {CLUSTER_SITES}"
+    cluster = dry(noted)
+    assert cluster.returncode == 0, cluster.stderr
+    notes = [line for line in cluster.stderr.splitlines() if "parallel file system" in line]
+    assert notes == [f"note: {image.layout_note(load_site(noted))}"], cluster.stderr
+    assert "parallel file system" not in cluster.stdout          # the script itself is unchanged
     local = dry("localhost")
     assert local.returncode == 0 and "parallel file system" not in local.stderr, local.stderr
     assert image.layout_note(_site(tmp_path, filesystem="parallel")) is None  # squashfs: nothing to say

@@ -39,7 +39,7 @@ Run it with --help for what it changes.
 """
 
 MODULE_NAME = 'jax/0.10.2-gpu'
-MODULE_INIT = {'bash': '/usr/share/lmod/lmod/init/bash', 'sh': '/usr/share/lmod/lmod/init/sh', 'zsh': '/usr/share/lmod/lmod/init/zsh', 'csh': '/usr/share/lmod/lmod/init/csh'}
+MODULE_INIT = {'bash': '/opt/cray/pe/lmod/lmod/init/bash', 'sh': '/opt/cray/pe/lmod/lmod/init/sh', 'zsh': '/opt/cray/pe/lmod/lmod/init/zsh', 'csh': '/opt/cray/pe/lmod/lmod/init/csh'}
 
 
 import argparse

@@ -18,7 +18,7 @@
 
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
-source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+source /opt/cray/pe/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/opt/cray/pe/lmod/lmod/init/bash >&2; exit 97; }
 module use /global/common/software/PROJECT/hpcstack/modulefiles
 module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" failed" >&2; exit 98; }
 
@@ -65,7 +65,7 @@ exit "$status"
 
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
-source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
+source /opt/cray/pe/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/opt/cray/pe/lmod/lmod/init/bash >&2; exit 97; }
 module use /global/common/software/PROJECT/hpcstack/modulefiles
 module load jax/0.10.2-gpu || { echo "hpcstack: module load "jax/0.10.2-gpu" failed" >&2; exit 98; }
 

@@ -8,7 +8,7 @@ site_configuration = {
     'systems': [
         {
             'name': 'perlmutter',
-            'descr': 'NERSC Perlmutter GPU nodes, 4x A100-40GB per node, cudatoolkit + cray-mpich, Lmod',
+            'descr': 'NERSC Perlmutter GPU nodes, 4x A100 per node (40 GB; 80 GB on 256 nodes), cudatoolkit + cray-mpich, Lmod',
             # any host: pick the system with `reframe --system perlmutter:gpu` where the
             # login nodes' names are not known here
             'hostnames': ['.*'],
@@ -26,7 +26,7 @@ site_configuration = {
                     'sched_options': {'use_nodes_option': True},
                     # the batch shell gets `module` from the tool's init, and the site's module roots
                     'prepare_cmds': [
-                        'source /usr/share/lmod/lmod/init/bash',
+                        'source /opt/cray/pe/lmod/lmod/init/bash',
                         'module use /global/common/software/PROJECT/hpcstack/modulefiles',
                     ],
                     'resources': [

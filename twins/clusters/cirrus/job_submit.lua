@@ -1,8 +1,14 @@
--- Cirrus's submit rules, as its documentation states them (cirrus-docs user-guide/gpu.md and
--- batch.md, facts.md "Real sites"); the wording of the messages is the twin's.
+-- Cirrus's submit rules, as its documentation states them (https://github.com/EPCCed/cirrus-docs,
+-- docs/user-guide/gpu.md and batch.md at 59428bce, the parent of commit 7cdc0d5 "Remove references
+-- to GPUs"); the wording of the messages is the twin's.
 --   * every job names a budget (--account);
---   * GPU jobs must not give --ntasks or --cpus-per-task to sbatch ("will be rejected": give
---     them to srun), and --mem is not allowed (memory comes with the GPUs).
+--   * GPU jobs must not give --ntasks or --cpus-per-task to sbatch: "Such a job submission will
+--     be rejected" (gpu.md, "Submitting jobs to the GPU nodes"): give them to srun;
+--   * --mem: gpu.md does not list it among the rejected options, but batch.md ("Resource
+--     Limits") says of every Cirrus job "you cannot specify the memory for a job using the --mem
+--     options to Slurm (e.g. --mem, --mem-per-cpu, --mem-per-gpu)": memory comes with the primary
+--     resource, the GPUs here. Whether Cirrus refused such a job or ignored the option is not
+--     stated (unverified); the twin refuses it on GPU jobs, the jobs it checks.
 
 local function unset(v, novals)
    if v == nil then return true end
