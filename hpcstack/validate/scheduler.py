@@ -140,7 +140,8 @@ class BatchJob:
         task_options (str): ``sbatch`` (default): ``--ntasks-per-node`` and ``--cpus-per-task`` are
             ``#SBATCH`` options; ``srun``: only the steps' ``srun`` gets them (Cirrus's GPU nodes
             reject a job that gives them to sbatch, https://github.com/EPCCed/cirrus-docs,
-            ``docs/user-guide/gpu.md`` before the GPUs were retired in October 2025).
+            ``docs/user-guide/gpu.md`` before its GPU pages were removed on 13 October 2025; the
+            old Cirrus closed on 8 December 2025).
         env (dict[str, str]): variables to export after loading the modules (the template quotes them).
         setup (list[str]): shell lines run before the steps (e.g. the host list for horovodrun).
         steps (list[JobStep]): the commands, run in order.
