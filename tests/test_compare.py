@@ -6,9 +6,14 @@ manifest that :func:`hpcstack.lifecycle.bundle.verify_bundle` accepts."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -253,3 +258,201 @@ def test_image_arguments(tmp_path):
     assert image_reference(str(tmp_path)) is None
     proc = hpcstack("compare", "image:", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.count("error:") == 1 and "give the image after image:" in proc.stderr
+
+
+# ------------------------------------------------- hostile stacks, bundles and images
+
+SP = "venv/lib/python3.11/site-packages"
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """``hpcstack ARGV`` in this process (this checkout's code): (exit status, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from hpcstack.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(argv))
+    return status, out.getvalue(), err.getvalue()
+
+
+def run_bounded(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``hpcstack ARGV`` in a child Python on the package under test, killed after ``timeout``
+    seconds: a read that blocks (a FIFO) or never ends (``/dev/zero``) fails the test, in time."""
+    code = "import sys; from hpcstack.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": str(Path(compare.__file__).resolve().parents[2])}
+    try:
+        return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hpcstack {' '.join(argv)}: still running after {timeout} s (it read a FIFO or a device)")
+
+
+def one_error(status: int, err: str, *words: str) -> str:
+    """Exit status 2 and one ``error:`` line holding ``words`` (besides ``note:`` lines); returns
+    the line."""
+    lines = [line for line in err.strip().splitlines() if not line.startswith("note: ")]
+    assert status == 2, (status, err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "internal error" not in err and "Traceback" not in err, err
+    for word in words:
+        assert word in lines[0], (word, err)
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", ["alpha/../../../../../../../../../etc/shadow", "/etc/shadow",
+                                  "alpha/x\x00/../../../../../../../../etc/shadow"])
+def test_a_record_name_that_leaves_the_stack_is_refused(tmp_path, name):
+    """``alpha/../../../../etc/shadow`` in a RECORD made root hash /etc/shadow (a sha256 oracle);
+    an installer's own ``../../../bin/alpha`` (outside site-packages) is still left out."""
+    a = make_stack(tmp_path / "a", {"alpha": "1.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0"})
+    assert run_cli("compare", str(a), str(b))[0] == 0          # with ../../../bin/alpha in RECORD
+    record_path = b / SP / "alpha-1.0.dist-info/RECORD"
+    record_path.write_text(record_path.read_text() + f'"{name}",,\n')
+    status, out, err = run_cli("compare", str(a), str(b))
+    one_error(status, err, str(record_path), "refused")
+    assert out == ""
+
+
+def test_an_sbom_file_name_that_leaves_the_stack_is_refused(tmp_path):
+    a = make_stack(tmp_path / "a", {"alpha": "1.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0"})
+    sbom_of_venv(a)
+    sbom = sbom_of_venv(b)
+    assert run_cli("compare", str(a), str(b))[0] == 0
+    alpha = next(c for c in sbom["components"] if c["name"] == "alpha")
+    alpha["components"].append({"type": "file", "name": "alpha/../../../../../../../../etc/shadow"})
+    (b / ".hpcstack/sbom.cdx.json").write_text(json.dumps(sbom))
+    one_error(*run_cli("compare", str(a), str(b))[::2], str(b / ".hpcstack/sbom.cdx.json"), "'..'")
+
+
+def test_a_fifo_and_a_link_to_dev_zero_in_a_stack_are_never_read(tmp_path):
+    """A FIFO hung ``compare`` and a link to /dev/zero made it hash forever; a link out of the
+    tree made it hash the host's file. Now each is a difference, named, and never opened."""
+    a = make_stack(tmp_path / "a", {"alpha": "1.0", "beta": "2.0", "gamma": "3.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0", "beta": "2.0", "gamma": "3.0"})
+    proc = run_bounded("compare", str(a), str(b))
+    assert proc.returncode == 0, proc.stderr                    # the same trees: the same stack
+    os.unlink(b / SP / "alpha/data.txt")
+    os.mkfifo(b / SP / "alpha/data.txt")
+    os.unlink(b / SP / "beta/data.txt")
+    os.symlink("/dev/zero", b / SP / "beta/data.txt")
+    os.unlink(b / SP / "gamma/data.txt")
+    os.symlink(a / SP / "gamma/data.txt", b / SP / "gamma/data.txt")      # the same bytes, out of the tree
+    proc = run_bounded("compare", str(a), str(b))
+    assert proc.returncode == 1, proc.stderr
+    assert "alpha/data.txt (a FIFO, not read, in " in proc.stdout
+    assert "beta/data.txt (a symbolic link, not read, in " in proc.stdout
+    assert "gamma/data.txt (a symbolic link, not read, in " in proc.stdout
+    # the records themselves: a RECORD that is a FIFO, an SBOM that is a link to /dev/zero
+    c = make_stack(tmp_path / "c", {"alpha": "1.0"})
+    os.unlink(c / SP / "alpha-1.0.dist-info/RECORD")
+    os.mkfifo(c / SP / "alpha-1.0.dist-info/RECORD")
+    proc = run_bounded("compare", str(a), str(c))
+    assert proc.returncode == 1 and "alpha 1.0 is in its SBOM but not installed" in proc.stdout, proc.stderr
+    os.unlink(c / ".hpcstack/sbom.cdx.json")
+    os.symlink("/dev/zero", c / ".hpcstack/sbom.cdx.json")
+    proc = run_bounded("compare", str(a), str(c))
+    one_error(proc.returncode, proc.stderr, str(c / ".hpcstack/sbom.cdx.json"), "a symbolic link")
+
+
+def test_an_images_absolute_links_resolve_inside_the_image(tmp_path, monkeypatch):
+    """An image's ``/…`` link was followed on the host (its root file system is a directory of
+    the host): here the image's stack links its records and a file to absolute paths, and a
+    file to ``../../..`` past its root; each is read inside the image, and the host's file of
+    the same path (different bytes) is not."""
+    from hpcstack.lifecycle import images
+
+    host = make_stack(tmp_path / "host-stack", {"alpha": "1.0", "beta": "2.0"})
+    root = tmp_path / "image"
+    stack = make_stack(root / "opt/sw/tiny/.1.0-abc", {"alpha": "1.0", "beta": "2.0"})
+    (root / "opt/sw/tiny/1.0").symlink_to("/opt/sw/tiny/.1.0-abc")
+    (root / "opt/sw/shared").mkdir()
+    shutil.move(stack / ".hpcstack", root / "opt/sw/shared/state")
+    (stack / ".hpcstack").symlink_to("/opt/sw/shared/state")               # absolute, in the image
+    outside = tmp_path / "host-data"                                         # a host path ...
+    outside.mkdir()
+    (outside / "data.txt").write_bytes(b"the host's file\n")
+    inner = root / outside.relative_to("/")                                 # ... and the image's
+    inner.mkdir(parents=True)
+    (inner / "data.txt").write_bytes(b"data\n")
+    os.unlink(stack / SP / "alpha/data.txt")
+    os.symlink(outside / "data.txt", stack / SP / "alpha/data.txt")
+    (root / "data.txt").write_bytes(b"data\n")
+    os.unlink(stack / SP / "beta/data.txt")
+    os.symlink("../" * 40 + "data.txt", stack / SP / "beta/data.txt")
+
+    @contextlib.contextmanager
+    def mounted(ref, driver=None, storage_root=None):
+        yield root, {"Labels": {images.RECIPE_LABEL: "tiny/1.0"}, "Env": ["HPCSTACK_TINY_ROOT=/opt/sw/tiny/1.0"]}
+
+    monkeypatch.setattr(images, "mounted_image", mounted)
+    with contextlib.ExitStack() as mounts:
+        side = compare.open_side("image:localhost/tiny:1.0", "IMG", None, None, mounts)
+    assert side.root == stack and side.dists == {"alpha": "1.0", "beta": "2.0"}
+    result = compare.compare(compare.read_stack(host, "HOST"), side)
+    assert result.lines == [] and result.files_checked == 4
+    # controls: the image's own file at that path is the one read; as a host's stack, no link is followed
+    (inner / "data.txt").write_bytes(b"changed in the image\n")
+    side = compare.read_stack(stack, "IMG", image_root=root)
+    assert compare.compare(compare.read_stack(host, "HOST"), side).lines == [
+        "files of alpha 1.0: 1 of 2 differ: alpha/data.txt (content)"]
+    with pytest.raises(compare.ConfigError, match=r"\.hpcstack/sbom\.cdx\.json: a symbolic link on the way"):
+        compare.read_stack(stack, "IMG")           # read as a host's stack: its links are not followed
+
+
+def rewrite_manifest(bundle: Path) -> None:
+    """List every file of ``bundle``'s wheels in its manifest again (a bundle made hostile on
+    purpose still passes :func:`hpcstack.lifecycle.bundle.verify_bundle`)."""
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"] = {f"wheels/{w.name}": {"sha256": hashlib.sha256(w.read_bytes()).hexdigest(),
+                                              "size": w.stat().st_size} for w in (bundle / "wheels").iterdir()}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_wheel_that_is_not_a_zip_is_one_line(tmp_path):
+    stack = make_stack(tmp_path / "stack", {"alpha": "1.0"})
+    bundle = make_bundle(tmp_path / "bundle", {"alpha": "1.0"})
+    assert run_cli("compare", str(stack), str(bundle))[0] == 0
+    wheel = bundle / "wheels/alpha-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not a zip\n" * 100)
+    rewrite_manifest(bundle)
+    one_error(*run_cli("compare", str(stack), str(bundle))[::2], str(wheel), "not a wheel")
+
+
+def test_a_record_field_over_the_csv_limit_is_one_line(tmp_path):
+    stack = make_stack(tmp_path / "stack", {"alpha": "1.0"})
+    bundle = make_bundle(tmp_path / "bundle", {"alpha": "1.0"})
+    assert run_cli("compare", str(stack), str(bundle))[0] == 0
+    wheel = bundle / "wheels/alpha-1.0-py3-none-any.whl"
+    long_row = "alpha/long.py,sha256=" + "A" * 300_000 + ",1\n"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("alpha/__init__.py", FILES["tinypkg/__init__.py"])
+        zf.writestr("alpha-1.0.dist-info/RECORD", record("alpha", "1.0", {"alpha/__init__.py": b"x"}) + long_row)
+    rewrite_manifest(bundle)
+    one_error(*run_cli("compare", str(stack), str(bundle))[::2], str(wheel), "RECORD", "field larger than")
+    # the same in an installed stack's RECORD
+    other = make_stack(tmp_path / "other", {"alpha": "1.0"})
+    (other / SP / "alpha-1.0.dist-info/RECORD").write_text(record("alpha", "1.0", {}) + long_row)
+    one_error(*run_cli("compare", str(stack), str(other))[::2], "alpha-1.0.dist-info/RECORD", "field larger than")
+
+
+def test_as_root_a_directory_that_everyone_can_change_is_refused(tmp_path):
+    """The case with the real other account is tests/test_attacker_compare.py; here a
+    world-writable directory above a stack, which any account could swap. The rule is root's:
+    another account reads only what it may read anyway, and compares."""
+    a = make_stack(tmp_path / "a", {"alpha": "1.0"})
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    b = make_stack(shared / "b", {"alpha": "1.0"})
+    assert run_cli("compare", str(a), str(b))[0] == 0
+    shared.chmod(0o777)
+    if os.geteuid() != 0:
+        assert run_cli("compare", str(a), str(b))[0] == 0
+        return
+    one_error(*run_cli("compare", str(a), str(b))[::2], f"stack {b}: {shared}: writable by every user")
+    one_error(*run_cli("compare", str(b), str(a))[::2], f"stack {b}: {shared}: writable by every user")
+    assert run_cli("compare", str(a), str(b), "--trust-writable")[0] == 0
