@@ -547,6 +547,12 @@ def cmd_usage(args, load_site) -> int:
         raise ConfigError([f"{args.stack!r}: expected NAME/VERSION or NAME, e.g. pytorch/2.3.1-gpu"])
     since = parse_since(args.since)
     site = load_site(args)
+    cfg = usage_config(site)
+    if cfg is not None:   # root reads the log and writes it (collect): checked like an install root
+        loader = getattr(args, "_loader", None)
+        pol = getattr(loader, "policy", None) or trust.policy()
+        trust.check_dirs([("lifecycle.usage_log", cfg.directory),
+                          ("lifecycle.usage_log", os.path.join(cfg.directory, HOOKS))], pol)
     events, collected, bad = site_events(site)
     rows = report(events, args.stack, since)
     if args.json:
