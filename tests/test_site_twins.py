@@ -245,11 +245,14 @@ class TestJuwelsBooster(EveryTwin):
 def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):
     """A second twin is refused while one is up (one line); ``down`` removes the twin's login
     setup and module trees, after which an ordinary user's login shell shows localhost's modules
-    exactly as before; ``down`` of a twin that is not up says so and succeeds. Runs after every
-    twin's own tests (tests/conftest.py groups them), from localhost with no twin up."""
+    exactly as before; ``down`` of a twin that is not up succeeds and leaves the state alone. Runs
+    after every twin's own tests (tests/conftest.py groups them); the manager brings localhost's
+    Slurm back afterwards."""
     from twins import site_twin
 
-    twins.close()
+    twins.use("cirrus")        # localhost's Slurm down (a twin refuses to start beside it)
+    site_twin("down")
+    twins.current = None
     profile = Path("/etc/profile.d/zz-hpcstack-twin.sh")
 
     def localhost_state() -> tuple[str, str]:
@@ -261,6 +264,7 @@ def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):
     assert not profile.exists()
     before = localhost_state()
     site_twin("up", "cirrus")
+    twins.current = "cirrus"
     try:
         assert profile.exists()
         during = localhost_state()
@@ -272,6 +276,7 @@ def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):
         assert not Path("/opt/cray/pe/lmod").exists()
     finally:
         site_twin("down")
+        twins.current = None
     assert not profile.exists()
     assert not Path("/work/y07/shared/cirrus-modulefiles/python/3.12.1-gpu").exists()
     assert localhost_state() == before
