@@ -290,7 +290,8 @@ def pytest_collection_modifyitems(session, config, items):
 #: the login shells' module setup nor the default stack. Every other test is in the first lane,
 #: in file order, so the tests that share the machine's state never run at the same time; the
 #: lanes overlap downloads and apt with compiles and job waits (design.md, "Tests and time").
-BUILD_LANE = ("test_fresh_machine.py", "test_image_localhost.py", "test_three_deliveries.py", "test_gpu_build.py")
+BUILD_LANE = ("test_fresh_machine.py", "test_image_localhost.py", "test_three_deliveries.py", "test_gpu_build.py",
+              "test_horovod_compilers.py")
 
 
 def _mark_lanes(config, items) -> None:
