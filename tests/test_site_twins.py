@@ -251,8 +251,7 @@ def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):
     from twins import site_twin
 
     twins.use("cirrus")        # localhost's Slurm down (a twin refuses to start beside it)
-    site_twin("down")
-    twins.current = None
+    twins.down()
     profile = Path("/etc/profile.d/zz-hpcstack-twin.sh")
 
     def localhost_state() -> tuple[str, str]:
@@ -263,8 +262,7 @@ def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):
 
     assert not profile.exists()
     before = localhost_state()
-    site_twin("up", "cirrus")
-    twins.current = "cirrus"
+    twins.use("cirrus")
     try:
         assert profile.exists()
         during = localhost_state()
@@ -275,8 +273,7 @@ def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):
         assert "the cirrus twin is up; run 'site-twin down' first" in said[0], said
         assert not Path("/opt/cray/pe/lmod").exists()
     finally:
-        site_twin("down")
-        twins.current = None
+        twins.down()
     assert not profile.exists()
     assert not Path("/work/y07/shared/cirrus-modulefiles/python/3.12.1-gpu").exists()
     assert localhost_state() == before

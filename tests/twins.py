@@ -73,11 +73,15 @@ class Twins:
             self.open = True
         if self.current != site:
             if self.current is not None:
-                site_twin("down")
-                self.current = None
+                self.down()
             site_twin("up", site)
             self.current = site
         return Twin(site)
+
+    def down(self) -> None:
+        """Take the twin that is up down (localhost's Slurm stays down until :meth:`close`)."""
+        site_twin("down")
+        self.current = None
 
     def close(self) -> None:
         """Take the twin down, remove the job directories its users own, bring localhost's
