@@ -286,12 +286,15 @@ def pytest_collection_modifyitems(session, config, items):
 
 #: The suite's second lane under pytest-xdist (scripts/run-tests: ``-n 2 --dist loadgroup``):
 #: the tests that build in a root file system or image of their own (apt, PyPI, compilers inside
-#: buildah, or a separate prefix and cache), and touch neither the local Slurm, the site twins,
-#: the login shells' module setup nor the default stack. Every other test is in the first lane,
-#: in file order, so the tests that share the machine's state never run at the same time; the
-#: lanes overlap downloads and apt with compiles and job waits (design.md, "Tests and time").
+#: buildah, or a separate prefix and cache), and those that only read the installed stack (its
+#: interpreter under mpirun, its wheels) or the checkout (the docs site); none touches the local
+#: Slurm, the site twins, the login shells' module setup or the default stack. Every other test is
+#: in the first lane, in file order, so the tests that share the machine's state never run at the
+#: same time; the lanes overlap downloads and apt with compiles and job waits, and are about as
+#: long as each other (design.md, "Tests and time"; the durations of a run: .ci/artifacts).
 BUILD_LANE = ("test_fresh_machine.py", "test_image_localhost.py", "test_three_deliveries.py", "test_gpu_build.py",
-              "test_horovod_compilers.py")
+              "test_horovod_compilers.py", "test_train_benchmark.py", "test_docs_site.py",
+              "test_gpuarch_wheels.py")
 
 
 def _mark_lanes(config, items) -> None:
