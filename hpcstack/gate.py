@@ -28,6 +28,12 @@ trust rule accepts (a root-owned ``/scratch -> /lustre/scratch``) is given to th
 (which checks the named and the resolved chain); the gate then refuses any link that appears on
 the resolved path afterwards.
 
+The operations: :func:`open_dir` (:func:`directory`), :func:`read_file` (regular files, a size
+cap), :func:`write_atomic`, :func:`mkdir`; on an open directory's entries :func:`fchmod`,
+:func:`unlink`, :func:`rmtree`, :func:`rename`, :func:`walk_files`; and
+:func:`checked_exec_path`, the path of a checked executable, the one operation that follows a
+link, and only a link in a directory that passed the rule (a venv's ``bin/python``).
+
 Whom to trust: the ``pol`` argument, else the policy of the enclosing :func:`trusting` block
 (the install service sets the run's, with the site's stack group), else root and the running
 account only. Sources of the rule: OpenSSH's ``StrictModes``, sudo's checks of ``sudoers``;
@@ -504,6 +510,266 @@ def unlink(dir_fd: int, name: str) -> None:
     if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
         refuse(where, "a directory (not removed)")
     os.unlink(name, dir_fd=dir_fd)
+
+
+def rmtree(dir_fd: int, name: str) -> None:
+    """Remove the directory ``name`` of the directory ``dir_fd`` and everything below it, by
+    descriptor, never following a link: each directory opened with ``O_DIRECTORY|O_NOFOLLOW``
+    relative to its parent (``openat(2)``), its entries removed with ``unlinkat(2)`` relative to
+    it, then the directory itself (``unlinkat(2)`` with ``AT_REMOVEDIR``). A link in the tree is
+    removed itself, never what it points to; a directory swapped for a link while the tree is
+    walked is removed as a link. A directory on another file system than ``name`` (a mount
+    point, a btrfs subvolume) is not entered: refused before anything of it is removed. The same discipline as
+    ``rm -r`` (fts without ``FTS_LOGICAL``) and Python's descriptor-based ``shutil.rmtree``.
+
+    The tree may hold other accounts' files (a user's entry in a spool): removing needs only
+    write access to their directory, and nothing below ``dir_fd`` is reached by a name that a
+    link could redirect. Entries that vanish meanwhile are skipped.
+
+    Args:
+        dir_fd (int): a directory descriptor (:func:`open_dir`), not closed here.
+        name (str): one entry of it: a directory (not a link to one).
+
+    Raises:
+        GateError: ``name`` is a link, not a directory or not one entry; a directory in the tree
+            is on another file system (nothing of that directory is removed).
+        OSError: an entry cannot be opened or removed (``FileNotFoundError`` when ``name`` is
+            gone; ``EMFILE`` for a tree deeper than the process's descriptor limit), with the
+            entry's path as its ``filename``; what was removed before stays removed.
+
+    Sources: openat(2) (``O_DIRECTORY``, ``O_NOFOLLOW``), unlinkat(2) (``AT_REMOVEDIR``),
+    fts(3) (``FTS_PHYSICAL``, ``FTS_XDEV``).
+    """
+    where = _check_name(dir_fd, name)
+    first = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(first.st_mode):
+        refuse(where, "a symbolic link (not followed)" if stat.S_ISLNK(first.st_mode) else "not a directory")
+    top = _open(dir_fd, name, DIR_READ, where, where, "directory")
+    try:
+        st = os.fstat(top)
+        if (st.st_dev, st.st_ino) != (first.st_dev, first.st_ino):
+            refuse(where, "replaced while it was checked")
+        if st.st_dev != os.fstat(dir_fd).st_dev:
+            refuse(where, "a mount point (another file system; not entered)")
+        _empty_tree(top, st.st_dev, where)
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+
+
+def _empty_tree(top: int, dev: int, top_where: str) -> None:
+    """Remove everything below the directory ``top`` (a ``DIR_READ`` descriptor, not closed
+    here) on the file system ``dev``, depth first, one descriptor open per level."""
+    stack: list[tuple[int, str, list[str]]] = [(top, top_where, _dir_names(top, top_where))]
+    try:
+        while stack:
+            fd, where, names = stack[-1]
+            if not names:                       # emptied: remove it from its parent
+                stack.pop()
+                if stack:
+                    os.close(fd)
+                    pfd, pwhere = stack[-1][0], stack[-1][1]
+                    try:
+                        os.rmdir(os.path.basename(where), dir_fd=pfd)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        raise OSError(exc.errno, exc.strerror, where) from None
+                continue
+            name = names.pop()
+            child_where = _join(where, name)
+            try:
+                child = os.open(name, DIR_READ, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise OSError(exc.errno, exc.strerror, child_where) from None
+                _unlink_entry(fd, name, child_where)     # not a directory (or no longer one)
+                continue
+            try:
+                cst = os.fstat(child)
+                if cst.st_dev != dev:
+                    refuse(top_where, f"{child_where}: a mount point (another file system; not entered)")
+                stack.append((child, child_where, _dir_names(child, child_where)))
+            except BaseException:
+                os.close(child)
+                raise
+    finally:
+        for fd, _, _ in stack[1:]:
+            os.close(fd)
+
+
+def _dir_names(fd: int, where: str) -> list[str]:
+    try:
+        return os.listdir(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+
+
+def _unlink_entry(dir_fd: int, name: str, where: str) -> None:
+    """``unlinkat(dir_fd, name, 0)``: a file or a link removed itself; gone already is fine."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+
+
+def rename(dir_fd: int, old: str, new: str, *, new_dir_fd: int | None = None) -> None:
+    """Rename the entry ``old`` of the directory ``dir_fd`` to ``new`` in the same directory (or
+    in ``new_dir_fd``), by descriptor (``renameat(2)``): no name is looked up through a path, a
+    link at ``old`` is renamed itself, and a link at ``new`` is replaced, never followed.
+    As rename(2): atomic, an existing file at ``new`` is replaced, an empty directory at ``new``
+    is replaced by a directory ``old``, both must be on one file system.
+
+    Args:
+        dir_fd (int): a directory descriptor (:func:`open_dir`).
+        old (str): one entry of ``dir_fd``.
+        new (str): the new name: one entry (no ``/``, not ``.`` or ``..``).
+        new_dir_fd (int | None): the directory ``new`` goes to (default ``dir_fd``), e.g. a
+            cache entry made in a private directory moved into the cache.
+
+    Raises:
+        GateError: ``old`` or ``new`` is not the name of one entry.
+        OSError: rename(2)'s errors (``FileNotFoundError``: no ``old``; ``EXDEV``; ``ENOTEMPTY``,
+            ``EISDIR``: a directory at ``new``), with ``<directory>/<old>`` as its ``filename``.
+
+    Sources: renameat(2), rename(2).
+    """
+    where = _check_name(dir_fd, old)
+    to = dir_fd if new_dir_fd is None else new_dir_fd
+    _check_name(to, new)
+    try:
+        os.rename(old, new, src_dir_fd=dir_fd, dst_dir_fd=to)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, where) from None
+
+
+#: Links followed on the way to an executable, at most (Linux's ``MAXSYMLINKS``, path_resolution(7)).
+MAX_LINKS = 40
+
+
+def checked_exec_path(path: str | os.PathLike, pol=None) -> str:
+    """The path to run ``path`` by (``subprocess``, ``os.execv``) once it has passed the gate: a
+    regular file with an execute bit that only trusted accounts can change, in directories only
+    trusted accounts can change, all the way from ``/``.
+
+    The walk is by descriptor as for the other operations (``openat(2)`` with ``O_NOFOLLOW``
+    at each component), with one difference: a symbolic link is followed where the directory
+    holding it has passed the rule (a venv's ``bin/python -> /usr/bin/python3``, a root-owned
+    ``/bin -> usr/bin``), the walk going on from the link's target, which is checked in the
+    same way (at most :data:`MAX_LINKS` links). A link in a directory another account can
+    change is refused with that directory, as a sticky directory is refused above a link that
+    another account owns. So what the kernel resolves when it runs the returned path is, link
+    for link, what was checked, and no untrusted account can change any of it.
+
+    The path returned is ``path`` as named (normalised), after ``stat`` of it has given the
+    device and inode of the checked file's descriptor (``O_PATH|O_NOFOLLOW``): the name, not a
+    ``/proc/self/fd/N`` of that descriptor, because a child started by ``subprocess`` closes the
+    descriptor (``close_fds``), the kernel hands a ``#!`` script's interpreter the ``/proc``
+    path that a close-on-exec descriptor no longer names, and a venv's python finds its
+    ``pyvenv.cfg`` by the name it was run by. Only trusted accounts can rebind the name after
+    the check: every directory of it has passed the rule.
+
+    Args:
+        path (str | os.PathLike): an absolute path, no ``..``.
+        pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+
+    Returns:
+        str: the path to execute.
+
+    Raises:
+        GateError: a directory on the way (as named or through a link) that another account can
+            change, or a link there that another account owns; too many links; not a regular
+            file, no execute bit, or a file another account can change; the name no longer
+            naming the checked file.
+        OSError: a component is missing or cannot be opened (its path is the ``filename``).
+
+    Sources: openat(2) (``O_PATH``, ``O_NOFOLLOW``), readlinkat(2), path_resolution(7),
+    execve(2); the rule of :mod:`hpcstack.trust`.
+    """
+    pol = pol or current_policy()
+    target, parts = _parts(path)
+    if not parts:
+        refuse(target, "the root directory is not a file")
+    fd, fst = _resolve_file(parts, pol, target)
+    try:
+        if not stat.S_ISREG(fst.st_mode):
+            refuse(target, "not a regular file")
+        _judge(target, fst, pol, False, target)
+        if not fst.st_mode & 0o111:
+            refuse(target, "not executable (no execute bit)")
+        named = "/" + "/".join(parts)
+        try:
+            now = os.stat(named)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, named) from None
+        if (now.st_dev, now.st_ino) != (fst.st_dev, fst.st_ino):
+            refuse(target, "replaced while it was checked (the name no longer names the checked file)")
+        return named
+    finally:
+        os.close(fd)
+
+
+def _resolve_file(parts: list[str], pol, target: str) -> tuple[int, os.stat_result]:
+    """Walk ``parts`` from ``/`` for :func:`checked_exec_path`, following a link only in a
+    directory that passed the rule; ``(O_PATH descriptor of the last component, its fstat)``."""
+    root = os.open("/", DIR_PATH)
+    chain: list[tuple[int, os.stat_result, str]] = [(root, os.fstat(root), "/")]
+    todo, links = list(parts), 0
+    try:
+        while True:
+            fd, st, where = chain[-1]
+            name = todo.pop(0)
+            if name == "..":                    # only from a link's target
+                if len(chain) > 1:
+                    os.close(chain.pop()[0])
+                continue
+            child_where = _join(where, name)
+            try:
+                lst = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, child_where) from None
+            if stat.S_ISLNK(lst.st_mode):
+                _judge(where, st, pol, pol.trusted_uid(lst.st_uid), target)    # who could make it
+                links += 1
+                if links > MAX_LINKS:
+                    refuse(target, f"more than {MAX_LINKS} symbolic links on the way")
+                link = os.readlink(name, dir_fd=fd)
+                if link.startswith("/"):
+                    while len(chain) > 1:
+                        os.close(chain.pop()[0])
+                todo[:0] = [c for c in link.split("/") if c not in ("", ".")]
+                if not todo:                    # a link to "/"
+                    refuse(target, f"{child_where}: a link to the root directory, not a file")
+                continue
+            if not todo:
+                f = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    fst = os.fstat(f)
+                    if (fst.st_dev, fst.st_ino) != (lst.st_dev, lst.st_ino):
+                        refuse(target, f"{child_where}: replaced while it was checked")
+                    _judge(where, st, pol, pol.trusted_uid(fst.st_uid), target)
+                    return f, fst
+                except BaseException:
+                    os.close(f)
+                    raise
+            child = _open(fd, name, DIR_PATH, child_where, target, "directory")
+            cst = os.fstat(child)
+            try:
+                _judge(where, st, pol, pol.trusted_uid(cst.st_uid), target)
+            except BaseException:
+                os.close(child)
+                raise
+            chain.append((child, cst, child_where))
+    finally:
+        for fd, _, _ in chain:
+            os.close(fd)
 
 
 def walk_files(dir_fd: int, skip_dir: Callable[[str], bool] | None = None) -> Iterator[tuple[int, list[str]]]:

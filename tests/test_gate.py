@@ -158,6 +158,207 @@ def test_walk_files_enters_no_linked_directory(tmp_path):
     assert seen == ["link", "x.lock"]
 
 
+# ------------------------------------------------------------------------------ rmtree, rename
+
+def test_rmtree_removes_links_in_the_tree_never_what_they_point_to(tmp_path):
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "sub" / "keep").write_text("root's\n")
+    (victim / "file").write_text("root's\n")
+    tree = tmp_path / "cache" / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "f").write_text("x")
+    (tree / "a" / "dirlink").symlink_to(victim)             # a link to a directory, inside the tree
+    (tree / "a" / "b" / "filelink").symlink_to(victim / "file")
+    (tree / "dangling").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(tree / "fifo")
+    with gate.directory(tmp_path / "cache") as fd:
+        gate.rmtree(fd, "tree")
+        assert os.listdir(fd) == []
+    assert (victim / "sub" / "keep").read_text() == "root's\n" and (victim / "file").read_text() == "root's\n"
+    # positive control: a walk by name that follows links (os.walk(followlinks=True)) reaches the victim
+    (tmp_path / "t2").mkdir()
+    (tmp_path / "t2" / "dirlink").symlink_to(victim)
+    reached = [os.path.join(d, f) for d, _, files in os.walk(tmp_path / "t2", followlinks=True) for f in files]
+    assert str(tmp_path / "t2" / "dirlink" / "sub" / "keep") in reached
+
+
+def test_rmtree_refuses_a_link_or_a_file_at_the_name_and_leaves_its_target(tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("root's\n")
+    (tmp_path / "link").symlink_to(victim)
+    (tmp_path / "file").write_text("")
+    with gate.directory(tmp_path) as fd:
+        refused(lambda: gate.rmtree(fd, "link"), f"{tmp_path}/link: a symbolic link")
+        refused(lambda: gate.rmtree(fd, "file"), "not a directory")
+        refused(lambda: gate.rmtree(fd, "../x"), "not the name of one entry")
+        refused(lambda: gate.rmtree(fd, ".."), "not the name of one entry")
+        with pytest.raises(FileNotFoundError):
+            gate.rmtree(fd, "missing")
+    assert (victim / "keep").read_text() == "root's\n" and (tmp_path / "link").is_symlink()
+
+
+def test_rmtree_removes_a_deep_tree_without_recursion(tmp_path):
+    deep = tmp_path / "deep"
+    p = deep
+    for _ in range(300):                # deeper than a recursive walk of the same frames would like
+        p = p / "d"
+    p.mkdir(parents=True)
+    (p / "leaf").write_text("")
+    with gate.directory(tmp_path) as fd:
+        gate.rmtree(fd, "deep")
+    assert not deep.exists()
+
+
+_MOUNTED = textwrap.dedent("""\
+    import os, shutil, subprocess, sys
+    from hpcstack import gate
+    top, how = sys.argv[1], sys.argv[2]
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", os.path.join(top, "tree", "sub", "mnt")], check=True)
+    with open(os.path.join(top, "tree", "sub", "mnt", "keep"), "w") as f:
+        f.write("other file system")
+    try:
+        if how == "gate":
+            fd = os.open(top, gate.DIR_READ)     # not gate.directory: in a user namespace root is "nobody"
+            gate.rmtree(fd, "tree")
+        else:
+            shutil.rmtree(os.path.join(top, "tree"), ignore_errors=True)     # by name: enters the mount
+    except gate.GateError as exc:
+        print("refused:", exc)
+    print("kept" if os.path.exists(os.path.join(top, "tree", "sub", "mnt", "keep")) else "removed")
+    """)
+
+
+@pytest.mark.parametrize("how", ["gate", "by name"])
+def test_rmtree_enters_no_other_file_system(tmp_path, how):
+    """A file system mounted in the tree (a tmpfs, in a mount namespace of the test's own) is not
+    entered: refused in one line, its file kept; the positive control, ``shutil.rmtree`` by name,
+    removes the other file system's file."""
+    (tmp_path / "tree" / "sub" / "mnt").mkdir(parents=True)
+    unshare = ["unshare", "--mount"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    try:
+        proc = subprocess.run([*unshare, sys.executable, "-c", _MOUNTED, str(tmp_path), how], capture_output=True,
+                              text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1)")
+    if "mount" in proc.stderr and proc.returncode != 0:
+        pytest.skip(f"no mount namespace here: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr
+    if how == "gate":
+        assert f"refused: {tmp_path}/tree: {tmp_path}/tree/sub/mnt: a mount point" in proc.stdout, proc.stdout
+        assert proc.stdout.endswith("kept\n"), proc.stdout
+    else:
+        assert proc.stdout == "removed\n", proc.stdout
+
+
+def test_rename_within_a_directory_descriptor_replaces_a_link_without_following_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("root's\n")
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "new.tmp").write_text("new\n")
+    (d / "current").symlink_to(victim)
+    with gate.directory(d) as fd:
+        gate.rename(fd, "new.tmp", "current")
+        refused(lambda: gate.rename(fd, "current", "../elsewhere"), f"{d}/../elsewhere: not the name of one entry")
+        refused(lambda: gate.rename(fd, "..", "x"), "not the name of one entry")
+        refused(lambda: gate.rename(fd, "a/b", "x"), "not the name of one entry")
+        with pytest.raises(FileNotFoundError):
+            gate.rename(fd, "missing", "x")
+        (d / "sub").mkdir()
+        with gate.directory(d / "sub") as sub:
+            gate.rename(fd, "current", "moved", new_dir_fd=sub)
+    assert victim.read_text() == "root's\n" and not victim.is_symlink()
+    assert (d / "sub" / "moved").read_text() == "new\n" and not (d / "sub" / "moved").is_symlink()
+    assert sorted(p.name for p in d.iterdir()) == ["sub"]
+
+
+# ------------------------------------------------------------------------------ exec
+
+def _script(path: Path, text: str = "#!/bin/sh\necho ran\n", mode: int = 0o755) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def test_checked_exec_path_names_the_checked_file_and_runs_it(tmp_path):
+    tool = _script(tmp_path / "tool")
+    got = gate.checked_exec_path(tmp_path / "tool")
+    assert got == str(tool)
+    assert subprocess.run([got], capture_output=True, text=True, check=True).stdout == "ran\n"
+    assert gate.checked_exec_path(f"{tmp_path}/./tool") == str(tool)    # normalised
+    # a venv's bin/python: a link in a checked directory, followed, the target checked too; the name
+    # is kept (a venv's python finds pyvenv.cfg by it)
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to("../../tool")
+    assert gate.checked_exec_path(tmp_path / "venv" / "bin" / "python") == str(tmp_path / "venv" / "bin" / "python")
+    # a link on a directory of the way, in a checked directory: followed likewise
+    (tmp_path / "bin").symlink_to(tmp_path / "venv" / "bin")
+    assert gate.checked_exec_path(tmp_path / "bin" / "python") == str(tmp_path / "bin" / "python")
+    # the real interpreter running the tests passes (its chain is root's)
+    real = os.path.realpath(sys.executable)
+    assert gate.checked_exec_path(real) == real
+
+
+def test_checked_exec_path_refuses_what_another_account_could_change(tmp_path):
+    _script(tmp_path / "tool")
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    open_.chmod(0o777)
+    (open_ / "python").symlink_to(tmp_path / "tool")
+    # positive control: run by name, the link in the open directory decides what runs
+    assert subprocess.run([str(open_ / "python")], capture_output=True, text=True).stdout == "ran\n"
+    refused(lambda: gate.checked_exec_path(open_ / "python"), f"{open_}: writable by every user")
+    _script(open_ / "tool")
+    refused(lambda: gate.checked_exec_path(open_ / "tool"), f"{open_}: writable by every user")
+    # a link whose target lies in an open directory: refused there
+    (tmp_path / "via").symlink_to(open_ / "tool")
+    refused(lambda: gate.checked_exec_path(tmp_path / "via"), f"{open_}: writable by every user")
+    # the file itself writable by others, not executable, not a regular file
+    _script(tmp_path / "w", mode=0o777)
+    refused(lambda: gate.checked_exec_path(tmp_path / "w"), "writable by every user")
+    _script(tmp_path / "plain", mode=0o644)
+    refused(lambda: gate.checked_exec_path(tmp_path / "plain"), "not executable")
+    refused(lambda: gate.checked_exec_path(tmp_path), "not a regular file")
+    os.mkfifo(tmp_path / "fifo")
+    refused(lambda: gate.checked_exec_path(tmp_path / "fifo"), "not a regular file")
+    # links in a loop, '..' and relative paths
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    refused(lambda: gate.checked_exec_path(tmp_path / "loop1"), "symbolic links on the way")
+    refused(lambda: gate.checked_exec_path(f"{tmp_path}/open/../tool"), "'..'")
+    refused(lambda: gate.checked_exec_path("tool"), "not an absolute path")
+    with pytest.raises(FileNotFoundError):
+        gate.checked_exec_path(tmp_path / "missing")
+    # a trusted group's write access is accepted where the policy says so
+    group = tmp_path / "group"
+    group.mkdir()
+    group.chmod(0o770)
+    if os.geteuid() == 0:
+        os.chown(group, -1, 100)
+    _script(group / "tool")
+    refused(lambda: gate.checked_exec_path(group / "tool", trust.Policy(uid=os.geteuid())), "writable by group")
+    pol = trust.Policy(uid=os.geteuid(), stack_gids=frozenset({group.stat().st_gid}))
+    assert gate.checked_exec_path(group / "tool", pol) == str(group / "tool")
+
+
+def test_checked_exec_path_refuses_a_link_another_account_made_in_a_sticky_directory(tmp_path):
+    """In a sticky directory (``/tmp``'s rule) a child of a trusted account passes, another's
+    link does not: made here with the owner changed (as root) or skipped."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the link to another account")
+    _script(tmp_path / "tool")
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (sticky / "mine").symlink_to(tmp_path / "tool")
+    assert gate.checked_exec_path(sticky / "mine") == str(sticky / "mine")
+    (sticky / "theirs").symlink_to(tmp_path / "tool")
+    os.lchown(sticky / "theirs", 65534, 65534)
+    refused(lambda: gate.checked_exec_path(sticky / "theirs"), f"{sticky}: writable by every user")
+
+
 # ------------------------------------------------------------------------------ write, read, mkdir
 
 _PARTIAL = textwrap.dedent("""\
@@ -273,3 +474,37 @@ def test_usage_hook_install_changes_no_directory_it_did_not_make(attacker):
     with pytest.raises(HpcstackError, match="a symbolic link"):
         usage.install_hooks(cfg, "/opt/modulefiles", "s")
     assert mode_of(elsewhere) == 0o700
+
+
+@pytest.mark.integration
+def test_checked_exec_path_refuses_a_users_interpreter_and_a_link_to_it(attacker):
+    """A user's ``bin/python`` (their directory) and root's link to it: refused, nothing run; the
+    positive control runs it by name and the canary appears."""
+    theirs = attacker.mkdir(attacker.shared / "venv" / "bin")
+    python = attacker.write(theirs / "python", f"#!/bin/sh\n{attacker.shell_payload()}\n", 0o755)
+    subprocess.run([str(python)], check=True)
+    assert attacker.canary.exists()
+    attacker.canary.unlink()
+
+    refused(lambda: gate.checked_exec_path(python), f"{theirs}: owned by {attacker.name}")
+    (attacker.shared / "python").symlink_to(python)         # root's link in root's directory
+    refused(lambda: gate.checked_exec_path(attacker.shared / "python"), f"{theirs}: owned by {attacker.name}")
+    assert not attacker.canary.exists()
+
+
+@pytest.mark.integration
+def test_rmtree_of_a_tree_holding_a_users_directory_removes_nothing_outside_it(attacker):
+    """Root removes a spool whose entry a user owns and filled with links to root's files and to
+    a directory of root's: the links go, their targets stay."""
+    spool = attacker.shared / "spool"
+    spool.mkdir()
+    keep = attacker.shared / "keep"
+    keep.mkdir()
+    (keep / "f").write_text("root's\n")
+    entry = attacker.mkdir(spool / "entry")
+    attacker.sh(f"ln -s {keep} {entry}/dir && ln -s {keep}/f {entry}/file && mkdir {entry}/sub && "
+                f"ln -s / {entry}/sub/root")
+    with gate.directory(attacker.shared) as fd:
+        gate.rmtree(fd, "spool")
+    assert sorted(p.name for p in attacker.shared.iterdir()) == ["keep"]
+    assert (keep / "f").read_text() == "root's\n"
