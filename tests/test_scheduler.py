@@ -21,7 +21,7 @@ from hpcstack.errors import HpcstackError
 from hpcstack.validate.launchers import Allocation
 from hpcstack.validate.scheduler import (SCHEDULERS, Backoff, BatchJob, JobScheduler, JobStep, LocalScheduler,
                                          Slurm, get_scheduler, parse_key_values, register_scheduler,
-                                         render_job_script, tail)
+                                         render_job_script)
 
 from conftest import two_node_cluster, user_writable_dir
 
@@ -213,13 +213,6 @@ def test_jobcomp_file_gives_the_last_entry_of_a_job(tmp_path):
     info = Slurm().jobcomp_info("7", str(comp))
     assert (info.state, info.exit_code, info.nodelist, info.source) == ("NODE_FAIL", "0:0", "n[1-2]", "jobcomp")
     assert Slurm().jobcomp_info("8", str(comp)) is None
-
-
-def test_tail_of_missing_file_says_so(tmp_path):
-    assert tail(None) == ["(no output file)"]
-    assert tail(str(tmp_path / "nope"))[0].startswith("(cannot read")
-    (tmp_path / "o").write_text("\n".join(str(i) for i in range(100)))
-    assert tail(str(tmp_path / "o"), 3) == ["97", "98", "99"]
 
 
 class FakeRun:

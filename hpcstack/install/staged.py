@@ -321,14 +321,9 @@ def _not_ours(st: os.stat_result, kind: str) -> str | None:
     return None
 
 
-def disk_usage(path: str) -> int:
-    """Bytes ``path`` takes (``st_blocks`` x 512 over its tree, each inode once, no link followed,
-    no other file system entered: ``du -sx``)."""
-    return _walk(path)[0]
-
-
 def _walk(path: str) -> tuple[int, set[tuple[int, int]]]:
-    """:func:`disk_usage` of ``path``, and the ``(st_dev, st_ino)`` of everything in it."""
+    """Bytes ``path`` takes (``st_blocks`` x 512 over its tree, each inode once, no link followed,
+    no other file system entered: ``du -sx``), and the ``(st_dev, st_ino)`` of everything in it."""
     seen, total, todo, top_dev = set(), 0, [path], None
     while todo:
         p = todo.pop()

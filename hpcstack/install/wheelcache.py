@@ -9,7 +9,7 @@ can write (entries are stored 0755 and 0644), and that its wheels are exactly th
 :data:`SUMS` with those hashes; otherwise the entry is removed and the wheel built again (saying
 why). So a wheel replaced in the cache (by a user who could write it, or by a disk error) never
 reaches a stack unnoticed. The dry-run's script does the same with ``hpcstack action
-reuse-wheel`` (:func:`cli_reuse`).
+reuse-wheel`` (:class:`ReuseWheelVerb`).
 """
 
 from __future__ import annotations
@@ -133,12 +133,6 @@ def reuse(name: str, entry: str, dist: str, log: IO[str]) -> bool:
     log.write(f"{name}: reusing the wheel built before ({', '.join(os.path.basename(w) for w in wheels)}, "
               f"sha256 checked against {SUMS}): {entry}\n")
     return True
-
-
-def cli_reuse(argv: list[str], out: IO[str]) -> int:
-    """``hpcstack action reuse-wheel NAME ENTRY DIST``: :func:`reuse`, exit 0 on a hit, 1 otherwise."""
-    name, entry, dist = argv
-    return 0 if reuse(name, entry, dist, out) else 1
 
 
 @ACTION_VERBS.register("reuse-wheel")

@@ -621,18 +621,6 @@ def record_json(title: str, packages, findings, source: str, when: str) -> str:
     return JsonV1Dot6(bom).output_as_string(indent=1) + "\n"
 
 
-def read_record(state_dir) -> dict | None:
-    """The last audit recorded in a stack's ``.hpcstack/``: ``when``, ``findings`` (count),
-    ``packages`` (count), ``source``; None when never audited (or unreadable)."""
-    try:
-        doc = json.loads((Path(state_dir) / AUDIT_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    props = {p.get("name"): p.get("value") for p in doc.get("metadata", {}).get("properties", ())}
-    return {"when": doc.get("metadata", {}).get("timestamp"), "findings": len(doc.get("vulnerabilities", ())),
-            "packages": props.get("hpcstack:audit-packages"), "source": props.get("hpcstack:audit-source")}
-
-
 # --------------------------------------------------------------------------- the command
 
 @dataclass

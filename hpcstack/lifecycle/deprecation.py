@@ -281,10 +281,3 @@ def write_retired(site, module: str) -> str | None:
     marker = RETIRED_MARKER if syntax == "tcl" else RETIRED_MARKER.lstrip("# ")
     write_atomic(path, render(f"modulefiles/retired.{syntax}.j2", marker=marker, line=dep.retired()), 0o644)
     return path
-
-
-def retired_line(module_root: str, module: str) -> str | None:
-    """The retired line of ``module`` from a module root's record (None when not deprecated):
-    what ``hpcstack-doctor`` and a kernel say when the stack is gone."""
-    dep = read_all(module_root).get(module)
-    return dep.retired() if dep else None

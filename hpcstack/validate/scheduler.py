@@ -321,20 +321,6 @@ def info_from_fields(job_id: str, fields: dict[str, str], source: str) -> JobInf
                    stdout=fields.get("StdOut"), source=source)
 
 
-def tail(path: str | None, lines: int = 20) -> list[str]:
-    """Return the last ``lines`` lines of a file (``["(no output file …)"]`` when missing)."""
-    if not path:
-        return ["(no output file)"]
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode(errors="replace")
-    except OSError as exc:
-        return [f"(cannot read {path}: {exc.strerror})"]
-    return text.splitlines()[-lines:]
-
-
 @dataclass
 class Backoff:
     """Poll intervals that grow: ``start``, then times ``factor`` a poll, at most ``maximum``.
