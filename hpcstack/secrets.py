@@ -31,6 +31,14 @@ Two rules keep it there (the site-config reference, docs/admin/site-config.md, s
    when the site config is loaded (:func:`key_problems`), with the reason; a secret expanded
    inside another ``build.env`` variable makes that variable secret too: it stays out of the key
    (:func:`secret_names`), as a secret does.
+
+A ``from_file`` secret is read as root, into the build environment of everything the install
+runs: whoever can change or swap that file chooses, say, the package index root installs from.
+So the file, and every directory above it (as named and with its links resolved), must pass the
+trust rule of :mod:`hpcstack.trust` before it is read, and it is read through
+:func:`hpcstack.gate.read_file` (no link followed on the resolved path, a regular file only, at
+most :data:`MAX_SECRET_FILE` bytes); a file another account can change is refused in one line
+naming it and whose it is (:func:`file_problems`), exit status 2 (docs/admin/security.md).
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import re
 import select
 import threading
 
+from hpcstack import gate, trust
 from hpcstack.errors import ConfigError, HpcstackError
 
 #: Prefix of the variable a ``from_file`` secret is read into while an install runs.
@@ -54,6 +63,10 @@ MARKER = "[secret]"
 #: :mod:`hpcstack.install.components.source` builds its key from this pattern.
 BUILD_KEY_VARIABLES = (r"HOROVOD_[A-Z0-9_]*|CC|CXX|FC|MPICC|MPICXX|MPIFC|CFLAGS|CXXFLAGS|CPPFLAGS|FFLAGS|LDFLAGS"
                        r"|CUDA_HOME|CUDA_PATH|NCCL_HOME|MPI_HOME|NVCC_(APPEND|PREPEND)_FLAGS")
+
+#: The largest secret file read (only its first line is used): a larger one is refused, not read
+#: in part (a device or a file that never ends is not a secret).
+MAX_SECRET_FILE = 64 * 1024
 
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 
@@ -94,22 +107,106 @@ def secret_files(secrets: dict[str, dict]) -> dict[str, str]:
     return {variable_of(n, s): s["from_file"] for n, s in secrets.items() if "from_file" in s}
 
 
-def read(secrets: dict[str, dict], environ: dict[str, str], where: str = "site config") -> dict[str, str]:
+def _policy(pol) -> "trust.Policy":
+    return pol if pol is not None else gate.current_policy()
+
+
+def file_problem(path: str, pol: "trust.Policy | None" = None) -> str | None:
+    """Why a secret's file must not be read: an account the trust rule does not trust can change
+    or swap it, or a directory above it (:func:`hpcstack.trust.path_problem`, both the named and
+    the resolved chain); None when it may be read (or ``--trust-writable``).
+
+    Args:
+        path (str): the ``from_file`` path (a relative one counts from the working directory).
+        pol (hpcstack.trust.Policy | None): whom to trust (default
+            :func:`hpcstack.gate.current_policy`: root and the running account).
+
+    Returns:
+        str | None: e.g. ``"/home/alice/token: owned by alice"``.
+    """
+    pol = _policy(pol)
+    if pol.trust_writable:
+        return None
+    return trust.path_problem(os.path.abspath(path), pol)
+
+
+def file_problems(secrets: dict[str, dict], pol: "trust.Policy | None" = None,
+                  where: str = "site config") -> list[str]:
+    """One line per ``from_file`` secret whose file an untrusted account can change
+    (:func:`file_problem`), naming the key, the file, whose it is and the fix; never a value.
+
+    Args:
+        secrets (dict[str, dict]): from :func:`split_env`.
+        pol (hpcstack.trust.Policy | None): whom to trust (default
+            :func:`hpcstack.gate.current_policy`).
+        where (str): the site config, for messages.
+
+    Returns:
+        list[str]: e.g. ``"s.yaml: build.env.TOKEN: the secret's file /home/alice/token: owned by
+        alice; ..."``; empty when every file may be read.
+    """
+    pol = _policy(pol)
+    lines = []
+    for name, spec in secrets.items():
+        if "from_file" not in spec:
+            continue
+        path = spec["from_file"]
+        problem = file_problem(path, pol)
+        if problem:
+            at, _, what = problem.partition(": ")
+            subject = what if os.path.abspath(at) == os.path.abspath(path) else problem
+            lines.append(f"{where}: build.env.{name}: the secret's file {path}: {subject}; hpcstack reads a "
+                         f"secret only from a file that {pol.who()} alone can change (it goes into the "
+                         f"environment of everything the install runs): chown root and chmod go-w it and "
+                         f"the directories above it, or pass {trust.OVERRIDE}")
+    return lines
+
+
+def _read_first_line(path: str, pol: "trust.Policy") -> str:
+    """The first line of the secret file ``path`` (without its end of line), read through
+    :func:`hpcstack.gate.read_file` on its resolved path (the named and resolved chains passed
+    :func:`file_problem` before).
+
+    Raises:
+        GateError: a link, not a regular file, an untrusted owner or writer on the resolved
+            path (one that appeared since the check), or larger than :data:`MAX_SECRET_FILE`.
+        OSError: missing or unreadable.
+        UnicodeDecodeError: not UTF-8.
+    """
+    data = gate.read_file(os.path.realpath(os.path.abspath(path)), MAX_SECRET_FILE, pol)
+    return data.decode("utf-8").split("\n", 1)[0].rstrip("\r")
+
+
+def read(secrets: dict[str, dict], environ: dict[str, str], where: str = "site config",
+         pol: "trust.Policy | None" = None) -> dict[str, str]:
     """Read the secrets for a run: the ``from_file`` ones from their files (first line, without
     its end of line), and check that every ``from_env`` variable is set.
+
+    Each file is checked by the trust rule before it is read (:func:`file_problems`), then read
+    through the gate (:func:`_read_first_line`): a file that an account the rule does not trust
+    can change or swap is refused, not read.
 
     Args:
         secrets (dict[str, dict]): from :func:`split_env`.
         environ (dict[str, str]): the build environment the run gets.
         where (str): the site config, for messages.
+        pol (hpcstack.trust.Policy | None): whom to trust (the run's policy,
+            :attr:`hpcstack.install.service.InstallService.trust`); default
+            :func:`hpcstack.gate.current_policy` (root and the running account).
 
     Returns:
         dict[str, str]: ``{HPCSTACK_SECRET_<NAME>: value}`` to add to the build environment.
 
     Raises:
+        ConfigError: a secret's file (or a directory above it) that an untrusted account can
+            change: one line per file, naming it and whose it is (exit status 2, nothing read).
         HpcstackError: a variable not set or empty, a file that cannot be read or is empty (one
             line naming the key and where it is read from, never a value).
     """
+    pol = _policy(pol)
+    refused = file_problems(secrets, pol, where)
+    if refused:
+        raise ConfigError(refused)
     out, problems = {}, []
     for name, spec in secrets.items():
         if "from_env" in spec:
@@ -119,8 +216,10 @@ def read(secrets: dict[str, dict], environ: dict[str, str], where: str = "site c
             continue
         path = spec["from_file"]
         try:
-            with open(path, encoding="utf-8") as f:
-                value = f.readline().rstrip("\r\n")
+            value = _read_first_line(path, pol)
+        except gate.GateError as exc:
+            problems.append(f"{where}: build.env.{name}: the secret's file {path}: refused: {exc.problem}")
+            continue
         except (OSError, UnicodeDecodeError) as exc:
             problems.append(f"{where}: build.env.{name}: cannot read the secret's file {path}: "
                             f"{getattr(exc, 'strerror', None) or type(exc).__name__}")
@@ -224,22 +323,35 @@ def check_key(env: dict[str, str], secrets: dict[str, dict], where: str) -> None
 
 # ---------------------------------------------------------------------------------- redaction
 
-def known_values(secrets: dict[str, dict], environ: dict[str, str] | None = None) -> list[str]:
+def known_values(secrets: dict[str, dict], environ: dict[str, str] | None = None,
+                 pol: "trust.Policy | None" = None) -> list[str]:
     """The secrets' values this process can know without failing: ``from_env`` ones set in
-    ``environ`` (default: this process's), ``from_file`` ones whose file it can read; for
-    redacting what a command prints when no install has read them (``--dry-run``)."""
+    ``environ`` (default: this process's), ``from_file`` ones whose file passes the trust rule
+    (:func:`file_problem`) and can be read through the gate; for redacting what a command prints
+    when no install has read them (``--dry-run``). A file that fails the rule is not read (its
+    value is then not known here: the install refuses it, :func:`read`).
+
+    Args:
+        secrets (dict[str, dict]): from :func:`split_env`.
+        environ (dict[str, str] | None): the environment (default ``os.environ``).
+        pol (hpcstack.trust.Policy | None): whom to trust (default
+            :func:`hpcstack.gate.current_policy`).
+
+    Returns:
+        list[str]: the values found (never raises).
+    """
     environ = os.environ if environ is None else environ
+    pol = _policy(pol)
     found = []
     for name, spec in secrets.items():
         if "from_env" in spec:
             value = environ.get(spec["from_env"], "")
         else:
             value = environ.get(variable_of(name, spec), "")
-            if not value:
+            if not value and not file_problem(spec["from_file"], pol):
                 try:
-                    with open(spec["from_file"], encoding="utf-8") as f:
-                        value = f.readline().rstrip("\r\n")
-                except (OSError, UnicodeDecodeError):
+                    value = _read_first_line(spec["from_file"], pol)
+                except (OSError, UnicodeDecodeError, HpcstackError):
                     value = ""
         if value:
             found.append(value)

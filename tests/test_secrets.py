@@ -4,6 +4,7 @@ and the dry-run (bash and JSON) names where they are read from, never the value.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -183,3 +184,54 @@ def test_the_redactor_replaces_values_in_a_log_that_commands_write_and_in_errors
     conf = redactor.error(ConfigError([f"a {FILE_VALUE}", "b"]))
     assert conf.lines() == [f"a {secrets.MARKER}", "b"] and conf.exit_status == 2
     assert secrets.Redactor([]).text(ENV_VALUE) == ENV_VALUE
+
+
+# ------------------------------------------------------------- whose file a secret is read from
+
+def _file_spec(path: Path) -> dict:
+    return {"FILE_TOKEN": {"secret": True, "from_file": str(path)}}
+
+
+@pytest.mark.parametrize("where", ["the file", "a directory above it"])
+def test_a_secret_file_another_account_can_change_is_refused_before_it_is_read(tmp_path, where):
+    """The install reads a ``from_file`` secret as root into the environment of all it runs: a
+    file that every user can write, or one in a directory every user can write (a swap), is
+    refused in one line naming it and who can change it, without its value; with
+    --trust-writable (the control) the same file is read."""
+    from hpcstack import trust
+
+    holder = tmp_path / "open"
+    holder.mkdir()
+    token = holder / "token"
+    token.write_text(FILE_VALUE + "\n")
+    if where == "the file":
+        token.chmod(0o666)
+        said = "writable by every user"
+    else:
+        holder.chmod(0o777)                     # no sticky bit: anyone can rename the file away
+        said = f"{holder}: writable by every user"
+    with pytest.raises(ConfigError) as exc:
+        secrets.read(_file_spec(token), {}, "s.yaml")
+    assert len(exc.value.lines()) == 1
+    line = exc.value.lines()[0]
+    assert line.startswith(f"s.yaml: build.env.FILE_TOKEN: the secret's file {token}: {said}; ")
+    assert FILE_VALUE not in line
+    assert secrets.known_values(_file_spec(token), {}) == []          # not read for redaction either
+    loose = trust.Policy(uid=os.geteuid(), trust_writable=True)
+    assert secrets.read(_file_spec(token), {}, "s.yaml", loose) == {"HPCSTACK_SECRET_FILE_TOKEN": FILE_VALUE}
+
+
+def test_a_secret_file_is_read_through_a_trusted_link_and_never_from_a_fifo(tmp_path):
+    """A link in a trusted directory to a trusted file is read (the resolved path, through the
+    gate); a FIFO is refused at once (not waited on), as is a file too large to be a secret."""
+    token = tmp_path / "token"
+    token.write_text(FILE_VALUE + "\nsecond line\n")
+    (tmp_path / "link").symlink_to(token)
+    assert secrets.read(_file_spec(tmp_path / "link"), {}, "s.yaml") == {"HPCSTACK_SECRET_FILE_TOKEN": FILE_VALUE}
+    assert secrets.known_values(_file_spec(tmp_path / "link"), {}) == [FILE_VALUE]
+    os.mkfifo(tmp_path / "fifo", 0o600)
+    with pytest.raises(HpcstackError, match="the secret's file .*fifo: refused: not a regular file"):
+        secrets.read(_file_spec(tmp_path / "fifo"), {}, "s.yaml")
+    (tmp_path / "big").write_text("x" * (secrets.MAX_SECRET_FILE + 1))
+    with pytest.raises(HpcstackError, match="refused: larger than"):
+        secrets.read(_file_spec(tmp_path / "big"), {}, "s.yaml")

@@ -232,8 +232,9 @@ class InstallService:
             InstallOutcome: what was done.
 
         Raises:
-            ConfigError: a missing command or compiler, an unknown permissions group (exit 2,
-                nothing written).
+            ConfigError: a missing command or compiler, an unknown permissions group, a
+                ``from_file`` secret's file that an untrusted account can change
+                (:func:`hpcstack.secrets.read`) (exit 2, nothing written).
             HpcstackError: a step failed (its log is named), the lock is held (``wait=False``),
                 provenance cannot be recorded. No line holds a secret's value
                 (:class:`hpcstack.secrets.Redactor`: the step logs too).
@@ -241,7 +242,8 @@ class InstallService:
         env = self.build_environment()
         # the site's secret values, into the build environment only (hpcstack.secrets)
         specs = getattr(self.site, "secrets", {}) or {}
-        env.update(secrets.read(specs, env, str(self.site.path)))
+        # each from_file secret's file is refused unless only trusted accounts can change it
+        env.update(secrets.read(specs, env, str(self.site.path), self.trust))
         redactor = secrets.Redactor(secrets.values(specs, env))
         try:
             return self._install(env, redactor, stop_after, force, wait, announce)
