@@ -23,6 +23,8 @@ import pytest
 import yaml
 
 from conftest import REPO, hpcstack
+from hpcstack.errors import ConfigError
+from hpcstack.modules import kernel
 from moduletools import ENVIRONMENT_MODULES, LMOD, find_installed_stack, require, tool_params
 
 pytestmark = pytest.mark.unit
@@ -239,3 +241,56 @@ def test_lmod_gets_no_bash_env_unset_and_modules_does(tmp_path):
         lines[tool.short] = (jp / "share" / "jupyter" / "kernels" / "pytorch-2.3.1-gpu" / "launch").read_text()
     assert "unset BASH_ENV" in lines["modules"] and "unset BASH_ENV" not in lines["lmod"]
     assert "source /usr/share/lmod/lmod/init/bash" in lines["lmod"]
+
+
+# ------------------------------------------------- the site a loaded stack recorded (kernel without --site)
+
+def _loaded_stack(tmp_path, site="localhost"):
+    """``<tmp>/sw/tiny/1.0 -> .1.0-abc`` with the records an install leaves in the build."""
+    top = tmp_path / "sw" / "tiny"
+    state = top / ".1.0-abc" / ".hpcstack"
+    state.mkdir(parents=True)
+    (state / "provenance.json").write_text(json.dumps({"site": {"name": site, "file": "/srv/s.yaml"}}))
+    (state / "site.json").write_text(json.dumps({"install_root": str(tmp_path / "sw"),
+                                                 "module_root": str(tmp_path / "mf")}))
+    (top / "1.0").symlink_to(".1.0-abc")
+    return top / "1.0", state
+
+
+def test_the_site_a_loaded_stack_recorded_is_read_through_its_prefix_link(tmp_path):
+    from hpcstack import trust
+
+    prefix, _ = _loaded_stack(tmp_path)
+    pol = trust.Policy(uid=os.geteuid())
+    assert kernel.recorded_site("HPCSTACK_TINY_ROOT", str(prefix), "1.0", ["localhost"], pol) == (
+        "localhost", {"install_root": str(tmp_path / "sw"), "module_root": str(tmp_path / "mf")})
+    assert kernel.recorded_site("HPCSTACK_TINY_ROOT", str(prefix), "1.0", [], pol)[0] == "/srv/s.yaml"
+    # not this stack's prefix, relative, missing or not hpcstack's records: inferred otherwise
+    assert kernel.recorded_site("V", str(prefix), "2.0", ["localhost"], pol) is None
+    assert kernel.recorded_site("V", "sw/tiny/1.0", "1.0", ["localhost"], pol) is None
+    assert kernel.recorded_site("V", str(tmp_path / "none" / "1.0"), "1.0", ["localhost"], pol) is None
+    (prefix / ".hpcstack" / "site.json").write_text("[1, 2]")
+    assert kernel.recorded_site("V", str(prefix), "1.0", ["localhost"], pol) is None
+
+
+@pytest.mark.parametrize("where", ["record", "directory"])
+def test_a_recorded_site_another_account_can_change_is_refused(tmp_path, where):
+    """The environment names the records (``HPCSTACK_<NAME>_ROOT``) and they choose the module
+    root the kernel loads from: one that every user can write, or below a directory every user
+    can write, is refused in one line naming the variable, the path and who can change it;
+    --trust-writable (the control) reads it."""
+    from hpcstack import trust
+
+    prefix, state = _loaded_stack(tmp_path)
+    if where == "record":
+        (state / "site.json").chmod(0o666)
+        said = f"{prefix / '.hpcstack' / 'site.json'}: writable by every user"
+    else:
+        (tmp_path / "sw").chmod(0o777)
+        said = f"{tmp_path / 'sw'}: writable by every user"
+    with pytest.raises(ConfigError) as exc:
+        kernel.recorded_site("HPCSTACK_TINY_ROOT", str(prefix), "1.0", ["localhost"], trust.Policy(uid=os.geteuid()))
+    [line] = exc.value.lines()
+    assert line.startswith(f"HPCSTACK_TINY_ROOT={prefix}: ") and said in line and "--site" in line
+    loose = trust.Policy(uid=os.geteuid(), trust_writable=True)
+    assert kernel.recorded_site("HPCSTACK_TINY_ROOT", str(prefix), "1.0", ["localhost"], loose)[0] == "localhost"

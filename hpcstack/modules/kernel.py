@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcstack import __version__
+from hpcstack import __version__, gate, trust
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.modules import writer
 from hpcstack.modules.modsys import get_tool
@@ -57,6 +57,76 @@ def kernels_dir(user: bool = False, prefix: str | None = None) -> Path:
     if user:
         return Path(jupyter_data_dir()) / "kernels"
     return Path(SYSTEM_JUPYTER_PATH[0]) / "kernels"
+
+
+#: The largest record of a loaded stack read to tell its site (:func:`recorded_site`).
+MAX_RECORD = 1 << 20
+
+
+def recorded_site(variable: str, root: str, version: str, known_sites: list[str],
+                  pol: "trust.Policy") -> tuple[str, dict] | None:
+    """The site a loaded stack's install recorded, for ``hpcstack kernel`` without ``--site``:
+    ``<root>/.hpcstack/provenance.json`` names the site, ``<root>/.hpcstack/site.json`` the
+    install and module roots it used, where ``root`` is the stack's prefix as the environment
+    names it (``HPCSTACK_<NAME>_ROOT``, set by its module).
+
+    The environment is the caller's: whoever set it chooses these files, and what they say
+    decides the module root that the kernel's launcher loads modules from, in everyone who starts
+    it. So each file, and every directory above it as named and with its links resolved (the
+    prefix is a link to the build), must pass the trust rule of ``pol``
+    (:func:`hpcstack.trust.path_problem`) before it is read, and it is read through the gate
+    (:func:`hpcstack.gate.read_file` on the resolved path: no link followed, a regular file of at
+    most :data:`MAX_RECORD` bytes). Run by a user on their own stack (or root's), the rule
+    trusts the user: the records are read.
+
+    Args:
+        variable (str): the variable's name, for messages (``HPCSTACK_PYTORCH_ROOT``).
+        root (str): its value.
+        version (str): the stack's version (the prefix's last component must be it).
+        known_sites (list[str]): the sites of the search path; a recorded name among them is
+            returned as the name, any other as the recorded file.
+        pol (hpcstack.trust.Policy): the command's policy.
+
+    Returns:
+        tuple[str, dict] | None: the site (name or file) and ``load_site`` keyword overrides
+        (``install_root``, ``module_root``); None when ``root`` is not an absolute prefix of that
+        version or its records are missing or not what hpcstack writes (the caller infers the site
+        otherwise).
+
+    Raises:
+        ConfigError: a record, or a directory above it, that an account ``pol`` does not trust
+            can change, or a link that appeared on its resolved path (one line naming the
+            variable, the path and whose it is; exit status 2).
+    """
+    if not root or not os.path.isabs(root) or os.path.basename(os.path.normpath(root)) != version:
+        return None
+    state = os.path.join(os.path.normpath(root), ".hpcstack")
+    docs = []
+    for name in ("provenance.json", "site.json"):
+        path = os.path.join(state, name)
+        if not os.path.lexists(path):
+            return None
+        problem = None if pol.trust_writable else trust.path_problem(path, pol)
+        try:
+            if problem:
+                raise gate.GateError(path, problem)
+            docs.append(json.loads(gate.read_file(os.path.realpath(path), MAX_RECORD, pol)))
+        except gate.GateError as exc:
+            raise ConfigError([f"{variable}={root}: {exc}; hpcstack reads the site that a loaded stack recorded "
+                               f"only where {pol.who()} alone can change it (a kernel loads modules from the "
+                               f"module root it names): give --site, or pass {trust.OVERRIDE}"]) from None
+        except (OSError, ValueError, RecursionError):
+            return None
+    recorded, used = docs
+    try:
+        site = recorded["site"]
+        name = site["name"] if site["name"] in known_sites else site["file"]
+        roots = {key: used.get(key) for key in ("install_root", "module_root")}
+    except (KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(name, str) or not all(v is None or isinstance(v, str) for v in roots.values()):
+        return None
+    return name, roots
 
 
 def default_kernel_name(recipe_name: str, version: str) -> str:
