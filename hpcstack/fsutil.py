@@ -155,6 +155,26 @@ def _open_dir_no_follow(path: str | os.PathLike, under: str | os.PathLike | None
     return fd
 
 
+def open_dir_no_follow(path: str | os.PathLike, under: str | os.PathLike) -> int:
+    """Open the existing directory ``path`` with no symbolic link followed from ``under`` down
+    (``under`` itself included), each component opened ``O_DIRECTORY|O_NOFOLLOW`` relative to the
+    one above it; for listing and ``*at()`` calls in a directory that another user may own.
+
+    Args:
+        path (str | os.PathLike): the directory.
+        under (str | os.PathLike): an ancestor (or ``path`` itself).
+
+    Returns:
+        int: a descriptor (``O_RDONLY|O_DIRECTORY``, close-on-exec); the caller closes it.
+
+    Raises:
+        OSError: a component is a symbolic link (``ELOOP``), not a directory (``ENOTDIR``) or
+            missing.
+        ValueError: ``path`` is not under ``under``.
+    """
+    return _open_dir_no_follow(path, under, create=False)
+
+
 def makedirs_no_follow(path: str | os.PathLike, under: str | os.PathLike) -> None:
     """Make directory ``path`` and those between ``under`` and it, following no symbolic link.
 

@@ -79,3 +79,71 @@ def test_write_report_follows_no_link_planted_for_any_of_its_files(tmp_path):
     for name in victims:
         assert not (out / name).is_symlink() and (out / name).stat().st_size > 0
     assert json.loads((out / "report.json").read_text())["recipe"] == rep["recipe"]
+
+
+# --------------------------------------- the stale records of a job directory given again (submit_as)
+
+def _job_dir(tmp_path) -> tuple[Path, Path]:
+    out = tmp_path / "out"
+    (out / "n1").mkdir(parents=True)
+    return out, out / "n1"
+
+
+def test_stale_records_are_removed_by_descriptor_links_themselves(tmp_path):
+    """What a previous run left (``*.jsonl``, ``*.exit``) goes; a link of that name is removed
+    itself (its target stays), a directory of that name and other files stay."""
+    from hpcstack.validate.runner import remove_stale
+
+    out, job = _job_dir(tmp_path)
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text("precious\n")
+    for name in ("ddp.jsonl", "ddp.exit", "job.sh", "keep.txt"):
+        (job / name).write_text("old\n")
+    (job / "link.jsonl").symlink_to(victim)
+    (job / "dir.exit").mkdir()
+    assert remove_stale(job, out) == ["ddp.exit", "ddp.jsonl", "link.jsonl"]
+    assert sorted(p.name for p in job.iterdir()) == ["dir.exit", "job.sh", "keep.txt"]
+    assert victim.read_text() == "precious\n"
+
+
+def test_stale_records_behind_a_linked_job_directory_are_left(tmp_path):
+    """The job's directory swapped for a link to another directory: nothing there is removed
+    (the old ``glob`` then ``unlink`` by name removed what the link pointed at, the control)."""
+    from hpcstack.validate.runner import remove_stale
+
+    out, job = _job_dir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "roots.jsonl").write_text("precious\n")
+    job.rmdir()
+    job.symlink_to(elsewhere)
+    with pytest.raises(OSError) as exc:
+        remove_stale(job, out)
+    assert exc.value.errno in (errno.ELOOP, errno.ENOTDIR)
+    assert (elsewhere / "roots.jsonl").read_text() == "precious\n"
+    for stale in job.glob("*.jsonl"):           # the control: by name, through the link
+        stale.unlink()
+    assert not (elsewhere / "roots.jsonl").exists()
+
+
+def test_chown_tree_changes_by_descriptor_and_skips_links_and_hard_links(tmp_path):
+    """The tree is given away through descriptors: a link is left as it is (not its target),
+    a file with a second hard link is left as it is, directories and plain files are changed."""
+    import pwd
+
+    from hpcstack.validate.outdir import chown_tree
+
+    out, job = _job_dir(tmp_path)
+    (job / "job.sh").write_text("#!/bin/sh\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("precious\n")
+    (job / "linked").symlink_to(elsewhere)
+    os.link(elsewhere, job / "hard")
+    seen = []
+    real_fchown = os.fchown
+    try:
+        os.fchown = lambda fd, uid, gid: (seen.append(os.readlink(f"/proc/self/fd/{fd}")), real_fchown(fd, uid, gid))
+        chown_tree(out, pwd.getpwuid(os.geteuid()).pw_name)
+    finally:
+        os.fchown = real_fchown
+    assert sorted(seen) == sorted([str(out), str(job), str(job / "job.sh")])

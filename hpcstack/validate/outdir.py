@@ -12,15 +12,64 @@ import stat
 import tempfile
 from pathlib import Path
 
-from hpcstack import trust
+from hpcstack import gate, trust
 from hpcstack.errors import ConfigError, HpcstackError
 
 
 def chown_tree(path: Path, user: str) -> None:
-    """Give ``path`` and what is under it to ``user``; links themselves, never what they name."""
+    """Give the directory ``path`` and what is under it to ``user`` (``slurm.submit_as``), by
+    descriptor: the tree is walked with :func:`hpcstack.gate.walk_files` (each directory opened
+    ``O_DIRECTORY|O_NOFOLLOW`` relative to its parent, so a directory swapped for a link is not
+    entered) and each directory and regular file is changed through a descriptor of its own
+    (``fchown``): a file opened ``O_NOFOLLOW|O_NONBLOCK`` and changed only when ``fstat`` says it
+    is a regular file with one link (a hard link to another file, which a user who owns the
+    directory may plant there, is left as it is). Links, devices, FIFOs and sockets are left as
+    they are (the jobs need none of them), and so is anything on another file system than
+    ``path``. Nothing is changed by a name that a link could redirect: the directory may be the
+    user's already (``--output-dir`` given again).
+
+    Args:
+        path (Path): the validation's directory.
+        user (str): the account to give it to.
+
+    Raises:
+        KeyError: no such user.
+        OSError: ``path`` is a link, not a directory, or cannot be opened or changed.
+    """
     pw = pwd.getpwnam(user)
-    for p in [path, *path.rglob("*")]:
-        os.chown(p, pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+    top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        dev = os.fstat(top).st_dev
+        for fd, names in gate.walk_files(top):
+            if os.fstat(fd).st_dev != dev:
+                continue
+            os.fchown(fd, pw.pw_uid, pw.pw_gid)
+            for name in names:
+                _chown_file(fd, name, dev, pw.pw_uid, pw.pw_gid)
+    finally:
+        os.close(top)
+
+
+def _chown_file(dir_fd: int, name: str, dev: int, uid: int, gid: int) -> None:
+    """``fchown`` the entry ``name`` of ``dir_fd`` when it is a regular file with one link on
+    the file system ``dev``: checked with ``lstat`` first (nothing else is opened), then opened
+    without following a link or blocking on a FIFO, and changed only when ``fstat`` finds the
+    same file (as :func:`hpcstack.gate.fchmod` does)."""
+    try:
+        first = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not (stat.S_ISREG(first.st_mode) and first.st_nlink == 1 and first.st_dev == dev):
+            return
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:             # a link (ELOOP), gone, or not openable: left as it is
+        return
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == (first.st_dev, first.st_ino) and stat.S_ISREG(st.st_mode) \
+                and st.st_nlink == 1:
+            os.fchown(fd, uid, gid)
+    finally:
+        os.close(fd)
 
 
 def output_policy(policy: trust.Policy | None, submit_as: str | None) -> trust.Policy:

@@ -13,9 +13,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcstack import trust
+from hpcstack import gate, trust
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.fsutil import makedirs_no_follow, read_no_follow, write_no_follow
+from hpcstack.fsutil import makedirs_no_follow, open_dir_no_follow, read_no_follow, write_no_follow
 from hpcstack.modules import modsys
 from hpcstack.site import MAX_NODES
 from hpcstack.validate.plan import ValidationJob, ValidationPlan
@@ -90,14 +90,55 @@ def run_local(site, recipe, plan: ValidationPlan, on_start=None, timeout: int = 
     return LocalOutcome(argv, proc.returncode, proc.stdout + proc.stderr, records)
 
 
+#: What a job leaves in its directory that a new run must not read back as its own: the
+#: backends' records and their exit statuses.
+STALE_SUFFIXES = (".jsonl", ".exit")
+
+
+def remove_stale(directory: Path, under: Path) -> list[str]:
+    """Remove the records a previous run left in a job's directory (:data:`STALE_SUFFIXES`), by
+    descriptor: the directory is opened from ``under`` down with ``O_DIRECTORY|O_NOFOLLOW``
+    (:func:`hpcstack.fsutil.makedirs_no_follow`'s walk), listed through that descriptor, and each
+    entry is removed with ``unlinkat(2)`` relative to it (:func:`hpcstack.gate.unlink`): an entry
+    itself, a link as a link, never what a link points to, never a directory. The directory may
+    belong to ``slurm.submit_as``, who can swap its entries, or the directory itself, at any
+    moment: a directory swapped for a link is not entered (``ELOOP``), and a name swapped between
+    the listing and the removal is still a name of the directory opened.
+
+    Args:
+        directory (Path): the job's directory (``<out>/n<nodes>``).
+        under (Path): the validation's directory, from which no link is followed.
+
+    Returns:
+        list[str]: the names removed.
+
+    Raises:
+        OSError: a component from ``under`` down is a link (``ELOOP``) or not a directory.
+    """
+    removed = []
+    fd = open_dir_no_follow(directory, under)
+    try:
+        for name in sorted(os.listdir(fd)):
+            if not name.endswith(STALE_SUFFIXES):
+                continue
+            try:
+                gate.unlink(fd, name)
+            except (FileNotFoundError, HpcstackError):     # gone meanwhile, or a directory: left
+                continue
+            removed.append(name)
+    finally:
+        os.close(fd)
+    return removed
+
+
 def write_jobs(plan: ValidationPlan) -> None:
-    """Write the plan's job scripts into their directories (stale records removed). An output
-    directory given again may be a user's: no link is followed in it."""
+    """Write the plan's job scripts into their directories (stale records removed,
+    :func:`remove_stale`). An output directory given again may be a user's (``slurm.submit_as``):
+    no link is followed in it, and nothing is removed by a name that a link could redirect."""
     out = plan.output_dir
     for j in plan.jobs:
         makedirs_no_follow(j.directory, out)
-        for stale in [*j.directory.glob("*.jsonl"), *j.directory.glob("*.exit")]:
-            stale.unlink()
+        remove_stale(j.directory, out)
         write_no_follow(j.script_path, j.script, 0o755, under=out)
 
 
