@@ -154,3 +154,59 @@ def test_uninstall_removes_modulefile_then_prefix(tiny):
     assert (mdir / ".version").exists()  # not this version's marker: left alone
     proc = hpcstack("uninstall", "tiny/1.0", *tiny["args"])
     assert proc.returncode == 1 and "tiny/1.0 is not installed" in proc.stderr
+
+
+# ------------------------------------------------------------------ show DIR follows no link below DIR
+
+def _build_with_record(tmp_path) -> Path:
+    build = tmp_path / "build"
+    (build / ".hpcstack" / "steps").mkdir(parents=True)
+    (build / ".hpcstack" / "provenance.json").write_text(json.dumps({"hpcstack": "build's own"}))
+    (build / ".hpcstack" / "steps" / "venv.json").write_text(json.dumps({"step": "venv"}))
+    return build
+
+
+def test_show_refuses_a_link_at_the_builds_record_directory(tmp_path):
+    """``show DIR`` with ``DIR/.hpcstack`` a link to someone else's record: refused in one line
+    (the control: the same path read by name is what the link points at)."""
+    from hpcstack.errors import ConfigError
+    from hpcstack.install import provenance
+
+    elsewhere = _build_with_record(tmp_path / "other") / ".hpcstack"
+    (elsewhere / "provenance.json").write_text(json.dumps({"hpcstack": "not this build's"}))
+    build = tmp_path / "build"
+    build.mkdir()
+    (build / ".hpcstack").symlink_to(elsewhere)
+    with pytest.raises(ConfigError) as exc:
+        provenance.describe(build)
+    [line] = exc.value.lines()
+    assert line.startswith(f"{build / '.hpcstack'}: a symbolic link; ")
+    assert json.loads((build / ".hpcstack" / "provenance.json").read_text())["hpcstack"] == "not this build's"
+
+
+def test_show_lists_and_reads_no_link_below_the_build(tmp_path):
+    """Below DIR nothing is reached through a link: a linked ``logs``/``recipe`` or file is not
+    listed, and a recorded path whose directory is swapped for a link afterwards is refused."""
+    from hpcstack.gate import GateError
+    from hpcstack.install import provenance
+
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "secret.log").write_text("root's\n")
+    (outside / "sub" / "r.py").write_text("root's\n")
+    build = _build_with_record(tmp_path)
+    state = build / ".hpcstack"
+    (state / "logs").symlink_to(outside)
+    (state / "recipe").mkdir()
+    (state / "recipe" / "1.0.py").write_text("recipe\n")
+    (state / "recipe" / "linked").symlink_to(outside / "sub")
+    (state / "plan.json").symlink_to(outside / "secret.log")
+    info = provenance.describe(build)
+    assert info["provenance"] == {"hpcstack": "build's own"} and info["steps"] == {"venv": {"step": "venv"}}
+    assert sorted(info["files"]) == ["provenance.json", "recipe/1.0.py"]
+    assert provenance.read_recorded(info["files"]["recipe/1.0.py"]) == "recipe\n"
+    (state / "recipe").rename(tmp_path / "recipe-moved")
+    (state / "recipe").symlink_to(tmp_path / "recipe-moved")
+    with pytest.raises(GateError, match="a symbolic link"):
+        provenance.read_recorded(info["files"]["recipe/1.0.py"])
+    assert provenance.read_json(Path(info["files"]["recipe/1.0.py"])) is None

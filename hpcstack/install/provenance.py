@@ -34,13 +34,26 @@ import sys
 import time
 from pathlib import Path
 
-from hpcstack import __version__
+from hpcstack import __version__, gate, trust
+from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import current_user, sha256_file, write_atomic
 from hpcstack.install.plan import Plan
 from hpcstack.schema import CONTROL
 
 #: The files ``hpcstack show`` prints in full, in this order (the others it lists).
 SHOWN_IN_FULL = ("check-build.txt", "pip-freeze.txt")
+
+#: The most bytes of a recorded file that ``show`` reads; a larger one is refused, not cut.
+MAX_RECORDED = 64 << 20
+
+#: The provenance files ``show`` lists (besides ``recipe/`` and ``logs/``).
+RECORDED = ("provenance.json", "plan.json", "install.sh", "site.yaml", "site.json", "pip-freeze.txt",
+            "check-build.txt", "timings.json", "constraints.txt", "sbom.cdx.json", "audit.cdx.json")
+
+#: Whom ``show`` reads a build of: anyone's (a user shows their own stack, root a group's), so
+#: the gate's walk is used without its owner rule: every component from ``/`` to the file
+#: opened without following a link, the file a regular one (:func:`read_recorded`).
+_ANY_OWNER = trust.Policy(uid=os.geteuid(), trust_writable=True)
 
 
 def recipe_inputs(plan: Plan) -> list[str]:
@@ -132,76 +145,185 @@ def record_timings(plan: Plan, timings: dict[str, float]) -> None:
 
 
 def describe(build_dir: Path, prefix: Path | None = None) -> dict:
-    """Collect what a build records about itself.
+    """Collect what a build records about itself, reading only what the build holds: its
+    directory (as resolved: ``hpcstack show DIR`` may name a prefix that links to it) is opened,
+    and everything below it by descriptor, each component opened with ``O_NOFOLLOW`` relative to
+    the one above (``openat(2)``). A link at ``.hpcstack`` is refused; a link at ``steps``,
+    ``logs``, ``recipe`` or at an entry in them is not followed (a file that is a link is not
+    listed; a step's record that is one is listed as unreadable). The paths returned are read
+    again with :func:`read_recorded`, which follows no link from ``/`` down.
 
     Args:
-        build_dir (Path): the build's real directory (a stage prefix).
+        build_dir (Path): the build's directory (a stage prefix), or a link to it.
         prefix (Path | None): the stable prefix it was reached by, if any.
 
     Returns:
         dict: ``provenance`` (the record, or None), ``steps`` (name → record), ``files``
-        (name → path of each provenance file present), ``build_dir``, ``prefix``.
-    """
-    state = build_dir / ".hpcstack"
-    record = read_json(state / "provenance.json")
-    if not isinstance(record, dict):
-        record = None
-    steps = {}
-    for path in sorted((state / "steps").glob("*.json")) if _plain_dir(state / "steps") else []:
-        step = read_json(path)
-        steps[path.stem] = step if isinstance(step, dict) else {"step": path.stem, "unreadable": True}
-    files = {}
-    for name in ("provenance.json", "plan.json", "install.sh", "site.yaml", "site.json",
-                 "pip-freeze.txt", "check-build.txt", "timings.json", "constraints.txt", "sbom.cdx.json", "audit.cdx.json"):
-        if _plain_file(state / name):
-            files[name] = str(state / name)
-    if _plain_dir(state / "recipe"):
-        for top, dirs, names in os.walk(state / "recipe"):  # links are not followed
-            for n in sorted(names):
-                path = Path(top, n)
-                if _plain_file(path):
-                    files[f"recipe/{path.relative_to(state / 'recipe')}"] = str(path)
-    for path in sorted((state / "logs").glob("*.log")) if _plain_dir(state / "logs") else []:
-        if _plain_file(path):
-            files[f"logs/{path.name}"] = str(path)
-    return {"build_dir": str(build_dir), "prefix": str(prefix) if prefix else None,
-            "provenance": record, "steps": steps, "files": files}
-
-
-def _plain_file(path: Path) -> bool:
-    """A regular file, not reached through a symbolic link of its own (``show`` reads only
-    what the build holds, never a file a link in a user's directory points at)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _plain_dir(path: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def read_recorded(path: str | Path, limit: int = 64 << 20) -> str:
-    """The text of a recorded file, opened without following a link (at most ``limit`` bytes).
+        (name → path of each provenance file present, below the resolved build directory),
+        ``build_dir``, ``prefix``.
 
     Raises:
-        OSError: it cannot be read, or it is a link (``ELOOP``).
+        ConfigError: ``.hpcstack`` in it is a symbolic link or not a directory (one line, exit
+            status 2): what it points at is not this build's record.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        return f.read(limit).decode(errors="replace")
+    real = Path(os.path.realpath(build_dir))
+    state = real / ".hpcstack"
+    info = {"build_dir": str(build_dir), "prefix": str(prefix) if prefix else None,
+            "provenance": None, "steps": {}, "files": {}}
+    try:
+        top = os.open(real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return info
+    try:
+        sfd = _open_below(top, ".hpcstack")
+        if sfd is None:
+            what = _kind_at(top, ".hpcstack")
+            if what in ("a symbolic link", "not a directory"):
+                raise ConfigError([f"{Path(build_dir) / '.hpcstack'}: {what}; hpcstack show reads only what "
+                                   "the build holds, never what a link in it points at (show the build's "
+                                   "real directory)"])
+            return info
+    finally:
+        os.close(top)
+    try:
+        record = _json_at(sfd, "provenance.json")
+        info["provenance"] = record if isinstance(record, dict) else None
+        steps_fd = _open_below(sfd, "steps")
+        if steps_fd is not None:
+            try:
+                for name in sorted(n for n in _names(steps_fd) if n.endswith(".json") and not n.startswith(".")):
+                    step = _json_at(steps_fd, name)      # a link: not followed, listed as unreadable
+                    stem = name[:-len(".json")]
+                    info["steps"][stem] = step if isinstance(step, dict) else {"step": stem, "unreadable": True}
+            finally:
+                os.close(steps_fd)
+        files = info["files"]
+        for name in RECORDED:
+            if _kind_at(sfd, name) == "a regular file":
+                files[name] = str(state / name)
+        for rel in _regular_files_below(sfd, "recipe"):
+            files[f"recipe/{rel}"] = str(state / "recipe" / rel)
+        logs_fd = _open_below(sfd, "logs")
+        if logs_fd is not None:
+            try:
+                for name in sorted(n for n in _names(logs_fd) if n.endswith(".log") and not n.startswith(".")):
+                    if _kind_at(logs_fd, name) == "a regular file":
+                        files[f"logs/{name}"] = str(state / "logs" / name)
+            finally:
+                os.close(logs_fd)
+    finally:
+        os.close(sfd)
+    return info
+
+
+def _open_below(dir_fd: int, name: str) -> int | None:
+    """A descriptor of the directory ``name`` of ``dir_fd`` (``O_DIRECTORY|O_NOFOLLOW``), or None
+    when it is missing, a link or not a directory."""
+    try:
+        return os.open(name, gate.DIR_READ, dir_fd=dir_fd)
+    except OSError:
+        return None
+
+
+def _kind_at(dir_fd: int, name: str) -> str | None:
+    """What the entry ``name`` of ``dir_fd`` is, by ``lstat``: ``"a regular file"``, ``"a
+    symbolic link"``, ``"a directory"``, ``"not a directory"`` (anything else); None when missing."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a directory" if stat.S_ISDIR(mode) else "not a directory"
+
+
+def _names(dir_fd: int) -> list[str]:
+    try:
+        return os.listdir(dir_fd)
+    except OSError:
+        return []
+
+
+def _read_at(dir_fd: int, name: str, limit: int = MAX_RECORDED) -> bytes:
+    """The content of the regular file ``name`` of ``dir_fd``, opened ``O_NOFOLLOW|O_NONBLOCK``.
+
+    Raises:
+        OSError: missing, a link (``ELOOP``), not a regular file or larger than ``limit``.
+    """
+    fd = os.open(name, gate.FILE_READ, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise OSError(errno.EINVAL, "not a regular file" if not stat.S_ISREG(st.st_mode)
+                          else f"larger than {limit} bytes", name)
+        chunks, left = [], limit + 1
+        while left > 0 and (block := os.read(fd, min(left, 1 << 20))):
+            chunks.append(block)
+            left -= len(block)
+        return b"".join(chunks)[:limit]
+    finally:
+        os.close(fd)
+
+
+def _json_at(dir_fd: int, name: str) -> object:
+    """A recorded JSON file of ``dir_fd``'s, None when missing, a link or not JSON."""
+    try:
+        return json.loads(_read_at(dir_fd, name))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _regular_files_below(dir_fd: int, name: str, limit: int = 20000) -> list[str]:
+    """The regular files below the directory ``name`` of ``dir_fd``, as paths relative to it,
+    sorted; each directory opened ``O_DIRECTORY|O_NOFOLLOW`` relative to its parent (a link is
+    neither entered nor listed); at most ``limit`` of them."""
+    found: list[str] = []
+    first = _open_below(dir_fd, name)
+    if first is None:
+        return found
+    todo = [(first, "")]
+    try:
+        while todo and len(found) < limit:
+            fd, rel = todo.pop()
+            try:
+                for entry in sorted(_names(fd)):
+                    kind = _kind_at(fd, entry)
+                    path = f"{rel}{entry}"
+                    if kind == "a regular file":
+                        found.append(path)
+                    elif kind == "a directory":
+                        sub = _open_below(fd, entry)
+                        if sub is not None:
+                            todo.append((sub, path + "/"))
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _ in todo:
+            os.close(fd)
+    return sorted(found[:limit])
+
+
+def read_recorded(path: str | Path, limit: int = MAX_RECORDED) -> str:
+    """The text of a recorded file (a path :func:`describe` returned), read through the gate
+    (:func:`hpcstack.gate.read_file`) without its owner rule: every component from ``/`` down
+    opened without following a link, the file itself a regular file of at most ``limit`` bytes.
+
+    Raises:
+        OSError: it cannot be read.
+        hpcstack.gate.GateError: a link on the way or at the file, not a regular file, or larger
+            than ``limit`` (one line).
+    """
+    path = os.path.abspath(path)
+    return gate.read_file(path, limit, _ANY_OWNER).decode(errors="replace")
 
 
 def read_json(path: Path) -> object:
-    """A recorded JSON file's content, None when missing, a link or not JSON."""
+    """A recorded JSON file's content, None when missing, a link (anywhere on its path) or not JSON."""
     try:
         return json.loads(read_recorded(path))
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError, HpcstackError):
         return None
 
 
