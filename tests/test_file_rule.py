@@ -90,11 +90,11 @@ class Op:
     kind: str
 
 
-def _imports(tree: ast.Module, module: str) -> dict[str, str]:
+def _imports(tree: ast.Module, module: str, is_package: bool = False) -> dict[str, str]:
     """Local name -> what it names (``{"os": "os", "write_atomic": "hpcstack.fsutil.write_atomic"}``),
     from every import in the module, those inside functions included."""
     names = {}
-    package = module.split(".")
+    package = module.split(".") + ([""] if is_package else [])
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -155,9 +155,10 @@ def _method(call: ast.Call, names: dict[str, str], archives: set[str]) -> str | 
 
 
 def scan_source(text: str, module: str, filename: str = "<source>") -> list[Op]:
-    """Every file operation by name in the source ``text`` of ``module``."""
+    """Every file operation by name in the source ``text`` of ``module`` (a package when
+    ``filename`` is an ``__init__.py``)."""
     tree = ast.parse(text, filename)
-    names = _imports(tree, module)
+    names = _imports(tree, module, filename.endswith("__init__.py"))
     found: list[Op] = []
 
     def visit(node: ast.AST, qual: list[str], archives: set[str]) -> None:
