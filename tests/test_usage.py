@@ -127,12 +127,12 @@ def test_collect_moves_valid_events_and_drops_hostile_entries(tmp_path, users):
     (spool / "not-an-id").write_text(line(user="root"))
     (spool / f"{int(now * 1e6)}.1.7").mkdir()
     done = usage.collect(cfg, now)
-    assert (done.moved, done.kept) == (0, 1)  # the good file had two links when read
+    assert (done.moved, done.kept, done.swept) == (0, 0, 1)  # the good file had two links when read
     os.unlink(spool / f"{int(now * 1e6)}.1.6") if (spool / f"{int(now * 1e6)}.1.6").exists() else None
     (spool / good).write_text(line(t=int(now) - 5, user="root", job="42"))
     done = usage.collect(cfg, now)
     assert done.moved == 1
-    assert sorted(p.name for p in spool.iterdir()) == [f"{int(now * 1e6)}.1.7"]
+    assert sorted(p.name for p in spool.iterdir()) == []      # the empty directory went at once
     events, bad = usage.read_log(cfg, now)
     assert bad == 0 and len(events) == 1
     e = events[0]
@@ -153,6 +153,59 @@ def test_collect_refuses_a_spool_that_is_not_roots(tmp_path):
     os.chown(cfg.spool, pwd.getpwnam("nobody").pw_uid, -1)
     with pytest.raises(usage.HpcstackError, match="not root's"):
         usage.collect(cfg)
+
+
+@needs_root
+def test_collect_removes_users_directories_once_empty_or_a_day_old_following_no_link(tmp_path):
+    """A directory in the spool is never an event (the hooks make files): an empty one goes at
+    the first collection, one that holds something once its status is older than
+    SPOOL_DIR_MAX_AGE, with everything in it, removed by descriptor: the links in it are removed
+    themselves, and what they point at (root's file, root's directory) stays."""
+    cfg = make_usage_dir(tmp_path)
+    spool = cfg.spool
+    victim_dir = tmp_path / "roots"
+    victim_dir.mkdir()
+    victim = victim_dir / "keep"
+    victim.write_text("root's\n")
+    (spool / "empty").mkdir()
+    full = spool / "full"
+    (full / "sub" / "deeper").mkdir(parents=True)
+    (full / "sub" / "deeper" / "f").write_text("junk\n")
+    (full / "to-file").symlink_to(victim)
+    (full / "sub" / "to-dir").symlink_to(victim_dir)
+    (full / "to-dir-too").symlink_to(victim_dir, target_is_directory=True)
+    now = time.time()
+    done = usage.collect(cfg, now)
+    assert (done.swept, done.kept) == (1, 1)
+    assert sorted(p.name for p in spool.iterdir()) == ["full"]
+    done = usage.collect(cfg, now + usage.SPOOL_DIR_MAX_AGE - 60)     # not yet a day old
+    assert (done.swept, done.kept) == (0, 1) and full.is_dir()
+    done = usage.collect(cfg, now + usage.SPOOL_DIR_MAX_AGE + 60)
+    assert (done.swept, done.kept) == (1, 0)
+    assert list(spool.iterdir()) == []
+    assert victim.read_text() == "root's\n" and sorted(p.name for p in victim_dir.iterdir()) == ["keep"]
+
+
+@needs_root
+@pytest.mark.parametrize("where", ["usage", "spool"])
+def test_collect_follows_no_link_to_the_usage_directory_or_its_spool(tmp_path, where):
+    """The usage directory and its spool are opened by descriptor, without following a link: a
+    link at either name is refused in one line and nothing is read or removed where it points."""
+    cfg = make_usage_dir(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    (cfg.spool / f"{int(time.time() * 1e6)}.1.1").write_text(line(t=int(time.time()) - 5, user="root"))
+    if where == "usage":
+        os.rename(tmp_path / "usage", elsewhere)
+        (tmp_path / "usage").symlink_to(elsewhere)
+        kept = elsewhere / "spool"
+    else:
+        os.rename(cfg.spool, elsewhere)
+        cfg.spool.symlink_to(elsewhere)
+        kept = elsewhere
+    with pytest.raises(usage.HpcstackError) as exc:
+        usage.collect(cfg)
+    assert "symbolic link" in str(exc.value) or "not root's directory" in str(exc.value)
+    assert len(list(kept.iterdir())) == 1
 
 
 # ------------------------------------------------------------------------- the commands

@@ -37,12 +37,21 @@ own recipes, nor a setgid helper):
 The costs: one inode per load until collected (``hpcstack usage`` as root moves them into
 ``usage.log`` and removes them: run it daily from cron), and a user may fill the spool with junk
 files (their quota bounds it; junk is dropped at collection). Every line is hostile: see
-:func:`parse_spool_file` and :func:`parse_log_line` for what is accepted.
+:func:`parse_spool_file` and :func:`parse_line` for what is accepted.
+
+What a collection leaves in the spool: nothing of its own, and of what users put there only the
+directories (the hooks make files, never a directory) that still hold something and changed in
+the last :data:`SPOOL_DIR_MAX_AGE` seconds (a day; their status change time, which no user can
+set back). An empty directory is removed at once, a non-empty one at the first collection after
+that bound, with everything in it. Every removal is by descriptor, relative to the spool's
+(:func:`hpcstack.gate.unlink`, :func:`hpcstack.gate.rmtree`): a user's link is removed itself,
+never followed, and nothing is reached by a name a user could redirect.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -70,6 +79,13 @@ _USER = re.compile(r"^([a-z_][a-z0-9_.-]{0,63}\$?|h:[0-9a-f]{16})$", re.IGNORECA
 _ID = re.compile(r"^[0-9]{1,20}\.[0-9]{1,10}\.[0-9]{1,10}$")
 #: Events before this time are refused (2020-01-01 UTC): no clock of a login node is that wrong.
 EPOCH = 1577836800
+#: A user's directory in the spool that still holds something is removed once its status change
+#: time (``st_ctime``) is this many seconds old (a day); an empty one at once.
+SPOOL_DIR_MAX_AGE = 86400
+#: The largest ``usage.log`` read (a line is under 400 bytes: some ten million loads).
+MAX_LOG = 4 << 30
+#: The largest salt file read.
+MAX_SALT = 4096
 
 
 @dataclass(frozen=True)
@@ -286,11 +302,20 @@ def salted(user: str, salt: str) -> str:
 
 @dataclass
 class Collected:
-    """What :func:`collect` did: events moved, files dropped as hostile or broken."""
+    """What :func:`collect` did.
+
+    Attributes:
+        moved (int): events moved into ``usage.log``.
+        dropped (int): files removed that held no valid event (hostile or broken).
+        kept (int): users' directories left in the spool (not empty, changed within
+            :data:`SPOOL_DIR_MAX_AGE`, or not removable now).
+        swept (int): users' directories removed, with what was in them.
+    """
 
     moved: int = 0
     dropped: int = 0
     kept: int = 0
+    swept: int = 0
 
 
 def parse_spool_file(dir_fd: int, name: str, now: float | None = None) -> Event | None:
@@ -321,69 +346,193 @@ def parse_spool_file(dir_fd: int, name: str, now: float | None = None) -> Event 
     return Event(*fields, id=name) if fields else None
 
 
-def collect(cfg: UsageConfig, now: float | None = None) -> Collected:
-    """Move the spool's events into ``usage.log`` (names or salted hashes, as the site chose) and
-    remove their files; drop (remove) files that hold no valid event. Root only; a non-root
-    caller collects nothing.
+def _usage_dir(cfg: UsageConfig) -> str:
+    """The usage directory with the directories above it resolved (as the site's check resolved
+    them: a root-owned ``/var/log -> /srv/log`` is fine); the directory itself is not followed."""
+    top = Path(cfg.directory)
+    return os.path.join(os.path.realpath(top.parent), top.name)
+
+
+def _roots_directory(dir_fd: int, name: str, shown: Path) -> int:
+    """Open the directory ``name`` of ``dir_fd`` (``O_DIRECTORY|O_NOFOLLOW``) and make sure it is
+    root's; a link or anything else there is refused.
 
     Raises:
-        HpcstackError: the usage directory is not root's, or ``usage.log`` cannot be written.
+        HpcstackError: not root's directory (one line naming ``shown``).
+        FileNotFoundError: it does not exist.
+    """
+    try:
+        fd = os.open(name, gate.DIR_READ, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise HpcstackError(f"{shown}: not root's directory: the usage log cannot be trusted") from None
+        raise OSError(exc.errno, exc.strerror, str(shown)) from None
+    if os.fstat(fd).st_uid != 0:
+        os.close(fd)
+        raise HpcstackError(f"{shown}: not root's directory: the usage log cannot be trusted")
+    return fd
+
+
+def _append_log(top_fd: int, shown: Path, events: list[Event]) -> None:
+    """Append ``events`` to ``usage.log`` of the usage directory ``top_fd``: opened (or made,
+    0600) there without following a link, and written only when it is root's regular file."""
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 0o600, dir_fd=top_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != 0:
+            raise HpcstackError(f"{shown}: not root's file: the usage log cannot be trusted")
+        os.write(fd, "".join(e.log_line() for e in events).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sweep_directory(spool_fd: int, name: str, now: float) -> bool:
+    """Remove a user's directory ``name`` from the spool (``spool_fd``) when it is empty, or when
+    its status changed more than :data:`SPOOL_DIR_MAX_AGE` seconds before ``now`` (with what is
+    in it, :func:`hpcstack.gate.rmtree`: by descriptor, no link followed, no other file system
+    entered). True when it is gone."""
+    try:
+        st = os.stat(name, dir_fd=spool_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISDIR(st.st_mode):        # swapped for a file or a link meanwhile: removed itself
+            gate.unlink(spool_fd, name)
+            return True
+        try:
+            os.rmdir(name, dir_fd=spool_fd)     # unlinkat(AT_REMOVEDIR): an empty directory only
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        if now - st.st_ctime < SPOOL_DIR_MAX_AGE:
+            return False
+        gate.rmtree(spool_fd, name)
+        return True
+    except FileNotFoundError:
+        return True
+    except (OSError, HpcstackError):            # a mount in it, a tree too deep: kept, tried again next time
+        return False
+
+
+def collect(cfg: UsageConfig, now: float | None = None, pol=None) -> Collected:
+    """Move the spool's events into ``usage.log`` (names or salted hashes, as the site chose) and
+    remove their files; drop (remove) files that hold no valid event; remove the directories that
+    users made in the spool once empty or older than :data:`SPOOL_DIR_MAX_AGE` (the module's
+    docstring). Root only; a non-root caller collects nothing.
+
+    Everything is reached by descriptor: the usage directory through the gate
+    (:func:`hpcstack.gate.open_dir`: from ``/``, no link followed, each directory on the way
+    under the trust rule), the spool, ``salt`` and ``usage.log`` relative to it, each spool entry
+    relative to the spool, and removed there (:func:`hpcstack.gate.unlink`,
+    :func:`hpcstack.gate.rmtree`).
+
+    Args:
+        cfg (UsageConfig): the site's usage settings.
+        now (float | None): the current Unix time (default: now).
+        pol (hpcstack.trust.Policy | None): whom to trust above the usage directory (default
+            :func:`hpcstack.gate.current_policy`).
+
+    Returns:
+        Collected: what was moved, dropped, kept and swept.
+
+    Raises:
+        HpcstackError: the usage directory or the spool is not root's, a link, or below a
+            directory another account can change; ``usage.log`` cannot be written or is not
+            root's file; no salt where the site hashes user names.
     """
     done = Collected()
-    if os.geteuid() != 0 or not cfg.spool.is_dir():
+    if os.geteuid() != 0:
         return done
-    top = Path(cfg.directory)
-    for path in (top, cfg.spool):
-        st = path.lstat()
-        if st.st_uid != 0 or not stat.S_ISDIR(st.st_mode):
-            raise HpcstackError(f"{path}: not root's directory: the usage log cannot be trusted")
-    salt = (top / SALT).read_text().strip() if cfg.users == "hash" else ""
-    if cfg.users == "hash" and not salt:
-        raise HpcstackError(f"{top / SALT}: no salt (run hpcstack module usage-hook install)")
-    dir_fd = os.open(cfg.spool, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    now = time.time() if now is None else now
+    real = _usage_dir(cfg)
     try:
-        names = sorted(os.listdir(dir_fd))
-        events, done_names, drop = [], [], []
-        for name in names:
-            event = parse_spool_file(dir_fd, name, now)
-            if event is None:
-                drop.append(name)
-                continue
-            if cfg.users == "hash":
-                event = Event(event.time, salted(event.user, salt), event.module, event.host, event.job, event.id)
-            events.append(event)
-            done_names.append(name)
-        if events:
-            fd = os.open(cfg.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            try:
-                os.write(fd, "".join(e.log_line() for e in events).encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        for name in done_names + drop:
-            try:
-                st = os.lstat(name, dir_fd=dir_fd)
-                if stat.S_ISDIR(st.st_mode):
-                    done.kept += 1
-                    continue
-                os.unlink(name, dir_fd=dir_fd)
-            except OSError:
-                continue
-        done.moved, done.dropped = len(events), len(drop) - done.kept
+        top_fd = gate.open_dir(real, pol)
+    except FileNotFoundError:
+        return done
+    try:
+        if os.fstat(top_fd).st_uid != 0:
+            raise HpcstackError(f"{cfg.directory}: not root's directory: the usage log cannot be trusted")
+        try:
+            spool_fd = _roots_directory(top_fd, SPOOL, cfg.spool)
+        except FileNotFoundError:
+            return done
+        try:
+            _collect_spool(cfg, real, top_fd, spool_fd, now, pol, done)
+        finally:
+            os.close(spool_fd)
     finally:
-        os.close(dir_fd)
+        os.close(top_fd)
     return done
 
 
-def read_log(cfg: UsageConfig, now: float | None = None) -> tuple[list[Event], int]:
+def _collect_spool(cfg: UsageConfig, real: str, top_fd: int, spool_fd: int, now: float, pol,
+                   done: Collected) -> None:
+    """:func:`collect` once the usage directory and its spool are open and root's."""
+    salt = ""
+    if cfg.users == "hash":
+        try:
+            salt = gate.read_file(os.path.join(real, SALT), MAX_SALT, pol).decode("utf-8", "replace").strip()
+        except FileNotFoundError:
+            pass
+        if not salt:
+            raise HpcstackError(f"{Path(cfg.directory) / SALT}: no salt (run hpcstack module usage-hook install)")
+    events, done_names, drop, directories = [], [], [], []
+    for name in sorted(os.listdir(spool_fd)):
+        try:
+            if stat.S_ISDIR(os.stat(name, dir_fd=spool_fd, follow_symlinks=False).st_mode):
+                directories.append(name)
+                continue
+        except OSError:
+            continue
+        event = parse_spool_file(spool_fd, name, now)
+        if event is None:
+            drop.append(name)
+            continue
+        if cfg.users == "hash":
+            event = Event(event.time, salted(event.user, salt), event.module, event.host, event.job, event.id)
+        events.append(event)
+        done_names.append(name)
+    if events:
+        _append_log(top_fd, cfg.log, events)
+    for name in done_names + drop:
+        try:
+            gate.unlink(spool_fd, name)         # unlinkat: the entry itself, never a directory
+        except (OSError, HpcstackError):        # gone meanwhile, or swapped for a directory: next time
+            continue
+    for name in directories:
+        if _sweep_directory(spool_fd, name, now):
+            done.swept += 1
+        else:
+            done.kept += 1
+    done.moved, done.dropped = len(events), len(drop)
+
+
+def read_log(cfg: UsageConfig, now: float | None = None, pol=None) -> tuple[list[Event], int]:
     """The events of ``usage.log`` (each id once) and how many lines were not valid events.
 
+    The log is read through the gate (:func:`hpcstack.gate.read_file`: no link followed from
+    ``/``, each directory on the way under the trust rule, a regular file of at most
+    :data:`MAX_LOG` bytes).
+
+    Args:
+        cfg (UsageConfig): the site's usage settings.
+        now (float | None): the current Unix time (default: now).
+        pol (hpcstack.trust.Policy | None): whom to trust (default
+            :func:`hpcstack.gate.current_policy`).
+
     Raises:
-        HpcstackError: the log cannot be read (not root: it is root's alone).
+        HpcstackError: the log cannot be read (not root: it is root's alone), or the gate refuses
+            it (a link, a directory another account can change).
     """
     try:
-        with open(cfg.log, "rb") as fh:
-            raw = fh.read()
+        raw = gate.read_file(os.path.join(_usage_dir(cfg), LOG), MAX_LOG, pol)
     except FileNotFoundError:
         return [], 0
     except OSError as exc:
