@@ -210,7 +210,7 @@ def _element_lines(path: Path, count: int) -> list[int | None]:
     return [None] * count
 
 
-def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
+def load_recipe(spec: str, site, search: SearchPath | None = None, path: Path | None = None) -> Recipe:
     """Load a recipe file as a Python module of its own and call its ``recipe(site)``.
 
     The file is compiled on its own (no future imports inherited from hpcstack) and registered in
@@ -222,6 +222,8 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
         site (hpcstack.site.Site): the site to build for.
         search (SearchPath | None): where ``name/version`` is looked up (default: ``HPCSTACK_PATH``,
             then the built-in recipes).
+        path (Path | None): the file ``spec`` names on ``search`` (:func:`recipe_path`), when the
+            caller has looked it up (and checked it) already: it is not looked up again.
 
     Returns:
         Recipe: with ``directory`` set.
@@ -232,7 +234,7 @@ def load_recipe(spec: str, site, search: SearchPath | None = None) -> Recipe:
             ``recipe(site)``, does not return a :class:`Recipe`, or lists an object that is not a
             component (it has no ``contribute(ctx)``).
     """
-    path = recipe_path(spec, search)
+    path = path or recipe_path(spec, search)
     try:
         code = _compile(path)
     except SyntaxError as exc:

@@ -234,7 +234,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         # read for compatibility, and it does not count: a file under check cannot name who may
         # write it; the admin group comes from /etc/hpcstack/config.yaml or --admin-group
-        # (hpcstack/trust.py, hpcstack/loader.py: a note says so; docs/admin/security.md)
+        # (hpcstack/trust.py, hpcstack/session.py: a note says so; docs/admin/security.md)
         "admin_group": {"type": ["string", "null"], "maxLength": 256, "pattern": r"^[A-Za-z_][A-Za-z0-9_.-]*\$?$"},
         "mode": {"type": ["string", "null"], "pattern": r"^[ugoa]*([-+=]([rwxXst]*|[ugo]))+(,[ugoa]*([-+=]([rwxXst]*|[ugo]))+)*$"},
     }),
@@ -687,7 +687,7 @@ def _resolve_extends(data: object, path: Path, search: SearchPath,
 
 def load_site(name_or_path: str, install_root: str | None = None,
               module_root: str | None = None, search: SearchPath | None = None,
-              check_file: Callable[[Path], None] | None = None) -> Site:
+              check_file: Callable[[Path], None] | None = None, path: Path | None = None) -> Site:
     """Load and validate a site config, merged with the sites it ``extends`` (:func:`merge_config`).
 
     Args:
@@ -697,7 +697,9 @@ def load_site(name_or_path: str, install_root: str | None = None,
         search (SearchPath | None): where a site name (and a base named by ``extends``) is
             looked up (:mod:`hpcstack.repos`).
         check_file (Callable[[Path], None] | None): run on each base's file before it is read
-            (:class:`hpcstack.loader.Loader` passes the trust rule); it raises to refuse one.
+            (:class:`hpcstack.session.Session` passes the trust rule); it raises to refuse one.
+        path (Path | None): the file ``name_or_path`` names on ``search`` (:func:`site_path`),
+            when the caller has looked it up (and checked it) already: it is not looked up again.
 
     Returns:
         Site: the validated site; ``Site.bases`` names the files it extends.
@@ -708,7 +710,7 @@ def load_site(name_or_path: str, install_root: str | None = None,
             named by the overlay's file and its bases), a bad ``extends``, one line each.
     """
     search = search or default_search_path()
-    path = site_path(name_or_path, search)
+    path = path or site_path(name_or_path, search)
     by_name = path != Path(name_or_path)
     entry = search.find(SITES, name_or_path) if by_name else None
     # how a later command names this site: its name where that finds it again without --repo

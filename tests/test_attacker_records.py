@@ -8,7 +8,7 @@ it is shown, and where hpcstack refuses, the refusal is one ``error:`` line with
 (:meth:`attacker.Attacker.assert_refused`).
 
 Two layers stand between the user and root's files, and each attack is shown to fail against
-each on its own (:func:`refused_by_both_layers`): first the trust rule (:mod:`hpcstack.loader`,
+each on its own (:func:`refused_by_both_layers`): first the trust rule (:mod:`hpcstack.session`,
 :mod:`hpcstack.trust`) refuses an input or directory another user can change, in one line
 naming whose it is and ``--trust-writable``; then, run again with ``--trust-writable`` (the
 admin turned the first layer off), the records of uninstall (:mod:`hpcstack.install.records`)
@@ -54,7 +54,7 @@ from conftest import hpcstack, make_sdist, write_tiny_recipe
 pytestmark = pytest.mark.integration
 
 VICTIM_TEXT = "root's own file: must survive and never be shown\n"
-#: The option that turns the first layer (the trust rule of hpcstack.loader) off.
+#: The option that turns the first layer (the trust rule of hpcstack.session) off.
 TRUST_WRITABLE = "--trust-writable"
 
 

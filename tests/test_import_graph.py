@@ -11,8 +11,8 @@ The layers, lowest first (a module may import its own layer and those below):
    ``templates``, and ``doctor`` (the stand-alone ``hpcstack-doctor`` copied into every stack:
    it may import nothing above the utilities);
 1. ``repos``, ``recipe``, ``modules`` (the search path, recipe files, modulefiles and module tools);
-2. ``site`` (reads the module tools' names and syntaxes), and ``loader``, the one way in to
-   recipes, site configs and repositories (:func:`test_only_the_loader_calls_the_raw_loaders`);
+2. ``site`` (reads the module tools' names and syntaxes), and ``session``, the one way in to
+   recipes, site configs and repositories (:func:`test_only_the_session_calls_the_raw_loaders`);
 3. ``install`` (plan, actions, runner, builds, components), and ``recipe_api``, the façade that
    recipe files import (it re-exports the recipe, components, actions and step names);
 4. ``validate``;
@@ -35,7 +35,7 @@ LAYERS = (
     ("hpcstack", "hpcstack.fsutil", "hpcstack.errors", "hpcstack.schema", "hpcstack.registry",
      "hpcstack.templates", "hpcstack.doctor", "hpcstack.secrets", "hpcstack.trust", "hpcstack.gate"),
     ("hpcstack.repos", "hpcstack.recipe", "hpcstack.modules"),
-    ("hpcstack.site", "hpcstack.site_keys", "hpcstack.loader"),
+    ("hpcstack.site", "hpcstack.site_keys", "hpcstack.session"),
     ("hpcstack.install", "hpcstack.lifecycle", "hpcstack.recipe_api"),
     ("hpcstack.validate",),
     ("hpcstack.export",),
@@ -130,13 +130,13 @@ def test_the_import_graph_has_no_cycle():
 
 #: The raw loaders of recipes, site configs and the search path, by the module that defines
 #: them; only :data:`LOADER` (and these modules among themselves) may use them, so that every
-#: command reads what it reads through the trust rule (hpcstack/loader.py, hpcstack/trust.py).
+#: command reads what it reads through the trust rule (hpcstack/session.py, hpcstack/trust.py).
 RAW_LOADERS = {
     "hpcstack.recipe": {"load_recipe", "recipe_path"},
     "hpcstack.site": {"load_site", "site_path"},
     "hpcstack.repos": {"SearchPath", "default_search_path"},
 }
-LOADER = "hpcstack.loader"
+LOADER = "hpcstack.session"
 
 
 def raw_loader_uses(mods: dict[str, Path], base: Path = PACKAGE.parent) -> list[str]:
@@ -145,7 +145,7 @@ def raw_loader_uses(mods: dict[str, Path], base: Path = PACKAGE.parent) -> list[
     ``import m`` then ``m.name``, ``from hpcstack import m`` then ``m.name``)."""
     found = []
     for name, path in mods.items():
-        if name == LOADER or name in RAW_LOADERS:   # the loader, and the raw loaders among themselves
+        if name == LOADER or name in RAW_LOADERS:   # the session, and the raw loaders among themselves
             continue
         tree = ast.parse(path.read_text(), str(path))
         aliases: dict[str, str] = {}      # local name -> raw module it stands for
@@ -174,7 +174,7 @@ def raw_loader_uses(mods: dict[str, Path], base: Path = PACKAGE.parent) -> list[
     return found
 
 
-def test_only_the_loader_calls_the_raw_loaders():
+def test_only_the_session_calls_the_raw_loaders():
     uses = raw_loader_uses(modules())
     assert not uses, (f"read recipes, site configs and repositories through {LOADER} (the trust rule), "
                       "not the raw loaders:\n" + "\n".join(uses))

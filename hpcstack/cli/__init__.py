@@ -5,8 +5,10 @@ One module per group of commands, each command's parser beside its handler (as S
 :mod:`~hpcstack.cli.validate` (validate, check-build), :mod:`~hpcstack.cli.info` (list, show,
 doctor), :mod:`~hpcstack.cli.modules` (module, kernel), :mod:`~hpcstack.cli.lifecycle` (bundle,
 audit, module deprecate), :mod:`~hpcstack.cli.export` and :mod:`~hpcstack.cli.action`. The
-options they share are declared once, in :mod:`~hpcstack.cli.options`; each command reads its
-site and recipe through one :class:`hpcstack.loader.Loader` (:mod:`~hpcstack.cli.common`).
+options they share are declared once, in :mod:`~hpcstack.cli.options`. :func:`main` builds one
+:class:`hpcstack.session.Session` per command and hands it to the command's handler
+(``handler(args, session)``): the command reads its site and recipe, and whom it trusts, from
+that session only.
 ``hpcstack`` (the console script) and ``python -m hpcstack`` run :func:`main`.
 
 Every problem the user can fix is printed as one line (``error: …``) with a non-zero exit:
@@ -145,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         problems = check_args(argv, args)
         if problems:
             raise ConfigError(problems)
-        return args.handler(args)
+        from hpcstack.session import Session
+
+        return args.handler(args, Session.from_args(args))
     except HpcstackError as exc:
         from hpcstack.schema import CONTROL
 

@@ -14,7 +14,7 @@ def add_action(sub) -> None:
     p.set_defaults(handler=cmd_action)
 
 
-def cmd_action(args) -> int:
+def cmd_action(args, session) -> int:
     """``hpcstack action VERB …``: the dry-run script's fetch, unpack and components' lines, run
     with the code of the real run (:func:`hpcstack.install.verbs.cli`)."""
     import hpcstack.install.components  # noqa: F401  (the components register their verbs)

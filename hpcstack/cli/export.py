@@ -6,7 +6,6 @@ import os
 import sys
 
 from hpcstack.cli import options
-from hpcstack.cli.common import load, loader
 from hpcstack.errors import ConfigError
 
 
@@ -25,15 +24,15 @@ def add_export(sub) -> None:
     p.set_defaults(handler=cmd_export)
 
 
-def cmd_export(args) -> int:
+def cmd_export(args, session) -> int:
     """``hpcstack export``: the plan in another tool's format (:mod:`hpcstack.export`)."""
     from hpcstack.export import get_exporter
     from hpcstack.fsutil import write_atomic
     from hpcstack.install.service import InstallService
 
-    site, recipe = load(args)
+    site, recipe = session.load()
     if args.output:  # no link and no directory another user can change on the way to the file
-        loader(args).check_dirs([("-o", os.path.dirname(os.path.abspath(args.output)))])
+        session.check_dirs([("-o", os.path.dirname(os.path.abspath(args.output)))])
     exporter = get_exporter(args.format)()
     # an export is the install elsewhere (an image build, EasyBuild): a site whose GPUs the locked
     # wheels cannot run on is refused as its install would be, before anything is written

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from hpcstack.cli import options
-from hpcstack.cli.common import check_site_dirs, load_site, loader, stack_of
 from hpcstack.errors import ConfigError, HpcstackError
 
 
@@ -24,7 +23,7 @@ def add_list(sub) -> None:
     p.set_defaults(handler=cmd_list)
 
 
-def cmd_list(args) -> int:
+def cmd_list(args, session) -> int:
     """``hpcstack list``: recipes and sites on the search path, with where each comes from.
 
     Raises:
@@ -34,7 +33,7 @@ def cmd_list(args) -> int:
     from hpcstack.recipe import check_syntax
     from hpcstack.repos import RECIPES, SITES
 
-    search = loader(args)
+    search = session
     listing = {kind: search.entries(kind) for kind in (RECIPES, SITES)}
     problems = [line for e in listing[RECIPES] for line in [check_syntax(e.path)] if line]
     if args.json:
@@ -69,7 +68,7 @@ def add_show(sub) -> None:
     p.set_defaults(handler=cmd_show)
 
 
-def _shown_build(args) -> tuple[Path, Path | None]:
+def _shown_build(args, session) -> tuple[Path, Path | None]:
     """``(build directory, prefix or None)`` of ``hpcstack show``'s target: a directory as given,
     else the published build of NAME/VERSION at the site (or the one being built)."""
     from hpcstack.install.layout import StackLayout
@@ -77,10 +76,9 @@ def _shown_build(args) -> tuple[Path, Path | None]:
     target = Path(args.target)
     if target.is_dir():
         return Path(os.path.realpath(target)), (target if target.is_symlink() else None)
-    site = load_site(args, install_root=args.prefix)
-    check_site_dirs(args, site, modules=False)
-    name, version = stack_of(args, args.target, site)
-    check_site_dirs(args, site, (name, version), modules=False)
+    site = session.site
+    name, version = session.stack_of(args.target)
+    session.check_site_dirs(site, (name, version), modules=False)
     layout = StackLayout.for_site(site, name, version)
     published = layout.published()
     building = layout.read_state()["building"]
@@ -93,12 +91,12 @@ def _shown_build(args) -> tuple[Path, Path | None]:
                         f"(no {layout.prefix}); install it, or give --site/--prefix")
 
 
-def cmd_show(args) -> int:
+def cmd_show(args, session) -> int:
     """``hpcstack show``: print what a stack records about itself (:mod:`hpcstack.install.provenance`)."""
     from hpcstack.install import provenance
     from hpcstack.install.actions import describe_os_error
 
-    build, prefix = _shown_build(args)
+    build, prefix = _shown_build(args, session)
     if not (build / ".hpcstack").is_dir():
         raise HpcstackError(f"{build} is not a stack installed by hpcstack (no .hpcstack/ in it)")
     info = provenance.describe(build, prefix)
@@ -142,7 +140,7 @@ def add_doctor(sub) -> None:
     p.set_defaults(handler=cmd_doctor)
 
 
-def cmd_doctor(args) -> int:
+def cmd_doctor(args, session) -> int:
     """``hpcstack doctor``: one line per problem of a venv on top of a stack (:mod:`hpcstack.doctor`);
     exit 1 when there is any, 0 when clean, 2 when the venv or stack cannot be found."""
     from hpcstack import doctor

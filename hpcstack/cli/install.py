@@ -7,7 +7,6 @@ import sys
 
 from hpcstack import __version__
 from hpcstack.cli import options
-from hpcstack.cli.common import check_site_dirs, load, load_site, loader, stack_of
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install.plan import STEP_ORDER
 
@@ -31,19 +30,6 @@ def add_install(sub) -> None:
     p.set_defaults(handler=cmd_install)
 
 
-def _shadowing(args, site) -> list[str]:
-    """Lines naming the recipe and site of this command where they shadow built-in ones."""
-    from hpcstack.repos import RECIPES, SITES
-
-    search, lines = loader(args), []
-    for kind, name, what in ((RECIPES, args.recipe, "recipe"), (SITES, args.site, "site")):
-        entry = search.find(kind, name)
-        if entry and any(r.origin == "built-in" for r in entry.shadows):
-            lines.append(f"note: {what} {name} is {entry.path} from {entry.repo.describe()}; it shadows the "
-                         f"built-in {what} of that name")
-    return lines
-
-
 def _layout_note(site) -> None:
     """After a plan or a published install: the ``note:`` of a site whose stacks lie as directories
     on a parallel file system (:func:`hpcstack.install.image.layout_note`), on stderr."""
@@ -54,7 +40,7 @@ def _layout_note(site) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-def cmd_install(args) -> int:
+def cmd_install(args, session) -> int:
     """``hpcstack install``: print the plan (``--dry-run``), or build in a stage prefix and publish
     (:class:`hpcstack.install.service.InstallService` does the work; this prints)."""
     from hpcstack.install.runner import console
@@ -68,13 +54,13 @@ def cmd_install(args) -> int:
     if args.default and args.stop_after:
         raise ConfigError(["--default: not with --stop-after (only a published stack can be the default)"])
     if args.from_bundle:
-        loader(args).check_input_dir("bundle", args.from_bundle)
-    site, recipe = load(args, caches=True)
+        session.check_input_dir("bundle", args.from_bundle)
+    site, recipe = session.load(caches=True)
     if args.from_bundle:
         site = _site_from_bundle(site, recipe, args.from_bundle)
-    for line in _shadowing(args, site):
+    for line in session.shadowing():
         print(line, file=sys.stderr)
-    service = InstallService(site, recipe, recipe.file, jobs=args.jobs, trust=loader(args).policy)
+    service = InstallService(site, recipe, recipe.file, jobs=args.jobs, trust=session.policy)
     if args.dry_run:
         plan = service.dry_run(force=args.force)
         from hpcstack import secrets
@@ -153,14 +139,14 @@ def add_lock(sub) -> None:
     p.set_defaults(handler=cmd_lock)
 
 
-def cmd_lock(args) -> int:
+def cmd_lock(args, session) -> int:
     """``hpcstack lock``: write ``<stem>.<index>.lock`` from ``<stem>.in`` with uv."""
     from hpcstack.install.lockgen import write_lock
 
     from hpcstack.install.components.cudawheels import CudaWheelArchs
     from hpcstack.install.lockgen import record_gpu_archs
 
-    site, recipe = load(args, install=False, modules=False, caches=True)
+    site, recipe = session.load(install=False, modules=False, caches=True)
     if not args.gpu_archs_from:
         path = write_lock(recipe, site)
         print(f"wrote {path}")
@@ -189,7 +175,7 @@ def add_uninstall(sub) -> None:
     p.set_defaults(handler=cmd_uninstall)
 
 
-def cmd_uninstall(args) -> int:
+def cmd_uninstall(args, session) -> int:
     """``hpcstack uninstall``: remove a stack's modulefile, then its prefix and builds, as the
     stack's own records name them (:mod:`hpcstack.install.records`): never a path computed
     from the arguments alone, never through a link or a directory another user owns.
@@ -201,10 +187,9 @@ def cmd_uninstall(args) -> int:
 
     from hpcstack.install.service import InstallService
 
-    site = load_site(args, install_root=args.prefix, module_root=args.module_root)
-    check_site_dirs(args, site, caches=True)
-    name, version = stack_of(args, args.target, site)
-    check_site_dirs(args, site, (name, version), caches=True)
+    site = session.site
+    name, version = session.stack_of(args.target)
+    session.check_site_dirs(site, (name, version), caches=True)
     from hpcstack.lifecycle.deprecation import uninstall_refusal
 
     refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
@@ -262,7 +247,7 @@ def add_mount(sub) -> None:
     p.set_defaults(handler=cmd_mount)
 
 
-def cmd_mount(args) -> int:
+def cmd_mount(args, session) -> int:
     """``hpcstack mount``: mount the published build's image (``layout: squashfs``) on this node,
     and the previous build's; exit 0 when already mounted, 2 with one line when it cannot
     (:func:`hpcstack.install.image.mount_stack`). ``--print-unit`` prints what nodes need. With
@@ -272,10 +257,9 @@ def cmd_mount(args) -> int:
     from hpcstack.install import image
     from hpcstack.install.layout import StackLayout
 
-    site = load_site(args, install_root=args.prefix)
-    check_site_dirs(args, site, modules=False)
-    name, version = stack_of(args, args.target, site)
-    check_site_dirs(args, site, (name, version), modules=False)
+    site = session.site
+    name, version = session.stack_of(args.target)
+    session.check_site_dirs(site, (name, version), modules=False)
     if image.settings(site) is None:
         raise ConfigError([f"{site.path}: layout: the site's stacks are directories (layout: directory); "
                            "there is no image to mount"])

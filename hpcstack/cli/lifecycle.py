@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from hpcstack.cli import options
-from hpcstack.cli.common import check_site_dirs, load, load_site, loader, stack_of
 from hpcstack.errors import ConfigError
 
 
@@ -30,7 +29,7 @@ def add_bundle(sub) -> None:
     p.set_defaults(handler=cmd_bundle)
 
 
-def cmd_bundle(args) -> int:
+def cmd_bundle(args, session) -> int:
     """``hpcstack bundle``: write a bundle (:mod:`hpcstack.lifecycle.bundle`)."""
     import time
 
@@ -38,8 +37,8 @@ def cmd_bundle(args) -> int:
     from hpcstack.lifecycle import bundle
 
     output = os.path.abspath(args.output)
-    loader(args).check_dirs([("bundle output", output), ("bundle output", os.path.dirname(output))])
-    site, recipe = load(args, install=False, modules=False, caches=True)
+    session.check_dirs([("bundle output", output), ("bundle output", os.path.dirname(output))])
+    site, recipe = session.load(install=False, modules=False, caches=True)
     python = site.python_version or detect_python_version(build_environment(site))
     start = time.monotonic()
     manifest = bundle.make_bundle(recipe, site, recipe.file, Path(args.output),
@@ -74,7 +73,7 @@ def add_audit(sub) -> None:
     p.set_defaults(handler=cmd_audit)
 
 
-def cmd_audit(args) -> int:
+def cmd_audit(args, session) -> int:
     """``hpcstack audit``: known vulnerabilities (:mod:`hpcstack.lifecycle.audit`); exit 1 when any."""
     from hpcstack.lifecycle import audit
 
@@ -84,9 +83,9 @@ def cmd_audit(args) -> int:
     if args.db and args.osv_url:
         raise ConfigError(["--db and --osv-url: give one advisory source"])
     if args.db:
-        loader(args).check_input_dir("advisory database", args.db)
+        session.check_input_dir("advisory database", args.db)
     source = audit.OsvDatabase(args.db) if args.db else audit.OsvService(args.osv_url or audit.OSV_URL)
-    result = _audit_stack(args, source) if args.stack else _audit_recipe(args, source)
+    result = _audit_stack(args, session, source) if args.stack else _audit_recipe(session, source)
     if args.json:
         sys.stdout.write(result.to_json())
     else:
@@ -103,25 +102,25 @@ def cmd_audit(args) -> int:
     return 1 if result.findings else 0
 
 
-def _audit_stack(args, source):
+def _audit_stack(args, session, source):
     """``hpcstack audit --stack PREFIX``: the installed stack's SBOM, the result recorded beside it."""
     from hpcstack.lifecycle import audit
 
     state = audit.stack_state_dir(args.stack)
-    loader(args).check_dirs([("stack", args.stack)])   # it reads back its SBOM, and records there
+    session.check_dirs([("stack", args.stack)])   # it reads back its SBOM, and records there
     packages = audit.stack_packages(args.stack)
     title = (json.loads((state / "provenance.json").read_text()).get("title")
              if (state / "provenance.json").is_file() else None) or args.stack
     return audit.run_audit(packages, source, f"stack {args.stack}", state_dir=state, title=title)
 
 
-def _audit_recipe(args, source):
+def _audit_recipe(session, source):
     """``hpcstack audit NAME/VERSION``: the pins of the lock the site gets; a note when the stack
     is installed (its own SBOM is then the better target)."""
     from hpcstack.install.layout import StackLayout
     from hpcstack.lifecycle import audit
 
-    site, recipe = load(args)
+    site, recipe = session.load()
     packages, lock = audit.recipe_packages(recipe, site)
     result = audit.run_audit(packages, source, f"{recipe.full_name} for site {site.name}"
                              + (f" ({os.path.basename(lock)})" if lock else ""))
@@ -154,18 +153,17 @@ def add_deprecate_parsers(msub) -> None:
     mp.set_defaults(handler=cmd_module_deprecation)
 
 
-def cmd_module_deprecation(args) -> int:
+def cmd_module_deprecation(args, session) -> int:
     """``hpcstack module deprecate | undeprecate`` (:mod:`hpcstack.lifecycle.deprecation`)."""
     from hpcstack.lifecycle import deprecation
 
-    site = load_site(args, module_root=args.module_root)
-    check_site_dirs(args, site)
+    site = session.site
     if args.target.endswith(".py"):
-        name, version = stack_of(args, args.target, site)
+        name, version = session.stack_of(args.target)
         target = f"{name}/{version}"
     else:
         target = args.target
-    check_site_dirs(args, site, tuple(target.split("/", 1)) if target.count("/") == 1 else None)
+    session.check_site_dirs(site, tuple(target.split("/", 1)) if target.count("/") == 1 else None)
     if args.module_command == "undeprecate":
         for path in deprecation.undeprecate(site, target):
             print(f"changed {path}")
@@ -198,11 +196,11 @@ def add_usage(sub) -> None:
     p.set_defaults(handler=cmd_usage)
 
 
-def cmd_usage(args) -> int:
+def cmd_usage(args, session) -> int:
     """``hpcstack usage`` (:func:`hpcstack.lifecycle.usage.cmd_usage`)."""
     from hpcstack.lifecycle import usage
 
-    return usage.cmd_usage(args, load_site)
+    return usage.cmd_usage(args, session)
 
 
 def add_compare(sub) -> None:
@@ -234,11 +232,11 @@ def add_compare(sub) -> None:
     p.set_defaults(handler=cmd_compare)
 
 
-def cmd_compare(args) -> int:
+def cmd_compare(args, session) -> int:
     """``hpcstack compare`` (:func:`hpcstack.lifecycle.compare.cmd_compare`)."""
     from hpcstack.lifecycle import compare
 
-    return compare.cmd_compare(args, load_site)
+    return compare.cmd_compare(args, session)
 
 
 def add_usage_hook_parser(msub) -> None:

@@ -3,12 +3,10 @@ stack): how users reach an installed stack."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 from hpcstack.cli import options
-from hpcstack.cli.common import check_site_dirs, load_site, loader
 from hpcstack.errors import ConfigError, HpcstackError
 
 
@@ -40,7 +38,7 @@ def add_module(sub) -> None:
     msub.choices["usage-hook"].set_defaults(handler=cmd_module)
 
 
-def cmd_module(args) -> int:
+def cmd_module(args, session) -> int:
     """``hpcstack module set-default | default | unset-default``: a module's default version.
 
     Raises:
@@ -50,7 +48,7 @@ def cmd_module(args) -> int:
     if args.module_command == "usage-hook":
         from hpcstack.lifecycle import usage
 
-        return usage.cmd_usage_hook(args, lambda a: load_site(a, module_root=a.module_root))
+        return usage.cmd_usage_hook(args, session)
     import re
 
     from hpcstack.modules import writer
@@ -62,8 +60,8 @@ def cmd_module(args) -> int:
                            "(letters, digits and ._+-)"])
     if args.module_command != "set-default" and (not word.match(name) or version):
         raise ConfigError([f"{args.target!r}: expected a module NAME, e.g. pytorch"])
-    site = load_site(args, module_root=args.module_root)
-    check_site_dirs(args, site, (name, version or ""), install=False)
+    site = session.site
+    session.check_site_dirs(site, (name, version or ""), install=False)
     site_args = f" --site {args.site}" + (f" --module-root {args.module_root}" if args.module_root else "")
     if args.module_command == "set-default":
         change = writer.set_default(site.module_root, name, version, site.modules.syntax,
@@ -137,7 +135,7 @@ def add_kernel(sub) -> None:
     p.set_defaults(handler=cmd_kernel)
 
 
-def _infer_site(args) -> tuple[str, dict]:
+def _infer_site(args, session) -> tuple[str, dict]:
     """The site of ``hpcstack kernel`` when ``--site`` is not given, and its root overrides.
 
     1. The stack's module is loaded (``HPCSTACK_<NAME>_ROOT``): the site its install recorded
@@ -147,35 +145,39 @@ def _infer_site(args) -> tuple[str, dict]:
        Environment Modules) and whose module root has the stack's modulefile.
     3. Else ``localhost``.
 
+    The files of 1. are named by the environment: they are read only when they pass the
+    command's trust rule, through the file gate (:func:`hpcstack.modules.kernel.recorded_site`).
+
+    Args:
+        args (argparse.Namespace): ``hpcstack kernel``'s command line.
+        session (hpcstack.session.Session): the command's session.
+
     Returns:
         tuple[str, dict]: the site (name or path) and ``load_site`` keyword overrides.
+
+    Raises:
+        ConfigError: the loaded stack's records are refused by the trust rule (one line naming
+            the variable and the problem, exit status 2).
     """
+    from hpcstack.modules.kernel import recorded_site
     from hpcstack.modules.writer import modulefile_path, root_variable
-    from hpcstack.repos import SITES
+    from hpcstack.session import SITES
 
     spec = args.recipe
     if spec.endswith(".py") or spec.count("/") != 1:
         return "localhost", {}
-    search = loader(args)
+    search = session
     known_sites = [entry.name for entry in search.entries(SITES)]
     name, version = spec.split("/")
-    root = os.environ.get(root_variable(name), "")
-    state = os.path.join(root, ".hpcstack")
-    if root and os.path.basename(os.path.normpath(root)) == version:
-        try:
-            with open(os.path.join(state, "provenance.json")) as f:
-                recorded = json.load(f)["site"]
-            with open(os.path.join(state, "site.json")) as f:
-                used = json.load(f)
-            site = recorded["name"] if recorded["name"] in known_sites else recorded["file"]
-            return site, {"install_root": used.get("install_root"), "module_root": used.get("module_root")}
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    recorded = recorded_site(root_variable(name), os.environ.get(root_variable(name), ""), version, known_sites,
+                             session.policy)
+    if recorded is not None:
+        return recorded
     tool = "lmod" if os.environ.get("LMOD_CMD") else "environment-modules"
     found = []
     for candidate in known_sites:
         try:
-            site = search.site(candidate)
+            site = search.load_site(candidate)
         except HpcstackError:
             continue
         if site.modules.tool == tool and os.path.isfile(
@@ -205,7 +207,7 @@ def _check_venv(pol, venv: str) -> None:
                            f"owner install the kernel (--user), or pass {trust.OVERRIDE}"])
 
 
-def cmd_kernel(args) -> int:
+def cmd_kernel(args, session) -> int:
     """``hpcstack kernel install | remove``: a Jupyter kernel of an installed stack
     (:mod:`hpcstack.modules.kernel`).
 
@@ -216,24 +218,19 @@ def cmd_kernel(args) -> int:
     """
     from hpcstack.modules import kernel
 
+    from hpcstack.session import site_dirs
+
     overrides = {}
     if args.site is None:
-        args.site, overrides = _infer_site(args)
+        args.site, overrides = _infer_site(args, session)
     if getattr(args, "module_root", None):
         overrides["module_root"] = args.module_root
-    from hpcstack.loader import site_dirs
-
-    search = loader(args)
-    site = search.site(args.site, **overrides)
-    kernels = ("kernels directory", kernel.kernels_dir(args.user, args.prefix))
-    if args.kernel_command == "remove":
-        search.check_dirs([kernels])
-    else:
-        search.check_dirs(site_dirs(site), site)
-        search.check_dirs([kernels])
-        if args.venv:
-            _check_venv(search.policy, args.venv)
-    recipe = search.recipe(args.recipe, site)
+    search = session
+    site = search.load_site(args.site, **overrides)   # --prefix is the kernels' here, not an install root
+    search.check_dirs([("kernels directory", kernel.kernels_dir(args.user, args.prefix))])
+    if args.kernel_command != "remove" and args.venv:
+        _check_venv(search.policy, args.venv)
+    recipe = search.load_recipe(args.recipe, site)
     if args.kernel_command == "remove":
         name = args.name or kernel.default_kernel_name(recipe.name, recipe.version)
         removed = kernel.remove_kernel(name, user=args.user, prefix=args.prefix)

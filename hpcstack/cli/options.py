@@ -35,7 +35,7 @@ def add_site(p: argparse.ArgumentParser) -> None:
 
 def add_repo(p: argparse.ArgumentParser) -> None:
     """``--repo DIR`` (repeatable) and the options of the trust rule (:func:`add_trust`): what
-    builds the command's :class:`hpcstack.loader.Loader`."""
+    builds the command's :class:`hpcstack.session.Session`."""
     p.add_argument("--repo", action="append", default=[], metavar="DIR",
                    help="a repository of recipes/ and site-configs/, searched before HPCSTACK_PATH "
                         "and the built-in ones (repeatable; first match wins)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import shutil
 
 from hpcstack.cli import options
-from hpcstack.cli.common import load, loader
 from hpcstack.errors import ConfigError, HpcstackError
 
 
@@ -63,15 +62,15 @@ def add_validate(sub) -> None:
     p.set_defaults(handler=cmd_validate)
 
 
-def cmd_validate(args) -> int:
+def cmd_validate(args, session) -> int:
     """``hpcstack validate``: the recipe's validation in Slurm jobs across nodes (default), or on
     this host (``--local``); :class:`hpcstack.validate.service.ValidationService` does the work."""
     from hpcstack.validate.service import ValidationRequest, ValidationService
 
-    site, recipe = load(args, **({} if args.emit else {"install": True}))  # the stack it runs
+    site, recipe = session.load(**({} if args.emit else {"install": True}))  # the stack it runs
     if args.emit:
         return _emit_validation(args, site, recipe)
-    return ValidationService(site, recipe, loader(args).policy).run(ValidationRequest(
+    return ValidationService(site, recipe, session.policy).run(ValidationRequest(
         nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
         account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
         local=args.local, ranks=args.ranks, workload=args.workload, dry_run=args.dry_run,
@@ -113,7 +112,7 @@ def add_check_build(sub) -> None:
     p.set_defaults(handler=cmd_check_build)
 
 
-def cmd_check_build(args) -> int:
+def cmd_check_build(args, session) -> int:
     """``hpcstack check-build``: require Horovod build flags."""
     from hpcstack.install.components.checkbuild import check_build
 

@@ -361,11 +361,11 @@ class ContainerSpec:
         """
         import hpccm
 
-        from hpcstack.loader import reload_recipe
+        from hpcstack.session import rerun_recipe
 
         section = container_section(site)
         inside, inside_raw = inside_site(site)
-        inside_recipe = reload_recipe(recipe, inside)
+        inside_recipe = rerun_recipe(recipe, inside)
         distro, ca_bundle = DISTROS[section.get("distro", "debian12")]
         hpccm.config.set_container_format(self.container_format)
         hpccm.config.set_singularity_version("3.5")      # %files before %post; Apptainer reads it

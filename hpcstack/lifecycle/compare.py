@@ -783,16 +783,17 @@ def compare(a: Side, b: Side, files: bool = True) -> Comparison:
     return out
 
 
-def open_side(arg: str, label: str, site_loader, report: str | None = None, mounts=None,
+def open_side(arg: str, label: str, session, report: str | None = None, mounts=None,
               image_storage: tuple = (None, None), check_dir=None) -> Side:
     """``arg`` as a side: a container image (``image:REF`` or an OCI archive), a bundle directory
-    (``manifest.json``), a stack prefix, or ``NAME/VERSION`` installed at the site
-    (``site_loader()`` gives the site).
+    (``manifest.json``), a stack prefix, or ``NAME/VERSION`` installed at the command's site
+    (``session.site``).
 
     Args:
         arg (str): the argument.
         label (str): how the output names it.
-        site_loader (Callable[[], hpcstack.site.Site]): loads the site for ``NAME/VERSION``.
+        session (hpcstack.session.Session | None): the command's session: its site (loaded once,
+            only for ``NAME/VERSION``).
         report (str | None): its validation report.json.
         mounts (contextlib.ExitStack | None): keeps an image mounted until it closes (required
             for an image).
@@ -825,7 +826,9 @@ def open_side(arg: str, label: str, site_loader, report: str | None = None, moun
         check("stack", arg)
         return read_stack(path.resolve(), label, report)
     if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*/[A-Za-z0-9][A-Za-z0-9._+-]*", arg):
-        site = site_loader()
+        if session is None:
+            raise ConfigError([f"{arg}: NAME/VERSION needs a site"])
+        site = session.site
         prefix = Path(site.install_root) / arg
         check("stack", str(prefix), site)
         if not prefix.is_dir():
@@ -835,19 +838,16 @@ def open_side(arg: str, label: str, site_loader, report: str | None = None, moun
                        "bundle directory (hpcstack bundle), or a container image (image:REF, an OCI archive)"])
 
 
-def _trust_check(args):
+def _trust_check(session):
     """As root, the check of a directory argument (:func:`open_side`'s ``check_dir``): refused
     like an install root when an account root does not trust can change it or a directory
-    above it (:meth:`hpcstack.loader.Loader.check_dirs`); None for any other account (it reads
+    above it (:meth:`hpcstack.session.Session.check_dirs`); None for any other account (it reads
     only what it may read anyway)."""
     if os.geteuid() != 0:
         return None
-    from hpcstack.loader import Loader
-
-    loader = Loader.from_args(args)
 
     def check(label: str, path: str, site=None) -> None:
-        loader.check_dirs([(label, os.path.abspath(path))], site)
+        session.check_dirs([(label, os.path.abspath(path))], site)
     return check
 
 
@@ -857,7 +857,7 @@ def _side_by_side(rows: list[tuple[str, str, str]], a: str, b: str) -> list[str]
     return ["  " + "  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in head]
 
 
-def cmd_compare(args, load_site) -> int:
+def cmd_compare(args, session) -> int:
     """``hpcstack compare``: print the differences; 1 when any, 0 when none.
 
     As root, every directory argument (a stack's prefix, a bundle, ``NAME/VERSION``'s prefix,
@@ -866,7 +866,8 @@ def cmd_compare(args, load_site) -> int:
 
     Args:
         args (argparse.Namespace): ``hpcstack compare``'s command line.
-        load_site (Callable): :func:`hpcstack.cli.common.load_site`.
+        session (hpcstack.session.Session): the command's session (its site, with ``--prefix``,
+            for ``NAME/VERSION``; its policy).
 
     Returns:
         int: 1 when anything differs, else 0.
@@ -881,17 +882,15 @@ def cmd_compare(args, load_site) -> int:
     reports = args.report + [None] * (2 - len(args.report))
     names = all(not os.path.exists(x) and "/" in x and not x.startswith("image:") for x in (args.a, args.b))
     files = (not names) if args.files is None else args.files
-    def loader():
-        return load_site(args, install_root=args.prefix)
     storage = (getattr(args, "storage_driver", None), getattr(args, "storage_root", None))
-    check = _trust_check(args)
+    check = _trust_check(session)
     if check:       # every directory named, before anything of either side is read or mounted
         for label, path in [("--storage-root", storage[1])] + [(None, x) for x in (args.a, args.b)]:
             if path and os.path.isdir(path) and not path.startswith("image:"):
                 check(label or ("bundle" if os.path.isfile(os.path.join(path, "manifest.json")) else "stack"), path)
     with contextlib.ExitStack() as mounts:
-        a = open_side(args.a, args.a, loader, reports[0], mounts, storage, check)
-        b = open_side(args.b, args.b, loader, reports[1], mounts, storage, check)
+        a = open_side(args.a, args.a, session, reports[0], mounts, storage, check)
+        b = open_side(args.b, args.b, session, reports[1], mounts, storage, check)
         result = compare(a, b, files)
     return _print(args, a, b, result, files)
 

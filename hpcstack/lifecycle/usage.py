@@ -689,19 +689,22 @@ def idle_refusal(site, module: str, idle_days: int, now: float | None = None) ->
 
 # ---------------------------------------------------------------------------- command line
 
-def cmd_usage(args, load_site) -> int:
-    """``hpcstack usage``: the report (:func:`report`); 0 when printed."""
+def cmd_usage(args, session) -> int:
+    """``hpcstack usage``: the report (:func:`report`); 0 when printed.
+
+    Args:
+        args (argparse.Namespace): the command line.
+        session (hpcstack.session.Session): the command's session (its site and policy).
+    """
     if args.stack is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*(/[A-Za-z0-9][A-Za-z0-9._+-]*)?",
                                                    args.stack):
         raise ConfigError([f"{args.stack!r}: expected NAME/VERSION or NAME, e.g. pytorch/2.3.1-gpu"])
     since = parse_since(args.since)
-    site = load_site(args)
+    site = session.site
     cfg = usage_config(site)
     if cfg is not None:   # root reads the log and writes it (collect): checked like an install root
-        loader = getattr(args, "_loader", None)
-        pol = getattr(loader, "policy", None) or trust.policy()
-        trust.check_dirs([("lifecycle.usage_log", cfg.directory),
-                          ("lifecycle.usage_log", os.path.join(cfg.directory, HOOKS))], pol)
+        session.check_dirs([("lifecycle.usage_log", cfg.directory),
+                            ("lifecycle.usage_log", os.path.join(cfg.directory, HOOKS))])
     events, collected, bad = site_events(site)
     rows = report(events, args.stack, since)
     if args.json:
@@ -714,14 +717,19 @@ def cmd_usage(args, load_site) -> int:
     return 0
 
 
-def cmd_usage_hook(args, load_site) -> int:
-    """``hpcstack module usage-hook install``: :func:`install_hooks`, then how to wire them."""
-    site = load_site(args)
+def cmd_usage_hook(args, session) -> int:
+    """``hpcstack module usage-hook install``: :func:`install_hooks`, then how to wire them.
+
+    Args:
+        args (argparse.Namespace): the command line.
+        session (hpcstack.session.Session): the command's session (its site, with
+            ``--module-root``, and its policy).
+    """
+    site = session.site
     cfg = usage_config(site)
     if cfg is None:
         raise ConfigError([f"site {site.name}: lifecycle.usage_log is not set: the site records no module usage"])
-    loader = getattr(args, "_loader", None)     # the command's trust policy (admin group, --trust-writable)
-    with gate.trusting(getattr(loader, "policy", None) or trust.Policy(uid=os.geteuid())):
+    with session.gate.trusting():     # the command's trust policy (admin group, --trust-writable)
         written = install_hooks(cfg, site.module_root, site.name)
     for path in written:
         print(f"wrote {path}")

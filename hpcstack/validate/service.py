@@ -82,7 +82,7 @@ class ValidationService:
         site (hpcstack.site.Site): the site.
         recipe (hpcstack.recipe.Recipe): the recipe, with a Validation component.
         policy (hpcstack.trust.Policy | None): whom to trust with the validation's directory (the
-            command's :class:`hpcstack.loader.Loader` policy); default root and the running account.
+            command's :class:`hpcstack.session.Session` policy); default root and the running account.
 
     Example:
         ``ValidationService(site, recipe).run(ValidationRequest(nodes="1,2"))``

@@ -155,7 +155,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         as_json (bool): print the report (or, with ``dry_run``, the scripts) as JSON.
         workload (str | None): a named workload of the recipe (``digits``); None: the site's.
         policy (hpcstack.trust.Policy | None): whom to trust (the command's
-            :class:`hpcstack.loader.Loader`); default root and the running account. The output
+            :class:`hpcstack.session.Session`); default root and the running account. The output
             directory must pass its rule (:func:`hpcstack.validate.outdir.validation_dir`).
 
     Returns:
