@@ -33,10 +33,15 @@ def sha256_file(path: str | os.PathLike) -> str:
         str: the lowercase hex digest (what ``sha256sum`` prints).
 
     Raises:
-        OSError: the file cannot be read (missing, a directory, no permission).
+        OSError: the file cannot be read (missing, a directory, no permission), or is not a
+            regular file (a FIFO someone put in its place would block the reader for ever, a
+            device such as ``/dev/zero`` never ends): ``EINVAL``, naming the path.
     """
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()
@@ -62,9 +67,11 @@ def current_user() -> str:
 
 
 def _fsync(path: str | os.PathLike, flags: int) -> None:
-    """Open ``path`` with ``flags`` and flush it; errors are ignored (best effort)."""
+    """Open ``path`` with ``flags`` and flush it; errors are ignored (best effort). A link or a
+    FIFO at ``path`` is not opened (``O_NOFOLLOW``, ``O_NONBLOCK``): nothing else is flushed, and
+    nothing blocks."""
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return
     try:
@@ -99,8 +106,8 @@ def fsync_file(path: str | os.PathLike) -> None:
 def write_atomic(path: str | os.PathLike, content: str, mode: int = 0o644) -> None:
     """Write ``content`` to ``path`` so that readers see the old file or the new one, never half.
 
-    A temporary file in the same directory is written, flushed (``fsync``), given ``mode`` and
-    renamed over ``path`` (``rename(2)`` is atomic within a filesystem); then the directory's
+    A temporary file in the same directory (a new name, ``O_EXCL``) is written, flushed
+    (``fsync``), given ``mode`` through its descriptor and renamed over ``path`` (``rename(2)`` is atomic within a filesystem); then the directory's
     entry is flushed too, so a crash keeps either the old file or the new one.
 
     Args:
@@ -119,7 +126,7 @@ def write_atomic(path: str | os.PathLike, content: str, mode: int = 0o644) -> No
             f.write(content)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
+            os.fchmod(f.fileno(), mode)     # on the file made, not on whatever holds its name now
         os.replace(tmp, path)
         fsync_dir(path.parent)          # the new name too survives a crash
     except BaseException:

@@ -255,7 +255,7 @@ ALLOWLIST = [
     # export
     ("hpcstack.export.container:lock_of", ".read_bytes", CHECKED_INPUT, "the recipe's lock file, hashed"),
     # the file utilities: by name on what their callers give them
-    ("hpcstack.fsutil", "open os.open .mkdir tempfile.mkstemp os.chmod os.replace os.unlink os.makedirs os.mkdir",
+    ("hpcstack.fsutil", "os.open .mkdir tempfile.mkstemp os.replace os.unlink os.makedirs os.mkdir",
      HELPER, "sha256_file, fsync_dir/_file, write_atomic, and the no-follow walk of *_no_follow"),
     # the install's steps: the download cache, the stage directory, the build (all checked dirs)
     ("hpcstack.install.actions:Fetch.execute", ".mkdir tempfile.mkstemp os.replace os.unlink fsutil.sha256_file",
