@@ -25,14 +25,16 @@ component's path as its ``filename``.
 Paths must be absolute and hold no ``..``. A path whose directories pass through a link that the
 trust rule accepts (a root-owned ``/scratch -> /lustre/scratch``) is given to the gate resolved
 (``os.path.realpath``) by callers that have checked it with :func:`hpcstack.trust.check_dirs`
-(which checks the named and the resolved chain); the gate then refuses any link that appears on
-the resolved path afterwards.
+(which checks the named and the resolved chain), or through :func:`resolved`, which follows only
+the links that trusted accounts alone can have put there; the gate then refuses any link that
+appears on the resolved path afterwards.
 
-The operations: :func:`open_dir` (:func:`directory`), :func:`read_file` (regular files, a size
-cap), :func:`write_atomic`, :func:`mkdir`; on an open directory's entries :func:`fchmod`,
-:func:`unlink`, :func:`rmtree`, :func:`rename`, :func:`walk_files`; and
-:func:`checked_exec_path`, the path of a checked executable, the one operation that follows a
-link, and only a link in a directory that passed the rule (a venv's ``bin/python``).
+The operations: :func:`open_dir` (:func:`directory`), :func:`open_file` (a regular file's
+descriptor), :func:`read_file` (regular files, a size cap), :func:`write_atomic`,
+:func:`mkdir`; on an open directory's entries :func:`fchmod`, :func:`unlink`, :func:`rmtree`,
+:func:`rename`, :func:`walk_files`; and :func:`checked_exec_path`, the path of a checked
+executable, the one operation that follows a link, and only a link in a directory that passed
+the rule (a venv's ``bin/python``).
 
 Whom to trust: the ``pol`` argument, else the policy of the enclosing :func:`trusting` block
 (the install service sets the run's, with the site's stack group), else root and the running
@@ -47,6 +49,7 @@ import os
 import secrets
 import stat
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Callable, Iterator
 
 from hpcstack import trust
@@ -285,10 +288,51 @@ def _parent(path: str | os.PathLike, pol) -> tuple[str, str, int, os.stat_result
     return target, parts[-1], fd, st, where
 
 
+def open_file(path: str | os.PathLike, pol=None) -> int:
+    """Open a regular file through the gate for reading: its directories as :func:`open_dir`
+    checks them, the file opened with ``O_NOFOLLOW|O_NONBLOCK`` (a FIFO does not block the
+    open, a link is not followed) and checked by ``fstat`` on that descriptor: a regular file
+    that only trusted accounts can change. For a file too large to read whole (a wheel, an
+    image archive), read through the descriptor (``os.fdopen``); :func:`read_file` reads small
+    ones.
+
+    Args:
+        path (str | os.PathLike): an absolute path, no ``..``.
+        pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+
+    Returns:
+        int: a descriptor (``O_RDONLY|O_NONBLOCK``, close-on-exec; ``O_NONBLOCK`` changes nothing
+        for a regular file) of the checked file; the caller closes it.
+
+    Raises:
+        GateError: a link anywhere, not a regular file, an untrusted owner or writer of the file
+            or of a directory above it.
+        OSError: missing or unreadable (its path is the ``filename``).
+
+    Sources: open(2) (``O_NOFOLLOW``, ``O_NONBLOCK``), fstat(2), openat(2).
+    """
+    pol = pol or current_policy()
+    target, name, dfd, dst, where = _parent(path, pol)
+    try:
+        f = _open(dfd, name, FILE_READ, target, target, "regular file")
+        try:
+            fst = os.fstat(f)
+            _judge(where, dst, pol, pol.trusted_uid(fst.st_uid), target)
+            if not stat.S_ISREG(fst.st_mode):
+                refuse(target, "not a regular file")
+            _judge(target, fst, pol, False, target)
+            return f
+        except BaseException:
+            os.close(f)
+            raise
+    finally:
+        os.close(dfd)
+
+
 def read_file(path: str | os.PathLike, max_bytes: int, pol=None) -> bytes:
-    """Read a regular file through the gate: its directories as :func:`open_dir` checks them,
-    the file opened with ``O_NOFOLLOW|O_NONBLOCK`` and checked by ``fstat`` (a regular file that
-    only trusted accounts can change).
+    """Read a regular file through the gate (:func:`open_file`: its directories as
+    :func:`open_dir` checks them, the file opened with ``O_NOFOLLOW|O_NONBLOCK`` and checked by
+    ``fstat``: a regular file that only trusted accounts can change).
 
     Args:
         path (str | os.PathLike): an absolute path.
@@ -303,19 +347,10 @@ def read_file(path: str | os.PathLike, max_bytes: int, pol=None) -> bytes:
             than ``max_bytes``.
         OSError: missing or unreadable.
     """
-    pol = pol or current_policy()
-    target, name, dfd, dst, where = _parent(path, pol)
-    try:
-        f = _open(dfd, name, FILE_READ, target, target, "regular file")
-    except BaseException:
-        os.close(dfd)
-        raise
+    target = os.fspath(path)
+    f = open_file(path, pol)
     try:
         fst = os.fstat(f)
-        _judge(where, dst, pol, pol.trusted_uid(fst.st_uid), target)
-        if not stat.S_ISREG(fst.st_mode):
-            refuse(target, "not a regular file")
-        _judge(target, fst, pol, False, target)
         if fst.st_size > max_bytes:
             refuse(target, f"larger than {max_bytes} bytes ({fst.st_size})")
         chunks, left = [], max_bytes + 1
@@ -328,7 +363,6 @@ def read_file(path: str | os.PathLike, max_bytes: int, pol=None) -> bytes:
         return data
     finally:
         os.close(f)
-        os.close(dfd)
 
 
 def _fsync_dir(fd: int) -> None:
@@ -652,6 +686,73 @@ def rename(dir_fd: int, old: str, new: str, *, new_dir_fd: int | None = None) ->
 
 #: Links followed on the way to an executable, at most (Linux's ``MAXSYMLINKS``, path_resolution(7)).
 MAX_LINKS = 40
+
+
+def resolved(path: str | os.PathLike, pol=None) -> str:
+    """The path to give the gate's operations for ``path``: each symbolic link on the way
+    resolved where only trusted accounts can have put it, the rest as named.
+
+    The gate's walk follows no link, so a path through a link the rule accepts (a root-owned
+    ``/scratch -> /lustre/scratch``) is handed to it resolved. Here a link is followed only where
+    it belongs to a trusted account and every directory from ``/`` down to it passes the rule
+    *without* the groups the policy trusts to write the site's directories
+    (:attr:`hpcstack.trust.Policy.stack_gids`): a member of the site's stack group may write a
+    cache or a stage directory, not decide where root's operations go. A link anywhere else is
+    left in the path as named, for the operation to refuse (``a symbolic link``); a component
+    that does not exist ends the resolution (the rest as named, for :func:`mkdir` to make).
+    Under ``--trust-writable`` (:attr:`~hpcstack.trust.Policy.trust_writable`) every link is
+    followed (``os.path.realpath``).
+
+    This is not a check: what it returns is walked by the operation, which checks every
+    directory and refuses any link still (or again) on the way.
+
+    Args:
+        path (str | os.PathLike): an absolute path.
+        pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+
+    Returns:
+        str: an absolute path (holding ``..`` only where one follows a component left as named,
+        which the gate then refuses).
+
+    Raises:
+        GateError: a relative path; more than :data:`MAX_LINKS` links followed.
+
+    Sources: path_resolution(7), readlink(2); the rule of :mod:`hpcstack.trust`.
+    """
+    pol = pol or current_policy()
+    p = os.fspath(path)
+    if not os.path.isabs(p):
+        refuse(p, "not an absolute path")
+    if pol.trust_writable:
+        return os.path.realpath(p)
+    strict = replace(pol, stack_gids=frozenset())
+    todo = [c for c in p.split("/") if c not in ("", ".")]
+    done, st_done, ok, links = "/", os.lstat("/"), True, 0
+    while todo:
+        name = todo.pop(0)
+        if name == "..":
+            done = os.path.dirname(done)
+            st_done = os.lstat(done)
+            continue
+        here = _join(done, name)
+        try:
+            st = os.lstat(here)
+        except OSError:
+            return os.path.join(here, *todo)
+        passes = ok and not trust.stat_problem(st_done, strict, strict.trusted_uid(st.st_uid))
+        if not stat.S_ISLNK(st.st_mode):
+            done, st_done, ok = here, st, passes
+            continue
+        if not passes or not strict.trusted_uid(st.st_uid):
+            return os.path.join(here, *todo)          # left for the operation to refuse
+        links += 1
+        if links > MAX_LINKS:
+            refuse(p, f"more than {MAX_LINKS} symbolic links on the way")
+        target = os.readlink(here)
+        if target.startswith("/"):
+            done, st_done = "/", os.lstat("/")
+        todo[:0] = [c for c in target.split("/") if c not in ("", ".")]
+    return done
 
 
 def checked_exec_path(path: str | os.PathLike, pol=None) -> str:

@@ -419,6 +419,61 @@ def test_read_file_takes_regular_files_up_to_its_limit_only(tmp_path):
         gate.read_file(tmp_path / "missing", 10)
 
 
+def test_open_file_gives_a_descriptor_of_the_checked_regular_file(tmp_path):
+    (tmp_path / "f").write_bytes(b"content")
+    fd = gate.open_file(tmp_path / "f")
+    with os.fdopen(fd, "rb") as f:
+        assert f.read() == b"content" and stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+    os.mkfifo(tmp_path / "fifo")    # no writer: the open does not block, and it is refused
+    refused(lambda: gate.open_file(tmp_path / "fifo"), "not a regular file")
+    refused(lambda: gate.open_file(tmp_path), "not a regular file")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    refused(lambda: gate.open_file(tmp_path / "link"), "a symbolic link")
+    (tmp_path / "f").chmod(0o666)
+    refused(lambda: gate.open_file(tmp_path / "f"), "writable by every user")
+    with pytest.raises(FileNotFoundError):
+        gate.open_file(tmp_path / "missing")
+
+
+def test_resolved_follows_only_links_that_trusted_accounts_alone_can_have_put(tmp_path):
+    """gate.resolved: what a caller hands the gate for a path through a link. A link of a
+    trusted account in directories only trusted accounts can write is followed (a root-owned
+    /scratch -> /lustre/scratch); one in a directory others can write, or that only a stack
+    group the policy trusts to write may change, is left as named, and the gate refuses it."""
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "rel").symlink_to("real/sub")
+    assert gate.resolved(tmp_path / "link" / "sub" / "missing" / "x") == str(real / "sub" / "missing" / "x")
+    assert gate.resolved(tmp_path / "rel") == str(real / "sub")
+    assert gate.resolved(f"{tmp_path}/rel/../sub") == str(real / "sub")     # '..' of the link's target
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    open_.chmod(0o777)
+    (open_ / "l").symlink_to(real)
+    assert gate.resolved(open_ / "l" / "sub") == str(open_ / "l" / "sub")
+    refused(lambda: gate.open_dir(gate.resolved(open_ / "l" / "sub")), f"{open_ / 'l'}: a symbolic link")
+    # below a directory others can write, even a link further down is not followed
+    (open_ / "d").mkdir()
+    (open_ / "d" / "l").symlink_to(real)
+    assert gate.resolved(open_ / "d" / "l") == str(open_ / "d" / "l")
+    # a stack group may write the directory (the gate accepts it), not send the walk elsewhere
+    group = tmp_path / "group"
+    group.mkdir()
+    group.chmod(0o770)
+    if os.geteuid() == 0:
+        os.chown(group, -1, 100)
+    (group / "l").symlink_to(real)
+    pol = trust.Policy(uid=os.geteuid(), stack_gids=frozenset({group.stat().st_gid}))
+    os.close(gate.open_dir(group, pol))
+    assert gate.resolved(group / "l", pol) == str(group / "l")
+    # --trust-writable: every link followed
+    assert gate.resolved(open_ / "l", trust.Policy(uid=os.geteuid(), trust_writable=True)) == str(real)
+    refused(lambda: gate.resolved("relative"), "not an absolute path")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    refused(lambda: gate.resolved(tmp_path / "loop"), "symbolic links on the way")
+
+
 def test_mkdir_sets_the_mode_of_what_it_makes_and_reports_what_it_found(tmp_path):
     made, st = gate.mkdir(tmp_path / "a" / "b", 0o1733, parents=True)
     assert made and stat.S_IMODE(st.st_mode) == 0o1733 == mode_of(tmp_path / "a" / "b")
