@@ -447,23 +447,73 @@ def stack_version_lines(stacks) -> list[str]:
     return out
 
 
+#: The most bytes of a venv's ``bin/activate``, a stand-in modulefile or a deprecation record
+#: that :func:`retired_stack_lines` reads.
+MAX_RETIRED_READ = 4 << 20
+
+
+def _read_checked(path: str, pol) -> str | None:
+    """The text of ``path`` read through the gate (:func:`hpcstack.gate.read_file`: links on the
+    way followed only where trusted accounts alone can have put them, every component from ``/``
+    opened without following one, a regular file by ``fstat`` (a FIFO neither blocks nor is
+    read), that only accounts ``pol`` trusts can change, at most :data:`MAX_RETIRED_READ`
+    bytes); None when it is missing, unreadable or refused."""
+    from hpcstack import gate
+    from hpcstack.errors import HpcstackError
+
+    try:
+        return gate.read_file(gate.resolved(path, pol), MAX_RETIRED_READ, pol).decode("utf-8", "replace")
+    except (OSError, HpcstackError):
+        return None
+
+
 def retired_stack_lines(venv: Path, environ) -> list[str]:
     """For a venv extended (``extend-venv-activate``) against a stack that is gone: one line
     naming the replacement and how to rebuild the venv on it; empty when its stack is not known
-    to be retired (the module roots of ``MODULEPATH`` are searched for the record)."""
-    import re
+    to be retired (the module roots of ``MODULEPATH`` are searched for the record).
 
+    It runs before the venv is checked (no stack is known yet), so what it reads, the venv's
+    ``bin/activate``, each module root's deprecation record and stand-in modulefiles, is read
+    through the gate (:func:`_read_checked`), trusting whom :func:`hpcstack.trust.policy`
+    trusts: as root, a user's venv is not read (nothing is said about it here), and a FIFO or a
+    link put in place of those files is never read or followed.
+
+    Args:
+        venv (Path): the venv (absolute).
+        environ (Mapping): the environment (its ``MODULEPATH``).
+
+    Returns:
+        list[str]: the lines (empty: not retired, or nothing could be read).
+
+    Raises:
+        ConfigError: the system configuration of :mod:`hpcstack.trust` is not root's (exit 2).
+    """
     try:
-        text = (venv / "bin" / "activate").read_text(errors="replace")
-    except OSError:
+        from hpcstack import trust
+    except ImportError:  # standalone (<prefix>/bin/hpcstack-doctor): it names its own stack, so not reached
+        return []
+    pol = trust.policy()
+    text = _read_checked(str(venv / "bin" / "activate"), pol)
+    if text is None:
         return []
     modules = re.findall(r"^[ \t]*# >>> hpcstack (\S+) >>>", text, re.M)
-    out = []
+    out, records = [], {}
     for module in dict.fromkeys(modules):
+        if module.startswith("/") or ".." in module.split("/"):
+            continue  # NAME/VERSION only: nothing outside the module roots is read
         for root in [d for d in environ.get("MODULEPATH", "").split(":") if d]:
-            entry = _deprecations(root).get(module)
-            stand_in = [Path(root, module + suffix) for suffix in ("", ".lua") if Path(root, module + suffix).is_file()]
-            if entry is None or not stand_in or "Written by hpcstack uninstall" not in stand_in[0].read_text()[:300]:
+            if root not in records:
+                raw = _read_checked(os.path.join(root, DEPRECATIONS), pol)
+                try:
+                    records[root] = json.loads(raw or "{}").get("modules") or {}
+                except (ValueError, AttributeError):
+                    records[root] = {}
+            entry = records[root].get(module)
+            if not isinstance(entry, dict):
+                continue
+            stand_in = next((t for t in (_read_checked(os.path.join(root, module + suffix), pol)
+                                         for suffix in ("", ".lua")) if t is not None), None)
+            if stand_in is None or "Written by hpcstack uninstall" not in stand_in[:300]:
                 continue  # not retired here: the module still loads (or is not hpcstack's)
             site_packages = next(iter(sorted(venv.glob("lib/python*/site-packages"))), venv / "lib")
             repl = entry.get("replacement") or "another stack"

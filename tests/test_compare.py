@@ -456,3 +456,49 @@ def test_as_root_a_directory_that_everyone_can_change_is_refused(tmp_path):
     one_error(*run_cli("compare", str(a), str(b))[::2], f"stack {b}: {shared}: writable by every user")
     one_error(*run_cli("compare", str(b), str(a))[::2], f"stack {b}: {shared}: writable by every user")
     assert run_cli("compare", str(a), str(b), "--trust-writable")[0] == 0
+
+
+def test_as_root_a_report_or_an_image_archive_others_can_change_is_refused(tmp_path):
+    """compare --report FILE and an OCI archive argument are read through the gate (issue 45):
+    opened once, no link followed, a regular file (a FIFO neither blocks nor is read), and as
+    root one that only trusted accounts can change, in directories only they can change (they
+    were read, and the archive handed to buildah, by name). Another account reads only what it
+    may read anyway: only links it did not put there and the kind are refused."""
+    import tarfile
+
+    from blocking import returns_on_fifo
+    from hpcstack.errors import ConfigError
+    from hpcstack.lifecycle.images import image_reference
+
+    a = make_stack(tmp_path / "a", {"alpha": "1.0"})
+    b = make_stack(tmp_path / "b", {"alpha": "1.0"})
+    report = json.dumps({"runs": []})
+    (tmp_path / "r.json").write_text(report)
+    (tmp_path / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+    with tarfile.open(tmp_path / "img.tar", "w") as tar:
+        tar.add(tmp_path / "oci-layout", arcname="oci-layout")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "r.json").write_text(report)
+    shutil.copy(tmp_path / "img.tar", shared / "img.tar")
+    shared.chmod(0o777)
+    (shared / "link.json").symlink_to(tmp_path / "r.json")
+    (shared / "link.tar").symlink_to(tmp_path / "img.tar")
+    assert run_cli("compare", str(a), str(b), "--report", str(tmp_path / "r.json"))[0] == 0
+    assert image_reference(str(tmp_path / "img.tar")) == f"oci-archive:{tmp_path / 'img.tar'}"
+    os.mkfifo(tmp_path / "fifo")
+    one_error(*returns_on_fifo(lambda: run_cli("compare", str(a), str(b), "--report", str(tmp_path / "fifo")),
+                               tmp_path / "fifo")[::2], "not a regular file")
+    assert returns_on_fifo(lambda: image_reference(str(tmp_path / "fifo")), tmp_path / "fifo") is None
+    if os.geteuid() != 0:
+        assert run_cli("compare", str(a), str(b), "--report", str(shared / "r.json"))[0] == 0
+        assert image_reference(str(shared / "img.tar")) == f"oci-archive:{shared / 'img.tar'}"
+        return
+    for name, problem in (("r.json", f"{shared}: writable by every user"), ("link.json", "a symbolic link")):
+        one_error(*run_cli("compare", str(a), str(b), "--report", str(shared / name))[::2],
+                  f"{shared / name}: the validation report is not read: ", problem)
+    for name, problem in (("img.tar", f"{shared}: writable by every user"), ("link.tar", "a symbolic link")):
+        with pytest.raises(ConfigError) as info:
+            image_reference(str(shared / name))
+        (line,) = info.value.lines()
+        assert line.startswith(f"{shared / name}: the image archive is not read: ") and problem in line, line

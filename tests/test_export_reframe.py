@@ -126,6 +126,49 @@ def test_bad_command_lines_exit_2_and_write_nothing(tmp_path, args, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_emit_writes_through_the_gate_and_refuses_a_directory_another_account_can_change(tmp_path, monkeypatch):
+    """validate --emit reframe DIR writes through hpcstack.gate (issue 45): DIR, or a directory
+    above it, that an account the policy does not trust can change, or a link such an account
+    could have put on the way, is refused in one line and nothing is written; a link only a
+    trusted account can have made is followed (a root-owned /scratch -> /lustre/scratch)."""
+    from hpcstack import trust
+    from hpcstack.errors import ConfigError
+    from hpcstack.export import reframe
+    from hpcstack.fsutil import write_atomic
+
+    monkeypatch.setattr(reframe, "reframe_files", lambda site, recipe, **options: {
+        "x_check.py": "check\n", "settings.py": "settings\n"})
+    pol = trust.Policy(uid=os.geteuid())
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    open_.chmod(0o777)
+    (open_ / "out").symlink_to(victim)
+    # positive control: by name (the write emit_reframe made before), the link decides where it goes
+    write_atomic(open_ / "out" / "control", "x")
+    assert (victim / "control").exists()
+    (victim / "control").unlink()
+    for directory, problem in ((open_ / "out", f"{open_ / 'out'}: a symbolic link"),
+                               (open_ / "out" / "sub", f"{open_ / 'out'}: a symbolic link"),
+                               (open_ / "new", f"{open_}: writable by every user"),
+                               (open_, f"{open_}: writable by every user")):
+        with pytest.raises(ConfigError) as info:
+            reframe.emit_reframe(None, None, str(directory), pol=pol)
+        (line,) = info.value.lines()
+        assert line.startswith("--emit reframe: ") and problem in line, line
+    assert list(victim.iterdir()) == [] and sorted(p.name for p in open_.iterdir()) == ["out"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="not a directory"):
+        reframe.emit_reframe(None, None, str(tmp_path / "file"), pol=pol)
+    # this account's own link in its own directory is followed; the files are new, 0644
+    (tmp_path / "mine").symlink_to(victim)
+    paths = reframe.emit_reframe(None, None, str(tmp_path / "mine" / "rfm"), pol=pol)
+    assert paths == [str(tmp_path / "mine" / "rfm" / "x_check.py"), str(tmp_path / "mine" / "rfm" / "settings.py")]
+    assert (victim / "rfm" / "settings.py").read_text() == "settings\n"
+    assert oct((victim / "rfm" / "x_check.py").stat().st_mode & 0o777) == oct(0o644)
+
+
 def test_a_site_without_slurm_is_refused(tmp_path):
     import yaml
 

@@ -301,6 +301,15 @@ ALLOWLIST = [
     ("hpcstack.install.components.wheels:extra_indexes", "open", CHECKED_INPUT, "the recipe's lock file"),
     ("hpcstack.install.gpuarch:read_wheel", "tempfile.TemporaryDirectory .extract", PRIVATE,
      "the wheel's libraries extracted into a new temporary directory"),
+    ("hpcstack.install.gpuarch:read_wheel", "zipfile.ZipFile", DESCRIPTOR,
+     "lock --gpu-archs-from WHEEL: the zip read from gate.open_file's descriptor (hashed from the same one)"),
+    ("hpcstack.install.gpuarch:_unpacked", "os.open", DESCRIPTOR,
+     "an unpacked wheel's files: os.fwalk below gate.open_dir's descriptor, O_NOFOLLOW|O_NONBLOCK, fstat regular"),
+    ("hpcstack.install.gpuarch:_copy_out", "os.open", PRIVATE,
+     "a library copied into read_wheel's temporary directory (O_EXCL|O_NOFOLLOW)"),
+    ("hpcstack.install.gpuarch:fatbin_entries", "os.open", PRIVATE,
+     "the libraries read_wheel copied or extracted into its temporary directory (O_NOFOLLOW|O_NONBLOCK, "
+     "fstat regular)"),
     ("hpcstack.install.gpuarch:download_wheel", "open", PRIVATE, "the requirement file in the caller's temporary directory"),
     ("hpcstack.install.gpuarch:load_records", "open", CHECKED_INPUT,
      "the GPU records beside the recipe's lock, or the site's record in the checked cache_dir"),
@@ -349,6 +358,10 @@ ALLOWLIST = [
     ("hpcstack.install.staged:_held_open", "open", KERNEL, "/proc/<pid>/maps"),
     ("hpcstack.install.staged:_remove", "shutil.rmtree os.unlink", CHECKED_DIRS,
      "a stale staged copy in the stage directory (image.check_stage_dir: root's alone, no link on the way)"),
+    ("hpcstack.install.wheelcache", "os.open os.mkdir", DESCRIPTOR,
+     "the build cache through gate.directory(cache root): the entry, SHA256SUMS and wheels opened O_NOFOLLOW "
+     "relative to it, checked by fstat, hashed and copied from those descriptors; dist made in "
+     "gate.directory(stage directory), its wheels created O_EXCL|O_NOFOLLOW"),
     # lifecycle
     ("hpcstack.lifecycle.audit:OsvDatabase._read", "open", CHECKED_INPUT,
      "a record of --db DIR (checked), regular file, size-capped"),
@@ -372,6 +385,8 @@ ALLOWLIST = [
     ("hpcstack.lifecycle.compare:_wheel_files", "zipfile.ZipFile", OWN_WALK, "a wheel on Tree._open's descriptor"),
     ("hpcstack.lifecycle.deprecation", ".read_text fsutil.write_atomic .unlink", CHECKED_DIRS,
      "modulefiles, .modulerc and the deprecation record of the module root"),
+    ("hpcstack.lifecycle.images:image_reference", "tarfile.open", DESCRIPTOR,
+     "an OCI archive argument read from gate.open_file's descriptor (as root: under the trust rule)"),
     ("hpcstack.lifecycle.usage", "os.open os.rmdir", DESCRIPTOR,
      "the usage directory and spool: gate.open_dir, then openat/unlinkat with O_NOFOLLOW, gate.unlink, gate.rmtree"),
     # modules
@@ -406,50 +421,7 @@ ALLOWLIST = [
 
 #: Uses that fit no category: a path an ordinary user (or a member of the site's stack group)
 #: could have touched, used by name as root. ``(where, calls, finding, what would fix it)``.
-KNOWN_GAPS = [
-    ("hpcstack.doctor:retired_stack_lines", ".read_text",
-     "hpcstack doctor --venv DIR (no stack) reads DIR/bin/activate and each MODULEPATH root's stand-in "
-     "modulefile by name before anything is checked: as root on a user's venv, a FIFO there hangs the "
-     "command and a link makes root read another file (only '# >>> hpcstack NAME >>>' lines are used)",
-     "check the venv as probe_venv does (refused as root unless trusted), or gate.read_file with a cap"),
-    ("hpcstack.export.reframe:emit_reframe", "fsutil.write_atomic",
-     "validate --emit reframe DIR: DIR is not trust-checked; fsutil.write_atomic makes its parents and "
-     "chmods its temporary file by name, so the owner of DIR swaps the temporary file for a link and root "
-     "makes the link's target 0644",
-     "session.check_dirs([('--emit', DIR)]) first, and gate.write_atomic"),
-    ("hpcstack.install.gpuarch:read_wheel", "zipfile.ZipFile open",
-     "lock --gpu-archs-from WHEEL: the wheel (a file or an unpacked directory) is opened by name, "
-     "following links, with no trust check (a FIFO blocks; the sha256 must be one the lock pins, so only "
-     "a pinned wheel's content is used)",
-     "gate.read_file-style open (O_NOFOLLOW|O_NONBLOCK, fstat regular) of a checked path, ZipFile on the "
-     "descriptor"),
-    ("hpcstack.install.gpuarch:fatbin_entries", "open",
-     "reads the libraries read_wheel gives it: extracted into its private directory, or, for a wheel "
-     "directory, the files there by name (as read_wheel)", "as read_wheel"),
-    ("hpcstack.install.wheelcache:check_entry", "open fsutil.sha256_file",
-     "the build cache (cache_dir/builds, 0770 where the site's group installs) is checked with lstat and "
-     "read by name: a member of the stack group swaps an entry's files after the check",
-     "read the entry through gate.directory and descriptors (as store_wheels writes it)"),
-    ("hpcstack.install.wheelcache:reuse", "shutil.rmtree os.makedirs shutil.copy",
-     "a cache hit is copied by name (shutil.copy follows a link at the destination) into the stage "
-     "directory's dist (0770 where the site's group installs): a member of the stack group plants a link "
-     "there and root writes the wheel through it",
-     "copy from the entry's descriptor into a directory made by gate.mkdir, files created O_EXCL|O_NOFOLLOW"),
-    ("hpcstack.install.wheelcache:discard", "os.unlink os.rename shutil.rmtree",
-     "an entry renamed and removed by name in the group-writable build cache",
-     "gate.rename and gate.rmtree on the cache root's descriptor"),
-    ("hpcstack.install.wheelcache:write_sums", "fsutil.sha256_file open os.chmod",
-     "chmods each file by name (follows a link); only tests/test_wheel_cache.py uses it",
-     "remove it from the package (store_wheels writes the sums), or gate.fchmod"),
-    ("hpcstack.lifecycle.compare:_read_named", "os.open",
-     "compare --report FILE: read by name, following links, with no trust check as root (regular file, "
-     "non-blocking, size-capped)",
-     "as root, gate.read_file (or trust.check of FILE like the directory arguments)"),
-    ("hpcstack.lifecycle.images:image_reference", "tarfile.open",
-     "compare's image archive argument (a file, not a directory, so not trust-checked as root) is opened by "
-     "name twice (is_tarfile, open) and then handed to buildah as root",
-     "check the archive's chain as root (the directory arguments' check), open it once by descriptor"),
-]
+KNOWN_GAPS: list = []
 
 
 # ------------------------------------------------------------------------------ matching

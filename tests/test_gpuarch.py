@@ -259,3 +259,87 @@ def test_the_cuda_version_a_wheel_states(metadata, cuda):
 ])
 def test_which_wheel_of_a_pin_a_site_installs(file, python, fits):
     assert gpuarch.wheel_fits(file, python) is fits
+
+
+# ------------------------------------------- the wheel of lock --gpu-archs-from (issue 45)
+
+#: A cuobjdump that lists one sm_80 cubin for any library (the library is never read).
+FAKE_CUOBJDUMP = ('#!/bin/sh\n[ "$1" = --version ] && { echo "Cuda compilation tools, V12.4.127"; exit 0; }\n'
+                  'echo "ELF file    1: lib.1.sm_80.cubin"\n')
+LIBS = ("torch/lib/libtorch_cuda*.so",)
+
+
+def _fake_cuobjdump(tmp_path) -> str:
+    tool = tmp_path / "cuobjdump"
+    tool.write_text(FAKE_CUOBJDUMP)
+    tool.chmod(0o755)
+    return str(tool)
+
+
+def _zip_wheel(path) -> bytes:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("torch-2.3.1.dist-info/METADATA", "Name: torch\nVersion: 2.3.1+cu121\n")
+        z.writestr("torch/lib/libtorch_cuda.so", b"\x7fELF not read")
+    return path.read_bytes()
+
+
+def test_the_wheel_is_opened_once_through_the_gate(tmp_path):
+    """The wheel of lock --gpu-archs-from: opened once (no link followed, O_NONBLOCK, a regular
+    file by fstat), hashed and read as a zip from that descriptor. A FIFO in its place blocked
+    the command (zipfile.ZipFile by name); a link, or a wheel in a directory others can write,
+    is refused in one line."""
+    import hashlib
+
+    from blocking import returns_on_fifo
+    from hpcstack import gate
+
+    tool = _fake_cuobjdump(tmp_path)
+    wheel = tmp_path / "torch-2.3.1-cp311-cp311-linux_x86_64.whl"
+    data = _zip_wheel(wheel)
+    rec = gpuarch.read_wheel(str(wheel), LIBS, tool)
+    assert (rec.file, rec.cuda, rec.sass, rec.sha256) == (wheel.name, "12.1", (80,), hashlib.sha256(data).hexdigest())
+    fifo = tmp_path / "fifo.whl"
+    os.mkfifo(fifo)
+    with pytest.raises(gate.GateError, match="not a regular file"):
+        returns_on_fifo(lambda: gpuarch.read_wheel(str(fifo), LIBS, tool), fifo)
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    _zip_wheel(open_ / wheel.name)
+    open_.chmod(0o777)
+    with pytest.raises(gate.GateError, match=f"{open_}: writable by every user"):
+        gpuarch.read_wheel(str(open_ / wheel.name), LIBS, tool)
+    (open_ / "link.whl").symlink_to(wheel)      # where anyone could have put it: not followed
+    with pytest.raises(gate.GateError, match=f"{open_ / 'link.whl'}: a symbolic link"):
+        gpuarch.read_wheel(str(open_ / "link.whl"), LIBS, tool)
+    (tmp_path / "mine.whl").symlink_to(wheel)   # this account's, in its own directory: followed
+    assert gpuarch.read_wheel(str(tmp_path / "mine.whl"), LIBS, tool).sha256 == rec.sha256
+
+
+def test_an_unpacked_wheel_is_read_by_descriptor(tmp_path):
+    """A wheel unpacked into a directory: its files opened O_NOFOLLOW|O_NONBLOCK below the
+    gate's descriptor; a FIFO for its METADATA blocked the read (open by name), a link for a
+    library was read through."""
+    from blocking import returns_on_fifo
+
+    tool = _fake_cuobjdump(tmp_path)
+    unpacked = tmp_path / "torch"
+    (unpacked / "torch" / "lib").mkdir(parents=True)
+    (unpacked / "torch-2.3.1.dist-info").mkdir()
+    (unpacked / "torch-2.3.1.dist-info" / "METADATA").write_text("Name: torch\nVersion: 2.3.1+cu121\n")
+    (unpacked / "torch" / "lib" / "libtorch_cuda.so").write_bytes(b"\x7fELF")
+    rec = gpuarch.read_wheel(str(unpacked), LIBS, tool)
+    assert (rec.sha256, rec.cuda, rec.sass) == ("", "12.1", (80,))
+    assert rec.libraries == (("torch/lib/libtorch_cuda.so", (80,), ()),)
+    secret = tmp_path / "secret"
+    secret.write_text("root's\n")
+    (unpacked / "torch" / "lib" / "libtorch_cuda_link.so").symlink_to(secret)
+    with pytest.raises(gpuarch.HpcstackError, match="libtorch_cuda_link.so: a symbolic link"):
+        gpuarch.read_wheel(str(unpacked), LIBS, tool)
+    (unpacked / "torch" / "lib" / "libtorch_cuda_link.so").unlink()
+    meta = unpacked / "torch-2.3.1.dist-info" / "METADATA"
+    meta.unlink()
+    os.mkfifo(meta)
+    with pytest.raises(gpuarch.HpcstackError, match="METADATA: not a regular file"):
+        returns_on_fifo(lambda: gpuarch.read_wheel(str(unpacked), LIBS, tool), meta)

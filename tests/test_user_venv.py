@@ -331,6 +331,48 @@ def test_doctor_without_a_stack_says_so_and_exits_2(tmp_path):
         "error: no stack: load its module (HPCSTACK_<NAME>_ROOT) or give --stack PREFIX"]
 
 
+def test_doctor_reads_a_venvs_retired_stack_through_the_gate(tmp_path):
+    """doctor --venv DIR with no stack reads DIR/bin/activate, each module root's deprecation
+    record and stand-in modulefile before anything is checked (issue 45): through the gate, so
+    a FIFO put there neither blocks nor is read (it hung the command), and a link where another
+    account could have put it, or a directory it can change, is not followed or read."""
+    from blocking import returns_on_fifo
+    from hpcstack import doctor
+    from hpcstack.lifecycle.deprecation import RETIRED_MARKER
+
+    venv, mf = tmp_path / "venv", tmp_path / "mf"
+    (venv / "bin").mkdir(parents=True)
+    (mf / "tiny").mkdir(parents=True)
+    (mf / ".hpcstack").mkdir()
+    activate, record, stand_in = venv / "bin" / "activate", mf / ".hpcstack" / "deprecations.json", mf / "tiny" / "1.0"
+    texts = {activate: "# >>> hpcstack tiny/1.0 >>>\n# >>> hpcstack ../../x >>>\n",
+             record: json.dumps({"modules": {"tiny/1.0": {"replacement": "tiny/2.0"}}}),
+             stand_in: RETIRED_MARKER + "\n"}
+    for path, text in texts.items():
+        path.write_text(text)
+    env = {"MODULEPATH": str(mf)}
+    (line,) = doctor.retired_stack_lines(venv, env)
+    assert line.startswith("tiny/1.0 was retired: use tiny/2.0 instead; rebuild this venv on it"), line
+    for path, text in texts.items():
+        path.unlink()
+        os.mkfifo(path)
+        assert returns_on_fifo(lambda: doctor.retired_stack_lines(venv, env), path) == [], path
+        path.unlink()
+        path.write_text(text)
+    # the venv's bin/ writable by every user: its activate, or a link there, is not read
+    (venv / "bin").chmod(0o777)
+    assert doctor.retired_stack_lines(venv, env) == []
+    (venv / "bin").chmod(0o755)
+    activate.rename(tmp_path / "activate")
+    open_ = tmp_path / "open"
+    open_.mkdir()
+    open_.chmod(0o777)
+    (open_ / "activate").symlink_to(tmp_path / "activate")
+    activate.symlink_to(open_ / "activate")
+    assert activate.read_text() == texts[activate]          # control: by name, the links lead to it
+    assert doctor.retired_stack_lines(venv, env) == []
+
+
 def test_doctor_without_a_venv_checks_the_user_site_of_the_stacks_python(stack_prefix, tmp_path):
     """No venv active: what `pip install --user` left in ~/.local (hidden under the module, seen by
     every other Python of that version) is reported; an empty user site is ok."""

@@ -46,9 +46,8 @@ import os
 import re
 from pathlib import Path
 
-from hpcstack import __version__
+from hpcstack import __version__, gate
 from hpcstack.errors import ConfigError
-from hpcstack.fsutil import write_atomic
 
 #: Formats of ``hpcstack validate --emit FORMAT DIR``.
 EMIT_FORMATS = ("reframe",)
@@ -187,29 +186,44 @@ def _settings(site, plan, command: str) -> str:
         cc=site.toolchain.cc, cxx=site.toolchain.cxx, ftn=getattr(site.toolchain, "fc", None))
 
 
-def emit_reframe(site, recipe, directory: str, **options) -> list[str]:
-    """Write the files of :func:`reframe_files` into ``directory`` (each atomically).
+def emit_reframe(site, recipe, directory: str, *, pol=None, **options) -> list[str]:
+    """Write the files of :func:`reframe_files` into ``directory`` (each atomically), through
+    the gate (:mod:`hpcstack.gate`): ``directory`` and the directories above it are made or
+    found with :func:`hpcstack.gate.mkdir` and each file is written with
+    :func:`hpcstack.gate.write_atomic` (a new ``O_EXCL|O_NOFOLLOW`` file in the directory's
+    descriptor, ``fchmod``-ed there, renamed over the name), all walked from ``/`` without
+    following a link. Links on the way are resolved first only where trusted accounts alone
+    can have put them (:func:`hpcstack.gate.resolved`: a root-owned ``/scratch ->
+    /lustre/scratch``). So a directory on the way that an account ``pol`` does not trust can
+    change, or a link that such an account could have put there, is refused in one line
+    before anything is written.
 
     Args:
         site, recipe: as for :func:`reframe_files`.
-        directory (str): where to write (created if missing).
+        directory (str): where to write (created if missing, with the directories above it).
+        pol (hpcstack.trust.Policy | None): whom to trust (the command's
+            :attr:`hpcstack.session.Session.policy`; default :func:`hpcstack.gate.current_policy`).
         **options: ``nodes``, ``backends``, ``partition``, ``qos``, ``account``, ``workload``.
 
     Returns:
-        list[str]: the paths written.
+        list[str]: the paths written (``directory`` as given, joined with each file's name).
 
     Raises:
-        ConfigError: as :func:`reframe_files` (nothing is written), or ``directory`` is a file.
+        ConfigError: as :func:`reframe_files` (nothing is written); ``directory`` is not a
+            directory, is a link or lies below one that is refused, or an untrusted account can
+            change it or a directory above it (one line, from :class:`hpcstack.gate.GateError`).
+        OSError: a directory cannot be made or a file written (permissions, space).
     """
     files = reframe_files(site, recipe, **options)       # every problem before any write
-    out = Path(directory)
-    if out.exists() and not out.is_dir():
-        raise ConfigError([f"--emit reframe {directory}: not a directory"])
     paths = []
-    for name, text in files.items():
-        path = out / name
-        write_atomic(path, text, 0o644)
-        paths.append(str(path))
+    try:
+        real = gate.resolved(os.path.abspath(directory), pol)
+        gate.mkdir(real, 0o777, parents=True, exact=False, pol=pol)   # as os.makedirs: under the umask
+        for name, text in files.items():
+            gate.write_atomic(os.path.join(real, name), text, 0o644, pol=pol)
+            paths.append(str(Path(directory) / name))
+    except gate.GateError as exc:
+        raise ConfigError([f"--emit reframe: {exc}"]) from None
     return paths
 
 

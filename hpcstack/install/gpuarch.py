@@ -30,18 +30,21 @@ published (:class:`hpcstack.install.components.cudawheels.CudaWheelArchs`).
 from __future__ import annotations
 
 import collections
+import errno
 import fnmatch
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
 import struct
 import subprocess
 import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field
 
+from hpcstack import gate
 from hpcstack.errors import HpcstackError
 from hpcstack.fsutil import CHILD_CWD
 
@@ -204,12 +207,19 @@ def fatbin_entries(library: str) -> collections.Counter:
 
     Args:
         library (str): a shared library (64-bit little-endian ELF); the section is found by
-            its name in the ELF section header table.
+            its name in the ELF section header table. :func:`read_wheel` gives it the copies it
+            made in its own temporary directory.
 
     Raises:
-        HpcstackError: not a 64-bit little-endian ELF file.
+        HpcstackError: not a regular file (opened ``O_NOFOLLOW|O_NONBLOCK``: a link is not
+            followed, a FIFO does not block), or not a 64-bit little-endian ELF file.
+        OSError: the library cannot be opened.
     """
-    with open(library, "rb") as f:
+    fd = os.open(library, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise HpcstackError(f"{library}: not a regular file: not read")
+    with os.fdopen(fd, "rb") as f:
         ident = f.read(64)
         if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
             raise HpcstackError(f"{library}: not a 64-bit little-endian ELF file")
@@ -291,56 +301,138 @@ def cuda_of_wheel(names: list[str], read) -> str | None:
     return None
 
 
-def read_wheel(wheel: str, libraries: tuple[str, ...], cuobjdump: str | None = None) -> WheelArchs:
+#: The most bytes of a wheel's ``METADATA`` read from an unpacked wheel.
+MAX_METADATA = 16 << 20
+
+
+def _is_metadata(name: str) -> bool:
+    """The wheel's own ``<name>.dist-info/METADATA`` (a member at the top's level + 1)."""
+    return name.count("/") == 1 and name.endswith(".dist-info/METADATA")
+
+
+def _copy_out(fin: int, dest: str) -> None:
+    """Copy the open file ``fin`` to the new file ``dest`` (``O_EXCL|O_NOFOLLOW``, in the
+    caller's own temporary directory)."""
+    fout = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        while block := os.read(fin, 1 << 20):
+            view = memoryview(block)
+            while view:
+                view = view[os.write(fout, view):]
+    finally:
+        os.close(fout)
+
+
+def _unpacked(top: int, where: str, libraries: tuple[str, ...],
+              tmp: str) -> tuple[list[str], dict[str, str], dict[str, bytes]]:
+    """Read a wheel unpacked into the directory ``top`` (a descriptor from the gate; ``where``
+    its path, for messages) by descriptor: its tree walked with :func:`os.fwalk` (no linked
+    directory entered), each file wanted (a member matching ``libraries``, the ``METADATA``)
+    opened ``O_NOFOLLOW|O_NONBLOCK`` relative to its directory and checked by ``fstat`` (a
+    regular file), the members copied into ``tmp``.
+
+    Returns:
+        tuple: the member names (``/``-separated), ``{member: its copy in tmp}`` and
+        ``{METADATA name: its bytes}``.
+
+    Raises:
+        HpcstackError: a wanted member is a link or not a regular file, or a METADATA is too large.
+        OSError: a member cannot be read.
+    """
+    names, paths, meta = [], {}, {}
+    for dirpath, _dirs, files, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+        for f in files:
+            rel = os.path.normpath(os.path.join(dirpath, f)).replace(os.sep, "/")
+            names.append(rel)
+            member = any(fnmatch.fnmatch(rel, p) for p in libraries)
+            if not member and not _is_metadata(rel):
+                continue
+            try:
+                fin = os.open(f, gate.FILE_READ, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise HpcstackError(f"{where}/{rel}: a symbolic link (not followed): not read") from None
+                raise OSError(exc.errno, exc.strerror, f"{where}/{rel}") from None
+            try:
+                st = os.fstat(fin)
+                if not stat.S_ISREG(st.st_mode):
+                    raise HpcstackError(f"{where}/{rel}: not a regular file: not read")
+                if member:
+                    paths[rel] = os.path.join(tmp, f"{len(paths)}-{f}")
+                    _copy_out(fin, paths[rel])
+                else:
+                    if st.st_size > MAX_METADATA:
+                        raise HpcstackError(f"{where}/{rel}: larger than {MAX_METADATA} bytes: not read")
+                    meta[rel] = os.read(fin, MAX_METADATA)
+            finally:
+                os.close(fin)
+    return names, paths, meta
+
+
+def read_wheel(wheel: str, libraries: tuple[str, ...], cuobjdump: str | None = None, *,
+               pol=None) -> WheelArchs:
     """Read the GPU architectures of a wheel file, or of a wheel unpacked into a directory.
 
-    The members matching ``libraries`` are extracted into a temporary directory (a directory is
-    read in place) and read with cuobjdump (:func:`cuobjdump_entries`), else from the fat
-    binary headers (:func:`fatbin_entries`) where cuobjdump fails. Each library's SASS and PTX
-    are those its kernels carry in full; libraries without device code are left out.
+    The wheel is reached through the gate (:mod:`hpcstack.gate`; links on the way resolved only
+    where trusted accounts alone can have put them, :func:`hpcstack.gate.resolved`): a file is
+    opened once (:func:`hpcstack.gate.open_file`: ``O_NOFOLLOW|O_NONBLOCK``, a regular file by
+    ``fstat``, so a FIFO neither blocks nor is read), hashed and read as a zip from that one
+    descriptor, so the sha256 recorded is that of the bytes read; a directory is opened with
+    :func:`hpcstack.gate.open_dir` and read by descriptor (:func:`os.fwalk`, members opened
+    ``O_NOFOLLOW``). The members matching ``libraries`` are extracted (copied) into a new
+    temporary directory and read there with cuobjdump (:func:`cuobjdump_entries`), else from
+    the fat binary headers (:func:`fatbin_entries`) where cuobjdump fails. Each library's SASS
+    and PTX are those its kernels carry in full; libraries without device code are left out.
 
     Args:
         wheel (str): a ``.whl`` file, or a directory holding an unpacked wheel.
         libraries (tuple[str, ...]): member patterns (:mod:`fnmatch`), e.g.
             ``("torch/lib/libtorch_cuda*.so",)``.
         cuobjdump (str | None): the program; default :func:`find_cuobjdump`.
+        pol (hpcstack.trust.Policy | None): whom to trust for the wheel and the directories
+            above it (default :func:`hpcstack.gate.current_policy`).
 
     Returns:
         WheelArchs: the record (sha256 ``""`` for a directory).
 
     Raises:
         HpcstackError: no cuobjdump, an unreadable wheel, or no member matching ``libraries``
-            holds device code.
+            holds device code; :class:`hpcstack.gate.GateError`: the wheel is a link, not a
+            regular file or directory, or a file or directory that an untrusted account can
+            change (one line).
     """
     cuobjdump = cuobjdump or find_cuobjdump()
     if cuobjdump is None:
         raise HpcstackError("no cuobjdump to read the wheel's GPU architectures: run "
                             "scripts/localhost-cuda-tools (NVIDIA's nvidia-cuda-cuobjdump wheel) "
                             "or put a CUDA toolkit's bin on PATH")
+    path = gate.resolved(os.path.abspath(wheel), pol)
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError as exc:
+        raise HpcstackError(f"{wheel}: cannot read the wheel ({exc.strerror})") from None
     readers = set()
     with tempfile.TemporaryDirectory(prefix="hpcstack-gpu-archs-") as tmp:
-        if os.path.isdir(wheel):
-            names = [os.path.relpath(os.path.join(d, f), wheel).replace(os.sep, "/")
-                     for d, _, files in os.walk(wheel) for f in files]
-            read = lambda n: open(os.path.join(wheel, n), "rb").read()  # noqa: E731
-            members = [n for n in names if any(fnmatch.fnmatch(n, p) for p in libraries)]
-            paths = {n: os.path.join(wheel, n) for n in members}
-            sha256, file = "", os.path.basename(os.path.normpath(wheel))
-            cuda = cuda_of_wheel(names, read)
-        else:
-            try:
-                with zipfile.ZipFile(wheel) as z:
-                    names = z.namelist()
-                    members = [n for n in names if any(fnmatch.fnmatch(n, p) for p in libraries)]
-                    cuda = cuda_of_wheel(names, z.read)
-                    paths = {n: z.extract(n, tmp) for n in members}
-            except (OSError, zipfile.BadZipFile) as exc:
-                raise HpcstackError(f"{wheel}: cannot read the wheel ({exc})") from None
-            digest = hashlib.sha256()
-            with open(wheel, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            sha256, file = digest.hexdigest(), os.path.basename(wheel)
+        try:
+            if is_dir:
+                with gate.directory(path, pol) as top:
+                    names, paths, meta = _unpacked(top, path, libraries, tmp)
+                sha256, file = "", os.path.basename(os.path.normpath(wheel))
+                cuda = cuda_of_wheel(names, meta.__getitem__)
+            else:
+                with os.fdopen(gate.open_file(path, pol), "rb") as f:   # one descriptor: hashed, then read
+                    digest = hashlib.sha256()
+                    while block := f.read(1 << 20):
+                        digest.update(block)
+                    f.seek(0)
+                    with zipfile.ZipFile(f) as z:
+                        names = z.namelist()
+                        members = [n for n in names if any(fnmatch.fnmatch(n, p) for p in libraries)]
+                        cuda = cuda_of_wheel(names, z.read)
+                        paths = {n: z.extract(n, tmp) for n in members}
+                sha256, file = digest.hexdigest(), os.path.basename(wheel)
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise HpcstackError(f"{wheel}: cannot read the wheel ({exc})") from None
         sass, ptx, partial = set(), set(), set()
         read_libs = []
         for name in sorted(paths):

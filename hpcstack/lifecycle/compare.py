@@ -306,24 +306,37 @@ class Tree:
 
 
 def _read_named(path: str | os.PathLike, limit: int, what: str) -> bytes:
-    """A file named on the command line (``--report``): a regular file (never a FIFO or a
-    device: opened without blocking, checked by ``fstat``), at most ``limit`` bytes.
+    """A file named on the command line (``--report``), read through the gate
+    (:func:`hpcstack.gate.read_file`): every component from ``/`` opened without following a
+    link (links on the way resolved first only where trusted accounts alone can have put them,
+    :func:`hpcstack.gate.resolved`), the file itself opened ``O_NOFOLLOW|O_NONBLOCK`` and checked
+    by ``fstat`` (a regular file: never a FIFO or a device), at most ``limit`` bytes. As root,
+    the file and every directory above it must be ones that only trusted accounts can change
+    (:func:`hpcstack.gate.current_policy`), as the directory arguments must be
+    (:func:`_trust_check`); any other account reads only what it may read anyway, so for it
+    only the links, the kind and the size are checked (a policy with ``trust_writable``).
+
+    Args:
+        path (str | os.PathLike): the file, as given.
+        limit (int): the most bytes accepted.
+        what (str): what it is, for the messages (``validation report``).
+
+    Returns:
+        bytes: its content.
 
     Raises:
-        ConfigError: missing, unreadable, not a regular file or too large (one line).
+        ConfigError: missing, unreadable, a link, not a regular file, too large, or (as root)
+            one that an untrusted account can change (one line).
     """
+    from hpcstack import trust
+
+    pol = gate.current_policy() if os.geteuid() == 0 else trust.Policy(uid=os.geteuid(), trust_writable=True)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return gate.read_file(gate.resolved(os.path.abspath(path), pol), limit, pol)
+    except gate.GateError as exc:
+        raise ConfigError([f"{path}: the {what} is not read: {exc.problem}"]) from None
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read the {what}: {exc.strerror}"]) from None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError([f"{path}: the {what} is {_kind(st.st_mode)}, not a regular file: not read"])
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ConfigError([f"{path}: the {what} is larger than {limit >> 20} MiB: not read"])
-    return data
 
 
 @dataclass

@@ -31,6 +31,7 @@ import tarfile
 import uuid
 from pathlib import Path
 
+from hpcstack import gate, trust
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import CHILD_CWD
 
@@ -43,26 +44,53 @@ RECIPE_LABEL = "org.hpcstack.recipe"
 def image_reference(arg: str) -> str | None:
     """The ``buildah from`` reference ``arg`` names, or None when it names no image.
 
+    A path that names a file is opened once, through the gate (:func:`hpcstack.gate.open_file`:
+    every component from ``/`` without following a link, the file ``O_NOFOLLOW|O_NONBLOCK`` and
+    a regular one by ``fstat``; links on the way resolved first only where trusted accounts
+    alone can have put them, :func:`hpcstack.gate.resolved`), and read as a tar from that
+    descriptor. As root, the archive and every directory above it must be ones that only
+    trusted accounts can change (:func:`hpcstack.gate.current_policy`): buildah, run as root,
+    then reads it by that path, which no one else can change. Any other account reads only what
+    it may read anyway: only the links and the kind are checked (a policy with
+    ``trust_writable``).
+
     Args:
         arg (str): ``image:REF`` or the path of an OCI archive (a tar file holding ``oci-layout``).
 
     Returns:
-        str | None: REF, ``oci-archive:<absolute path>``, or None.
+        str | None: REF, ``oci-archive:<absolute path>``, or None (not a file, not a tar, no
+        ``oci-layout`` in it).
 
     Raises:
-        ConfigError: ``image:`` with nothing after it.
+        ConfigError: ``image:`` with nothing after it; a file that is refused (a link, not a
+            regular file, as root one that an untrusted account can change), cannot be read,
+            or is a damaged tar (one line).
     """
     if arg.startswith(IMAGE_PREFIX):
         ref = arg[len(IMAGE_PREFIX):]
         if not ref or ref.startswith("-"):
             raise ConfigError([f"{arg}: give the image after image: (e.g. image:localhost/hpcstack-mpi4py:4.1.2)"])
         return ref
-    path = Path(arg)
-    if path.is_file() and tarfile.is_tarfile(path):
-        with tarfile.open(path) as tar:
-            if any(m.name.lstrip("./") == "oci-layout" for m in tar):
-                return f"oci-archive:{path.resolve()}"
-    return None
+    named = os.path.abspath(arg)
+    if not os.path.isfile(named):       # a directory (a stack, a bundle), NAME/VERSION: no archive
+        return None
+    pol = gate.current_policy() if os.geteuid() == 0 else trust.Policy(uid=os.geteuid(), trust_writable=True)
+    try:
+        real = gate.resolved(named, pol)
+        with os.fdopen(gate.open_file(real, pol), "rb") as f:
+            if not tarfile.is_tarfile(f):
+                return None
+            f.seek(0)
+            with tarfile.open(fileobj=f) as tar:
+                if not any(m.name.lstrip("./") == "oci-layout" for m in tar):
+                    return None
+    except gate.GateError as exc:
+        raise ConfigError([f"{arg}: the image archive is not read: {exc.problem}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{arg}: cannot read the image archive: {exc.strerror or exc}"]) from None
+    except tarfile.TarError as exc:
+        raise ConfigError([f"{arg}: a damaged tar archive ({exc})"]) from None
+    return f"oci-archive:{real}"
 
 
 def buildah_command(driver: str | None = None, root: str | None = None) -> list[str]:
