@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from hpcstack.cli import options
@@ -69,7 +70,7 @@ def cmd_validate(args, session) -> int:
 
     site, recipe = session.load(**({} if args.emit else {"install": True}))  # the stack it runs
     if args.emit:
-        return _emit_validation(args, site, recipe)
+        return _emit_validation(args, session, site, recipe)
     return ValidationService(site, recipe, session.policy).run(ValidationRequest(
         nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
         account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
@@ -77,7 +78,7 @@ def cmd_validate(args, session) -> int:
         as_json=args.json))
 
 
-def _emit_validation(args, site, recipe) -> int:
+def _emit_validation(args, session, site, recipe) -> int:
     """``hpcstack validate … --emit FORMAT DIR`` (:mod:`hpcstack.export.reframe`).
 
     Raises:
@@ -95,7 +96,9 @@ def _emit_validation(args, site, recipe) -> int:
     if problems:
         raise ConfigError(problems)
     backends = requested_backends(recipe, args.backend)
-    paths = emit_reframe(site, recipe, directory, nodes=parse_nodes(args.nodes) if args.nodes else None,
+    session.check_dirs([("--emit reframe", os.path.abspath(directory))])
+    paths = emit_reframe(site, recipe, directory, pol=session.policy,
+                         nodes=parse_nodes(args.nodes) if args.nodes else None,
                          backends=backends, partition=args.partition, qos=args.qos, account=args.account,
                          workload=args.workload)
     for path in paths:

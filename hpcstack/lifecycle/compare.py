@@ -901,7 +901,7 @@ def cmd_compare(args, session) -> int:
         for label, path in [("--storage-root", storage[1])] + [(None, x) for x in (args.a, args.b)]:
             if path and os.path.isdir(path) and not path.startswith("image:"):
                 check(label or ("bundle" if os.path.isfile(os.path.join(path, "manifest.json")) else "stack"), path)
-    with contextlib.ExitStack() as mounts:
+    with contextlib.ExitStack() as mounts, session.gate.trusting():   # the command's policy in every read
         a = open_side(args.a, args.a, session, reports[0], mounts, storage, check)
         b = open_side(args.b, args.b, session, reports[1], mounts, storage, check)
         result = compare(a, b, files)
