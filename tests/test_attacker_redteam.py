@@ -1,7 +1,10 @@
 """An ordinary user of the login node against the places a red-team review found outside the
 trust rule (docs/admin/security.md, boundaries 6 to 9): root's working directory, the
 validation's directory and its Slurm jobs, ``doctor``'s venv, ``validate --collect``, the
-``hpcstack action`` verbs, ``export -o`` and ``extend-venv-activate``.
+``hpcstack action`` verbs, ``export -o`` and ``extend-venv-activate``; and the file operations
+of issue 45 (a path checked by name, then used again by name): lock files and the build cache
+of a group cache, staged copies, a secret's file, a loaded stack's records, the usage spool, a
+validation directory given to ``slurm.submit_as``, ``show DIR``.
 
 The account ``rtuser`` (group ``users``; tests/attacker.py) plants its files as a user of a shared
 login node can; then root runs the real command, as an admin would. Each test asserts that the
@@ -601,3 +604,239 @@ def test_a_users_own_mount_namespace_keeps_no_staged_copy_alive(attacker, how):
     finally:
         hold.stdin.close()
         hold.wait(timeout=60)
+
+
+# ------------------------------------------------------------------ issue 45, the low findings
+#
+# Root read or removed by name what a user could change or swap: a secret's file, the records a
+# loaded module's variable names, a directory the user made in the usage spool, the records of a
+# validation directory handed to slurm.submit_as, a link at a stack's .hpcstack.
+
+def test_a_secret_file_the_user_can_change_is_refused_before_anything_runs(attacker, clean_repo,
+                                                                          localhost_ready):
+    """The site (root's) reads ``BASH_ENV`` from a file the user owns: its first line names the
+    user's script, which every bash of the install would run as root. The install refuses it in
+    one line naming the file and whose it is, exit 2, and makes nothing. Positive control: the
+    file read by name, as the install read it, and given to a bash as the install's steps get
+    their environment, runs the user's script."""
+    script = attacker.write(attacker.home / "evil.sh", attacker.shell_payload() + "\n", 0o755)
+    token = attacker.write(attacker.home / "token", f"{script}\n", 0o600)
+    site = clean_repo / "site-configs" / "localhost.yaml"
+    data = yaml.safe_load(site.read_text())
+    data.setdefault("build", {}).setdefault("env", {})["BASH_ENV"] = {"secret": True, "from_file": str(token)}
+    site.write_text(yaml.safe_dump(data))
+    proc = hs("install", "tiny/1.0", "--site", "localhost", "--repo", clean_repo,
+              "--prefix", attacker.shared / "sw", "--module-root", attacker.shared / "mf")
+    refused(attacker, proc, f"build.env.BASH_ENV: the secret's file {token}: owned by {attacker.name}")
+    assert not (attacker.shared / "sw").exists() and not (attacker.shared / "mf").exists()
+    # the positive control: read by name, and handed to a bash as a step's environment
+    with open(token, encoding="utf-8") as f:
+        value = f.readline().rstrip("\n")
+    subprocess.run(["bash", "-c", "true"], env={**os.environ, "BASH_ENV": value}, cwd="/", timeout=60)
+    assert attacker.canary.exists(), "the user's BASH_ENV did not run: the test cannot fail"
+
+
+def test_the_site_a_users_loaded_module_records_is_not_read_by_root(attacker, clean_repo):
+    """``hpcstack kernel install tiny/1.0`` without ``--site``, run by root in a shell where the
+    user's module set ``HPCSTACK_TINY_ROOT`` to a stack of theirs: its ``site.json`` names the
+    user's module root, which the kernel (in everyone who starts it) would load modules from.
+    The command, and :func:`hpcstack.modules.kernel.recorded_site` that it asks, refuse it in one
+    line (owned by the user), and no kernel is written. Positive control: read by name (as the
+    inference read it), the record leads to the user's modulefile, whose load runs the payload."""
+    from hpcstack import trust
+    from hpcstack.errors import ConfigError
+    from hpcstack.modules import kernel
+
+    top = attacker.mkdir(attacker.home / "sw" / "tiny")
+    state = attacker.mkdir(top / ".1.0-abc" / ".hpcstack")
+    mods = attacker.mkdir(attacker.home / "mf" / "tiny")
+    attacker.write(mods / "1.0", f"#%Module\nputs stdout {{{attacker.shell_payload()};}}\n")
+    attacker.write(state / "provenance.json", json.dumps({"site": {"name": "localhost", "file": "/x.yaml"}}))
+    attacker.write(state / "site.json", json.dumps({"install_root": str(attacker.home / "sw"),
+                                                    "module_root": str(mods.parent)}))
+    attacker.run("ln", "-s", ".1.0-abc", str(top / "1.0"))
+    with pytest.raises(ConfigError) as exc:
+        kernel.recorded_site("HPCSTACK_TINY_ROOT", str(top / "1.0"), "1.0", ["localhost"], trust.Policy(uid=0))
+    [line] = exc.value.lines()
+    assert line.startswith(f"HPCSTACK_TINY_ROOT={top / '1.0'}: ") and f"owned by {attacker.name}" in line
+    proc = hs("kernel", "install", "tiny/1.0", "--repo", clean_repo, "--prefix", attacker.shared / "k",
+              env={"HPCSTACK_TINY_ROOT": str(top / "1.0")})
+    refused(attacker, proc, f"HPCSTACK_TINY_ROOT={top / '1.0'}: ", f"owned by {attacker.name}")
+    assert not (attacker.shared / "k").exists()
+    # the positive control: the record read by name names the user's module root, and a load from it runs
+    with open(top / "1.0" / ".hpcstack" / "site.json") as f:
+        module_root = json.load(f)["module_root"]
+    attacker.run("bash", "--norc", "--noprofile", "-c",
+                 f"source {MODULES_INIT} && module use {module_root} && module load tiny/1.0", check=False)
+    assert attacker.canary.exists(), "the user's modulefile ran nothing: the test cannot fail"
+
+
+def _usage_spool(attacker):
+    """A usage directory as ``module usage-hook install`` makes it (root's 0755, spool 1733)."""
+    from hpcstack.lifecycle import usage
+
+    cfg = usage.UsageConfig(str(attacker.shared / "usage"))
+    cfg.spool.mkdir(parents=True)
+    cfg.spool.chmod(0o1733)
+    (attacker.shared / "usage").chmod(0o755)
+    return cfg
+
+
+_SWAP_SPOOL = """
+import os, sys
+spool, target, stop = sys.argv[1:4]
+n = 0
+print("ready", flush=True)
+while not os.path.exists(stop):
+    n += 1
+    mine = os.path.join(spool, f"u{n % 50}")
+    try:
+        os.makedirs(os.path.join(mine, "sub"), exist_ok=True)
+        open(os.path.join(mine, "sub", "f"), "w").close()
+        os.rename(os.path.join(mine, "sub"), os.path.join(mine, "away"))
+        os.symlink(target, os.path.join(mine, "sub"))
+        os.unlink(os.path.join(mine, "sub"))
+        os.rename(os.path.join(mine, "away"), os.path.join(mine, "sub"))
+    except OSError:
+        pass
+print(n, flush=True)
+"""
+
+
+def test_a_users_directories_in_the_usage_spool_go_and_no_link_in_them_is_followed(attacker):
+    """The user makes directories in the world-writable spool (a directory is never an event):
+    they were kept forever. Now collection removes them (older than a day here: ``now`` a week
+    on), while the user swaps a directory in them for a link to root's directory, 300 times:
+    root's files stay, and when the user stops, nothing of theirs is left in the spool. Positive
+    control: a sweep by name that follows links (``os.walk(followlinks=True)`` then ``unlink``)
+    removes root's file through the same link."""
+    import time
+
+    from hpcstack.lifecycle import usage
+
+    cfg = _usage_spool(attacker)
+    roots = victim_dir(attacker)
+    (roots / "keep").write_text(VICTIM_TEXT)
+    attacker.sh(f"mkdir -p {cfg.spool}/static/sub && ln -s {roots} {cfg.spool}/static/to-dir && "
+                f"ln -s {roots / 'keep'} {cfg.spool}/static/sub/to-file && mkdir {cfg.spool}/empty")
+    later = time.time() + 7 * 86400
+    done = usage.collect(cfg, later)
+    assert done.swept == 2 and list(cfg.spool.iterdir()) == []
+    stop = attacker.shared / "stop"
+    swapper = _as_user(attacker, "python3", "-c", _SWAP_SPOOL, str(cfg.spool), str(roots), str(stop))
+    swept = 0
+    try:
+        assert swapper.stdout.readline() == "ready\n", swapper.stderr.read()
+        for _ in range(300):
+            swept += usage.collect(cfg, later).swept
+            assert sorted(p.name for p in roots.iterdir()) == ["keep"]
+    finally:
+        stop.touch()
+        out, err = swapper.communicate(timeout=60)
+    assert swapper.returncode == 0 and int(out.split()[-1]) > 0, err
+    assert swept > 0, "no directory of the user's was removed: the test did not run against the swaps"
+    assert (roots / "keep").read_text() == VICTIM_TEXT
+    usage.collect(cfg, later)
+    assert list(cfg.spool.iterdir()) == [], "the user's directories are kept"
+    # the positive control: a sweep by name that follows the user's link
+    attacker.sh(f"mkdir {cfg.spool}/ctl && ln -s {roots} {cfg.spool}/ctl/sub")
+    for top, _, files in os.walk(cfg.spool / "ctl", followlinks=True):
+        for name in files:
+            os.unlink(os.path.join(top, name))
+    assert not (roots / "keep").exists()
+
+
+_SWAP_JOB_DIR = """
+import os, sys, time
+out, target, stop = sys.argv[1:4]
+job, away, n = os.path.join(out, "n1"), os.path.join(out, "n1.away"), 0
+print("ready", flush=True)
+while not os.path.exists(stop):
+    n += 1
+    try:
+        for name in ("roots.jsonl", "roots.exit"):     # the names of root's files, in the real n1
+            open(os.path.join(job, name), "w").close()
+        os.rename(job, away)
+        os.symlink(target, job)
+        time.sleep(0.0002)
+        os.unlink(job)
+        os.rename(away, job)
+        time.sleep(0.0002)
+    except OSError:
+        pass
+print(n, flush=True)
+"""
+
+
+def test_root_removes_and_chowns_nothing_through_a_submit_as_users_link(attacker):
+    """The validation's directory given again belongs to ``slurm.submit_as`` (here the user),
+    who swaps its job directory ``n1`` for a link to a directory of root's and back, 300 times,
+    while root writes the jobs (stale ``*.jsonl``/``*.exit`` removed) and hands the tree over
+    (:func:`hpcstack.validate.outdir.chown_tree`): root's records stay, and stay root's.
+    Positive control: the ``glob`` then ``unlink`` by name that ``write_jobs`` did removes
+    root's record through such a link."""
+    from types import SimpleNamespace
+
+    from hpcstack.validate.outdir import chown_tree
+    from hpcstack.validate.runner import write_jobs
+
+    out = attacker.mkdir(attacker.home / "val")
+    attacker.mkdir(out / "n1")
+    roots = victim_dir(attacker)
+    for name in ("roots.jsonl", "roots.exit"):
+        (roots / name).write_text(VICTIM_TEXT)
+    job = SimpleNamespace(directory=out / "n1", script_path=out / "n1" / "job.sh", script="#!/bin/sh\n")
+    plan = SimpleNamespace(output_dir=out, jobs=[job])
+    stop = attacker.shared / "stop"
+    swapper = _as_user(attacker, "python3", "-c", _SWAP_JOB_DIR, str(out), str(roots), str(stop))
+    written = 0
+    try:
+        assert swapper.stdout.readline() == "ready\n", swapper.stderr.read()
+        for _ in range(300):
+            try:
+                write_jobs(plan)
+                written += 1
+            except OSError:
+                pass
+            try:
+                chown_tree(out, attacker.name)
+            except OSError:
+                pass
+            assert sorted(p.name for p in roots.iterdir()) == ["roots.exit", "roots.jsonl"]
+    finally:
+        stop.touch()
+        out_, err = swapper.communicate(timeout=60)
+    assert swapper.returncode == 0 and int(out_.split()[-1]) > 0, err
+    assert written > 0, "no job was written: the test did not run against the swaps"
+    for name in ("roots.jsonl", "roots.exit"):
+        st = (roots / name).stat()
+        assert (st.st_uid, (roots / name).read_text()) == (0, VICTIM_TEXT)
+    assert roots.stat().st_uid == 0 and roots.stat().st_mode & 0o777 == 0o700
+    # the positive control: glob, then unlink by name, through the user's link
+    for left in (out / "n1", out / "n1.away"):
+        if left.is_dir() and not left.is_symlink():
+            shutil.rmtree(left)
+        elif left.is_symlink() or left.exists():
+            left.unlink()
+    attacker.run("ln", "-s", str(roots), str(out / "n1"))
+    for stale in [*(out / "n1").glob("*.jsonl"), *(out / "n1").glob("*.exit")]:
+        stale.unlink()
+    assert list(roots.iterdir()) == []
+
+
+def test_show_of_a_users_stack_follows_no_link_at_its_record(attacker):
+    """``hpcstack show ~rtuser/stack``: the user's ``.hpcstack`` is a link to a directory of
+    root's holding another build's record; root's show printed that as the user's stack. Now it
+    refuses in one line, exit 2, and prints nothing of root's (``--file`` too). Positive control:
+    the record read by name through the link is root's."""
+    roots = victim_dir(attacker)
+    (roots / "provenance.json").write_text(json.dumps({"hpcstack": "roots-record", "site": {"name": "x"}}))
+    (roots / "plan.json").write_text(json.dumps({"steps": [], "secret": "roots-plan"}))
+    stack = attacker.mkdir(attacker.home / "stack")
+    attacker.run("ln", "-s", str(roots), str(stack / ".hpcstack"))
+    for extra in ((), ("--file", "plan.json"), ("--json",)):
+        proc = hs("show", stack, *extra)
+        refused(attacker, proc, f"{stack / '.hpcstack'}: a symbolic link")
+        assert "roots-" not in proc.stdout + proc.stderr
+    # the positive control: by name, through the link
+    assert "roots-record" in (stack / ".hpcstack" / "provenance.json").read_text()
