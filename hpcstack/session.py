@@ -315,8 +315,9 @@ class Session:
 
     def load(self, **dirs) -> tuple[Site, Recipe]:
         """The command's site and recipe, and (with ``dirs``, the keywords of :func:`site_dirs`)
-        the site's and the stack's directories the command writes to or reads back, checked once
-        before anything is written (:meth:`check_site_dirs`).
+        the directories the command writes to or reads back, each checked once: the site's
+        before any code of the recipe runs (:meth:`check_site_dirs`), the stack's own once the
+        recipe has named it (:meth:`check_stack_dirs`), both before anything is written.
 
         Returns:
             tuple[Site, Recipe]: :attr:`site` and :attr:`recipe`.
@@ -324,9 +325,12 @@ class Session:
         Raises:
             ConfigError: see :attr:`site`, :attr:`recipe` and :meth:`check_dirs`.
         """
-        site, recipe = self.site, self.recipe
+        site = self.site
         if dirs:
-            self.check_site_dirs(site, (recipe.name, recipe.version), **dirs)
+            self.check_site_dirs(site, **dirs)
+        recipe = self.recipe
+        if dirs:
+            self.check_stack_dirs(site, (recipe.name, recipe.version), **dirs)
         return site, recipe
 
     def stack_of(self, target: str, site: Site | None = None) -> tuple[str, str]:
@@ -371,6 +375,16 @@ class Session:
             ConfigError: one line per directory (exit status 2).
         """
         self.check_dirs(site_dirs(site, stack, **which), site)
+
+    def check_stack_dirs(self, site: Site, stack: tuple[str, str], **which) -> None:
+        """Refuse the stack's own directories (those :func:`site_dirs` adds for ``stack``), after
+        :meth:`check_site_dirs` checked the site's: each directory is checked once.
+
+        Raises:
+            ConfigError: one line per directory (exit status 2).
+        """
+        known = set(site_dirs(site, None, **which))
+        self.check_dirs([d for d in site_dirs(site, stack, **which) if d not in known], site)
 
     def check_input_dir(self, label: str, path: str | os.PathLike) -> None:
         """Refuse a directory read as input (a bundle, an advisory database) that an untrusted

@@ -77,8 +77,9 @@ def _shown_build(args, session) -> tuple[Path, Path | None]:
     if target.is_dir():
         return Path(os.path.realpath(target)), (target if target.is_symlink() else None)
     site = session.site
+    session.check_site_dirs(site, modules=False)
     name, version = session.stack_of(args.target)
-    session.check_site_dirs(site, (name, version), modules=False)
+    session.check_stack_dirs(site, (name, version), modules=False)
     layout = StackLayout.for_site(site, name, version)
     published = layout.published()
     building = layout.read_state()["building"]

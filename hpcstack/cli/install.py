@@ -188,8 +188,9 @@ def cmd_uninstall(args, session) -> int:
     from hpcstack.install.service import InstallService
 
     site = session.site
+    session.check_site_dirs(site, caches=True)           # before a recipe file given as target runs
     name, version = session.stack_of(args.target)
-    session.check_site_dirs(site, (name, version), caches=True)
+    session.check_stack_dirs(site, (name, version), caches=True)
     from hpcstack.lifecycle.deprecation import uninstall_refusal
 
     refusal = None if args.force else uninstall_refusal(site, f"{name}/{version}")
@@ -258,8 +259,9 @@ def cmd_mount(args, session) -> int:
     from hpcstack.install.layout import StackLayout
 
     site = session.site
+    session.check_site_dirs(site, modules=False)
     name, version = session.stack_of(args.target)
-    session.check_site_dirs(site, (name, version), modules=False)
+    session.check_stack_dirs(site, (name, version), modules=False)
     if image.settings(site) is None:
         raise ConfigError([f"{site.path}: layout: the site's stacks are directories (layout: directory); "
                            "there is no image to mount"])

@@ -158,12 +158,14 @@ def cmd_module_deprecation(args, session) -> int:
     from hpcstack.lifecycle import deprecation
 
     site = session.site
+    session.check_site_dirs(site)
     if args.target.endswith(".py"):
         name, version = session.stack_of(args.target)
         target = f"{name}/{version}"
     else:
         target = args.target
-    session.check_site_dirs(site, tuple(target.split("/", 1)) if target.count("/") == 1 else None)
+    if target.count("/") == 1:
+        session.check_stack_dirs(site, tuple(target.split("/", 1)))
     if args.module_command == "undeprecate":
         for path in deprecation.undeprecate(site, target):
             print(f"changed {path}")

@@ -218,8 +218,6 @@ def cmd_kernel(args, session) -> int:
     """
     from hpcstack.modules import kernel
 
-    from hpcstack.session import site_dirs
-
     overrides = {}
     if args.site is None:
         args.site, overrides = _infer_site(args, session)
@@ -228,8 +226,10 @@ def cmd_kernel(args, session) -> int:
     search = session
     site = search.load_site(args.site, **overrides)   # --prefix is the kernels' here, not an install root
     search.check_dirs([("kernels directory", kernel.kernels_dir(args.user, args.prefix))])
-    if args.kernel_command != "remove" and args.venv:
-        _check_venv(search.policy, args.venv)
+    if args.kernel_command != "remove":
+        search.check_site_dirs(site)                # before any code of the recipe runs
+        if args.venv:
+            _check_venv(search.policy, args.venv)
     recipe = search.load_recipe(args.recipe, site)
     if args.kernel_command == "remove":
         name = args.name or kernel.default_kernel_name(recipe.name, recipe.version)
@@ -240,7 +240,7 @@ def cmd_kernel(args, session) -> int:
 
     command = "hpcstack kernel install " + " ".join(shlex.quote(a) for a in sys.argv[3:]) \
         if sys.argv[1:3] == ["kernel", "install"] else ""
-    search.check_dirs(site_dirs(site, (recipe.name, recipe.version)), site)
+    search.check_stack_dirs(site, (recipe.name, recipe.version))
     spec = kernel.make_kernel(site, recipe, name=args.name, user=args.user, prefix=args.prefix,
                               venv=args.venv, command=command)
     try:
