@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
@@ -123,6 +124,29 @@ def dump_stacks(pid: int) -> str:
             except (OSError, subprocess.TimeoutExpired) as exc:
                 out.append(f"(py-spy: {exc})")
     return "\n".join(out)
+
+
+def free_port() -> int:
+    """A TCP port free on this host for a test's rendezvous (``MASTER_PORT``), below the kernel's
+    ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``): a port the kernel handed out
+    for ``bind(0)`` and released again can be handed to the next ``bind(0)`` of another process
+    (a Gloo or Open MPI listener of a test in the other lane) before the store binds it; a port
+    below that range is handed to nobody who does not ask for it by number."""
+    import random
+
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        port = random.randrange(10000, max(10001, low))
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free TCP port below the ephemeral range")
 
 
 def wait_or_dump(proc: subprocess.Popen, timeout: float) -> int:

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
+
 pytestmark = pytest.mark.unit
 
 TRAINER_DIR = Path(__file__).resolve().parent.parent / "trainer"
@@ -77,9 +79,8 @@ def backend(request) -> str:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for the rendezvous (conftest.free_port: below the ephemeral range)."""
+    return free_port()
 
 
 def parse_records(text: str) -> list[dict]:

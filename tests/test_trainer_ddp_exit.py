@@ -16,12 +16,14 @@ installs it), or the one ``HPCSTACK_TRAINER_PYTHON`` names (e.g. pytorch/2.14.1-
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+
+from conftest import dump_stacks, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -110,9 +112,8 @@ def python(installed_stack) -> str:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for the rendezvous (conftest.free_port: below the ephemeral range)."""
+    return free_port()
 
 
 def run_two_ranks(command: list[str], tmp_path: Path) -> list[subprocess.CompletedProcess]:
@@ -132,10 +133,15 @@ def run_two_ranks(command: list[str], tmp_path: Path) -> list[subprocess.Complet
                                    cwd=tmp_path,
                                    env={**env, "SLURM_PROCID": str(rank), "SLURM_NODEID": str(rank)})
         ranks.append((process, out, err))
-    done = []
+    done, held = [], []
     try:
-        for process, out, err in ranks:
-            process.wait(timeout=RUN_TIMEOUT_S)
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        for rank, (process, out, err) in enumerate(ranks):
+            try:
+                process.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                held.append(f"rank {rank} did not exit within {RUN_TIMEOUT_S} s; its stacks:\n"
+                            + dump_stacks(process.pid))
     finally:
         for process, out, err in ranks:
             if process.poll() is None:
@@ -146,6 +152,8 @@ def run_two_ranks(command: list[str], tmp_path: Path) -> list[subprocess.Complet
             done.append(subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read()))
             out.close()
             err.close()
+    if held:
+        pytest.fail("\n".join(held) + "\n" + _says(done))
     return done
 
 
