@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, assert_golden, hpcstack as run_hpcstack, site_overlay, unit_site
+from conftest import REPO, assert_golden, free_port, hpcstack as run_hpcstack, site_overlay, unit_site
 from hpcstack.errors import ConfigError
 from hpcstack.site import check_config
 from hpcstack.validate import preflight
@@ -443,9 +443,8 @@ def test_two_ranks_bound_to_one_gpu_fail_the_judge(installed_stack, tmp_path):
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for the rendezvous (conftest.free_port: below the ephemeral range)."""
+    return free_port()
 
 
 def test_jax_validate_takes_its_bound_gpu_under_gpus_per_task():
