@@ -342,8 +342,14 @@ ALLOWLIST = [
     ("hpcstack.install.records", "os.open os.unlink shutil.rmtree os.rename os.rmdir", OWN_WALK,
      "uninstall and default-marker removal: each root walked from '/' by descriptor, every component "
      "checked (_problem), removed with unlinkat/rmtree(dir_fd=)"),
-    ("hpcstack.install.runner", ".read_text .mkdir .unlink open os.replace fsutil.fsync_dir os.open", CHECKED_DIRS,
+    ("hpcstack.install.runner", ".read_text .mkdir .unlink os.replace os.open", CHECKED_DIRS,
      "the build's .hpcstack (steps, logs) and the install lock in the install root"),
+    ("hpcstack.install.runner:Runner._open_state_file", "fsutil.open_dir_no_follow", OWN_WALK,
+     "logs/ and steps/ opened with no link followed from the build's state directory down; the file O_NOFOLLOW "
+     "relative to it"),
+    ("hpcstack.install.runner:Runner._run_step", "fsutil.open_dir_no_follow os.unlink", OWN_WALK,
+     "the step's record: steps/ opened with no link followed from the state directory, its temporary name "
+     "unlinked (a link itself), made O_EXCL|O_NOFOLLOW and renamed within that descriptor"),
     ("hpcstack.install.runner:Failpoint.reached", "os.open", TEST_HOOK, "the hold file of a test"),
     ("hpcstack.install.runner:run_actions", "tempfile.TemporaryFile", PRIVATE,
      "a background action's output, an unnamed file"),

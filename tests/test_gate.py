@@ -343,6 +343,7 @@ def test_checked_exec_path_refuses_what_another_account_could_change(tmp_path):
     assert gate.checked_exec_path(group / "tool", pol) == str(group / "tool")
 
 
+@pytest.mark.integration          # root gives the link to another account: not the unit level's throw-away user
 def test_checked_exec_path_refuses_a_link_another_account_made_in_a_sticky_directory(tmp_path):
     """In a sticky directory (``/tmp``'s rule) a child of a trusted account passes, another's
     link does not: made here with the owner changed (as root) or skipped."""

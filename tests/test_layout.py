@@ -323,3 +323,35 @@ def test_another_sites_install_does_not_replace_the_published_stack(localhost_re
     assert os.path.realpath(prefix) != published
     state = json.loads((tmp_path / "sw" / ".hpcstack" / "state" / "tiny-1.0.json").read_text())
     assert state["published_for"] == "siteb"
+
+
+@pytest.mark.parametrize("where", ["the log", "logs/"])
+def test_a_link_in_the_builds_state_directory_is_refused_never_written_through(stack, tmp_path, where):
+    """Where the site's stack group may write the build, a member can put a link at a step's log
+    (or at ``logs/`` itself) before the step runs: the runner refuses it (ELOOP, one line naming
+    the step and the log) and the link's target keeps its content. Positive control: ``open``
+    by name, as the runner once wrote the log, truncates the target."""
+    from hpcstack.errors import HpcstackError
+
+    choice = layout.choose(stack.layout, stack.resolve_at)
+    layout.start(stack.layout, choice)
+    record(choice.plan.build_prefix, stack.layout.prefix, choice.plan.build_id, stack.modulefile)
+    state = Path(choice.plan.state_dir)
+    (state / "steps").mkdir(parents=True, exist_ok=True)
+    target = tmp_path / "precious"
+    target.write_text("keep\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if where == "the log":
+        (state / "logs").mkdir(exist_ok=True)
+        (state / "logs" / "build.log").symlink_to(target)
+    else:
+        (elsewhere / "build.log").symlink_to(target)
+        (state / "logs").symlink_to(elsewhere)
+    with pytest.raises(HpcstackError) as exc:
+        Runner(choice.plan, dict(os.environ)).run()
+    assert "build" in str(exc.value) and "log" in str(exc.value)
+    assert target.read_text() == "keep\n"
+    with open(state / "logs" / "build.log", "w"):      # the control: by name, through the link
+        pass
+    assert target.read_text() == ""

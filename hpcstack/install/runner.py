@@ -46,7 +46,7 @@ from rich.console import Console
 
 from hpcstack import __version__
 from hpcstack.errors import ConfigError, HpcstackError
-from hpcstack.fsutil import fsync_dir
+from hpcstack.fsutil import open_dir_no_follow
 from hpcstack.install.actions import describe_os_error, expand, walk_commands
 from hpcstack.install.plan import REDO_WITH, Plan, Step
 
@@ -193,13 +193,38 @@ class Runner:
             self.timings = {n: self.timings[n] for n in names if n in self.timings}
         return sorted(ran, key=index.get)
 
+    def _open_state_file(self, sub: str, name: str, flags: int) -> int:
+        """Open ``name`` in the build's state directory's ``sub`` (``logs``, ``steps``) with no
+        link followed from the state directory down (:func:`hpcstack.fsutil.open_dir_no_follow`,
+        then ``O_NOFOLLOW`` relative to its descriptor): where the site's stack group may write
+        the build, a member's link at a log's name, or at ``logs`` itself, is refused (``ELOOP``),
+        never written through.
+
+        Args:
+            sub (str): the directory below :attr:`state_dir`.
+            name (str): the file's name in it.
+            flags (int): :func:`os.open` flags (``O_NOFOLLOW``, ``O_CLOEXEC`` added); mode 0644.
+
+        Returns:
+            int: the file's descriptor; the caller closes it.
+
+        Raises:
+            OSError: a link on the way or at the name (``ELOOP``), or the file cannot be opened.
+        """
+        directory = open_dir_no_follow(self.state_dir / sub, self.state_dir)
+        try:
+            return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=directory)
+        finally:
+            os.close(directory)
+
     def _run_step(self, step: Step, index: int, total: int, digest: str) -> None:
         console.print(f"[bold]==> [{index}/{total}] {step.name}:[/] {step.description}")
         log_path = self.state_dir / "logs" / f"{step.name}.log"
         start = time.monotonic()
         failpoint = _failpoint(step.name)
         try:
-            with open(log_path, "w") as raw:
+            with os.fdopen(self._open_state_file("logs", log_path.name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                           "w") as raw:
                 log = self.redactor.stream(raw) if self.redactor else raw  # hpcstack.secrets, rule 1
                 try:
                     ctx = StepContext(self.env, log, self.state_dir)
@@ -229,12 +254,22 @@ class Runner:
         path = _record_path(self.plan, step)
         tmp = path.with_suffix(".tmp")
         try:
-            with open(tmp, "w") as f:
-                f.write(json.dumps(record, indent=1) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            fsync_dir(str(path.parent))
+            steps = open_dir_no_follow(path.parent, self.state_dir)
+            try:
+                try:
+                    os.unlink(tmp.name, dir_fd=steps)       # a leftover, or a link: the name itself
+                except FileNotFoundError:
+                    pass
+                fd = os.open(tmp.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                             dir_fd=steps)
+                with os.fdopen(fd, "w") as f:
+                    f.write(json.dumps(record, indent=1) + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp.name, path.name, src_dir_fd=steps, dst_dir_fd=steps)
+                os.fsync(steps)
+            finally:
+                os.close(steps)
         except OSError as exc:
             raise HpcstackError(f"cannot record the step: {describe_os_error(exc)}", step=step.name) from None
         console.print(f"    {step.name} done in {seconds:.1f} s")
