@@ -514,9 +514,10 @@ def test_storing_a_built_wheel_in_a_group_cache_writes_nothing_through_a_members
     stop = attacker.shared / "stop"
     swapper = _as_user(attacker, "python3", "-c", _SWAP_NEW, str(cache), str(target), str(stop))
     stored = failed = 0
+    pol = trust.Policy(uid=0, stack_gids=frozenset({attacker.gid}))     # the install's: the stack group too
     try:
         assert swapper.stdout.readline() == "ready\n", swapper.stderr.read()
-        with gate.trusting(trust.Policy(uid=0, stack_gids=frozenset({attacker.gid}))):
+        with gate.trusting(pol):
             for i in range(300):
                 try:
                     store_wheels(str(cache), f"key{i}", [str(wheel)], "the key's text\n")
@@ -530,7 +531,7 @@ def test_storing_a_built_wheel_in_a_group_cache_writes_nothing_through_a_members
     assert list(target.iterdir()) == [] and stat.S_IMODE(target.stat().st_mode) == 0o700
     assert stored > 0, f"nothing stored ({failed} failed)"
     for entry in cache.glob("key*"):
-        wheels, problem = wheelcache.check_entry(str(entry))
+        wheels, problem = wheelcache.check_entry(str(entry), pol)
         assert problem is None and [Path(w).read_bytes() for w in wheels] == [wheel.read_bytes()], problem
     # the positive control: the copy by name into a name the member linked
     (cache / ".new-control").symlink_to(target)
