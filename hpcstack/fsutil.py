@@ -82,6 +82,28 @@ def _fsync(path: str | os.PathLike, flags: int) -> None:
         os.close(fd)
 
 
+def copy_fd(src: int, dst: int, hasher=None) -> None:
+    """Copy what ``src`` holds from its current offset to its end into ``dst``, in 1 MiB blocks
+    (every short write continued), feeding each block to ``hasher`` (e.g. a
+    :func:`hashlib.sha256` object) when given: a copy between descriptors the caller opened and
+    checked, never by name.
+
+    Args:
+        src (int): the source descriptor (read from its current offset).
+        dst (int): the destination descriptor.
+        hasher (object | None): anything with ``update(bytes)``.
+
+    Raises:
+        OSError: a read or a write failed.
+    """
+    while block := os.read(src, 1 << 20):
+        if hasher is not None:
+            hasher.update(block)
+        view = memoryview(block)
+        while view:
+            view = view[os.write(dst, view):]
+
+
 def fsync_dir(path: str | os.PathLike) -> None:
     """Flush a directory's entries to disk (after a rename in it), so that a reboot keeps them.
 

@@ -32,6 +32,7 @@ import stat
 from typing import IO
 
 from hpcstack import gate
+from hpcstack.fsutil import copy_fd
 from hpcstack.errors import HpcstackError
 from hpcstack.install.verbs import ACTION_VERBS
 
@@ -258,10 +259,7 @@ def _copy_into(dist: str, wheels: dict[str, int], pol) -> None:
                                                            "copied (nothing written through it)")
                 try:
                     os.lseek(fin, 0, os.SEEK_SET)
-                    while block := os.read(fin, 1 << 20):
-                        view = memoryview(block)
-                        while view:
-                            view = view[os.write(fout, view):]
+                    copy_fd(fin, fout)
                     os.fchmod(fout, 0o644)
                 finally:
                     os.close(fout)

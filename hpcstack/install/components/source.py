@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from hpcstack import gate, secrets
 from hpcstack.errors import HpcstackError
-from hpcstack.fsutil import CHILD_CWD
+from hpcstack.fsutil import CHILD_CWD, copy_fd
 from hpcstack.install import wheelcache
 from hpcstack.install.actions import ACTION_COMMAND, ActionBase, ExecContext, Run, Unpack, VerifySha256, bash_word
 from hpcstack.install.plan import BUILD, FETCH, INSTALL, PATCH, SANITYCHECK
@@ -241,11 +241,7 @@ def _copy_into(src: str, dst_fd: int, h) -> str:
             gate.refuse(src, "not a regular file")
         fout = os.open(name, gate.FILE_NEW, 0o600, dir_fd=dst_fd)
         try:
-            while block := os.read(fin, 1 << 20):
-                h.update(block)
-                view = memoryview(block)
-                while view:
-                    view = view[os.write(fout, view):]
+            copy_fd(fin, fout, h)
             os.fchmod(fout, 0o644)
         finally:
             os.close(fout)
