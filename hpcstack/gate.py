@@ -489,6 +489,34 @@ def _check_name(dir_fd: int, name: str) -> str:
     return where
 
 
+def _open_entry(dir_fd: int, name: str, where: str, is_kind: Callable[[int], bool], flags: int,
+                kind: str) -> tuple[int, os.stat_result]:
+    """Open the entry ``name`` of ``dir_fd`` if it is of ``kind`` (``is_kind`` of its
+    ``lstat`` mode: a link is refused, never followed) and is still the entry checked once
+    open (device and inode, ``fstat``); the caller closes the descriptor.
+
+    Returns:
+        tuple[int, os.stat_result]: the descriptor and its ``fstat``.
+
+    Raises:
+        GateError: a link, another kind of file, or an entry replaced between the check and the
+            open (one line naming ``where``).
+        OSError: it vanished or cannot be opened.
+    """
+    first = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not is_kind(first.st_mode):
+        refuse(where, "a symbolic link (not followed)" if stat.S_ISLNK(first.st_mode) else f"not a {kind}")
+    fd = _open(dir_fd, name, flags, where, where, kind)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (first.st_dev, first.st_ino) or not is_kind(st.st_mode):
+            refuse(where, "replaced while it was checked")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
 def fchmod(dir_fd: int, name: str, mode: int | Callable[[os.stat_result], int | None]) -> os.stat_result:
     """Change the mode of the regular file ``name`` of the directory ``dir_fd`` through a
     descriptor of the file itself: checked with ``lstat`` (nothing else is opened), opened with
@@ -510,14 +538,8 @@ def fchmod(dir_fd: int, name: str, mode: int | Callable[[os.stat_result], int | 
         OSError: it vanished or cannot be opened or changed.
     """
     where = _check_name(dir_fd, name)
-    first = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    if not stat.S_ISREG(first.st_mode):
-        refuse(where, "a symbolic link (not followed)" if stat.S_ISLNK(first.st_mode) else "not a regular file")
-    f = _open(dir_fd, name, FILE_READ, where, where, "regular file")
+    f, st = _open_entry(dir_fd, name, where, stat.S_ISREG, FILE_READ, "regular file")
     try:
-        st = os.fstat(f)
-        if (st.st_dev, st.st_ino) != (first.st_dev, first.st_ino) or not stat.S_ISREG(st.st_mode):
-            refuse(where, "replaced while it was checked")
         if st.st_nlink != 1:
             refuse(where, f"has {st.st_nlink} hard links (a file that is also elsewhere is not changed)")
         new = mode(st) if callable(mode) else mode
@@ -575,14 +597,8 @@ def rmtree(dir_fd: int, name: str) -> None:
     fts(3) (``FTS_PHYSICAL``, ``FTS_XDEV``).
     """
     where = _check_name(dir_fd, name)
-    first = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    if not stat.S_ISDIR(first.st_mode):
-        refuse(where, "a symbolic link (not followed)" if stat.S_ISLNK(first.st_mode) else "not a directory")
-    top = _open(dir_fd, name, DIR_READ, where, where, "directory")
+    top, st = _open_entry(dir_fd, name, where, stat.S_ISDIR, DIR_READ, "directory")
     try:
-        st = os.fstat(top)
-        if (st.st_dev, st.st_ino) != (first.st_dev, first.st_ino):
-            refuse(where, "replaced while it was checked")
         if st.st_dev != os.fstat(dir_fd).st_dev:
             refuse(where, "a mount point (another file system; not entered)")
         _empty_tree(top, st.st_dev, where)
@@ -605,7 +621,7 @@ def _empty_tree(top: int, dev: int, top_where: str) -> None:
                 stack.pop()
                 if stack:
                     os.close(fd)
-                    pfd, pwhere = stack[-1][0], stack[-1][1]
+                    pfd = stack[-1][0]
                     try:
                         os.rmdir(os.path.basename(where), dir_fd=pfd)
                     except FileNotFoundError:
