@@ -170,9 +170,10 @@ def wait_or_dump(proc: subprocess.Popen, timeout: float) -> int:
 
 def pytest_report_header(config):
     """What the run covers beyond its defaults, in the header every run prints."""
-    every = os.environ.get("HPCSTACK_TWIN_E2E") == "all"
+    from test_twin_e2e import PYTORCH_TWINS
+
     return [f"site twins with pytorch/2.3.1-gpu installed and validated (tests/test_twin_e2e.py): "
-            f"{'every twin' if every else 'cirrus only; HPCSTACK_TWIN_E2E=all for every twin'}"]
+            f"{', '.join(PYTORCH_TWINS) or 'none'} (HPCSTACK_TWIN_E2E=SITE,... or all adds others)"]
 
 
 def _item_timeout(item) -> float:

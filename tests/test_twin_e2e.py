@@ -8,13 +8,20 @@ own roots, then ``hpcstack validate`` (the ``cpu`` workload, 1 and 2 nodes, 4 ra
 then as an ordinary user in the site's account: the stack's module in a fresh login shell after
 the site's hierarchy, ``module avail``/``spider`` finding it, and a validation of their own.
 
-CI's time (design.md, "Tests and time") holds one Horovod build per twin only for Cirrus, the
-seed's site: there ``pytorch/2.3.1-gpu`` is installed and validated; on every twin ``mpi4py/4.1.2``
-(built against the site's MPI stand-in) is, and the PyTorch stack is planned. ``HPCSTACK_TWIN_E2E=all``
-adds the PyTorch install and validation on perlmutter and juwels-booster (about 12 minutes more on
-2 cores; the closing figures of docs/admin/sites.md, "Site twins", were taken so); the run's header
-says which twins have it. The GPU check (each rank a GPU of its own, from the trainer's records)
-exists only on the twins with PyTorch (:class:`PytorchOnTwin`): on the others no test claims it.
+The twins are data: one test class per directory of twins/clusters, made below from its
+``twin.conf`` (users, GPUs per node, paths) and ``checks.toml`` (what the site's login shell
+shows, the first modules loaded after its hierarchy, the site's environment after ``module load
+mpi4py/4.1.2``). A new twin needs no line here (docs/admin/new-site.md).
+
+CI's time (design.md, "Tests and time") holds one Horovod build: on the twin whose checks.toml says
+``pytorch_in_ci = true`` (Perlmutter, the twin least like localhost: Lmod hierarchy, compiler
+wrappers over a stand-in toolchain), ``pytorch/2.3.1-gpu`` is installed and validated; on every
+twin ``mpi4py/4.1.2`` (built against the site's MPI stand-in) is, and the PyTorch stack is planned.
+``HPCSTACK_TWIN_E2E=SITE[,SITE...]`` (or ``all``) adds the PyTorch install and validation on the
+twins named (about 6 minutes each on 2 cores): the one documented command of
+docs/admin/sites.md, "Site twins"; the run's header says which twins have it. The GPU check (each
+rank a GPU of its own, from the trainer's records) exists only on the twins with PyTorch
+(:class:`PytorchOnTwin`); every twin's GPU binding by Slurm is checked in tests/test_site_twins.py.
 
 Everything the twin's ``down`` removes (its site paths with the stacks installed there) goes when
 the module ends, so later tests see the real sites' roots as they were.
@@ -26,20 +33,41 @@ import json
 import os
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from conftest import HPCSTACK, REPO
-from twins import twin_conf
+from twins import SITES, TWINS, twin_conf
 
 pytestmark = pytest.mark.e2e
 
 TWIN_REPO = REPO / "twins"
 PYTORCH = "pytorch/2.3.1-gpu"
 MPI4PY = "mpi4py/4.1.2"
-#: the twins whose PyTorch stack CI installs and validates (one Horovod build each)
-PYTORCH_TWINS = ("cirrus",) if os.environ.get("HPCSTACK_TWIN_E2E") != "all" else ("cirrus", "perlmutter", "juwels-booster")
+
+
+def twin_checks(site: str) -> dict:
+    """twins/clusters/SITE/checks.toml: what the twin's tests check beyond every twin's (the keys
+    are read by :func:`_twin_class`); an empty table where the twin has none."""
+    path = TWINS / site / "checks.toml"
+    return tomllib.loads(path.read_text()) if path.is_file() else {}
+
+
+def _pytorch_twins() -> tuple[str, ...]:
+    """The twins whose PyTorch stack this run installs and validates: those whose checks.toml
+    says ``pytorch_in_ci = true``, and those ``HPCSTACK_TWIN_E2E`` names (``all``, or a comma list)."""
+    asked = os.environ.get("HPCSTACK_TWIN_E2E", "")
+    named = set(SITES) if asked == "all" else {s.strip() for s in asked.split(",") if s.strip()}
+    unknown = named - set(SITES)
+    if unknown:
+        raise pytest.UsageError(f"HPCSTACK_TWIN_E2E: no twin {sorted(unknown)[0]!r} (twins: {', '.join(SITES)})")
+    return tuple(s for s in SITES if s in named or twin_checks(s).get("pytorch_in_ci"))
+
+
+#: the twins whose PyTorch stack this run installs and validates (one Horovod build each)
+PYTORCH_TWINS = _pytorch_twins()
 
 
 
@@ -86,6 +114,9 @@ class TwinE2E:
     #: and the lines or words its output holds
     LOGIN_SCRIPT: str = ""
     LOGIN_SHOWS: tuple[str, ...] = ()
+    LOGIN_HIDES: tuple[str, ...] = ()
+    #: what the output after ``module load mpi4py/4.1.2`` holds on this site (its own environment)
+    MPI4PY_ENV_SHOWS: tuple[str, ...] = ()
     #: $LOADEDMODULES after the hierarchy and ``module load mpi4py/4.1.2``: its first and last entries
     LOADED_FIRST: tuple[str, ...] = ()
 
@@ -95,6 +126,8 @@ class TwinE2E:
         shell = login(conf["user"][0], self.LOGIN_SCRIPT)
         for shown in self.LOGIN_SHOWS:
             assert shown in shell.stdout, (shown, tail(shell))
+        for hidden in self.LOGIN_HIDES:
+            assert hidden not in shell.stdout, (hidden, tail(shell))
 
     # ------------------------------------------------------------------ as the site's admin
     def test_admin_installs_the_stacks_into_the_sites_roots(self, on):
@@ -125,11 +158,12 @@ class TwinE2E:
         assert report["ok"] is True and report["failures"] == [], tail(proc)
         assert report["system"] == f"{self.site}-twin:{site.slurm['partition']}"
         runs = report["runs"]
-        assert {r["nodes"] for r in runs} == {1, 2} and all(r["ranks"] == 4 * r["nodes"] for r in runs)
+        per_node = int(conf.get("gpus_per_node", ["4"])[0])
+        assert {r["nodes"] for r in runs} == {1, 2} and all(r["ranks"] == per_node * r["nodes"] for r in runs)
         for job in report["jobs"]:
             assert job["state"] == "COMPLETED", job
         job2 = next(j for j in report["jobs"] if j["nodes"] == 2)
-        assert job2["nodelist"] == "n[1-2]"
+        assert job2["nodelist"] == "n[1-2]"      # the first two of the twin's nodes
         REPORTS[self.site] = report
 
     def test_a_wrong_budget_is_one_line_before_anything_is_submitted(self, on):
@@ -175,7 +209,10 @@ class TwinE2E:
         self.check_mpi4py_env(proc.stdout)
 
     def check_mpi4py_env(self, out: str) -> None:
-        """The site's own environment after ``module load mpi4py/4.1.2`` (per site)."""
+        """The site's own environment after ``module load mpi4py/4.1.2`` (checks.toml's
+        ``mpi4py_env_shows``)."""
+        for shown in self.MPI4PY_ENV_SHOWS:
+            assert shown in out, (shown, out)
 
     def test_user_validates_in_the_sites_account(self, on):
         twin, conf, site = on
@@ -222,50 +259,23 @@ def _bases(site: str) -> tuple[type, ...]:
     return (PytorchOnTwin, TwinE2E) if site in PYTORCH_TWINS else (TwinE2E,)
 
 
-class TestCirrusTwin(*_bases("cirrus")):
-    site = "cirrus"
-    LOGIN_SCRIPT = ('echo "MP=$MODULEPATH"; echo "CMD=$MODULES_CMD"; module avail 2>&1; '
-                    'module load python/3.12.1-gpu && command -v python3 mpicc && '
-                    'python3 -c "import sys; print(sys.version_info[:2])"; test -f /usr/share/Modules/init/bash && echo INIT')
-    LOGIN_SHOWS = ("MP=/work/y07/shared/cirrus-modulefiles\n", "modulecmd.tcl", "python/3.12.1-gpu", "cmake/3.25.2",
-                   "/work/y07/shared/cirrus-software/python/3.12.1-gpu/bin/python3",
-                   "/work/y07/shared/cirrus-software/openmpi/4.1.6-cuda-12.4/bin/mpicc", "INIT")
-    LOADED_FIRST = ("openmpi/4.1.6-cuda-12.4", "python/3.12.1-gpu")
+def _twin_class(site: str) -> type:
+    """The test class of twin ``site``: :class:`TwinE2E` (and :class:`PytorchOnTwin` where this
+    run has its PyTorch stack) with the site's checks.toml: ``login_script``, ``login_shows``,
+    ``login_hides``, ``loaded_first``, ``mpi4py_env_shows``."""
+    checks = twin_checks(site)
+    attrs = {"site": site,
+             "LOGIN_SCRIPT": checks.get("login_script", "module avail 2>&1"),
+             "LOGIN_SHOWS": tuple(checks.get("login_shows", ())),
+             "LOGIN_HIDES": tuple(checks.get("login_hides", ())),
+             "LOADED_FIRST": tuple(checks.get("loaded_first", ())),
+             "MPI4PY_ENV_SHOWS": tuple(checks.get("mpi4py_env_shows", ())),
+             "__doc__": f"The {site} twin (twins/clusters/{site})."}
+    name = "Test" + "".join(part.capitalize() for part in site.replace("_", "-").split("-")) + "Twin"
+    return type(name, _bases(site), attrs)
 
 
-class TestPerlmutterTwin(*_bases("perlmutter")):
-    site = "perlmutter"
-    LOGIN_SCRIPT = ('echo "LOADED=$LOADEDMODULES"; echo "CUDA=$CRAY_CUDATOOLKIT_VERSION"; module -t avail 2>&1;'
-                    'command -v cc CC ftn')
-    LOGIN_SHOWS = ("LOADED=gcc-native/12.3:PrgEnv-gnu/8.5.0:cray-mpich/8.1.28:cudatoolkit/13.0:gpu/1.0",
-                   "CUDA=13.0",   # the unversioned default moved: why the site pins 12.2
-                   "PrgEnv-gnu/8.5.0", "cray-mpich/8.1.28", "cudatoolkit/12.2", "cudatoolkit/13.0", "nccl/2.21.5",
-                   "python/3.11", "/opt/cray/pe/mpich/8.1.28/ofi/gnu/12.3/bin/cc")
-    LOADED_FIRST = ("gcc-native/12.3", "PrgEnv-gnu/8.5.0")
-
-    def check_mpi4py_env(self, out: str) -> None:
-        assert "CUDA=12.2" in out, out      # the stack's pinned cudatoolkit replaced the default
-
-
-class TestJuwelsBoosterTwin(*_bases("juwels-booster")):
-    site = "juwels-booster"
-    # the default MODULEPATH shows the Stages only; a Stage resets it and shows the compilers
-    LOGIN_SCRIPT = ('echo "MP=$MODULEPATH"; module -t avail 2>&1; module load Python/3.11.3 2>&1 && echo BAD;'
-                    'module load Stages/2024; echo "MP2=$MODULEPATH"; module -t avail 2>&1;'
-                    'module load GCC/12.3.0 ParaStationMPI/5.9.2-1; module -t avail 2>&1; '
-                    'echo "TYPE=$SLURM_MPI_TYPE"; command -v mpicc python3; echo END')
-    LOGIN_SHOWS = ("MP=/p/software/juwelsbooster/stagesmodules\n", "Stages/2024", "Stages/2025",
-                   "MP2=/p/software/juwelsbooster/stages/2024/modules/all/Core:/p/software/juwelsbooster/stagesmodules",
-                   "GCC/12.3.0", "ParaStationMPI/5.9.2-1", "Python/3.11.3", "CMake/3.26.3", "CUDA/12",
-                   "NCCL/default-CUDA-12", "mpi-settings/CUDA", "TYPE=pmix",
-                   "/p/software/juwelsbooster/stages/2024/software/psmpi/5.9.2-1-GCC-12.3.0/bin/mpicc", "END")
-    LOADED_FIRST = ("Stages/2024", "GCC/12.3.0", "ParaStationMPI/5.9.2-1")
-
-    def test_login_shell_has_the_sites_module_tool_names_and_paths(self, on):
-        super().test_login_shell_has_the_sites_module_tool_names_and_paths(on)
-        twin, conf, site = on
-        shell = login(conf["user"][0], self.LOGIN_SCRIPT)
-        assert "BAD" not in shell.stdout, tail(shell)   # Python is not visible before a Stage
-
-    def check_mpi4py_env(self, out: str) -> None:
-        assert "MPITYPE=pmix" in out, out
+for _site in SITES:
+    _cls = _twin_class(_site)
+    globals()[_cls.__name__] = _cls
+del _site, _cls
