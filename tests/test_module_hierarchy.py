@@ -7,8 +7,9 @@ modulefile with its ``depends_on`` lines, the validation job's module block, all
 runs) is run by Lmod in a clean bash: each loads, in the hierarchy's order. The control: the base
 module loaded first, as hpcstack did before the site declared its hierarchy, fails.
 
-Sources: facts.md, "Real sites, checked against their documentation" (JSC's environment page and
-the easybuilders/JSC Stages). Skips, with the reason, where Lmod is missing
+Sources: JSC's environment page, https://apps.fz-juelich.de/jsc/hps/juwels/environment.html
+(Lmod, Stages, the hierarchy), and the easyconfigs of the Stages,
+https://github.com/easybuilders/JSC (branches 2024 and 2025). Skips, with the reason, where Lmod is missing
 (``scripts/localhost-setup --with-test-tools``).
 """
 

@@ -1,6 +1,7 @@
 -- JUWELS Booster's submit rule as the twin enforces it: a job names its compute project's
--- budget (--account). (JSC's own wording is unknown to the twin; users' job scripts all name
--- one: facts.md "Real sites", third-party.)
+-- budget (--account). (JSC's own wording, and whether JUWELS refuses a job without one, are
+-- unverified; users' job scripts all name one (third-party). JSC's batch system page:
+-- https://apps.fz-juelich.de/jsc/hps/juwels/batchsystem.html.)
 
 function slurm_job_submit(job_desc, part_list, submit_uid)
    if job_desc.account == nil or job_desc.account == "" then
