@@ -1283,8 +1283,8 @@ PYTHONNOUSERSITE=1) but in a venv extended for this module:
 
 How to launch on juwels-booster (a batch script; `sbatch script`):
     #SBATCH --partition=booster --account=BUDGET --nodes=2 --ntasks-per-node=4 --cpus-per-task=24 --gres=gpu:4 --exclusive
-    module load Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1
-    module use /p/project/PROJECT/hpcstack/modulefiles   # after the hierarchy: it may reset MODULEPATH
+    module load Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1   # juwels-booster's module hierarchy (modules.hierarchy), in order
+    module use /p/project/PROJECT/hpcstack/modulefiles   # after them: whatever they do to MODULEPATH, the root stays on it
     module load pytorch/2.3.1-gpu
     export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-1}
     srun python train.py                   # one rank per task (MPI, Horovod)

@@ -239,10 +239,7 @@ def help_sections(ctx: PlanContext, modulefile, contributed: list[str]) -> list[
     out += ["", f"How to launch on {site.name} (a batch script; `sbatch script`):"]
     opts = sbatch_options(site)
     out.append(f"    #SBATCH {' '.join(opts)}")
-    hierarchy = list(getattr(site.modules, "hierarchy", None) or ())
-    if hierarchy:   # the site's module hierarchy first; it may reset MODULEPATH, the root comes after
-        out += [f"    module load {' '.join(hierarchy)}",
-                f"    module use {site.module_root}   # after the hierarchy: it may reset MODULEPATH"]
+    out += hierarchy_lines(site)
     out.append(f"    module load {full}")
     srun = srun_options(site)
     if (site.slurm or {}).get("task_options", "sbatch") == "srun":    # no SLURM_CPUS_PER_TASK in the batch shell
@@ -259,3 +256,30 @@ def help_sections(ctx: PlanContext, modulefile, contributed: list[str]) -> list[
         out += ["", f"Examples: {where} ({', '.join(names)}); copy one to run it, e.g.",
                 f"    cp -r {where}/{names[0]} ~/ && cd ~/{names[0]}"]
     return out
+
+
+def hierarchy_lines(site) -> list[str]:
+    """The lines of a batch script that load the site's own module hierarchy before the stack.
+
+    Described from the site config, never from one site's tool: the modules of
+    ``modules.hierarchy`` in their order (JUWELS Booster's ``Stages/2024 GCC/12.3.0
+    ParaStationMPI/5.9.2-1``, Leonardo's ``profile/deeplrn``), then ``module use`` of the module
+    root after them, so that whatever they do to ``MODULEPATH`` (a JSC Stage sets it anew, a CINECA
+    profile adds to it) leaves the root on it.
+
+    Args:
+        site (Site): the site; reads ``name``, ``module_root`` and ``modules.hierarchy``.
+
+    Returns:
+        list[str]: no lines for a site without a hierarchy, else the ``module load`` and
+        ``module use`` lines, indented as the help's launch example.
+
+    Example:
+        >>> hierarchy_lines(load_site("juwels-booster"))[0]
+        "    module load Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1   # juwels-booster's module hierarchy (modules.hierarchy), in order"
+    """
+    hierarchy = list(getattr(site.modules, "hierarchy", None) or ())
+    if not hierarchy:
+        return []
+    return [f"    module load {' '.join(hierarchy)}   # {site.name}'s module hierarchy (modules.hierarchy), in order",
+            f"    module use {site.module_root}   # after them: whatever they do to MODULEPATH, the root stays on it"]
