@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from twins import Twin, twin_conf
+from test_twin_e2e import twin_checks
+from twins import SITES, Twin, twin_conf
 
 pytestmark = pytest.mark.integration
 
@@ -95,10 +96,27 @@ def twin_sftp_address() -> tuple[str, int]:
 
 
 class EveryTwin:
-    """What every twin answers; one subclass per site (the tests of a class share its twin, so
-    the twins come up one after the other, once each)."""
+    """What every twin answers; one class per twin is made below from its data (the tests of a
+    class share its twin, so the twins come up one after the other, once each)."""
 
     site = ""
+
+    def options(self, twin, *keys: str) -> list[str]:
+        """The twin's job options of checks.toml ``[slurm]`` ``keys``, with {account} and {gpus}."""
+        conf = twin_conf(self.site)
+        values = {"account": twin.account, "gpus": conf.get("gpus_per_node", ["4"])[0]}
+        slurm = twin_checks(self.site).get("slurm", {})
+        return [opt.format(**values) for key in keys for opt in slurm.get(key, [])]
+
+    def test_each_rank_gets_a_gpu_of_its_own(self, twin):
+        """The site's GPU job (checks.toml ``gpu_job_options``) on 2 nodes, one task per GPU
+        (``srun --gpus-per-task=1``): Slurm gives every task of a node a GPU of its own, which
+        is what the stacks' validation binds its ranks by."""
+        gpus = int(twin_conf(self.site).get("gpus_per_node", ["4"])[0])
+        script = per_task_script(twin, f"--ntasks-per-node={gpus} --gpus-per-task=1")
+        record, out = twin.run(*self.options(twin, "job_options", "gpu_job_options"), "--nodes=2", script=script)
+        assert job_state(record) == "COMPLETED", record + out
+        assert tasks_gpus(out) == {(node, i): str(i) for node in ("n1", "n2") for i in range(gpus)}, out
 
     def test_unknown_qos_refused(self, twin):
         proc = twin.sbatch(f"--account={twin.account}", "--qos=no_such_qos", script="#!/bin/bash\nhostname\n")
@@ -160,21 +178,17 @@ class EveryTwin:
         assert sorted(re.findall(r"home-\w+ n\d", out)) == [f"home-{word} n1", f"home-{word} n2"], out
 
 
-class TestCirrus(EveryTwin):
+class TestCirrusOwnForm:
+    """What only Cirrus's documentation says (beyond its twin's checks.toml)."""
+
     site = "cirrus"
 
-    def test_job_without_budget_refused(self, twin):
-        proc = twin.sbatch(script="#!/bin/bash\nhostname\n")
-        assert proc.returncode != 0
-        assert "--account=<budget>" in proc.stderr and "Invalid account" in proc.stderr, proc.stderr
-
-    @pytest.mark.parametrize("option", ["--ntasks=4", "--cpus-per-task=10", "--mem=4G"])
-    def test_gpu_job_sbatch_option_refused(self, twin, option):
-        script = f"#!/bin/bash\n#SBATCH --gres=gpu:4\n#SBATCH {option}\nsrun hostname\n"
-        proc = twin.sbatch(f"--account={twin.account}", script=script)
-        assert proc.returncode != 0
-        name = option.split("=")[0]
-        assert f"Cirrus GPU jobs: {name} will be rejected" in proc.stderr, proc.stderr
+    def test_gpu_job_with_mem_is_not_refused(self, twin):
+        """--mem is not among gpu.md's rejected options (batch.md only says the memory cannot be
+        chosen: it comes with the GPUs), so the twin lets it through."""
+        script = "#!/bin/bash\n#SBATCH --gres=gpu:4\n#SBATCH --mem=64M\nsrun hostname\n"
+        record, out = twin.run(f"--account={twin.account}", script=script)
+        assert job_state(record) == "COMPLETED", record + out
 
     def test_gpu_job_as_documented_runs(self, twin):
         """The site's own form: GPUs and nodes to sbatch, tasks and CPUs to srun (gpu.md)."""
@@ -184,16 +198,10 @@ class TestCirrus(EveryTwin):
         assert job_state(record) == "COMPLETED", record + out
         assert tasks_gpus(out) == {(node, i): "0,1,2,3" for node in ("n1", "n2") for i in range(4)}, out
 
-    def test_cuda_visible_devices_srun_gpus_per_task(self, twin):
-        """The GPUs to sbatch, one per task to srun: each task of a node its own GPU."""
-        script = per_task_script(twin, "--ntasks-per-node=4 --gpus-per-task=1")
-        record, out = twin.run(f"--account={twin.account}", "--nodes=2", "--gres=gpu:4", "--exclusive",
-                               script=script)
-        assert job_state(record) == "COMPLETED", record + out
-        assert tasks_gpus(out) == {(node, i): str(i) for node in ("n1", "n2") for i in range(4)}, out
 
+class TestPerlmutterOwnForm:
+    """What only Perlmutter's documentation says (beyond its twin's checks.toml)."""
 
-class TestPerlmutter(EveryTwin):
     site = "perlmutter"
 
     def test_job_without_project_runs_on_default(self, twin):
@@ -218,13 +226,10 @@ class TestPerlmutter(EveryTwin):
         assert not Path(path, "from-compute").exists()
 
 
-class TestJuwelsBooster(EveryTwin):
-    site = "juwels-booster"
+class TestJuwelsBoosterOwnForm:
+    """What only JUWELS's documentation says (beyond its twin's checks.toml)."""
 
-    def test_job_without_budget_refused(self, twin):
-        proc = twin.sbatch(script="#!/bin/bash\nhostname\n")
-        assert proc.returncode != 0
-        assert "--account=<budget>" in proc.stderr and "Invalid account" in proc.stderr, proc.stderr
+    site = "juwels-booster"
 
     def test_cpus_per_task_counts_hardware_threads(self, twin):
         """24 CPUs per task are 24 hardware threads (12 cores); 4 such tasks fill a 96-thread node."""
@@ -240,6 +245,29 @@ class TestJuwelsBooster(EveryTwin):
         record, _ = twin.run(f"--account={twin.account}", "--nodes=1", "--ntasks-per-node=4",
                              "--cpus-per-task=24", script="#!/bin/bash\nhostname\n")
         assert "NumCPUs=96 " in record, record
+
+
+class SiteRefusals:
+    """The refusals a twin's checks.toml lists (only the twins that list some have this test)."""
+
+    def test_the_sites_refusals(self, twin):
+        """Each job checks.toml ``[[slurm.refused]]`` lists is refused by sbatch, with the words
+        the site's message holds (the site's submit rules or Slurm's own)."""
+        values = {"account": twin.account}
+        for case in twin_checks(self.site).get("slurm", {}).get("refused", []):
+            proc = twin.sbatch(*[o.format(**values) for o in case.get("options", [])],
+                               script=case.get("script", "#!/bin/bash\nhostname\n"))
+            assert proc.returncode != 0, case["why"]
+            for words in case["stderr"]:
+                assert words in proc.stderr, (case["why"], proc.stderr)
+
+
+for _site in SITES:
+    _name = "Test" + "".join(part.capitalize() for part in _site.split("-")) + "Twin"
+    _bases = (EveryTwin, SiteRefusals) if twin_checks(_site).get("slurm", {}).get("refused") else (EveryTwin,)
+    globals()[_name] = type(_name, _bases, {"site": _site, "__doc__": f"The {_site} twin (twins/clusters/{_site})."})
+del _site, _name, _bases
+
 
 
 def test_one_twin_at_a_time_and_down_puts_localhost_back(twins, ordinary_user):

@@ -28,10 +28,11 @@ BINARIES = ("munged", "slurmctld", "slurmd", "slurmdbd", "mariadbd", "sacctmgr",
 JOB_DEADLINE_S = 180
 
 
-def twin_conf(site: str) -> dict[str, list[str]]:
-    """twins/clusters/SITE/twin.conf as {key: [values]} (the format scripts/site-twin reads)."""
+def twin_conf(site: str, twins: Path = TWINS) -> dict[str, list[str]]:
+    """twins/clusters/SITE/twin.conf as {key: [values]} (the format scripts/site-twin reads);
+    ``twins``: the clusters directory of another tree."""
     conf: dict[str, list[str]] = {}
-    for line in (TWINS / site / "twin.conf").read_text().splitlines():
+    for line in (twins / site / "twin.conf").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             key, _, value = line.partition("=")
@@ -39,9 +40,10 @@ def twin_conf(site: str) -> dict[str, list[str]]:
     return conf
 
 
-def site_twin(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``scripts/site-twin ARGS``; with ``check``, fail the test on a non-zero exit."""
-    proc = subprocess.run([str(TWIN_SCRIPT), *args], capture_output=True, text=True, timeout=300)
+def site_twin(*args: str, check: bool = True, script: Path = TWIN_SCRIPT) -> subprocess.CompletedProcess:
+    """Run ``scripts/site-twin ARGS`` (``script``: another checkout's, e.g. a copy with a
+    throw-away twin); with ``check``, fail the test on a non-zero exit."""
+    proc = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=300)
     if check and proc.returncode:
         raise AssertionError(f"site-twin {' '.join(args)}: {proc.returncode}\n{proc.stderr}")
     return proc
@@ -59,9 +61,11 @@ class Twins:
         self.localhost_slurm = localhost_slurm
         self.open = False
         self.restore: str | None = None   # localhost's node count to bring back, or None
+        self.script: Path = TWIN_SCRIPT    # the site-twin script of the twin that is up
 
-    def use(self, site: str) -> "Twin":
-        """Return SITE's twin, up (brought up, or kept up from the test before)."""
+    def use(self, site: str, script: Path = TWIN_SCRIPT) -> "Twin":
+        """Return SITE's twin, up (brought up, or kept up from the test before); ``script``: the
+        site-twin script of another tree (a copy of the checkout with a throw-away twin)."""
         if not self.open:
             status = self.localhost_slurm("status", check=False)
             nodes = re.match(r"nodes: (\d)", status.stdout) if status.returncode == 0 else None
@@ -71,17 +75,17 @@ class Twins:
             if nodes:
                 self.localhost_slurm("down")
             self.open = True
-        if self.current != site:
+        if self.current != site or self.script != script:
             if self.current is not None:
                 self.down()
-            site_twin("up", site)
-            self.current = site
-        return Twin(site)
+            site_twin("up", site, script=script)
+            self.current, self.script = site, script
+        return Twin(site, script.parents[1] / "twins" / "clusters")
 
     def down(self) -> None:
         """Take the twin that is up down (localhost's Slurm stays down until :meth:`close`)."""
-        site_twin("down")
-        self.current = None
+        site_twin("down", script=self.script)
+        self.current, self.script = None, TWIN_SCRIPT
 
     def close(self) -> None:
         """Take the twin down, remove the job directories its users own, bring localhost's
@@ -90,7 +94,8 @@ class Twins:
             return
         self.open = False
         self.current = None
-        site_twin("down", check=False)
+        site_twin("down", check=False, script=self.script)
+        self.script = TWIN_SCRIPT
         for path in Path("/tmp").glob("twin-*-*"):
             if path.is_dir() and path.owner() != "root":
                 shutil.rmtree(path, ignore_errors=True)
@@ -102,9 +107,9 @@ class Twin:
     """A twin that is up: its config, its ordinary user and a job directory that user owns under
     /tmp (which the nodes share with the login node)."""
 
-    def __init__(self, site: str) -> None:
+    def __init__(self, site: str, twins: Path = TWINS) -> None:
         self.site = site
-        conf = twin_conf(site)
+        conf = twin_conf(site, twins)
         self.user = conf["user"][0]
         self.account = conf["account"][0]
         self.shared = [entry.split() for entry in conf["shared"]]
