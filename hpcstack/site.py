@@ -104,19 +104,138 @@ def _dir_problems(data: dict, where: str) -> list[str]:
     return lines
 
 
+#: What an ``#SBATCH`` line's value may not hold. sbatch reads those lines itself, not a shell:
+#: white space ends the value (the rest becomes more options: ``--output=/x a --export=ALL``),
+#: quotes and ``\\`` are read as quoting, an unquoted ``#`` ends the line (Slurm's
+#: ``src/sbatch/opt.c``, ``_get_argument``), and control characters end the line in the script.
+#: hpcstack refuses these rather than quote them (here for ``slurm.extra_options``; the job
+#: scripts' own values: :func:`hpcstack.validate.scheduler.check_sbatch_value`).
+SBATCH_UNSAFE = re.compile(r"[\s\"'\\#\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+#: The memory keys of ``slurm``, each the sbatch option of its name (``mem_per_cpu`` is
+#: ``--mem-per-cpu``): per node, per allocated CPU, per allocated GPU. sbatch(1)
+#: (https://slurm.schedmd.com/sbatch.html, ``--mem``): "The --mem, --mem-per-cpu and
+#: --mem-per-gpu options are mutually exclusive", so a site gives at most one.
+MEMORY_KEYS = ("mem", "mem_per_cpu", "mem_per_gpu")
+#: A memory size as sbatch takes it: an integer, megabytes unless a suffix K, M, G or T says
+#: otherwise (sbatch(1), ``--mem``: "Different units can be specified using the suffix [K|M|G|T]";
+#: ``--mem=0`` asks for all the memory of each node).
+MEMORY_SIZE = r"^[0-9]{1,15}[KMGT]?$"
+_MEMORY = {"type": ["string", "integer", "null"], "maxLength": 16, "pattern": MEMORY_SIZE,
+           "minimum": 0, "maximum": 10 ** 15}
+
+#: The ``#SBATCH`` options hpcstack's jobs write themselves, each with the key (or command-line
+#: option) that sets it: ``slurm.extra_options`` may not give them (a second ``--time`` line would
+#: silently win over ``slurm.time_limit``, an ``--output`` move the file the validation reads).
+#: Aliases count (``--tasks-per-node``), and so do abbreviations: sbatch reads its options with
+#: ``getopt_long``, which takes any unambiguous prefix of a long option (``--part=gpu``).
+SBATCH_OWN = {
+    "job-name": "none (hpcstack names its jobs hpcstack-validate-<recipe>-n<nodes>)",
+    "partition": "slurm.partition (or --partition)",
+    "qos": "slurm.qos (or --qos)",
+    "account": "slurm.account (or --account)",
+    "nodes": "none (the node counts are the recipe's, or hpcstack validate --nodes)",
+    "ntasks": "slurm.tasks_per_node",
+    "ntasks-per-node": "slurm.tasks_per_node",
+    "tasks-per-node": "slurm.tasks_per_node",
+    "ntasks-per-gpu": "slurm.tasks_per_node and slurm.gpu_request",
+    "cpus-per-task": "slurm.cpus_per_task",
+    "cpus-per-gpu": "slurm.cpus_per_task",
+    "gres": "slurm.gpus_per_node and slurm.gpu_request",
+    "gpus": "slurm.gpus_per_node and slurm.gpu_request",
+    "gpus-per-node": "slurm.gpus_per_node and slurm.gpu_request",
+    "gpus-per-task": "slurm.gpus_per_node and slurm.gpu_request",
+    "gpus-per-socket": "slurm.gpus_per_node and slurm.gpu_request",
+    "constraint": "slurm.constraint",
+    "exclusive": "slurm.exclusive",
+    "mem": "slurm.mem",
+    "mem-per-cpu": "slurm.mem_per_cpu",
+    "mem-per-gpu": "slurm.mem_per_gpu",
+    "time": "slurm.time_limit",
+    "output": "slurm.output_root (or hpcstack validate --output-dir)",
+    "error": "slurm.output_root (stdout and stderr both go to hpcstack's --output)",
+    "chdir": "slurm.output_root (or hpcstack validate --output-dir)",
+    "export": "slurm.env (the jobs start from --export=NONE and load their modules)",
+}
+#: A long option of ``slurm.extra_options``: ``--name`` or ``--name=value``.
+_LONG_OPTION = re.compile(r"--([a-z][a-z0-9-]*)(=.+)?")
+
+
+def extra_option_problem(option: str) -> str | None:
+    """Why ``option`` cannot be one of ``slurm.extra_options``, or None when it can.
+
+    Args:
+        option (str): the option as the site gives it, e.g. ``"--reservation=maint"``.
+
+    Returns:
+        str | None: the reason (without the key path): a character an ``#SBATCH`` line cannot
+        hold (:data:`SBATCH_UNSAFE`), no long option, or an option hpcstack sets itself
+        (:data:`SBATCH_OWN`, with the key to use instead).
+
+    Example:
+        >>> extra_option_problem("--time=2:00:00")
+        'hpcstack sets --time itself: use slurm.time_limit'
+        >>> extra_option_problem("--reservation=maint") is None
+        True
+    """
+    if SBATCH_UNSAFE.search(option):
+        return ("an #SBATCH line cannot hold white space, quotes, backslashes, # or control characters "
+                "(sbatch reads the line itself, not a shell); write one option as --name=value")
+    match = _LONG_OPTION.fullmatch(option)
+    if not match:
+        return "not a long option: write --name or --name=value (sbatch(1)'s long form)"
+    name = match.group(1)
+    full = name if name in SBATCH_OWN else next((o for o in SBATCH_OWN if o.startswith(name)), None)
+    if full is None:
+        return None
+    what = f"--{name}" if name == full else f"--{name} (sbatch reads it as --{full})"
+    return f"hpcstack sets {what} itself: use {SBATCH_OWN[full]}"
+
+
+def memory_option(slurm: dict) -> str | None:
+    """The sbatch memory option a site's ``slurm`` section asks for (:data:`MEMORY_KEYS`), or None.
+
+    Args:
+        slurm (dict): the ``slurm`` section, checked (at most one memory key is set).
+
+    Example:
+        >>> memory_option({"partition": "gpu", "mem_per_gpu": "120G"})
+        '--mem-per-gpu=120G'
+    """
+    for key in MEMORY_KEYS:
+        if slurm.get(key) is not None:
+            return f"--{key.replace('_', '-')}={slurm[key]}"
+    return None
+
+
 def _slurm_problems(data: dict, where: str) -> list[str]:
-    """Lines for ``slurm`` values the schema accepts one by one but not together:
-    ``gpu_request: gpus-per-task`` asks for one GPU per task (``--gpus-per-task=1``) with one task
-    per GPU (``--ntasks-per-node`` = ``gpus_per_node``) and needs the task count as ``#SBATCH``
-    options (sbatch(1), ``--gpus-per-task``: "This option requires an explicit task count")."""
+    """Lines for ``slurm`` values the schema accepts one by one but not together, or that sbatch
+    cannot take:
+
+    * ``gpu_request: gpus-per-task`` asks for one GPU per task (``--gpus-per-task=1``) with one
+      task per GPU (``--ntasks-per-node`` = ``gpus_per_node``) and needs the task count as
+      ``#SBATCH`` options (sbatch(1), ``--gpus-per-task``: "This option requires an explicit task
+      count").
+    * at most one of ``mem``, ``mem_per_cpu``, ``mem_per_gpu`` (:data:`MEMORY_KEYS`).
+    * each of ``extra_options`` (:func:`extra_option_problem`), one line each.
+    """
     slurm = data.get("slurm") if isinstance(data.get("slurm"), dict) else {}
+    lines = []
+    memory = [key for key in MEMORY_KEYS if slurm.get(key) is not None]
+    if len(memory) > 1:
+        lines.append(f"{where}: slurm.{memory[1]}: give one of slurm.mem, slurm.mem_per_cpu, slurm.mem_per_gpu, "
+                     f"not {' and '.join('slurm.' + k for k in memory)} (sbatch: --mem, --mem-per-cpu and "
+                     "--mem-per-gpu are mutually exclusive, https://slurm.schedmd.com/sbatch.html)")
+    for i, option in enumerate(slurm.get("extra_options") or ()):
+        why = extra_option_problem(option)
+        if why:
+            lines.append(f"{where}: slurm.extra_options.{i}: {option[:80]!r}: {why}")
     if slurm.get("gpu_request") != "gpus-per-task":
-        return []
+        return lines
     gpus, tasks = slurm.get("gpus_per_node", 0), slurm.get("tasks_per_node", 1)
     key = f"{where}: slurm.gpu_request"
     if not gpus:
-        return [f"{key}: gpus-per-task needs slurm.gpus_per_node > 0"]
-    lines = []
+        return lines + [f"{key}: gpus-per-task needs slurm.gpus_per_node > 0"]
     if tasks != gpus:
         lines.append(f"{key}: gpus-per-task runs one task per GPU: slurm.tasks_per_node is {tasks}, "
                      f"slurm.gpus_per_node {gpus}; make them equal")
@@ -308,6 +427,22 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         # false: no slurmdbd, so no sacct (localhost); ReFrame checks then poll with squeue
         "accounting": {"type": "boolean"},
         "env": _ENV,
+        # memory per node, per CPU or per GPU, as sbatch's --mem, --mem-per-cpu, --mem-per-gpu
+        # (at most one: _slurm_problems); every job hpcstack writes carries the line
+        **{key: _MEMORY for key in MEMORY_KEYS},
+        # more #SBATCH options, after hpcstack's own: long options, none that hpcstack sets
+        # itself (SBATCH_OWN) nor with characters an #SBATCH line cannot hold (_slurm_problems)
+        "extra_options": {"type": "array", "maxItems": 64,
+                          "items": {"type": "string", "minLength": 1, "maxLength": 1024}},
+    }),
+    # The GPU driver of the compute nodes: wheels built for a newer CUDA than it runs are refused
+    # before anything is written (hpcstack/install/driver.py). Either key, or both; none: no check.
+    "gpu": _obj([], {
+        # nvidia-smi's "Driver Version", e.g. "535.104.05"
+        "driver_version": {"type": ["string", "null"], "maxLength": 32,
+                           "pattern": r"^[0-9]{2,4}\.[0-9]{1,4}(\.[0-9]{1,4})?$"},
+        # nvidia-smi's "CUDA Version": the newest CUDA driver API the driver has, e.g. "12.2"
+        "cuda_driver_api": {"type": ["string", "null"], "maxLength": 16, "pattern": r"^[0-9]{1,3}\.[0-9]{1,3}$"},
     }),
 })
 
@@ -471,6 +606,29 @@ class LauncherConfig:
 
 
 @dataclass(frozen=True)
+class GpuConfig:
+    """The GPU driver of the compute nodes (section ``gpu``), as ``nvidia-smi`` prints it there.
+
+    Attributes:
+        driver_version (str | None): the NVIDIA driver, "Driver Version" (``"535.104.05"``).
+        cuda_driver_api (str | None): "CUDA Version", the newest CUDA driver API that driver has
+            (``"12.2"``).
+
+    Either, both or neither: where one is given, an install refuses wheels built for a CUDA the
+    driver cannot run (:mod:`hpcstack.install.driver`) before anything is written; with neither,
+    nothing is checked.
+    """
+
+    driver_version: str | None = None
+    cuda_driver_api: str | None = None
+
+    @property
+    def known(self) -> bool:
+        """True when the site states its driver (either key)."""
+        return bool(self.driver_version or self.cuda_driver_api)
+
+
+@dataclass(frozen=True)
 class Site:
     """A validated site config.
 
@@ -497,6 +655,7 @@ class Site:
         ref (str): how a later command line names this site: its name where the search path
             finds it without ``--repo``, else its file's absolute path.
         bases (tuple[Path, ...]): the files of the sites it ``extends``, nearest first.
+        gpu (GpuConfig): the compute nodes' GPU driver (section ``gpu``; empty: not stated).
     """
 
     name: str
@@ -520,6 +679,7 @@ class Site:
     #: The site configs this one ``extends``, nearest first (:func:`merge_config`); ``raw`` is
     #: the merged config, without ``extends``.
     bases: tuple = ()
+    gpu: GpuConfig = field(default_factory=GpuConfig)
 
 
 #: The variable that moves the machine cache (:func:`default_cache_dir`) for every site that
@@ -753,4 +913,5 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
         installer=InstallerConfig(**{**data.get("installer", {}), "optimization_levels": tuple(
             (data.get("installer") or {}).get("optimization_levels") or ())}),
         ref=ref or str(path),
+        gpu=GpuConfig(**(data.get("gpu") or {})),
     )

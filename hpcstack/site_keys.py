@@ -256,4 +256,64 @@ KEYS: dict[str, Key] = {
     "slurm.accounting": Key("`false`: no slurmdbd, so no `sacct`; ReFrame checks poll with `squeue`.",
                             "true", _V),
     "slurm.env": Key("Variables for the jobs.", "{}", _V),
+    "slurm.mem": Key("Memory per node of every batch job hpcstack writes (`#SBATCH --mem=`; also in the "
+                     "stack's `module help` example and the ReFrame export's `access`), where the site "
+                     "shares nodes and wants jobs to say what they use. Slurm's syntax: an integer, in "
+                     "megabytes unless a suffix `K`, `M`, `G` or `T` says otherwise (`64G`); `0` asks "
+                     "for all of each node's memory. At most one of `mem`, `mem_per_cpu`, `mem_per_gpu` "
+                     "(sbatch(1): \"The --mem, --mem-per-cpu and --mem-per-gpu options are mutually "
+                     "exclusive\", https://slurm.schedmd.com/sbatch.html). Unset: no line, the "
+                     "cluster's default (`DefMemPerNode`/`DefMemPerCPU` in slurm.conf).",
+                     "null (the cluster's default)", _V + ("install",)),
+    "slurm.mem_per_cpu": Key("Memory per allocated CPU (`#SBATCH --mem-per-cpu=`), as `mem` otherwise: "
+                             "Slurm's syntax (`3800M`), at most one memory key, on every batch job "
+                             "hpcstack writes (https://slurm.schedmd.com/sbatch.html).",
+                             "null (the cluster's default)", _V + ("install",)),
+    "slurm.mem_per_gpu": Key("Memory per allocated GPU (`#SBATCH --mem-per-gpu=`), as `mem` otherwise: "
+                             "Slurm's syntax (`120G`), at most one memory key, on every batch job "
+                             "hpcstack writes (https://slurm.schedmd.com/sbatch.html).",
+                             "null (the cluster's default)", _V + ("install",)),
+    "slurm.extra_options": Key("More `#SBATCH` options for every batch job hpcstack writes, written as "
+                               "given after hpcstack's own lines (and appended to the `module help` "
+                               "example and the ReFrame export's `access`): what the site needs and "
+                               "hpcstack has no key for, e.g. `[--reservation=maint, --hint=nomultithread]`. "
+                               "Each is one long option, `--name` or `--name=value` (sbatch(1), "
+                               "https://slurm.schedmd.com/sbatch.html). Refused, one line each, when the "
+                               "site is loaded: white space, quotes, backslashes, `#` or control "
+                               "characters (sbatch reads `#SBATCH` lines itself, not a shell: the rule "
+                               "of the job scripts' own values), a short option, and an option hpcstack "
+                               "sets itself, or an abbreviation of one (sbatch takes unambiguous "
+                               "prefixes): `--nodes`, `--ntasks`/`--ntasks-per-node`, `--cpus-per-task`, "
+                               "`--gres`/`--gpus*`, `--account`, `--qos`, `--partition`, `--constraint`, "
+                               "`--exclusive`, `--time`, `--output`/`--error`, `--chdir`, `--job-name`, "
+                               "`--export`, `--mem*`; the line names the key to use instead "
+                               "(`slurm.time_limit`, `slurm.mem` …).", "[]", _V + ("install",)),
+    "gpu": Key("The GPU driver of the compute nodes, as `nvidia-smi` prints it there: what the "
+               "install checks the wheels' CUDA against before anything is written. Give "
+               "`driver_version`, `cuda_driver_api` or both; with neither, nothing is checked.",
+               "{} (no check)"),
+    "gpu.driver_version": Key("The NVIDIA driver of the compute nodes, `nvidia-smi`'s \"Driver "
+                              "Version\" (`\"535.104.05\"`, quoted). An install, its `--dry-run` and an "
+                              "export refuse when they resolve the plan, before any directory is made, "
+                              "in one line naming this key, the driver and what the wheels need, a "
+                              "lock whose wheels are "
+                              "built for a CUDA this driver cannot run: the CUDA a pin states (`+cu121`, "
+                              "`nvidia-cuda-runtime-cu12==12.1.105`, `cuda-toolkit==13.0.3`) needs, under "
+                              "NVIDIA's minor version compatibility, CUDA 11.x >= 450.80.02, 12.x >= "
+                              "525.60.13, 13.x >= 580 (580.65.06, the driver CUDA 13.0 GA requires) "
+                              "(NVIDIA CUDA Toolkit release notes, \"CUDA "
+                              "Toolkit and Minimum Required Driver Version for CUDA Minor Version "
+                              "Compatibility\", https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/"
+                              "index.html; the table is `MIN_DRIVER` in hpcstack/install/driver.py). A CUDA "
+                              "the table does not know is a note, not a refusal. The check is no step of "
+                              "the plan: stating or changing the driver leaves installed stacks up to "
+                              "date. Unset: no check.",
+                              "null (no check)"),
+    "gpu.cuda_driver_api": Key("The newest CUDA the compute nodes' driver runs, `nvidia-smi`'s \"CUDA "
+                               "Version\" (`\"12.2\"`, quoted: YAML reads 12.10 as the number 12.1). "
+                               "Wheels built for CUDA `X.Y` need at least `X.0` (minor version "
+                               "compatibility, from CUDA 11 on; same source as `gpu.driver_version`); "
+                               "a lower one is refused before anything is written, one line naming this "
+                               "key, the driver's CUDA and what the wheels need. Unset: no check.",
+                               "null (no check)"),
 }

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcstack.errors import HpcstackError
+from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.validate.launchers import Allocation
 from hpcstack.validate.scheduler import (SCHEDULERS, Backoff, BatchJob, JobScheduler, JobStep, LocalScheduler,
                                          Slurm, get_scheduler, parse_key_values, register_scheduler,
@@ -50,6 +50,26 @@ def test_sbatch_options_in_order_and_only_when_set():
         "--output=/w/slurm-%j.out", "--chdir=/w", "--export=NONE"]
     opts = job(qos=None, account=None, gpus_per_node=0, exclusive=False, export_none=False).sbatch_options()
     assert not any(o.startswith(("--qos", "--account", "--gres", "--exclusive", "--export")) for o in opts)
+
+
+def test_memory_and_extra_options_follow_hpcstacks_own_lines():
+    opts = job(mem_per_gpu="120G", extra_options=["--reservation=maint", "--signal=B:USR1@60"]).sbatch_options()
+    assert opts[opts.index("--gres=gpu:4") + 1] == "--mem-per-gpu=120G"
+    assert opts[-3:] == ["--export=NONE", "--reservation=maint", "--signal=B:USR1@60"]
+    script = Slurm().render(job(mem="64000", extra_options=["--hint=nomultithread"]))
+    lines = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert lines.count("#SBATCH --mem=64000") == 1 and lines[-1] == "#SBATCH --hint=nomultithread"
+    assert not any(o.startswith("--mem") for o in job().sbatch_options())
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(mem="64G", mem_per_cpu="4G"), "slurm.mem_per_cpu: give one of slurm.mem"),
+    (dict(extra_options=["--comment=a b"]), "slurm.extra_options: '--comment=a b': an #SBATCH line cannot hold"),
+])
+def test_a_job_that_sbatch_would_misread_is_refused(kw, words):
+    with pytest.raises(ConfigError) as err:
+        job(**kw).sbatch_options()
+    assert len(err.value.lines()) == 1 and words in err.value.lines()[0], err.value.lines()
 
 
 def test_rendered_script_sources_module_init_and_keeps_env_for_steps():

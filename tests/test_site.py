@@ -156,3 +156,86 @@ def test_unknown_site_lists_the_known_ones():
     proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", "nowhere", "--dry-run")
     assert proc.returncode == 2
     assert "unknown site 'nowhere'" in proc.stderr and "cirrus" in proc.stderr
+
+
+# ------------------------------------------- slurm.mem*, slurm.extra_options, gpu (issue 46)
+
+def _shared_nodes_site(tmp_path, **slurm) -> str:
+    """A copy of juwels-booster (its roots and validation directory under ``tmp_path``) with
+    ``slurm`` keys set: a site whose nodes are shared, where jobs say how much memory they use."""
+    from conftest import unit_site
+
+    data = unit_site("juwels-booster", name="shared", roots=tmp_path / "roots")
+    data["slurm"].update(output_root=str(tmp_path / "out"), **slurm)
+    path = tmp_path / "shared.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_the_memory_and_extra_options_reach_every_batch_job_hpcstack_writes(tmp_path):
+    site = _shared_nodes_site(tmp_path, mem_per_gpu="120G", extra_options=["--reservation=maint", "--hint=nomultithread"])
+    # the validation jobs: hpcstack's own lines, then the site's, one job per node count
+    proc = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", site, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    jobs = proc.stdout.split("#!/bin/bash")[1:]
+    assert len(jobs) >= 2
+    for script in jobs:
+        lines = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+        assert lines.count("#SBATCH --mem-per-gpu=120G") == 1, lines
+        assert lines[-3:] == ["#SBATCH --export=NONE", "#SBATCH --reservation=maint", "#SBATCH --hint=nomultithread"]
+    # the batch script of the stack's `module help`
+    proc = hpcstack("install", "pytorch/2.3.1-gpu", "--site", site, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "--exclusive --mem-per-gpu=120G --reservation=maint --hint=nomultithread" in proc.stdout
+    # the ReFrame export's partition (ReFrame writes its access as #SBATCH lines)
+    proc = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", site, "--emit", "reframe", str(tmp_path / "rfm"))
+    assert proc.returncode == 0, proc.stderr
+    settings = (tmp_path / "rfm" / "settings.py").read_text()
+    assert "'--mem-per-gpu=120G', '--reservation=maint', '--hint=nomultithread'" in settings
+
+
+def test_a_memory_size_yaml_reads_as_a_number_is_megabytes(tmp_path):
+    proc = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", _shared_nodes_site(tmp_path, mem=0), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --mem=0\n" in proc.stdout      # sbatch: all the memory of each node
+
+
+@pytest.mark.parametrize("slurm, gpu, expected", [
+    ({"mem": "64G", "mem_per_gpu": "120G"}, None,
+     ["slurm.mem_per_gpu: give one of slurm.mem, slurm.mem_per_cpu, slurm.mem_per_gpu, not slurm.mem and "
+      "slurm.mem_per_gpu (sbatch: --mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive, "
+      "https://slurm.schedmd.com/sbatch.html)"]),
+    ({"mem_per_cpu": "4 GB"}, None, ["slurm.mem_per_cpu: '4 GB' does not match"]),
+    ({"mem": "64g"}, None, ["slurm.mem: '64g' does not match"]),
+    ({"extra_options": ["--reservation=maint", "--constraint gpu", "-C", "--time=2:00:00", "--part=dev",
+                        "--comment='x'", "--gres=gpu:4", "--mem-per-cpu=2G", "--output=/tmp/x",
+                        "--hint=nomultithread"]}, None,
+     ["slurm.extra_options.1: '--constraint gpu': an #SBATCH line cannot hold white space",
+      "slurm.extra_options.2: '-C': not a long option",
+      "slurm.extra_options.3: '--time=2:00:00': hpcstack sets --time itself: use slurm.time_limit",
+      "slurm.extra_options.4: '--part=dev': hpcstack sets --part (sbatch reads it as --partition) itself: "
+      "use slurm.partition",
+      "slurm.extra_options.5: \"--comment='x'\": an #SBATCH line cannot hold white space, quotes",
+      "slurm.extra_options.6: '--gres=gpu:4': hpcstack sets --gres itself: use slurm.gpus_per_node and slurm.gpu_request",
+      "slurm.extra_options.7: '--mem-per-cpu=2G': hpcstack sets --mem-per-cpu itself: use slurm.mem_per_cpu",
+      "slurm.extra_options.8: '--output=/tmp/x': hpcstack sets --output itself: use slurm.output_root"]),
+    ({"extra_options": ["--comment=a\nb"]}, None, ["slurm.extra_options.0: '--comment=a\\nb': holds a control character"]),
+    ({}, {"cuda_driver_api": 12.2}, ["gpu.cuda_driver_api: 12.2 is not of type 'string', 'null'"]),
+    ({}, {"driver_version": "535"}, ["gpu.driver_version: '535' does not match"]),
+])
+def test_memory_extra_options_and_driver_values_sbatch_or_the_check_cannot_take_are_refused(tmp_path, slurm, gpu, expected):
+    site = _shared_nodes_site(tmp_path, **slurm)
+    if gpu is not None:
+        data = yaml.safe_load(open(site))
+        data["gpu"] = gpu
+        open(site, "w").write(yaml.safe_dump(data))
+    for command in (["validate", "pytorch/2.3.1-gpu", "--site", site, "--dry-run"],
+                    ["install", "pytorch/2.3.1-gpu", "--site", site, "--prefix", str(tmp_path / "roots" / "p")]):
+        proc = hpcstack(*command)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == len(expected), lines
+        for line, words in zip(lines, expected):
+            assert line.startswith(f"error: {site}: {words}"), (line, words)
+        assert proc.stdout == ""
+        assert not (tmp_path / "roots").exists() and not (tmp_path / "out").exists()

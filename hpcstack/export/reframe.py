@@ -24,7 +24,9 @@ Two files are written into DIR, both rendered from jinja2 templates
   (``modules.hierarchy``, which may reset MODULEPATH) and ``module use`` of the stack's module
   root, in that order, as ``prepare_cmds`` of the jobs; the site's ``slurm.srun_options`` go to
   the ``srun`` launcher's options; and
-  ``--partition``/``--qos``/``--account``/``--constraint`` as the partition's ``access``; GPUs as a
+  ``--partition``/``--qos``/``--account``/``--constraint``, the memory option (``slurm.mem``,
+  ``mem_per_cpu`` or ``mem_per_gpu``) and the site's ``slurm.extra_options`` as the partition's
+  ``access`` (ReFrame writes each as an ``#SBATCH`` line); GPUs as a
   ``gpu`` resource; and ``general: resolve_module_conflicts: False`` for the system. By default
   ReFrame loads a test's modules in its own process before it submits (``module show`` and
   ``load``, to resolve conflicts), which needs every module root (the stack's, its base
@@ -165,6 +167,10 @@ def _settings(site, plan, command: str) -> str:
     s = plan.settings.slurm
     access = [f"--partition={s.partition}"] if s.partition_option else []
     access += [f"--{k}={v}" for k, v in (("qos", s.qos), ("account", s.account), ("constraint", s.constraint)) if v]
+    # the site's memory option and extra #SBATCH options, as hpcstack's own jobs write them
+    access += [f"--{k.replace('_', '-')}={v}" for k, v in (("mem", s.mem), ("mem_per_cpu", s.mem_per_cpu),
+                                                            ("mem_per_gpu", s.mem_per_gpu)) if v is not None]
+    access += list(s.extra_options)
     # ReFrame's check writes --ntasks itself (num_tasks), which --gpus-per-task needs
     gpu_option = {"gres": "--gres=gpu:{num_gpus_per_node}", "gpus-per-node": "--gpus-per-node={num_gpus_per_node}",
                   "gpus-per-task": "--gpus-per-task=1"}[s.gpu_request]

@@ -459,7 +459,8 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             # the site's dirs, its module hierarchy (which may reset MODULEPATH), then the stack's root
             module_use=list(site.modules.use), module_hierarchy=list(site.modules.hierarchy),
             module_use_after=[site.module_root], module_load=[recipe.full_name], env=dict(s.env),
-            task_options=s.task_options,
+            task_options=s.task_options, mem=s.mem, mem_per_cpu=s.mem_per_cpu, mem_per_gpu=s.mem_per_gpu,
+            extra_options=list(s.extra_options),
             setup=setup,
             steps=steps, comments=comments,
             unset_bash_env=modsys.get_tool(site.modules.tool).job_unsets_bash_env)

@@ -192,7 +192,8 @@ def check_associations(user: str, account: str | None, partition: str | None, qo
 #: as #SBATCH options on GPU jobs, and ``--mem``).
 REFUSAL_CAUSES = (
     (r"ntasks|cpus-per-task|tasks per node", "slurm.task_options / slurm.tasks_per_node / slurm.cpus_per_task"),
-    (r"--mem\b|memory", "the job's memory request (slurm.env / the site's defaults)"),
+    (r"--mem\b|memory", "the job's memory request (slurm.mem / slurm.mem_per_cpu / slurm.mem_per_gpu, "
+                         "or the cluster's default where none is set)"),
     (r"qos", QOS_KEY),
     (r"account|budget|association", ACCOUNT_KEY),
     (r"partition", PARTITION_KEY),

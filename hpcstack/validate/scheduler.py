@@ -43,6 +43,7 @@ from hpcstack import templates
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import CHILD_CWD
 from hpcstack.registry import Registry
+from hpcstack.site import SBATCH_UNSAFE as _SITE_SBATCH_UNSAFE
 from hpcstack.validate.launchers import Allocation
 from hpcstack.validate.preflight import sbatch_refusal
 
@@ -57,12 +58,10 @@ ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                  "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "REQUEUE_HOLD",
                  "REQUEUE_FED", "SPECIAL_EXIT")
 
-#: What an ``#SBATCH`` line's value may not hold. sbatch reads those lines itself, not a shell:
-#: white space ends the value (the rest becomes more options: ``--output=/x a --export=ALL``),
-#: quotes and ``\\`` are read as quoting, an unquoted ``#`` ends the line (Slurm's
-#: ``src/sbatch/opt.c``, ``_get_argument``), and control characters end the line in the script.
-#: hpcstack refuses these rather than quote them.
-SBATCH_UNSAFE = re.compile(r"[\s\"'\\#\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: What an ``#SBATCH`` line's value may not hold (white space, quotes, ``\\``, ``#``, control
+#: characters): the site config's rule (:data:`hpcstack.site.SBATCH_UNSAFE`, which checks
+#: ``slurm.extra_options`` with it), here for the values the job scripts write.
+SBATCH_UNSAFE = _SITE_SBATCH_UNSAFE
 
 
 def check_sbatch_value(value: str, what: str, pattern: bool = True) -> str:
@@ -149,6 +148,13 @@ class BatchJob:
         unset_bash_env (bool): ``unset BASH_ENV`` before the module init, so that a site's Lmod
             ``BASH_ENV`` (set by Lmod's ``/etc/profile.d/lmod.sh``) does not replace Environment
             Modules in child shells.
+        mem, mem_per_cpu, mem_per_gpu (str | None): ``--mem`` (per node), ``--mem-per-cpu``,
+            ``--mem-per-gpu``, in sbatch's syntax (an integer, megabytes unless a suffix K, M, G
+            or T says otherwise: ``"64G"``); at most one (sbatch(1): "mutually exclusive",
+            https://slurm.schedmd.com/sbatch.html); None leaves the option out.
+        extra_options (list[str]): the site's ``slurm.extra_options``, long options written as
+            they are after hpcstack's own (``--reservation=maint``); :func:`hpcstack.site.extra_option_problem`
+            has refused those hpcstack sets itself when the site was loaded.
     """
 
     name: str
@@ -177,16 +183,38 @@ class BatchJob:
     steps: list[JobStep] = field(default_factory=list)
     comments: list[str] = field(default_factory=list)
     unset_bash_env: bool = False
+    mem: str | None = None
+    mem_per_cpu: str | None = None
+    mem_per_gpu: str | None = None
+    extra_options: list[str] = field(default_factory=list)
 
-    def sbatch_options(self) -> list[str]:
-        """Return the ``#SBATCH`` options, in the order they appear in the script.
+    def memory_options(self) -> list[str]:
+        """The memory option (``--mem=64G``, ``--mem-per-cpu=…`` or ``--mem-per-gpu=…``), or none.
 
         Raises:
-            ConfigError: a value an ``#SBATCH`` line cannot hold (:func:`check_sbatch_value`).
+            ConfigError: more than one of them is set (sbatch: mutually exclusive).
+        """
+        given = [(key, value) for key, value in (("mem", self.mem), ("mem-per-cpu", self.mem_per_cpu),
+                                                 ("mem-per-gpu", self.mem_per_gpu)) if value is not None]
+        if len(given) > 1:
+            raise ConfigError([f"slurm.{given[1][0].replace('-', '_')}: give one of slurm.mem, slurm.mem_per_cpu, "
+                               "slurm.mem_per_gpu (sbatch: --mem, --mem-per-cpu and --mem-per-gpu are mutually "
+                               "exclusive, https://slurm.schedmd.com/sbatch.html)"])
+        return [f"--{key}={value}" for key, value in given]
+
+    def sbatch_options(self) -> list[str]:
+        """Return the ``#SBATCH`` options, in the order they appear in the script: hpcstack's own,
+        then the site's :attr:`extra_options`.
+
+        Raises:
+            ConfigError: a value an ``#SBATCH`` line cannot hold (:func:`check_sbatch_value`);
+                more than one memory option (:meth:`memory_options`).
         """
         for what, value in (("the job's name", self.name), ("--output-dir", self.workdir),
                             ("--partition", self.partition), ("--qos", self.qos), ("--account", self.account),
-                            ("slurm.constraint", self.constraint)):
+                            ("slurm.constraint", self.constraint), ("slurm.mem", self.mem),
+                            ("slurm.mem_per_cpu", self.mem_per_cpu), ("slurm.mem_per_gpu", self.mem_per_gpu),
+                            *(("slurm.extra_options", o) for o in self.extra_options)):
             if value:
                 check_sbatch_value(str(value), what, pattern=what == "--output-dir")
         check_sbatch_value(os.path.dirname(self.output), "--output-dir")
@@ -203,10 +231,11 @@ class BatchJob:
                 raise ConfigError(["slurm.gpu_request: gpus-per-task needs the task count as #SBATCH "
                                    "options; slurm.task_options is srun"])
             opts += gpu_options(self.gpu_request, self.gpus_per_node, self.nodes, self.tasks_per_node)
+        opts += self.memory_options()
         opts += ["--exclusive"] if self.exclusive else []
         opts += [f"--time={self.time_limit}", f"--output={self.output}", f"--chdir={self.workdir}"]
         opts += ["--export=NONE"] if self.export_none else []
-        return opts
+        return opts + list(self.extra_options)
 
 
 def gpu_options(gpu_request: str, gpus_per_node: int, nodes: int, tasks_per_node: int) -> list[str]:

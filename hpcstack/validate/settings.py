@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpcstack.errors import ConfigError
-from hpcstack.site import MAX_NODES
+from hpcstack.site import MAX_NODES, MEMORY_KEYS
 from hpcstack.validate.launchers import LAUNCHERS
 from hpcstack.install.components.validation import ValidationSpec, validation_of
 
@@ -45,6 +45,11 @@ class SlurmSettings:
             (``slurm.task_options``; ``srun`` on Cirrus's GPU nodes).
         srun_options (tuple[str, ...]): options of every ``srun`` step (``slurm.srun_options``).
         login_only_paths (tuple[str, ...]): directories the jobs do not see (``slurm.login_only_paths``).
+        mem, mem_per_cpu, mem_per_gpu (str | None): the jobs' memory, sbatch's ``--mem`` (per node),
+            ``--mem-per-cpu`` or ``--mem-per-gpu`` (``slurm.mem`` …, at most one), as text
+            (``"64G"``; a bare integer is megabytes); None: the cluster's default.
+        extra_options (tuple[str, ...]): more ``#SBATCH`` options, after hpcstack's own
+            (``slurm.extra_options``).
     """
 
     partition: str
@@ -69,6 +74,10 @@ class SlurmSettings:
     task_options: str = "sbatch"
     srun_options: tuple = ()
     login_only_paths: tuple = ()
+    mem: str | None = None
+    mem_per_cpu: str | None = None
+    mem_per_gpu: str | None = None
+    extra_options: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -173,7 +182,10 @@ def validation_settings(site, recipe, *, partition: str | None = None, qos: str 
             constraint=s.get("constraint"), partition_option=s.get("partition_option", True),
             accounting=s.get("accounting", True), task_options=s.get("task_options", "sbatch"),
             srun_options=tuple(s.get("srun_options") or ()),
-            login_only_paths=tuple(s.get("login_only_paths") or ()))
+            login_only_paths=tuple(s.get("login_only_paths") or ()),
+            # YAML reads `mem: 64000` as an integer: sbatch's text is the same digits
+            **{key: None if s.get(key) is None else str(s[key]) for key in MEMORY_KEYS},
+            extra_options=tuple(s.get("extra_options") or ()))
     local = LocalSettings(launcher=site.launcher.command, ranks=site.launcher.ranks,
                           env={**s.get("env", {}), **site.launcher.env}, mpi=s.get("mpi"),
                           cpus_per_task=s.get("cpus_per_task", 1),

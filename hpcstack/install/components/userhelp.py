@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 from hpcstack.errors import ConfigError
 from hpcstack.install.components.base import PlanContext, examples_of
 from hpcstack.modules.writer import root_variable
+from hpcstack.site import memory_option
 
 #: The installer tools every venv has; not "key packages" of a stack.
 _TOOLS = frozenset({"pip", "setuptools", "wheel"})
@@ -139,7 +140,9 @@ def sbatch_options(site) -> list[str]:
     """The ``#SBATCH`` options of a 2-node job on the site, from its ``slurm`` section: a job the
     site accepts (its QOS, whole nodes where it wants them, a budget placeholder where it charges
     one), with the tasks' shape only where ``slurm.task_options`` is ``sbatch`` (Cirrus's GPU
-    nodes reject ``#SBATCH --ntasks``/``--cpus-per-task``: :func:`srun_options`)."""
+    nodes reject ``#SBATCH --ntasks``/``--cpus-per-task``: :func:`srun_options`), its memory option
+    (``slurm.mem``, ``mem_per_cpu`` or ``mem_per_gpu``: :func:`hpcstack.site.memory_option`) and,
+    last, its ``slurm.extra_options``."""
     slurm = site.slurm or {}
     opts = []
     if slurm.get("partition") and slurm.get("partition_option", True):
@@ -164,7 +167,9 @@ def sbatch_options(site) -> list[str]:
         opts.append(f"--gpus-per-node={gpus}" if slurm.get("gpu_request") == "gpus-per-node" else f"--gres=gpu:{gpus}")
     if slurm.get("exclusive"):
         opts.append("--exclusive")
-    return opts
+    memory = memory_option(slurm)   # slurm.mem / mem_per_cpu / mem_per_gpu: the site's jobs carry it
+    opts += [memory] if memory else []
+    return opts + list(slurm.get("extra_options") or ())   # slurm.extra_options, after hpcstack's own
 
 
 def srun_options(site) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from hpcstack.errors import ConfigError
 from hpcstack.install.actions import Run
+from hpcstack.install.driver import check_wheels
 from hpcstack.install.plan import SANITYCHECK, WHEELS
 from hpcstack.install.components.base import Component, PlanContext
 from hpcstack.install.sources import wheel_index_args, wheel_source_args
@@ -257,6 +258,9 @@ class PipWheels(Component):
     torch only on the first index that has it. The hashes pin every file, which is what
     protects against the dependency confusion that uv's default guards against.
     With ``backend: pip``: ``pip --isolated install --require-hashes --compile`` and ``pip check``.
+    Where the site states its GPU driver (``gpu.driver_version`` or ``gpu.cuda_driver_api``), a
+    lock whose wheels are built for a CUDA that driver cannot run is refused when the plan is
+    resolved, before anything is written (:func:`hpcstack.install.driver.check_wheels`).
 
     Args:
         stem (str): lock file stem, e.g. ``"2.3.1-gpu"`` for ``2.3.1-gpu.pypi.lock``; the
@@ -269,7 +273,8 @@ class PipWheels(Component):
         ``PipWheels("2.3.1-gpu", locks=(Lock("cu121", …, cuda="12.1"), Lock("pypi")))``
 
     Raises:
-        ConfigError: no lock fits the site, or its file does not exist; backend uv without uv.
+        ConfigError: no lock fits the site, or its file does not exist; backend uv without uv; the
+            site's GPU driver cannot run the lock's wheels.
     """
 
     stem: str
@@ -311,6 +316,9 @@ class PipWheels(Component):
             extra = ("--index-strategy", "unsafe-best-match")
         extra = wheel_source_args(ctx.site) or extra  # a bundle (install --from): no index at all
         extra += wheel_index_args(ctx.site)  # the site's package index, instead of the lock's
+        # the compute nodes' GPU driver (the site's gpu section) against the wheels' CUDA: refused
+        # here, where the plan is resolved, before anything is written (hpcstack.install.driver)
+        check_wheels(lock, ctx.python_version or None, getattr(ctx.site, "gpu", None), str(ctx.site.path))
         return {
             WHEELS: [install_run(ctx, *extra, "--require-hashes", "-r", lock, input_files=(lock,))],
             SANITYCHECK: [check_run(ctx)],
