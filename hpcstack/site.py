@@ -245,6 +245,63 @@ def _slurm_problems(data: dict, where: str) -> list[str]:
     return lines
 
 
+#: The ``srun`` options of ``build.batch_job``'s step that hpcstack writes itself, each with the
+#: key that sets it (:func:`hpcstack.install.batch.srun_argv`); ``build.batch_job.srun_options``
+#: may not give them, nor an abbreviation (srun reads its options with ``getopt_long`` too).
+SRUN_OWN = {
+    "partition": "build.batch_job.partition",
+    "time": "build.batch_job.time_limit",
+    "cpus-per-task": "build.batch_job.cpus_per_task",
+    "qos": "build.batch_job.qos",
+    "account": "build.batch_job.account",
+    "nodes": "none (the build is one task on one node)",
+    "ntasks": "none (the build is one task on one node)",
+    "ntasks-per-node": "none (the build is one task on one node)",
+    "job-name": "none (the step is named hpcstack-build)",
+    "export": "none (the step gets the login node's environment and hpcstack's marker)",
+    "quit-on-interrupt": "none (hpcstack sets it: one Ctrl-C cancels the step)",
+    "output": "none (the step's output is streamed to the terminal)",
+    "error": "none (the step's output is streamed to the terminal)",
+    "input": "none (the step reads no input)",
+    "pty": "none (the step's output is streamed to the terminal)",
+    "jobid": "none (the step gets an allocation of its own)",
+}
+
+
+def batch_option_problem(option: str) -> str | None:
+    """Why ``option`` cannot be one of ``build.batch_job.srun_options``, or None when it can.
+
+    Args:
+        option (str): the option as the site gives it (the schema checked its form), e.g.
+            ``"--mem=16G"``.
+
+    Returns:
+        str | None: the reason (without the key path): an option hpcstack sets itself
+        (:data:`SRUN_OWN`), or an abbreviation of one, with the key to use instead.
+
+    Example:
+        >>> batch_option_problem("--time=2:00:00")
+        'hpcstack sets --time itself: use build.batch_job.time_limit'
+        >>> batch_option_problem("--mem=16G") is None
+        True
+    """
+    name = option[2:].split("=", 1)[0]
+    full = name if name in SRUN_OWN else next((o for o in SRUN_OWN if o.startswith(name)), None)
+    if full is None:
+        return None
+    what = f"--{name}" if name == full else f"--{name} (srun reads it as --{full})"
+    return f"hpcstack sets {what} itself: use {SRUN_OWN[full]}"
+
+
+def _batch_job_problems(data: dict, where: str) -> list[str]:
+    """Lines for ``build.batch_job.srun_options`` that hpcstack sets itself (:func:`batch_option_problem`)."""
+    job = (data.get("build") or {}).get("batch_job") if isinstance(data.get("build"), dict) else None
+    if not isinstance(job, dict):
+        return []
+    return [f"{where}: build.batch_job.srun_options.{i}: {option[:80]!r}: {why}"
+            for i, option in enumerate(job.get("srun_options") or ()) if (why := batch_option_problem(option))]
+
+
 #: Keys a site config held before sites described only the machine, and where they went.
 _MOVED = {
     "horovod": " (Horovod's operations and flags are the recipe's HorovodBuild; compilers, CUDA and "
@@ -295,6 +352,9 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "init": {"type": "object", "additionalProperties": False,
                  "properties": {sh: _PATH for sh in ("bash", "zsh", "csh", "fish", "sh")}},
         "use": {"type": "array", "items": _PATH, "maxItems": 256},
+        # the site's module profiles: modules loaded first, in this order, before the hierarchy
+        # (CINECA: `module load profile/deeplrn` makes the deep-learning modules visible)
+        "profiles": _MODULE_LIST,
         # the site's module hierarchy: modules loaded, in this order, before the base module,
         # each making the next visible (JSC: Stages/2024, then GCC/12.3.0, then ParaStationMPI)
         "hierarchy": _MODULE_LIST,
@@ -329,6 +389,18 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "jobs": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_JOBS},
         # values may be secrets: {secret: true, from_env: VAR} or {secret: true, from_file: PATH}
         "env": _SECRET_ENV,
+        # build in one Slurm job step on a compute node, not on the login node (login nodes that
+        # limit CPU time: CINECA's allow 10 minutes); what needs the network stays on the login
+        # node (a bundle). hpcstack/install/batch.py; options checked by _batch_job_problems
+        "batch_job": {**_obj(["partition", "time_limit", "cpus_per_task"], {
+            "partition": {**_SLURM_NAME, "type": "string"},
+            "time_limit": {"type": "string", "pattern": r"^([0-9]+-)?[0-9]{1,2}:[0-9]{2}:[0-9]{2}$"},
+            "cpus_per_task": {**_POS_INT, "maximum": MAX_JOBS},
+            "qos": _SLURM_NAME,
+            "account": _SLURM_NAME,
+            "srun_options": {"type": "array", "maxItems": 64, "items": {
+                "type": "string", "maxLength": 256, "pattern": r"^--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:=+/@%-]+)?$"}},
+        }), "type": ["object", "null"]},
     }),
     # How packages get into the stack's venv: uv (default) or pip, the wheel cache
     # (keep it on the prefixes' filesystem so uv hard-links instead of copying), bytecode at
@@ -460,6 +532,10 @@ class ModulesConfig:
         base (str): the cluster Python module the venv is built on, e.g. ``python/3.12.1-gpu``.
         build (list[str]): modules loaded only to build (e.g. ``cmake/3.25.2``).
         runtime (list[str]): modules the stack's modulefile ``depends-on`` besides ``base``.
+        profiles (list[str]): the site's module profiles, loaded first, in this order, before
+            ``hierarchy`` (CINECA's ``profile/deeplrn``, which makes a domain's modules visible,
+            https://docs.hpc.cineca.it/hpc/hpc_enviroment.html); everywhere the hierarchy is
+            loaded, they come before it (:attr:`preloads`).
         hierarchy (list[str]): the site's module hierarchy, loaded in this order before ``base``
             (an Lmod hierarchy as JSC builds it, https://apps.fz-juelich.de/jsc/hps/juwels/environment.html:
             ``Stages/2024`` resets MODULEPATH and shows the compilers, ``GCC/12.3.0`` shows the
@@ -488,17 +564,32 @@ class ModulesConfig:
     init: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     hierarchy: list[str] = field(default_factory=list)
+    profiles: list[str] = field(default_factory=list)
+
+    @property
+    def preloads(self) -> list[str]:
+        """The modules loaded before the base module and before the stack's module root goes on
+        ``MODULEPATH``, in load order: the profiles, then the hierarchy. Every place that loads
+        the site's modules ahead of the stack reads this list (jobs, the build, kernels, ReFrame
+        checks, the modulefile's ``depends-on``).
+
+        Example:
+            >>> ModulesConfig("environment-modules", "tcl", "python/3.11.6", profiles=["profile/deeplrn"],
+            ...               hierarchy=["gcc/12.2.0"]).preloads
+            ['profile/deeplrn', 'gcc/12.2.0']
+        """
+        return [*self.profiles, *self.hierarchy]
 
     def stack_modules(self) -> list[str]:
-        """The modules a stack runs with, in load order: the hierarchy, the base, the runtime
-        modules (what its modulefile ``depends-on``).
+        """The modules a stack runs with, in load order: the profiles and the hierarchy
+        (:attr:`preloads`), the base, the runtime modules (what its modulefile ``depends-on``).
 
         Example:
             >>> ModulesConfig("lmod", "lua", "Python/3.11.3", runtime=["CUDA/12"],
             ...               hierarchy=["Stages/2024", "GCC/12.3.0"]).stack_modules()
             ['Stages/2024', 'GCC/12.3.0', 'Python/3.11.3', 'CUDA/12']
         """
-        return [*self.hierarchy, self.base, *self.runtime]
+        return [*self.preloads, self.base, *self.runtime]
 
     def build_modules(self) -> list[str]:
         """The modules of the build environment, in load order: :meth:`stack_modules`, then the
@@ -751,7 +842,7 @@ def check_config(data: object, where: str) -> list[str]:
     if found:       # control characters first: the schema's lines would repeat them
         return found
     found = (schema_problems(SCHEMA, data, where, moved=_MOVED) or _dir_problems(data, where)
-             + _slurm_problems(data, where))
+             + _slurm_problems(data, where) + _batch_job_problems(data, where))
     if found:
         return found
     # no secret in a build key (hpcstack.secrets, rule 2)

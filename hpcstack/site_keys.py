@@ -92,6 +92,14 @@ KEYS: dict[str, Key] = {
                        "runtime modules. The emitted ReFrame configuration carries them too.", "[]"),
     "modules.base": Key("The cluster Python module the stack's venv is built on, e.g. "
                         "`python/3.12.1-gpu`; the modulefile `depends-on` it.", REQUIRED),
+    "modules.profiles": Key("The site's module profiles: modules loaded first, in this order, before "
+                            "`hierarchy` and `base`, each making a domain's modules visible (CINECA "
+                            "Leonardo: `[profile/deeplrn]`; the base profile, loaded at login, is not "
+                            "listed). Everywhere the hierarchy is loaded they come before it: the "
+                            "install, the stack's modulefile `depends-on` (first), validation jobs, "
+                            "Jupyter kernels, ReFrame checks and `extend-venv-activate` (through the "
+                            "modulefile); the stack's `module help` names them as the site's profiles.",
+                            "[]"),
     "modules.hierarchy": Key("The site's module hierarchy: modules loaded, in this order, before `base`, "
                              "each making the next visible (JUWELS Booster: `[Stages/2024, GCC/12.3.0, "
                              "ParaStationMPI/5.9.2-1]`, under which `Python/3.11.3`, `CUDA` and `NCCL` "
@@ -139,6 +147,36 @@ KEYS: dict[str, Key] = {
     "build.jobs": Key("Parallel build jobs (`MAKEFLAGS=-j<jobs>`).", "null (the core count)",
                       ("HorovodBuild",)),
     "build.env": Key("Variables for every build command.", "{}", ("HorovodBuild",)),
+    "build.batch_job": Key("Build in one Slurm job step on a compute node instead of the login node, "
+                           "for sites whose login nodes limit CPU time (CINECA's Leonardo: \"very short "
+                           "test runs (not exceeding 10 minutes of CPU time)\", "
+                           "https://docs.hpc.cineca.it/hpc/leonardo.html) and whose compute nodes may "
+                           "have no internet. `hpcstack install` then makes the recipe's bundle on the "
+                           "login node (the downloads; into `<stage_root>/bundle-<name>-<version>`, "
+                           "0700), and runs the rest as `srun --partition=… --nodes=1 --ntasks=1 "
+                           "--cpus-per-task=… --time=… [--qos] [--account] [srun_options] "
+                           "--job-name=hpcstack-build` of the same hpcstack with `--from` that bundle, "
+                           "its output on the terminal, its exit status the install's; Ctrl-C cancels "
+                           "the step. `--from DIR` sends that bundle instead; `--on-login-node` builds "
+                           "on the login node; `--dry-run` prints both steps. The step runs as the "
+                           "installing account: Slurm must accept its jobs, and the compute nodes "
+                           "must write the install root as it. See docs/admin/sites.md, \"Building in "
+                           "a batch job\".", "null (build on the login node)"),
+    "build.batch_job.partition": Key("The partition of the build's job step (`--partition`).", REQUIRED),
+    "build.batch_job.time_limit": Key("`--time` of the step, `[D-]HH:MM:SS`: the whole build (a Horovod "
+                                      "build takes tens of minutes).", REQUIRED),
+    "build.batch_job.cpus_per_task": Key("`--cpus-per-task` of the step, and the build's parallel jobs "
+                                         "(`--jobs`) unless given on the command line.", REQUIRED),
+    "build.batch_job.qos": Key("`--qos` of the step.", "null (the partition's default)"),
+    "build.batch_job.account": Key("`--account` of the step (the budget the build is charged to).",
+                                   "null (the account's default)"),
+    "build.batch_job.srun_options": Key("More srun options of the step, after hpcstack's own, each one "
+                                        "long option (`--mem=16G`, `--constraint=…`); not the options "
+                                        "hpcstack sets itself (`--partition`, `--time`, `--cpus-per-task`, "
+                                        "`--qos`, `--account`, `--nodes`, `--ntasks`, `--job-name`, "
+                                        "`--export`, `--quit-on-interrupt`, `--output`, `--error`, "
+                                        "`--input`, `--pty`, `--jobid`) nor an abbreviation of one: one "
+                                        "error line each, naming the key to use.", "[]"),
     "installer": Key("How packages get into the stack's venv.", "{}", ("PipWheels", "Venv")),
     "installer.backend": Key("`uv` or `pip` (the fallback).", "uv", ("PipWheels", "Venv")),
     "installer.wheel_cache": Key("The installer's cache; keep it on the prefixes' file system so uv "

@@ -27,6 +27,8 @@ def add_install(sub) -> None:
     p.add_argument("--default", action="store_true",
                    help="once published, make it what `module load NAME` loads (as `hpcstack module "
                         "set-default`); without it an install never moves an existing default")
+    options.add_flag(p, "--on-login-node", "build on this node even where the site sets build.batch_job "
+                                           "(which builds in a Slurm job step on a compute node)")
     p.set_defaults(handler=cmd_install)
 
 
@@ -53,9 +55,17 @@ def cmd_install(args, session) -> int:
                            "whole plan; --stop-after stops a real install)"])
     if args.default and args.stop_after:
         raise ConfigError(["--default: not with --stop-after (only a published stack can be the default)"])
+    from hpcstack.install import batch
+
+    inside = batch.check_inside()       # the job step build.batch_job started: build here
+    if inside:
+        print(inside, file=sys.stderr, flush=True)
     if args.from_bundle:
         session.check_input_dir("bundle", args.from_bundle)
     site, recipe = session.load(caches=True)
+    job = None if inside or args.on_login_node else batch.BatchJob.of(site)
+    if job:
+        return _install_in_batch_job(args, session, site, recipe, job)
     if args.from_bundle:
         site = _site_from_bundle(site, recipe, args.from_bundle)
     for line in session.shadowing():
@@ -88,6 +98,50 @@ def cmd_install(args, session) -> int:
         print(f"build {plan.build_id or plan.build_prefix} of {recipe.full_name} stopped after "
               f"step {done.ran[-1]}; not published; re-run the install to continue")
     return 0
+
+
+def _install_in_batch_job(args, session, site, recipe, job) -> int:
+    """``hpcstack install`` where the site sets ``build.batch_job`` (:mod:`hpcstack.install.batch`):
+    the bundle on this node (unless ``--from``), then the rest in one Slurm job step, its output
+    here; returns the step's exit status. ``--dry-run`` prints both steps and runs nothing.
+
+    Raises:
+        ConfigError: run inside a Slurm job already; no srun.
+        HpcstackError: srun did not start the step (one line); the bundle failed.
+    """
+    import json
+    import shlex
+    from pathlib import Path
+
+    from hpcstack.install import batch
+    from hpcstack.lifecycle import bundle as bundles
+    from hpcstack.session import stack_group
+
+    make = not args.from_bundle
+    where = os.path.abspath(args.from_bundle) if args.from_bundle else batch.bundle_dir(site, recipe)
+    srun = "srun" if args.dry_run else batch.find_srun(session.policy)
+    argv = batch.srun_argv(job, batch.inner_argv(args, where, args.jobs or job.cpus_per_task), srun)
+    if args.dry_run:
+        if args.json:
+            print(json.dumps({"batch_job": {"bundle": where, "make_bundle": make, "srun": argv}}, indent=1))
+        else:
+            sys.stdout.write(batch.dry_run_text(site, recipe, job, where, make, argv))
+        return 0
+    if os.environ.get("SLURM_JOB_ID"):
+        raise ConfigError([f"build.batch_job: this shell is inside Slurm job {os.environ['SLURM_JOB_ID']}; run the "
+                           "install from a login node's own shell, or pass --on-login-node to build here"])
+    if make:
+        from hpcstack.install.resolve import build_environment, detect_python_version
+
+        batch.make_stage_dir(site, where, session.policy.for_site_dirs(stack_group(site)))
+        python = site.python_version or detect_python_version(build_environment(site))
+        print(f"==> build.batch_job: the bundle of {recipe.full_name}, on this node: {where}", file=sys.stderr)
+        bundles.make_bundle(recipe, site, recipe.file, Path(where), python, tool=False,
+                            announce=lambda line: print(line, file=sys.stderr))
+    else:
+        bundles.read_manifest(where)        # a directory that holds no bundle: refused here
+    print(f"==> build.batch_job: the build, in one Slurm job step: {shlex.join(argv)}", file=sys.stderr, flush=True)
+    return batch.run_step(argv)
 
 
 def _report_default(args, site, recipe) -> None:

@@ -124,6 +124,11 @@ def record_inputs(plan: Plan, recipe_file: Path, site, argv: list[str] | None = 
         "build_id": plan.build_id,
         "modulefile": plan.modulefile,
     }
+    from hpcstack.install.batch import job_record
+
+    job = job_record()      # built in the job step of build.batch_job: which job, which node
+    if job:
+        record["batch_job"] = job
     write_atomic(state / "provenance.json", json.dumps(record, indent=1) + "\n")
     return state
 

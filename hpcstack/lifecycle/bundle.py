@@ -141,7 +141,7 @@ def _tool_wheel(tmp: Path, announce) -> Path:
 
 
 def make_bundle(recipe, site, recipe_file: Path, out: Path, python_version: str,
-                tool_wheel: str | None = None, announce=print) -> dict:
+                tool_wheel: str | None = None, announce=print, tool: bool = True) -> dict:
     """Write the bundle of ``recipe`` for ``site`` into ``out`` (created; files already there
     with the right content are kept, so a bundle can be refreshed).
 
@@ -153,6 +153,8 @@ def make_bundle(recipe, site, recipe_file: Path, out: Path, python_version: str,
         python_version (str): ``X.Y`` of the site's Python (the wheels are chosen for it).
         tool_wheel (str | None): hpcstack's own wheel (default: the one it was installed from).
         announce (Callable[[str], None]): prints progress.
+        tool (bool): add ``tool/`` (hpcstack's wheel, its dependencies, uv); False for a bundle
+            the same hpcstack installs (``build.batch_job``: :mod:`hpcstack.install.batch`).
 
     Returns:
         dict: the manifest written.
@@ -168,7 +170,7 @@ def make_bundle(recipe, site, recipe_file: Path, out: Path, python_version: str,
     out = Path(out).resolve()
     wheels = recipe.component(PipWheels)
     lock = Path(wheels.lock_file(_Ctx(recipe, site, python_version))) if wheels else None
-    for sub in (WHEELS, SDISTS, BUILD, RECIPE, TOOL):
+    for sub in (WHEELS, SDISTS, BUILD, RECIPE, *([TOOL] if tool else [])):
         (out / sub).mkdir(parents=True, exist_ok=True)
     # the recipe as used: its file, its locks, its patches
     rdir = Path(recipe_file).resolve().parent
@@ -201,14 +203,15 @@ def make_bundle(recipe, site, recipe_file: Path, out: Path, python_version: str,
         build_reqs = list(dict.fromkeys(build_reqs))
         announce(f"==> what building the sdists needs: {', '.join(build_reqs)}")
         _pip(["download", "--prefer-binary", "-d", str(out / BUILD), *target, *build_reqs], announce)
-    announce("==> hpcstack, its dependencies and uv")
-    with tempfile.TemporaryDirectory() as tmp:
-        wheel = Path(tool_wheel) if tool_wheel else _tool_wheel(Path(tmp), announce)
-        shutil.copy2(wheel, out / TOOL / wheel.name)
-        from importlib.metadata import version as dist_version
+    if tool:
+        announce("==> hpcstack, its dependencies and uv")
+        with tempfile.TemporaryDirectory() as tmp:
+            wheel = Path(tool_wheel) if tool_wheel else _tool_wheel(Path(tmp), announce)
+            shutil.copy2(wheel, out / TOOL / wheel.name)
+            from importlib.metadata import version as dist_version
 
-        _pip(["download", "--prefer-binary", "-d", str(out / TOOL), str(out / TOOL / wheel.name),
-              f"uv=={dist_version('uv')}", "pip"], announce)
+            _pip(["download", "--prefer-binary", "-d", str(out / TOOL), str(out / TOOL / wheel.name),
+                  f"uv=={dist_version('uv')}", "pip"], announce)
     files = {}
     for path in sorted(out.rglob("*")):
         rel = path.relative_to(out).as_posix()
