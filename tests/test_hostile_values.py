@@ -122,7 +122,7 @@ def default_context(v: str) -> dict:
 
 def job_context(v: str, init: str, status: str) -> dict:
     return dict(header=v, comments=[v, v], options=[f"--partition={v}", v], module_init=init,
-                unset_bash_env=True, module_use=[v], module_load=[v], module_hierarchy=[v],
+                unset_bash_env=True, module_use=[v], module_load=[v], module_preloads=[v],
                 module_use_after=[v], export_none=True,
                 cpus_per_task=v, env=[("HOSTILE", v), (v, v)], setup=["true"],
                 steps=[{"name": v, "command": "true", "status_file": status}])
@@ -131,7 +131,7 @@ def job_context(v: str, init: str, status: str) -> dict:
 def kernel_context(v: str, init: str, venv: str) -> dict:
     return dict(kernel_name=v, display_name=v, hpcstack_version=v, command=v, module=v,
                 tool_title=v, module_init=init, unset_bash_env=True, module_use=[v],
-                module_hierarchy=[v], module_use_after=[v], venv=venv,
+                module_preloads=[v], module_use_after=[v], venv=venv,
                 python=f"{venv}/bin/python")
 
 
@@ -384,7 +384,7 @@ def test_job_script_exports_hostile_values_exactly(tmp_path):
         out = tmp_path / "value"
         text = templates.render("templates/slurm-job.sh.j2", **{
             **job_context(v, "/dev/null", str(tmp_path / "status")),
-            "module_use": [], "module_load": [], "module_hierarchy": [], "module_use_after": [],
+            "module_use": [], "module_load": [], "module_preloads": [], "module_use_after": [],
             "steps": [{"name": "x", "command": f'printf %s "$HOSTILE" > {out}', "status_file": str(tmp_path / "s")}]})
         subprocess.run(["bash", "-c", text], capture_output=True, cwd=tmp_path, timeout=60,
                        env={"PATH": "/usr/bin:/bin"})

@@ -132,15 +132,15 @@ def test_a_kernel_needs_no_site_with_the_module_loaded_and_runs_the_stacks_pytho
     assert json.loads((kdir / "kernel.json").read_text())["metadata"]["hpcstack"]["site"] == "localhost"
 
 
-@pytest.mark.parametrize("site_name, hierarchy", [
-    ("juwels-booster", "Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1"),
-    ("leonardo-booster", "profile/deeplrn")])
-def test_help_describes_the_sites_own_hierarchy(site_name, hierarchy):
-    """The launch lines name this site's modules.hierarchy, and no other site's tool: a CINECA
-    profile is not described as a JSC Stage (which sets MODULEPATH anew)."""
+@pytest.mark.parametrize("site_name, hierarchy, what", [
+    ("juwels-booster", "Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1", "module hierarchy (modules.hierarchy)"),
+    ("leonardo-booster", "profile/deeplrn", "profiles (modules.profiles)")])
+def test_help_describes_the_sites_own_hierarchy(site_name, hierarchy, what):
+    """The launch lines name this site's modules.hierarchy or modules.profiles, and no other
+    site's tool: a CINECA profile is not described as a JSC Stage (which sets MODULEPATH anew)."""
     text = render(site_name, "tcl")
     site = load_site(site_name)
-    assert f"module load {hierarchy}   # {site_name}'s module hierarchy (modules.hierarchy), in order" in text
+    assert f"module load {hierarchy}   # {site_name}'s {what}, in order" in text
     assert f"module use {site.module_root}   # after them" in text
     if "Stages" not in hierarchy:
         assert "Stages" not in text and "reset" not in text, text
@@ -151,4 +151,5 @@ def test_help_describes_the_sites_own_hierarchy(site_name, hierarchy):
 
 def test_help_of_a_site_without_hierarchy_has_no_hierarchy_lines():
     text = render("cirrus", "tcl")
-    assert "modules.hierarchy" not in text and "module use " not in text.split("How to launch", 1)[1]
+    assert "modules.hierarchy" not in text and "modules.profiles" not in text
+    assert "module use " not in text.split("How to launch", 1)[1]

@@ -100,8 +100,8 @@ def test_srun_task_options_leave_the_tasks_shape_out_of_sbatch():
     assert "export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-10}" in text
 
 
-def test_module_hierarchy_loads_before_the_module_root():
-    text = render_job_script(job(module_use=["/site/mods"], module_hierarchy=["Stages/2024", "GCC/12.3.0"],
+def test_module_preloads_loads_before_the_module_root():
+    text = render_job_script(job(module_use=["/site/mods"], module_preloads=["Stages/2024", "GCC/12.3.0"],
                                  module_use_after=["/p/project/x/modulefiles"]))
     module_lines = [l.split(" ||")[0] for l in text.splitlines() if l.startswith("module ")]
     assert module_lines == ["module use /site/mods", "module load Stages/2024", "module load GCC/12.3.0",

@@ -100,9 +100,9 @@ class TwinE2E:
         return shlex.join([*HPCSTACK, *args, "--site", f"{self.site}-twin", "--repo", str(TWIN_REPO)])
 
     def user_setup(self, site) -> str:
-        """What the stack's module help tells a user of this site: the hierarchy, then the
-        stack's module root."""
-        lines = [f"module load {' '.join(site.modules.hierarchy)} || exit 7"] if site.modules.hierarchy else []
+        """What the stack's module help tells a user of this site: the profiles and the
+        hierarchy (``modules.preloads``), then the stack's module root."""
+        lines = [f"module load {' '.join(site.modules.preloads)} || exit 7"] if site.modules.preloads else []
         return "\n".join([*lines, f"module use {shlex.quote(site.module_root)}"])
 
     def work(self, conf, user: str) -> Path:

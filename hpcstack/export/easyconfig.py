@@ -15,8 +15,8 @@ What goes where (EasyBuild's easyconfig parameters, https://docs.easybuild.io/ve
   installs (wheel, else sdist), its URL and sha256 (:func:`hpcstack.export.pins.site_files`);
   then the recipe's source builds (Horovod from its sdist) with their patches and checksums and
   their build environment (``HOROVOD_*``, compilers) as ``preinstallopts``.
-* ``dependencies``/``builddependencies``: the site's modules (``modules.hierarchy``, ``modules.base``
-  and ``modules.runtime``, in that order; ``modules.build``) as EasyBuild software names and versions
+* ``dependencies``/``builddependencies``: the site's modules (``modules.profiles``, ``modules.hierarchy``,
+  ``modules.base`` and ``modules.runtime``, in that order; ``modules.build``) as EasyBuild software names and versions
   (``python/3.12.1-gpu`` -> ``('Python', '3.12.1', '-gpu')``); ``toolchain = SYSTEM``: the
   compilers and MPI are the site's (its toolchain's ``CC``/``CXX``, set in ``preinstallopts``).
 * ``sanity_check_commands``: the recipe's imports and ``horovodrun --check-build`` with each flag

@@ -20,8 +20,8 @@ Two files are written into DIR, both rendered from jinja2 templates
   partition, the Slurm scheduler (ReFrame's ``slurm``, which polls with ``sacct``; ``squeue`` where
   the site's ``slurm.accounting`` is false), the site's launcher (``srun`` …), its module system
   (``envmod`` for Environment Modules, ``lmod``), the module tool's init, ``module use`` of the
-  site's module roots (``modules.use``), ``module load`` of its module hierarchy
-  (``modules.hierarchy``, which may reset MODULEPATH) and ``module use`` of the stack's module
+  site's module roots (``modules.use``), ``module load`` of its profiles and module
+  hierarchy (``modules.profiles``, ``modules.hierarchy``, which may reset MODULEPATH) and ``module use`` of the stack's module
   root, in that order, as ``prepare_cmds`` of the jobs; the site's ``slurm.srun_options`` go to
   the ``srun`` launcher's options; and
   ``--partition``/``--qos``/``--account``/``--constraint``, the memory option (``slurm.mem``,
@@ -179,8 +179,8 @@ def _settings(site, plan, command: str) -> str:
         prepare.append("unset BASH_ENV")
     prepare.append(f"source {sh_quote(site.modules.init['bash'])}")
     prepare += [f"module use {sh_quote(d)}" for d in site.modules.use]
-    # the site's module hierarchy (it may reset MODULEPATH), then the stack's module root
-    prepare += [f"module load {sh_quote(m)}" for m in site.modules.hierarchy]
+    # the site's profiles and module hierarchy (which may reset MODULEPATH), then the stack's module root
+    prepare += [f"module load {sh_quote(m)}" for m in site.modules.preloads]
     prepare.append(f"module use {sh_quote(site.module_root)}")
     return render(
         "templates/reframe-settings.py.j2", hpcstack_version=__version__, command=command,

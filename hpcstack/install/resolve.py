@@ -22,8 +22,8 @@ from hpcstack.site import Site
 
 
 def build_modules(site: Site) -> list[str]:
-    """The modules loaded into the build environment: the site's hierarchy (``modules.hierarchy``,
-    in its order), base, runtime, then build-only ones (:meth:`hpcstack.site.ModulesConfig.build_modules`)."""
+    """The modules loaded into the build environment: the site's profiles and hierarchy
+    (``modules.profiles``, ``modules.hierarchy``, in their order), base, runtime, then build-only ones (:meth:`hpcstack.site.ModulesConfig.build_modules`)."""
     return site.modules.build_modules()
 
 
@@ -43,7 +43,7 @@ def build_environment(site: Site) -> dict[str, str]:
 
 
 def loaded_modules(site: Site, env: dict[str, str]) -> tuple[str, ...]:
-    """The exact names under which the site's hierarchy, base and runtime modules were loaded in ``env``.
+    """The exact names under which the site's profiles, hierarchy, base and runtime modules were loaded in ``env``.
 
     A site may name a module without its version (``python``: the tool's default); the stack is
     built on the one the tool loaded, and its modulefile must ``depends-on`` that one, not
@@ -51,7 +51,7 @@ def loaded_modules(site: Site, env: dict[str, str]) -> tuple[str, ...]:
     name (``python/3.11``).
 
     Args:
-        site (Site): its ``modules.hierarchy``, ``modules.base`` and ``modules.runtime``.
+        site (Site): its ``modules.profiles``, ``modules.hierarchy``, ``modules.base`` and ``modules.runtime``.
         env (dict[str, str]): the build environment (:func:`build_environment`).
 
     Returns:

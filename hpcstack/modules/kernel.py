@@ -213,8 +213,8 @@ def make_kernel(site, recipe, *, name: str | None = None, user: bool = False, pr
         command=command or f"hpcstack kernel install {recipe.full_name} --site {site.ref}",
         module=recipe.full_name, tool_title=tool.title, module_init=init,
         unset_bash_env=tool.job_unsets_bash_env, module_use=list(site.modules.use),
-        # the site's module hierarchy (it may reset MODULEPATH), then the stack's module root
-        module_hierarchy=list(site.modules.hierarchy), module_use_after=[site.module_root],
+        # the site's profiles and module hierarchy (which may reset MODULEPATH), then the stack's module root
+        module_preloads=site.modules.preloads, module_use_after=[site.module_root],
         venv=venv_dir, python=python)
     kernel_json = {
         "argv": ["/bin/bash", str(directory / LAUNCHER), "{connection_file}"],

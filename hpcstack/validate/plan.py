@@ -31,6 +31,7 @@ from hpcstack.errors import ConfigError
 from hpcstack.modules import modsys
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import get_scheduler
+from hpcstack.validate.transport import TransportRule, nccl_env
 from hpcstack.validate.settings import (SlurmSettings, ValidationSettings, stack_layout,
                                         validation_settings)
 
@@ -63,6 +64,8 @@ class JudgeRules:
         transports (dict[str, str | None]): backend -> the transport its runs must use.
         records (dict[str, tuple[str, ...]]): backend -> record kinds its runs must write.
         gpus_per_node (int): GPUs per node (0: no GPU binding rule).
+        transport (TransportRule | None): the site's fabric, held to the jobs' NCCL logs
+            (:func:`hpcstack.validate.transport.judge_nccl`); None: no NCCL log is read.
     """
 
     references: dict
@@ -71,6 +74,7 @@ class JudgeRules:
     transports: dict
     records: dict
     gpus_per_node: int = 0
+    transport: TransportRule | None = None
 
     def references_at(self, site: str, partition: str, nodes: int) -> dict:
         """The references of a run on ``nodes`` nodes of ``site:partition``
@@ -89,6 +93,7 @@ class JudgeRules:
         return {"references": self.references, "every_rank": self.every_rank,
                 "transports": dict(self.transports), "records": {b: list(r) for b, r in self.records.items()},
                 "gpus_per_node": self.gpus_per_node,
+                "transport": dataclasses.asdict(self.transport) if self.transport else None,
                 "figures": {n: dataclasses.asdict(f) for n, f in self.figures.items()}}
 
 
@@ -260,7 +265,9 @@ def plan_validation(site, recipe, options: PlanOptions = PlanOptions()) -> Valid
     rules = JudgeRules(references=settings.references, figures=spec.figures, every_rank=spec.every_rank,
                        transports={b: settings.required_transport for b in backends},
                        records={b: tuple(spec.backend(b).records) for b in backends},
-                       gpus_per_node=0 if local else settings.slurm.gpus_per_node)
+                       gpus_per_node=0 if local else settings.slurm.gpus_per_node,
+                       # GPU jobs log NCCL's choices (plan_jobs), held to the site's network
+                       transport=None if local or not settings.slurm.gpus_per_node else TransportRule.of_site(site))
     plan = ValidationPlan(site.name, recipe.full_name, "local" if local else "slurm", settings, nodes,
                           backends, prefix, rules)
     if local:
@@ -273,7 +280,7 @@ def _local_run(site, recipe, settings: ValidationSettings, backend: str, ranks: 
     from shlex import quote
 
     lines = [f"module use {quote(d)}" for d in site.modules.use]
-    lines += [f"module load {quote(m)}" for m in site.modules.hierarchy]
+    lines += [f"module load {quote(m)}" for m in site.modules.preloads]
     lines += [f"module use {quote(site.module_root)}", f"module load {recipe.full_name}"]
     return LocalRun(backend, ranks or settings.local.ranks, launcher_of(settings, backend, settings.local.launcher),
                     dict(settings.local.env), lines, settings, prefix)
@@ -456,9 +463,11 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             workdir=str(directory), module_init=init, partition=s.partition if s.partition_option else None,
             qos=s.qos, account=s.account, gpus_per_node=s.gpus_per_node,
             gpu_request=s.gpu_request, constraint=s.constraint, exclusive=s.exclusive,
-            # the site's dirs, its module hierarchy (which may reset MODULEPATH), then the stack's root
-            module_use=list(site.modules.use), module_hierarchy=list(site.modules.hierarchy),
-            module_use_after=[site.module_root], module_load=[recipe.full_name], env=dict(s.env),
+            # the site's dirs, its profiles and module hierarchy (which may reset MODULEPATH), then the stack's root
+            module_use=list(site.modules.use), module_preloads=site.modules.preloads,
+            module_use_after=[site.module_root], module_load=[recipe.full_name],
+            # GPU jobs: every rank writes NCCL's choices to <directory>/nccl-%h-%p.log (transport.py)
+            env={**s.env, **(nccl_env(str(directory)) if s.gpus_per_node else {})},
             task_options=s.task_options, mem=s.mem, mem_per_cpu=s.mem_per_cpu, mem_per_gpu=s.mem_per_gpu,
             extra_options=list(s.extra_options),
             setup=setup,

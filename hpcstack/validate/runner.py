@@ -60,7 +60,7 @@ def run_local(site, recipe, plan: ValidationPlan, on_start=None, timeout: int = 
     """Load the stack's module and run the plan's local run in a temporary directory.
 
     Args:
-        site (hpcstack.site.Site): the site (its module tool, roots and hierarchy).
+        site (hpcstack.site.Site): the site (its module tool, roots, profiles and hierarchy).
         recipe (hpcstack.recipe.Recipe): the stack.
         plan (ValidationPlan): a ``local`` plan.
         on_start (Callable[[list[str]], None] | None): called with the argv before it runs.
@@ -74,9 +74,9 @@ def run_local(site, recipe, plan: ValidationPlan, on_start=None, timeout: int = 
     with tempfile.TemporaryDirectory(prefix="hpcstack-validate-") as tmp:
         output = os.path.join(tmp, "records.jsonl")
         argv = run.argv(output)
-        # the site's hierarchy first (it may reset MODULEPATH), then the module root and the stack
+        # the site's profiles and hierarchy first (they may reset MODULEPATH), then the module root and the stack
         env = modsys.build_environment(site.modules.tool, site.modules.command, site.modules.use,
-                                       list(site.modules.hierarchy))
+                                       site.modules.preloads)
         env = modsys.build_environment(site.modules.tool, site.modules.command, [site.module_root],
                                        [recipe.full_name], env=env)
         env.update(run.env)
@@ -91,8 +91,8 @@ def run_local(site, recipe, plan: ValidationPlan, on_start=None, timeout: int = 
 
 
 #: What a job leaves in its directory that a new run must not read back as its own: the
-#: backends' records and their exit statuses.
-STALE_SUFFIXES = (".jsonl", ".exit")
+#: backends' records and their exit statuses, the ranks' NCCL logs.
+STALE_SUFFIXES = (".jsonl", ".exit", ".log")
 
 
 def remove_stale(directory: Path, under: Path) -> list[str]:
@@ -236,6 +236,37 @@ def read_jobs_file(site, recipe, out: Path, own: trust.Policy) -> tuple[dict, li
                                f"not the job's own ({job_dir}); hpcstack reads back only what lies there"])
         jobs.append(ValidationJob(j["nodes"], job_dir, "", j["backends"], j["ranks"], j["job_id"]))
     return data, jobs
+
+
+def read_logs(directory: Path, under: Path, prefix: str, suffix: str, *, most: int = 1024,
+              cap: int = 16 << 20) -> dict[str, str]:
+    """The logs a job's ranks left in its directory (``<prefix>*<suffix>``, e.g. NCCL's
+    ``nccl-<host>-<pid>.log``), read as :func:`_read_back` reads: listed through a descriptor of
+    the directory opened with no link followed below ``under``, each a regular file read with
+    ``O_NOFOLLOW``; a link, a file over ``cap`` bytes, or one beyond the first ``most`` names is
+    left out.
+
+    Returns:
+        dict[str, str]: name -> text; empty where the directory cannot be opened.
+    """
+    try:
+        fd = open_dir_no_follow(directory, under)
+    except OSError:
+        return {}
+    try:
+        names = sorted(n for n in os.listdir(fd) if n.startswith(prefix) and n.endswith(suffix))[:most]
+        sizes = {}
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size <= cap:
+                sizes[name] = st.st_size
+    finally:
+        os.close(fd)
+    texts = {name: _read_back(directory / name, under) for name in sizes}
+    return {name: text for name, text in texts.items() if text is not None}
 
 
 def _read_back(path: Path, under: Path, last: int | None = None) -> str | None:

@@ -129,11 +129,11 @@ class BatchJob:
         export_none (bool): ``--export=NONE``: the job starts from a clean environment, not the
             submitter's; the script then exports ``SLURM_EXPORT_ENV=ALL`` so that ``srun`` steps
             see the loaded modules.
-        module_use (list[str]): directories for ``module use``, before the hierarchy (where the
+        module_use (list[str]): directories for ``module use``, before the preloads (where the
             site's modules are found).
-        module_hierarchy (list[str]): the site's module hierarchy (``modules.hierarchy``), loaded
-            in this order after ``module_use``.
-        module_use_after (list[str]): directories for ``module use`` after the hierarchy (the
+        module_preloads (list[str]): the site's profiles and module hierarchy
+            (:attr:`hpcstack.site.ModulesConfig.preloads`), loaded in this order after ``module_use``.
+        module_use_after (list[str]): directories for ``module use`` after the preloads (the
             stack's module root: a hierarchy module such as JSC's ``Stages`` resets MODULEPATH).
         module_load (list[str]): modules to load, last.
         task_options (str): ``sbatch`` (default): ``--ntasks-per-node`` and ``--cpus-per-task`` are
@@ -175,7 +175,7 @@ class BatchJob:
     export_none: bool = True
     module_use: list[str] = field(default_factory=list)
     module_load: list[str] = field(default_factory=list)
-    module_hierarchy: list[str] = field(default_factory=list)
+    module_preloads: list[str] = field(default_factory=list)
     module_use_after: list[str] = field(default_factory=list)
     task_options: str = "sbatch"
     env: dict[str, str] = field(default_factory=dict)
@@ -287,7 +287,7 @@ def render_job_script(job: BatchJob, header: str = "") -> str:
         header=header, comments=job.comments, options=job.sbatch_options(),
         module_init=job.module_init, unset_bash_env=job.unset_bash_env,
         module_use=list(job.module_use), module_load=list(job.module_load),
-        module_hierarchy=list(job.module_hierarchy), module_use_after=list(job.module_use_after),
+        module_preloads=list(job.module_preloads), module_use_after=list(job.module_use_after),
         export_none=job.export_none, cpus_per_task=job.cpus_per_task,
         env=list(job.env.items()), setup=job.setup,
         steps=[{"name": s.name, "command": s.command, "status_file": s.status_file} for s in job.steps])

@@ -19,7 +19,7 @@
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
 source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
-# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+# the site's profiles and module hierarchy first, in order (modules.profiles, modules.hierarchy); they may reset MODULEPATH
 module load Stages/2024 || { echo "hpcstack: module load "Stages/2024" failed" >&2; exit 98; }
 module load GCC/12.3.0 || { echo "hpcstack: module load "GCC/12.3.0" failed" >&2; exit 98; }
 module load ParaStationMPI/5.9.2-1 || { echo "hpcstack: module load "ParaStationMPI/5.9.2-1" failed" >&2; exit 98; }
@@ -70,7 +70,7 @@ exit "$status"
 # The job does not inherit the `module` function (--export=NONE, or a login-less batch shell):
 # source the module tool's init, then load the stack (its base python module comes with it).
 source /usr/share/lmod/lmod/init/bash || { echo "hpcstack: cannot source "/usr/share/lmod/lmod/init/bash >&2; exit 97; }
-# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+# the site's profiles and module hierarchy first, in order (modules.profiles, modules.hierarchy); they may reset MODULEPATH
 module load Stages/2024 || { echo "hpcstack: module load "Stages/2024" failed" >&2; exit 98; }
 module load GCC/12.3.0 || { echo "hpcstack: module load "GCC/12.3.0" failed" >&2; exit 98; }
 module load ParaStationMPI/5.9.2-1 || { echo "hpcstack: module load "ParaStationMPI/5.9.2-1" failed" >&2; exit 98; }

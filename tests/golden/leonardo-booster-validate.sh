@@ -22,7 +22,7 @@
 # source the module tool's init, then load the stack (its base python module comes with it).
 unset BASH_ENV   # Lmod's /etc/profile.d/lmod.sh would switch child shells to Lmod
 source /usr/share/Modules/init/bash || { echo "hpcstack: cannot source "/usr/share/Modules/init/bash >&2; exit 97; }
-# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+# the site's profiles and module hierarchy first, in order (modules.profiles, modules.hierarchy); they may reset MODULEPATH
 module load profile/deeplrn || { echo "hpcstack: module load "profile/deeplrn" failed" >&2; exit 98; }
 module use /leonardo_work/PROJECT/hpcstack/modulefiles
 module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gpu" failed" >&2; exit 98; }
@@ -83,7 +83,7 @@ exit "$status"
 # source the module tool's init, then load the stack (its base python module comes with it).
 unset BASH_ENV   # Lmod's /etc/profile.d/lmod.sh would switch child shells to Lmod
 source /usr/share/Modules/init/bash || { echo "hpcstack: cannot source "/usr/share/Modules/init/bash >&2; exit 97; }
-# the site's module hierarchy first, in order (modules.hierarchy); it may reset MODULEPATH
+# the site's profiles and module hierarchy first, in order (modules.profiles, modules.hierarchy); they may reset MODULEPATH
 module load profile/deeplrn || { echo "hpcstack: module load "profile/deeplrn" failed" >&2; exit 98; }
 module use /leonardo_work/PROJECT/hpcstack/modulefiles
 module load pytorch/2.3.1-gpu || { echo "hpcstack: module load "pytorch/2.3.1-gpu" failed" >&2; exit 98; }

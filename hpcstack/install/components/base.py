@@ -38,7 +38,7 @@ class PlanContext:
         modulefile (str): where the modulefile goes.
         stage_prefix (str): the build's real directory, ``<install_root>/<name>/.<version>-<id>``;
             ``""`` means the prefix itself.
-        depends_on (tuple[str, ...]): the exact names of the hierarchy, base and runtime modules the build
+        depends_on (tuple[str, ...]): the exact names of the profiles, hierarchy, base and runtime modules the build
             environment loaded (``python/3.11`` for a site's ``python``), which the modulefile
             ``depends-on``; empty: the site's names as they are (a dry-run that loads nothing).
     """

@@ -99,7 +99,7 @@ class Modulefile(Component):
         return tuple(changes)
 
     def depends_on(self, ctx: PlanContext) -> list[str]:
-        """The modules this one ``depends-on``, in load order: the site's module hierarchy, base
+        """The modules this one ``depends-on``, in load order: the site's profiles, module hierarchy, base
         and runtime modules (:meth:`hpcstack.site.ModulesConfig.stack_modules`), by the exact
         names the build environment loaded them under (``ctx.depends_on``, e.g. ``python/3.11``
         for a site's ``python``), else by the site's names as they are."""
@@ -113,7 +113,7 @@ class Modulefile(Component):
         r, site = ctx.recipe, ctx.site
         root_var = writer.root_variable(r.name)
         deps = self.depends_on(ctx)
-        first = len(getattr(site.modules, "hierarchy", None) or ())   # the base comes after the hierarchy
+        first = len(site.modules.preloads)    # the base comes after the profiles and the hierarchy
         text = HELP.format(full_name=r.full_name, whatis=r.whatis,
                            base=deps[first] if len(deps) > first else site.modules.base,
                            site=site.name, prefix=ctx.prefix, root_variable=root_var)

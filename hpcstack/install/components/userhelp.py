@@ -264,27 +264,36 @@ def help_sections(ctx: PlanContext, modulefile, contributed: list[str]) -> list[
 
 
 def hierarchy_lines(site) -> list[str]:
-    """The lines of a batch script that load the site's own module hierarchy before the stack.
+    """The lines of a batch script that load the site's own profiles and module hierarchy before
+    the stack.
 
     Described from the site config, never from one site's tool: the modules of
-    ``modules.hierarchy`` in their order (JUWELS Booster's ``Stages/2024 GCC/12.3.0
-    ParaStationMPI/5.9.2-1``, Leonardo's ``profile/deeplrn``), then ``module use`` of the module
-    root after them, so that whatever they do to ``MODULEPATH`` (a JSC Stage sets it anew, a CINECA
-    profile adds to it) leaves the root on it.
+    ``modules.profiles`` in their order, named as the site's profiles (Leonardo's
+    ``profile/deeplrn``), then those of ``modules.hierarchy`` (JUWELS Booster's ``Stages/2024
+    GCC/12.3.0 ParaStationMPI/5.9.2-1``), then ``module use`` of the module root after them, so
+    that whatever they do to ``MODULEPATH`` (a JSC Stage sets it anew, a CINECA profile adds to
+    it) leaves the root on it. The load order is :attr:`hpcstack.site.ModulesConfig.preloads`.
 
     Args:
-        site (Site): the site; reads ``name``, ``module_root`` and ``modules.hierarchy``.
+        site (Site): the site; reads ``name``, ``module_root``, ``modules.profiles`` and
+            ``modules.hierarchy``.
 
     Returns:
-        list[str]: no lines for a site without a hierarchy, else the ``module load`` and
-        ``module use`` lines, indented as the help's launch example.
+        list[str]: no lines for a site with neither, else one ``module load`` line for the
+        profiles, one for the hierarchy, and the ``module use`` line, indented as the help's
+        launch example.
 
     Example:
         >>> hierarchy_lines(load_site("juwels-booster"))[0]
         "    module load Stages/2024 GCC/12.3.0 ParaStationMPI/5.9.2-1   # juwels-booster's module hierarchy (modules.hierarchy), in order"
     """
-    hierarchy = list(getattr(site.modules, "hierarchy", None) or ())
-    if not hierarchy:
+    modules = site.modules
+    if not modules.preloads:
         return []
-    return [f"    module load {' '.join(hierarchy)}   # {site.name}'s module hierarchy (modules.hierarchy), in order",
-            f"    module use {site.module_root}   # after them: whatever they do to MODULEPATH, the root stays on it"]
+    lines = []
+    if modules.profiles:
+        lines.append(f"    module load {' '.join(modules.profiles)}   # {site.name}'s profiles (modules.profiles), in order")
+    if modules.hierarchy:
+        lines.append(f"    module load {' '.join(modules.hierarchy)}   # {site.name}'s module hierarchy (modules.hierarchy), "
+                     "in order")
+    return [*lines, f"    module use {site.module_root}   # after them: whatever they do to MODULEPATH, the root stays on it"]
