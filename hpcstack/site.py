@@ -332,6 +332,11 @@ def _tool_reads(tool: str, syntaxes: tuple[str, ...]) -> dict:
             "then": {"properties": {"syntax": allowed}}}
 
 
+#: The fabrics ``network.fabric`` names: the inter-node transport NCCL must use on each
+#: (:mod:`hpcstack.validate.transport`); ``none`` checks nothing.
+FABRICS = ("infiniband", "slingshot", "ethernet", "none")
+
+
 #: JSON schema of a site config (draft 2020-12). What each key is for, its default and what reads it:
 #: hpcstack/site_keys.py (a new key gets a line there); the site-config reference of the
 #: documentation site is generated from both (docs/hooks/reference.py).
@@ -515,6 +520,12 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
                            "pattern": r"^[0-9]{2,4}\.[0-9]{1,4}(\.[0-9]{1,4})?$"},
         # nvidia-smi's "CUDA Version": the newest CUDA driver API the driver has, e.g. "12.2"
         "cuda_driver_api": {"type": ["string", "null"], "maxLength": 16, "pattern": r"^[0-9]{1,3}\.[0-9]{1,3}$"},
+    }),
+    # The fabric between the GPU nodes and NVLink within one: the transport NCCL must pick in the
+    # validation jobs (hpcstack/validate/transport.py). Default none: no check.
+    "network": _obj([], {
+        "fabric": {"enum": list(FABRICS)},
+        "nvlink": {"type": "boolean"},
     }),
 })
 
@@ -720,6 +731,25 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class NetworkConfig:
+    """The fabric the GPU jobs run on (section ``network``).
+
+    Attributes:
+        fabric (str): one of :data:`FABRICS`: ``infiniband`` (NCCL's ``NET/IB``), ``slingshot``
+            (``NET/OFI``, libfabric provider ``cxi``), ``ethernet`` (TCP sockets are expected),
+            ``none`` (default: no check).
+        nvlink (bool): the GPUs of a node talk over NVLink: NCCL's intra-node channels must go
+            peer to peer (``P2P/IPC``, ``P2P/CUMEM``), not through host shared memory.
+
+    The validation jobs of a GPU site log NCCL's choice (``NCCL_DEBUG=INFO``) and the judge holds
+    it to these (:func:`hpcstack.validate.transport.judge_nccl`).
+    """
+
+    fabric: str = "none"
+    nvlink: bool = False
+
+
+@dataclass(frozen=True)
 class Site:
     """A validated site config.
 
@@ -747,6 +777,8 @@ class Site:
             finds it without ``--repo``, else its file's absolute path.
         bases (tuple[Path, ...]): the files of the sites it ``extends``, nearest first.
         gpu (GpuConfig): the compute nodes' GPU driver (section ``gpu``; empty: not stated).
+        network (NetworkConfig): the fabric between GPU nodes and NVLink within one (section
+            ``network``; default: not stated, no transport check).
     """
 
     name: str
@@ -771,6 +803,7 @@ class Site:
     #: the merged config, without ``extends``.
     bases: tuple = ()
     gpu: GpuConfig = field(default_factory=GpuConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
 #: The variable that moves the machine cache (:func:`default_cache_dir`) for every site that
@@ -1005,4 +1038,5 @@ def _build(data: dict, path: Path, install_root: str | None, module_root: str | 
             (data.get("installer") or {}).get("optimization_levels") or ())}),
         ref=ref or str(path),
         gpu=GpuConfig(**(data.get("gpu") or {})),
+        network=NetworkConfig(**(data.get("network") or {})),
     )

@@ -354,4 +354,24 @@ KEYS: dict[str, Key] = {
                                "a lower one is refused before anything is written, one line naming this "
                                "key, the driver's CUDA and what the wheels need. Unset: no check.",
                                "null (no check)"),
+    "network": Key("The fabric between the GPU nodes, and NVLink within one: what NCCL must pick in "
+                   "the validation jobs. A GPU site's jobs run with `NCCL_DEBUG=INFO` and "
+                   "`NCCL_DEBUG_FILE=<job dir>/nccl-%h-%p.log` (one file per rank), and the report "
+                   "holds NCCL's choice to these keys: a silent fall-back to TCP sockets between "
+                   "nodes fails the validation, quoting the log lines that show it; the NCCL "
+                   "actually loaded (its version, its net plugin) is reported beside the one the "
+                   "site's modules name (hpcstack/validate/transport.py).", "{} (no check)", _V),
+    "network.fabric": Key("`infiniband`: NCCL must use its `NET/IB` transport (or the IB SHARP plugin, "
+                          "`IBext`) and no `NET/Socket`; `slingshot`: HPE Slingshot through the "
+                          "aws-ofi-nccl plugin, `NET/OFI` with libfabric provider `cxi` (NERSC, "
+                          "https://docs.nersc.gov/systems/perlmutter/architecture/); `ethernet`: TCP "
+                          "sockets are what the nodes have (reported, not checked); `none`: no check. "
+                          "Sources: NCCL's environment and troubleshooting pages "
+                          "(https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html: "
+                          "`NCCL_DEBUG`, `NCCL_DEBUG_FILE`, `NCCL_NET`), the log lines in "
+                          "tests/data/nccl-logs/README.md.", "none", _V),
+    "network.nvlink": Key("The GPUs of a node are linked by NVLink: NCCL's channels between two GPUs "
+                          "of one node must go peer to peer (`P2P/IPC`, `P2P/CUMEM`, `P2P/direct "
+                          "pointer`), not through host shared memory (`SHM`) or the network. A P2P "
+                          "channel proves peer access, not which link carries it.", "false", _V),
 }

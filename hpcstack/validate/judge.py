@@ -667,7 +667,7 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
           output_dir: str | None = None, jobs: list[dict] | None = None,
           settings: dict | None = None, figures: dict | None = None,
           every_rank: str | None = "throughput", gpus_per_node: int = 0,
-          records: dict | None = None) -> Verdict:
+          records: dict | None = None, transports: dict | None = None) -> Verdict:
     """Judge every run: sanity, then each figure against the references.
 
     Args:
@@ -688,13 +688,23 @@ def judge(runs: list[RunOutcome], *, site: str, partition: str, recipe: str,
             (:func:`gpu_binding_reasons`).
         records (dict[str, tuple[str, ...]] | None): backend -> record kinds its runs must
             write (the backend's declaration, ``records``); see :func:`sanity_reasons`.
+        transports (dict | None): job id -> the verdict on its NCCL logs
+            (:class:`hpcstack.validate.transport.TransportVerdict`): each failure is one line
+            ``transport: job J (N node(s)): ...``, and the job's entry of the report gets its
+            ``transport`` (networks used, the NCCL loaded beside the one the site names).
 
     Returns:
         Verdict: its ``failures`` has one line per failed job or check, naming the backend,
         node count and figure.
     """
     failures: list[str] = []
-    for job in jobs or []:
+    jobs = [dict(job) for job in jobs or []]
+    for job in jobs:
+        checked = (transports or {}).get(job.get("job_id"))
+        if checked is not None:
+            job["transport"] = checked.to_dict()
+            failures += [f"transport: job {job.get('job_id')} ({job.get('nodes')} node(s)): {line}"
+                         for line in checked.failures]
         if job.get("state") != "COMPLETED":
             failures.append(f"job {job.get('job_id')} ({job.get('nodes')} node(s)) ended "
                             f"{job.get('state')} with exit code {job.get('exit_code')}; see "

@@ -233,6 +233,13 @@ class ValidationPlan:
                 "local": self.local.to_dict() if self.local else None}
 
 
+def logs_nccl(settings: ValidationSettings) -> bool:
+    """True where the jobs run NCCL on GPUs (``slurm.gpus_per_node`` > 0 and the runs must use
+    ``nccl``): they log NCCL's choices per rank and the judge reads them
+    (:mod:`hpcstack.validate.transport`)."""
+    return bool(settings.slurm and settings.slurm.gpus_per_node) and settings.required_transport == "nccl"
+
+
 def plan_validation(site, recipe, options: PlanOptions = PlanOptions()) -> ValidationPlan:
     """Build the validation's plan: the one place that turns (site, recipe, options) into the
     jobs, their argv and scripts, the transports and the judge's rules.
@@ -266,8 +273,8 @@ def plan_validation(site, recipe, options: PlanOptions = PlanOptions()) -> Valid
                        transports={b: settings.required_transport for b in backends},
                        records={b: tuple(spec.backend(b).records) for b in backends},
                        gpus_per_node=0 if local else settings.slurm.gpus_per_node,
-                       # GPU jobs log NCCL's choices (plan_jobs), held to the site's network
-                       transport=None if local or not settings.slurm.gpus_per_node else TransportRule.of_site(site))
+                       # NCCL's GPU jobs log its choices (plan_jobs), held to the site's network
+                       transport=None if local or not logs_nccl(settings) else TransportRule.of_site(site))
     plan = ValidationPlan(site.name, recipe.full_name, "local" if local else "slurm", settings, nodes,
                           backends, prefix, rules)
     if local:
@@ -466,8 +473,8 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             # the site's dirs, its profiles and module hierarchy (which may reset MODULEPATH), then the stack's root
             module_use=list(site.modules.use), module_preloads=site.modules.preloads,
             module_use_after=[site.module_root], module_load=[recipe.full_name],
-            # GPU jobs: every rank writes NCCL's choices to <directory>/nccl-%h-%p.log (transport.py)
-            env={**s.env, **(nccl_env(str(directory)) if s.gpus_per_node else {})},
+            # NCCL's GPU jobs: every rank writes NCCL's choices to <directory>/nccl-%h-%p.log (transport.py)
+            env={**s.env, **(nccl_env(str(directory)) if logs_nccl(settings) else {})},
             task_options=s.task_options, mem=s.mem, mem_per_cpu=s.mem_per_cpu, mem_per_gpu=s.mem_per_gpu,
             extra_options=list(s.extra_options),
             setup=setup,

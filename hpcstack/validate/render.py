@@ -83,6 +83,7 @@ def to_markdown(report: dict) -> str:
                          f"{fmt(low, unit) if low is not None else '-inf'} .. "
                          f"{fmt(high, unit) if high is not None else '+inf'}")
         lines.append("")
+    lines += transport_lines(report.get("jobs", []))
     if report["failures"]:
         lines += ["Failures:", ""] + [f"- {line}" for line in report["failures"]] + [""]
     for job in report.get("jobs", []):
@@ -91,6 +92,32 @@ def to_markdown(report: dict) -> str:
             lines += job["output_tail"] + ["```", ""]
     lines.append(f"**{'PASS' if report['ok'] else 'FAIL'}**")
     return "\n".join(lines) + "\n"
+
+
+def transport_lines(jobs: list[dict]) -> list[str]:
+    """What each job's NCCL logs showed (a job's ``transport``, from
+    :class:`hpcstack.validate.transport.TransportVerdict`): the networks between and within
+    nodes, the NCCL loaded beside the one the site names; none without such jobs.
+
+    Example:
+        >>> transport_lines([{"job_id": "7", "nodes": 2, "transport": {"fabric": "infiniband",
+        ...     "inter_node": ["IB"], "intra_node": ["P2P/IPC"], "files": 8,
+        ...     "nccl": {"loaded": ["2.19.3+cuda12.3"], "module": "nccl/2.19.3", "home": None}}}])[2]
+        '- job 7 (2 node(s)), fabric infiniband: between nodes IB; within a node P2P/IPC; NCCL loaded 2.19.3+cuda12.3 (site: nccl/2.19.3); 8 log(s)'
+    """
+    out = []
+    for job in jobs:
+        t = job.get("transport")
+        if not t:
+            continue
+        nccl = t.get("nccl") or {}
+        site = ", ".join(x for x in (nccl.get("module"), nccl.get("home") and f"toolchain.nccl.home {nccl['home']}")
+                         if x) or "names none"
+        out.append(f"- job {job.get('job_id')} ({job.get('nodes')} node(s)), fabric {t.get('fabric')}: "
+                   f"between nodes {', '.join(t.get('inter_node') or []) or 'not shown'}; within a node "
+                   f"{', '.join(t.get('intra_node') or []) or 'not shown'}; NCCL loaded "
+                   f"{', '.join(nccl.get('loaded') or []) or 'not shown'} (site: {site}); {t.get('files', 0)} log(s)")
+    return ["Transport (NCCL_DEBUG=INFO logs of the ranks):", "", *out, ""] if out else []
 
 
 def collectives_line(run: dict) -> str:

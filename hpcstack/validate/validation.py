@@ -308,6 +308,29 @@ def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.P
     return _wait_and_report(plan, jobs, scheduler, as_json, recorded_settings=data.get("settings"))
 
 
+def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], out: Path) -> dict:
+    """Each job's NCCL logs (``<job dir>/nccl-*.log``), held to the site's fabric
+    (:func:`hpcstack.validate.transport.judge_nccl`); a job that completed must have left some.
+
+    Args:
+        rule (TransportRule | None): the plan's :attr:`JudgeRules.transport`; None: no check.
+        jobs (list[ValidationJob]): the ended jobs; job_records (list[dict]): their states.
+        out (Path): the validation's directory (no link followed below it).
+
+    Returns:
+        dict: job id -> :class:`~hpcstack.validate.transport.TransportVerdict`.
+    """
+    from hpcstack.validate import transport
+    from hpcstack.validate.runner import read_logs
+
+    if rule is None:
+        return {}
+    states = {j.get("job_id"): j.get("state") for j in job_records}
+    return {j.job_id: transport.judge_nccl(
+        read_logs(j.directory, out, transport.NCCL_LOG_PREFIX, transport.NCCL_LOG_SUFFIX), rule,
+        nodes=j.nodes, require_logs=states.get(j.job_id) == "COMPLETED") for j in jobs}
+
+
 def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler, as_json: bool,
                      recorded_settings: dict | None = None) -> int:
     """Wait for the jobs, read them back, judge them by the plan's rules, write and print the report."""
@@ -320,7 +343,8 @@ def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler,
                     references=rules.references, required_transport=rules.required_transport,
                     output_dir=str(plan.output_dir), jobs=outcome.jobs, figures=rules.figures,
                     every_rank=rules.every_rank, gpus_per_node=rules.gpus_per_node, records=rules.records,
-                    settings=recorded_settings or settings_record(settings))
+                    settings=recorded_settings or settings_record(settings),
+                    transports=check_transports(rules.transport, jobs, outcome.jobs, plan.output_dir))
     result = verdict.to_dict()
     result["files"] = render.write_report(result, plan.output_dir)
     render.print_slurm_report(result, outcome.jobs, as_json)
