@@ -423,6 +423,11 @@ ALLOWLIST = [
      "the local run's records.jsonl in run_local's temporary directory"),
     ("hpcstack.validate.runner:run_local", "tempfile.TemporaryDirectory", PRIVATE, "the local run's directory"),
     ("hpcstack.validate.scheduler:Slurm.jobcomp_info", ".read_text", SYSTEM, "the jobcomp/filetxt log"),
+    ("hpcstack.validate.history:open_history", "os.open", DESCRIPTOR,
+     "a new history database O_CREAT|O_EXCL|O_NOFOLLOW in gate.directory's descriptor (sqlite3 then opens "
+     "it by name with mode=rw after gate.open_file: root's 0755 directory, chain checked)"),
+    ("hpcstack.validate.fingerprint:read_job_fingerprints", "fsutil.read_no_follow", OWN_WALK,
+     "each job's fingerprint.json below the validation directory: no link followed below it"),
 ]
 
 #: Uses that fit no category: a path an ordinary user (or a member of the site's stack group)

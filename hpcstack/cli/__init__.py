@@ -4,7 +4,7 @@ One module per group of commands, each command's parser beside its handler (as S
 ``cmd/<name>.py``): :mod:`~hpcstack.cli.install` (install, lock, uninstall, mount),
 :mod:`~hpcstack.cli.validate` (validate, check-build), :mod:`~hpcstack.cli.info` (list, show,
 doctor), :mod:`~hpcstack.cli.modules` (module, kernel), :mod:`~hpcstack.cli.lifecycle` (bundle,
-audit, module deprecate), :mod:`~hpcstack.cli.export` and :mod:`~hpcstack.cli.action`. The
+audit, module deprecate), :mod:`~hpcstack.cli.export`, :mod:`~hpcstack.cli.action` and :mod:`~hpcstack.cli.status`. The
 options they share are declared once, in :mod:`~hpcstack.cli.options`. :func:`main` builds one
 :class:`hpcstack.session.Session` per command and hands it to the command's handler
 (``handler(args, session)``): the command reads its site and recipe, and whom it trusts, from
@@ -24,7 +24,7 @@ import sys
 import threading
 
 from hpcstack import __version__
-from hpcstack.cli import action, export, info, install, lifecycle, modules, validate
+from hpcstack.cli import action, export, info, install, lifecycle, modules, status, validate
 from hpcstack.errors import ArgumentParser, ConfigError, HpcstackError
 
 
@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 COMMANDS = (install.add_install, validate.add_validate, install.add_lock, info.add_list, info.add_show,
             install.add_uninstall, install.add_mount, export.add_export, modules.add_kernel,
             validate.add_check_build, info.add_doctor, action.add_action, lifecycle.add_bundle,
-            lifecycle.add_audit, lifecycle.add_usage, lifecycle.add_compare, modules.add_module)
+            lifecycle.add_audit, lifecycle.add_usage, lifecycle.add_compare, modules.add_module,
+            status.add_status)
 
 
 #: Signals that stop a command the way Ctrl-C does: SIGTERM is what ``kill``, ``timeout`` and

@@ -55,6 +55,10 @@ def add_validate(sub) -> None:
                         "workload for the site (its `workloads`: e.g. one judged on its accuracy, or a "
                         "negative control that must fail); on the site's device unless it names one (default: the recipe's workload for the site)")
     options.add_flag(p, "--json", "print the result (or with --dry-run the job scripts) as JSON")
+    p.add_argument("--tier", choices=["install", "smoke", "full", "probe", "manual"],
+                   help="as root, record the run in the site's validation history under this tier "
+                        "(default: install for the first validation of the published build, else manual; "
+                        "hpcstack status reads it)")
     p.add_argument("--emit", nargs=2, metavar=("FORMAT", "DIR"),
                    help="write the validation for another tool into DIR instead of running it: "
                         "reframe: a ReFrame check (the same program, options, sanity and performance "
@@ -75,7 +79,7 @@ def cmd_validate(args, session) -> int:
         nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
         account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
         local=args.local, ranks=args.ranks, workload=args.workload, dry_run=args.dry_run,
-        as_json=args.json))
+        as_json=args.json, tier=args.tier))
 
 
 def _emit_validation(args, session, site, recipe) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 from hpcstack import __version__
 from hpcstack.errors import ConfigError
 from hpcstack.modules import modsys
+from hpcstack.validate import fingerprint
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import get_scheduler
 from hpcstack.validate.transport import TransportRule, nccl_env
@@ -461,8 +462,10 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             steps.append(JobStep(backend, launcher.command(argv, alloc), str(directory / f"{backend}.exit")))
             backend_setup += settings.spec.backend(backend).setup_lines(scheduler.job_id_variable)
             launcher_setup += launcher.setup(alloc)
-        # once each, the backends' lines (DDP's port) before the launchers' (host lists)
+        # once each, the backends' lines (DDP's port) before the launchers' (host lists); then the
+        # environment's fingerprint into the job's directory (the history keeps it: fingerprint.py)
         setup = list(dict.fromkeys(backend_setup + launcher_setup))
+        setup.append(fingerprint.job_line(directory / fingerprint.FILENAME))
         job = BatchJob(
             name=f"hpcstack-validate-{recipe.name}-n{n}", nodes=n,
             tasks_per_node=s.tasks_per_node, cpus_per_task=s.cpus_per_task,

@@ -41,6 +41,8 @@ class ValidationRequest:
         workload (str | None): a named workload of the recipe.
         dry_run (bool): print, run nothing.
         as_json (bool): JSON output.
+        tier (str | None): the history's tier of the run (``--tier``; None: ``install`` for a
+            build's first validation, else ``manual``).
     """
 
     nodes: str | None = None
@@ -56,6 +58,7 @@ class ValidationRequest:
     workload: str | None = None
     dry_run: bool = False
     as_json: bool = False
+    tier: str | None = None
 
 
 def requested_backends(recipe, backend: str | None) -> list[str] | None:
@@ -134,9 +137,9 @@ class ValidationService:
                                             ("--workload", r.workload)) if value]
             if clash:
                 raise ConfigError([f"{opt}: not used with --collect" for opt in clash])
-            return collect(site, recipe, r.collect, as_json=r.as_json, policy=self.policy)
+            return collect(site, recipe, r.collect, as_json=r.as_json, policy=self.policy, tier=r.tier)
         return slurm_validation(
             site, recipe, nodes=parse_nodes(r.nodes) if r.nodes else None,
             backends=requested_backends(recipe, r.backend), partition=r.partition, qos=r.qos,
             account=r.account, output_dir=r.output_dir, dry_run=r.dry_run, no_wait=r.no_wait,
-            as_json=r.as_json, workload=r.workload, policy=self.policy)
+            as_json=r.as_json, workload=r.workload, policy=self.policy, tier=r.tier)

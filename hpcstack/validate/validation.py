@@ -137,7 +137,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
                      partition: str | None = None, qos: str | None = None, account: str | None = None,
                      output_dir: str | None = None, dry_run: bool = False, no_wait: bool = False,
                      as_json: bool = False, workload: str | None = None,
-                     policy: trust.Policy | None = None) -> int:
+                     policy: trust.Policy | None = None, tier: str | None = None) -> int:
     """Validate a stack with Slurm jobs: one per node count, each running every backend.
 
     Args:
@@ -157,6 +157,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
         policy (hpcstack.trust.Policy | None): whom to trust (the command's
             :class:`hpcstack.session.Session`); default root and the running account. The output
             directory must pass its rule (:func:`hpcstack.validate.outdir.validation_dir`).
+        tier (str | None): the history's tier of the run (:func:`hpcstack.validate.history.record_validation`).
 
     Returns:
         int: 0 when every job, sanity check and performance reference passed, else 1.
@@ -190,7 +191,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     check_accounting(s, submit_as)
     _check_program(site, recipe, plan)
     plan = plan.at(site, recipe, validation_dir(label, output_dir, output_root, base, out_policy))
-    return _submit(site, recipe, plan, submit_as, no_wait, as_json)
+    return _submit(site, recipe, plan, submit_as, no_wait, as_json, tier)
 
 
 def _check_output_dir(s: SlurmSettings, site_name: str, output_dir: str | None, output_root: str) -> None:
@@ -215,7 +216,8 @@ def _check_program(site, recipe, plan: ValidationPlan) -> None:
                             f"hpcstack install {recipe.ref or recipe.full_name} --site {site.ref}")
 
 
-def _submit(site, recipe, plan: ValidationPlan, submit_as: str | None, no_wait: bool, as_json: bool) -> int:
+def _submit(site, recipe, plan: ValidationPlan, submit_as: str | None, no_wait: bool, as_json: bool,
+            tier: str | None = None) -> int:
     """Write the plan's jobs, hand the directory to ``submit_as``, submit, and wait and report
     (or, with ``no_wait``, say how to report later)."""
     out = plan.output_dir
@@ -233,7 +235,7 @@ def _submit(site, recipe, plan: ValidationPlan, submit_as: str | None, no_wait: 
         later = f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref} --collect {out}"
         render.print_no_wait(submitted, out, later, as_json)
         return 0
-    return _wait_and_report(plan, submitted, scheduler, as_json)
+    return _wait_and_report(plan, submitted, scheduler, as_json, stack=(site, recipe, tier))
 
 
 def check_accounting(s: SlurmSettings, submit_as: str | None,
@@ -270,7 +272,8 @@ def check_accounting(s: SlurmSettings, submit_as: str | None,
 
 
 
-def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.Policy | None = None) -> int:
+def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.Policy | None = None,
+            tier: str | None = None) -> int:
     """Report on the jobs of an earlier ``--no-wait`` validation (waits for those still running).
 
     The directory is a validation's that hpcstack made (:func:`validation_dir`): it must pass the
@@ -285,6 +288,7 @@ def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.P
         directory (str): the validation's output directory (holds ``jobs.json``).
         as_json (bool): print the report as JSON.
         policy (hpcstack.trust.Policy | None): whom to trust (default root and the running account).
+        tier (str | None): the history's tier of the run (:func:`hpcstack.validate.history.record_validation`).
 
     Returns:
         int: 0 PASS, 1 FAIL.
@@ -305,7 +309,8 @@ def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.P
         workload=(data.get("settings") or {}).get("workload")))
     plan = dataclasses.replace(plan, output_dir=out)
     scheduler = get_scheduler(data.get("scheduler") or plan.settings.slurm.scheduler)()
-    return _wait_and_report(plan, jobs, scheduler, as_json, recorded_settings=data.get("settings"))
+    return _wait_and_report(plan, jobs, scheduler, as_json, recorded_settings=data.get("settings"),
+                            stack=(site, recipe, tier))
 
 
 def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], out: Path) -> dict:
@@ -332,10 +337,13 @@ def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], o
 
 
 def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler, as_json: bool,
-                     recorded_settings: dict | None = None) -> int:
-    """Wait for the jobs, read them back, judge them by the plan's rules, write and print the report."""
+                     recorded_settings: dict | None = None, stack: tuple | None = None) -> int:
+    """Wait for the jobs, read them back, judge them by the plan's rules, write and print the report;
+    as root, record it in the site's history (``stack``: the site, recipe and tier)."""
+    from hpcstack.validate.history import now_iso, record_validation
     from hpcstack.validate.judge import judge
 
+    started = now_iso()
     infos = wait_jobs(jobs, scheduler, on_change=render.print_job_state, on_interrupt=render.print_interrupted)
     outcome = read_back(jobs, infos, plan.output_dir)
     rules, settings = plan.rules, plan.settings
@@ -348,4 +356,7 @@ def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler,
     result = verdict.to_dict()
     result["files"] = render.write_report(result, plan.output_dir)
     render.print_slurm_report(result, outcome.jobs, as_json)
+    if stack is not None:     # a failure to record is a warning line, never a failed validation
+        record_validation(stack[0], stack[1], result, runs_outcome=outcome.runs, tier=stack[2], started=started,
+                          job_dirs=[j.directory for j in jobs], output_dir=plan.output_dir)
     return 0 if result["ok"] else 1

@@ -1,0 +1,60 @@
+"""The environment fingerprint (hpcstack.validate.fingerprint): the job's collector runs, what it
+wrote is checked, merged and diffed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hpcstack.validate import fingerprint
+
+pytestmark = pytest.mark.unit
+
+
+def test_the_job_line_writes_a_fingerprint_with_every_key(tmp_path):
+    out = tmp_path / "n1" / fingerprint.FILENAME
+    out.parent.mkdir()
+    line = fingerprint.job_line(out).replace("python -c", f"{sys.executable} -c", 1)
+    proc = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120,
+                          env={"PATH": "/usr/bin:/bin", "LOADEDMODULES": "python/3.11:mpi4py/4.1.2",
+                               "SLURM_JOB_NODELIST": "node[01-02]"})
+    assert proc.returncode == 0, proc.stderr
+    got = fingerprint.from_job(json.loads(out.read_text()))
+    assert set(got) == set(fingerprint.KEYS)
+    assert got["modules"] == "python/3.11:mpi4py/4.1.2" and got["nodes"] == "node[01-02]"
+    assert got["kernel"] and got["python"]
+    assert got["nccl.version"] is None      # left for the NCCL logs
+
+
+def test_a_failing_collector_never_fails_the_job(tmp_path):
+    line = fingerprint.job_line(tmp_path / "missing-dir" / "fingerprint.json")
+    proc = subprocess.run(["bash", "-c", f"{line}; echo rc=$?"], capture_output=True, text=True, timeout=120,
+                          env={"PATH": f"{sys.prefix}/bin:/usr/bin:/bin"})
+    assert "rc=0" in proc.stdout
+    assert "no environment fingerprint" in proc.stderr
+
+
+def test_what_a_job_wrote_is_checked():
+    got = fingerprint.from_job({"gpu.model": "A100\n\x1b[31m", "evil": "x", "modules": ["a", "b"],
+                                "os": "x" * 10000})
+    assert "evil" not in got and got["gpu.model"].startswith("A100") and "\x1b" not in got["gpu.model"]
+    assert got["modules"] == "a, b" and len(got["os"]) == fingerprint.MAX_VALUE
+    assert fingerprint.from_job(["not", "a", "dict"]) == {k: None for k in fingerprint.KEYS}
+
+
+def test_merge_keeps_every_jobs_distinct_values():
+    a = {**dict.fromkeys(fingerprint.KEYS), "nodes": "n01", "slurm": "slurm 23.02"}
+    b = {**dict.fromkeys(fingerprint.KEYS), "nodes": "n[01-02]", "slurm": "slurm 23.02"}
+    got = fingerprint.merge([a, b])
+    assert got["nodes"] == "n01; n[01-02]" and got["slurm"] == "slurm 23.02" and got["mpi"] is None
+
+
+def test_diff_lists_added_removed_and_changed_keys_in_order():
+    old = {"gpu.driver": "535.104.05", "mpi": "Open MPI 4.1.5", "kernel": "5.14"}
+    new = {"gpu.driver": "550.54.15", "kernel": "5.14", "slurm": "slurm 24.05"}
+    assert fingerprint.diff(old, new) == ["changed gpu.driver: 535.104.05 -> 550.54.15",
+                                          "removed mpi: Open MPI 4.1.5", "added slurm: slurm 24.05"]
+    assert fingerprint.diff(new, new) == []
