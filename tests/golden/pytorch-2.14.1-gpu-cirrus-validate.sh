@@ -77,52 +77,6 @@ tmp = sys.argv[1] + ".tmp"
 with open(tmp, "w") as f:
     json.dump(fp, f, indent=1, sort_keys=True)
 os.replace(tmp, sys.argv[1])' @VALIDATION_DIR@/n1/fingerprint.json >/dev/null 2>&1 || echo "hpcstack: no environment fingerprint written (continuing)" >&2
-python -c 'import json, os, platform, subprocess, sys
-def run(*argv):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=10)
-        return p.stdout.strip() if p.returncode == 0 else None
-    except Exception:
-        return None
-def first(text):
-    return text.splitlines()[0].strip() if text else None
-fp = {"gpu.model": None, "gpu.driver": None, "cuda.driver": None, "nccl.version": None, "nccl.net_plugin": None}
-gpus = run("nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader")
-if gpus:
-    rows = [[c.strip() for c in line.rsplit(",", 1)] for line in gpus.splitlines() if "," in line]
-    fp["gpu.model"] = ", ".join(sorted({r[0] for r in rows})) or None
-    fp["gpu.driver"] = ", ".join(sorted({r[1] for r in rows})) or None
-try:
-    import ctypes
-    v = ctypes.c_int()
-    if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0:
-        fp["cuda.driver"] = "%d.%d" % (v.value // 1000, v.value % 1000 // 10)
-except Exception:
-    pass
-fp["mpi"] = first(run("mpirun", "--version"))
-if fp["mpi"] is None:
-    try:
-        import mpi4py
-        mpi4py.rc.initialize = False
-        from mpi4py import MPI
-        fp["mpi"] = first(MPI.Get_library_version())
-    except Exception:
-        pass
-fp["slurm"] = first(run("sinfo", "--version"))
-fp["kernel"] = platform.release()
-try:
-    with open("/etc/os-release") as f:
-        rel = dict(l.rstrip("\n").split("=", 1) for l in f if "=" in l)
-    fp["os"] = rel.get("PRETTY_NAME", "").strip('"'"'"'"'"') or None
-except Exception:
-    fp["os"] = None
-fp["python"] = platform.python_version()
-fp["modules"] = os.environ.get("LOADEDMODULES") or None
-fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
-tmp = sys.argv[1] + ".tmp"
-with open(tmp, "w") as f:
-    json.dump(fp, f, indent=1, sort_keys=True)
-os.replace(tmp, sys.argv[1])' @VALIDATION_DIR@/n2/fingerprint.json >/dev/null 2>&1 || echo "hpcstack: no environment fingerprint written (continuing)" >&2
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
@@ -172,6 +126,52 @@ export SRUN_CPUS_PER_TASK=10   # srun >= 22.05 does not inherit --cpus-per-task
 export NCCL_DEBUG=INFO
 export NCCL_DEBUG_FILE=@VALIDATION_DIR@/n2/nccl-%h-%p.log
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+python -c 'import json, os, platform, subprocess, sys
+def run(*argv):
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return p.stdout.strip() if p.returncode == 0 else None
+    except Exception:
+        return None
+def first(text):
+    return text.splitlines()[0].strip() if text else None
+fp = {"gpu.model": None, "gpu.driver": None, "cuda.driver": None, "nccl.version": None, "nccl.net_plugin": None}
+gpus = run("nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader")
+if gpus:
+    rows = [[c.strip() for c in line.rsplit(",", 1)] for line in gpus.splitlines() if "," in line]
+    fp["gpu.model"] = ", ".join(sorted({r[0] for r in rows})) or None
+    fp["gpu.driver"] = ", ".join(sorted({r[1] for r in rows})) or None
+try:
+    import ctypes
+    v = ctypes.c_int()
+    if ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v)) == 0:
+        fp["cuda.driver"] = "%d.%d" % (v.value // 1000, v.value % 1000 // 10)
+except Exception:
+    pass
+fp["mpi"] = first(run("mpirun", "--version"))
+if fp["mpi"] is None:
+    try:
+        import mpi4py
+        mpi4py.rc.initialize = False
+        from mpi4py import MPI
+        fp["mpi"] = first(MPI.Get_library_version())
+    except Exception:
+        pass
+fp["slurm"] = first(run("sinfo", "--version"))
+fp["kernel"] = platform.release()
+try:
+    with open("/etc/os-release") as f:
+        rel = dict(l.rstrip("\n").split("=", 1) for l in f if "=" in l)
+    fp["os"] = rel.get("PRETTY_NAME", "").strip('"'"'"'"'"') or None
+except Exception:
+    fp["os"] = None
+fp["python"] = platform.python_version()
+fp["modules"] = os.environ.get("LOADEDMODULES") or None
+fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
+tmp = sys.argv[1] + ".tmp"
+with open(tmp, "w") as f:
+    json.dump(fp, f, indent=1, sort_keys=True)
+os.replace(tmp, sys.argv[1])' @VALIDATION_DIR@/n2/fingerprint.json >/dev/null 2>&1 || echo "hpcstack: no environment fingerprint written (continuing)" >&2
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
