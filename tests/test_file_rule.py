@@ -315,10 +315,13 @@ ALLOWLIST = [
      "the GPU records beside the recipe's lock, or the site's record in the checked cache_dir"),
     ("hpcstack.install.gpuarch:save_records", "fsutil.write_atomic", CHECKED_INPUT,
      "the GPU records beside the recipe's lock (hpcstack lock), or the site's record in the checked cache_dir"),
-    ("hpcstack.install.image:_mounts_at", "open", KERNEL, "/proc/self/mountinfo"),
-    ("hpcstack.install.image", "fsutil.fsync_dir os.open os.unlink os.rename os.utime shutil.rmtree os.makedirs open",
-     CHECKED_DIRS, "the build's image and mount point (install root), copies in the stage directory that "
-                   "check_stage_dir found root's alone (no link on the way)"),
+    ("hpcstack.install.image:_mount_points", "open", KERNEL, "/proc/self/mountinfo"),
+    ("hpcstack.install.image:_venv_at", "os.mkdir", DESCRIPTOR,
+     "the build's venv made in the build's gate.open_dir descriptor, then opened O_PATH|O_NOFOLLOW|O_DIRECTORY "
+     "relative to it and mounted on through /proc/self/fd/N"),
+    ("hpcstack.install.image", "fsutil.fsync_dir os.open os.unlink os.rename os.utime shutil.rmtree open",
+     CHECKED_DIRS, "copies in the stage directory that check_stage_dir found root's alone (no link on the way), "
+                   "written from the image's gate.open_file descriptor; the image step's own fsync of the build"),
     ("hpcstack.install.layout", ".read_text fsutil.write_atomic os.rename shutil.rmtree os.unlink", CHECKED_DIRS,
      "the stack's state file, builds and default markers in the install and module roots"),
     ("hpcstack.install.lockfile:read_lock", "open", CHECKED_INPUT, "the recipe's lock file"),

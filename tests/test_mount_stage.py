@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from conftest import REPO, hpcstack
-from hpcstack.errors import ConfigError
+from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install import image, staged
 
 pytestmark = pytest.mark.integration
@@ -588,3 +588,85 @@ def test_prune_only_exits_1_with_one_line_per_copy_it_cannot_remove(stack):
     assert proc.returncode == 0 and proc.stderr == "", proc
     assert not stale_image.exists() and not stale_tree.exists() and not Path(f"{stale_tree}.done").exists()
     assert sorted(p.name for p in stage.iterdir()) == [_copy(st, B).name]
+
+
+# ------------------------------------------------------------------------------ the venv by descriptor
+
+@pytest.mark.parametrize("how", ["squashfuse", "stage", "unpack"])
+def test_a_link_at_the_venv_is_refused_and_nothing_is_mounted_where_it_points(build, how):
+    """A stack-group member swaps ``<build>/venv`` for a link to a directory of root's (``/etc``
+    in the finding; a stand-in here): ``hpcstack mount`` refuses in one line and mounts nothing
+    anywhere. Positive control: the mount by name (``squashfuse IMAGE <build>/venv``, as the
+    code before the fix ran it) covers the link's target."""
+    if how == "squashfuse" and not shutil.which("squashfuse"):
+        pytest.skip("squashfuse missing")
+    b, stage = build["build"], build["stage"]
+    etc = build["root"] / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text("root's\n")
+    (b / "venv").rmdir()
+    (b / "venv").symlink_to(etc)
+    if how == "squashfuse":           # the positive control
+        subprocess.run(image.mount_argv(str(b)), check=True, capture_output=True)
+        try:
+            assert _mount_of(etc) is not None and not (etc / "passwd").exists()
+        finally:
+            subprocess.run(["umount", "-l", str(etc)], check=True)
+    stage_arg = None if how == "squashfuse" else str(stage)
+    with pytest.raises(ConfigError) as info:
+        image.mount_build(str(b), stage=stage_arg, unpack=how == "unpack")
+    line = str(info.value)
+    assert "\n" not in line and f"{b}/venv: a symbolic link" in line, line
+    assert _mount_of(etc) is None and (etc / "passwd").read_text() == "root's\n"
+    # a file at the name: refused as well
+    (b / "venv").unlink()
+    (b / "venv").write_text("")
+    with pytest.raises(ConfigError, match="venv: not a directory"):
+        image.mount_build(str(b), stage=stage_arg, unpack=how == "unpack")
+
+
+def test_the_venv_is_mounted_on_the_directory_held_not_the_name(build):
+    """``mount`` gets ``/proc/self/fd/N`` of the venv's descriptor (``--no-canonicalize``): the
+    venv made where missing, the kernel's mount lands exactly at ``<build>/venv``."""
+    b, stage = build["build"], build["stage"]
+    (b / "venv").rmdir()
+    assert image.mount_build(str(b), stage=str(stage)) is True
+    assert _mount_of(b / "venv")[0] == "squashfs" and (b / "venv" / "pyvenv.cfg").exists()
+    assert image.mount_build(str(b), stage=str(stage)) is False
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device link"])
+def test_an_image_that_is_a_fifo_or_a_device_is_refused_without_blocking(build, kind):
+    """A FIFO at ``venv.sqsh`` used to hang the prolog (``open`` blocks), a link to /dev/zero
+    filled the stage directory: both refused in one line, at once, nothing staged."""
+    b, stage = build["build"], build["stage"]
+    img = b / image.IMAGE_NAME
+    img.unlink()
+    if kind == "fifo":
+        os.mkfifo(img)
+    else:
+        img.symlink_to("/dev/zero")
+    for call in (lambda: image.stage_image(str(b), str(stage)), lambda: image.stage_unpacked(str(b), str(stage)),
+                 lambda: image.mount_build(str(b), stage=str(stage))):
+        with pytest.raises(HpcstackError) as info:
+            call()
+        assert "\n" not in str(info.value) and str(img) in str(info.value), str(info.value)
+        assert ("not a regular file" if kind == "fifo" else "a symbolic link") in str(info.value)
+    assert list(stage.iterdir()) == []
+
+
+def test_a_published_link_out_of_the_install_root_is_not_mounted(tmp_path):
+    """The prefix of a stack is a link to anything but one of its builds (``/etc``, another
+    stack's build): nothing is published there, ``mount`` says so in one line."""
+    from hpcstack.install.layout import StackLayout
+
+    layout = StackLayout(str(tmp_path), "tiny", "1.0")
+    os.makedirs(layout.top)
+    os.symlink("/etc", layout.prefix)
+    assert layout.published() is None and layout.foreign_link() == "/etc"
+    with pytest.raises(ConfigError, match=r"tiny/1.0: a link to /etc, not a build of tiny/1.0"):
+        image.mount_stack(layout)
+    os.unlink(layout.prefix)
+    os.makedirs(os.path.join(layout.top, ".1.0-0123456789ab"))
+    os.symlink(".1.0-0123456789ab", layout.prefix)
+    assert layout.published() == os.path.join(layout.top, ".1.0-0123456789ab") and layout.foreign_link() is None

@@ -328,6 +328,18 @@ def cmd_mount(args, session) -> int:
                                       + (f" --prefix {site.install_root}" if args.prefix else "")))
         return 0
     _check_mount_options(args)
+    from hpcstack import gate
+    from hpcstack.session import stack_group
+
+    # the build, its venv and its image through the gate, trusting the site's stack group there
+    with gate.trusting(session.policy.for_site_dirs(stack_group(site))):
+        return _mount_images(args, layout)
+
+
+def _mount_images(args, layout) -> int:
+    """``hpcstack mount`` once its checks passed: mount (and with ``--stage``, prune first)."""
+    from hpcstack.install import image
+
     if args.stage is None:
         results = image.mount_stack(layout)
     else:

@@ -56,6 +56,7 @@ import stat
 import subprocess
 from dataclasses import dataclass
 
+from hpcstack import gate
 from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.fsutil import CHILD_CWD, fsync_dir
 from hpcstack.install.actions import ActionBase, ExecContext, Run, describe_os_error, run_bash
@@ -170,19 +171,108 @@ def is_mounted(path: str) -> bool:
         return False
 
 
-def _mounts_at(path: str) -> bool:
+def _mounts_at(path: str, resolve: bool = True) -> bool:
     """True if ``/proc/self/mountinfo`` lists a mount at ``path`` (also one whose daemon died,
-    where ``stat`` fails with ENOTCONN)."""
-    target = os.path.realpath(path)
+    where ``stat`` fails with ENOTCONN); with ``resolve`` False, ``path`` exactly (a path taken
+    from a descriptor, no link followed)."""
+    target = os.path.realpath(path) if resolve else path
+    return target in _mount_points().values()
+
+
+def _mount_points() -> dict[str, str]:
+    """``{mount id: mount point}`` of ``/proc/self/mountinfo`` (empty when unreadable)."""
+    points = {}
     try:
         with open("/proc/self/mountinfo") as f:
             for line in f:
                 fields = line.split()
-                if len(fields) > 4 and fields[4].encode().decode("unicode_escape") == target:
-                    return True
+                if len(fields) > 4:
+                    points[fields[0]] = fields[4].encode().decode("unicode_escape")
     except OSError:
         pass
-    return False
+    return points
+
+
+#: The venv's directory as it is mounted on: a handle for ``/proc/self/fd/N``, never a link.
+_MOUNT_DIR = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+@contextlib.contextmanager
+def _build_dir(build: str):
+    """The build directory's descriptor through the gate (:func:`hpcstack.gate.open_dir` of its
+    path with the links that trusted accounts alone can have put resolved): no link on the way,
+    every directory from ``/`` one that only trusted accounts (the stack group, under the
+    command's :func:`hpcstack.gate.trusting`) can change.
+
+    Raises:
+        ConfigError: the build is missing; GateError: a link or an untrusted directory (one line).
+    """
+    try:
+        fd = gate.open_dir(gate.resolved(build))
+    except FileNotFoundError as exc:
+        raise ConfigError([f"{build}: {describe_os_error(exc)}"]) from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _venv_at(bfd: int, venv: str, make: bool = False) -> int:
+    """The ``O_PATH`` descriptor of the venv directory of the build ``bfd`` (opened relative to
+    it, ``O_NOFOLLOW|O_DIRECTORY``); with ``make``, made (0755) where missing.
+
+    Raises:
+        ConfigError: a link or not a directory at ``venv`` (one line); FileNotFoundError: missing.
+    """
+    try:
+        return os.open(VENV_DIR, _MOUNT_DIR, dir_fd=bfd)
+    except FileNotFoundError:
+        if not make:
+            raise
+        try:
+            os.mkdir(VENV_DIR, 0o755, dir_fd=bfd)
+        except FileExistsError:
+            pass
+        return _venv_at(bfd, venv)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        st = os.stat(VENV_DIR, dir_fd=bfd, follow_symlinks=False)
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise ConfigError([f"{venv}: {what}; hpcstack mounts an image only on the build's own venv directory, "
+                           "never through a link (docs/admin/security.md, 'The gate')"]) from None
+
+
+def _mounted_below(bfd: int) -> bool:
+    """True if something is mounted on the venv of the build ``bfd``, told by descriptor: its
+    entry (not followed) is on another device than the build, cannot be stat-ed (a FUSE mount
+    whose daemon died: ENOTCONN), or mountinfo lists a mount at the build's path (by
+    descriptor) + ``/venv`` (a bind mount of the same file system)."""
+    try:
+        st = os.stat(VENV_DIR, dir_fd=bfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        return False
+    if st.st_dev != os.fstat(bfd).st_dev:
+        return True
+    return _mounts_at(os.path.join(os.readlink(f"/proc/self/fd/{bfd}"), VENV_DIR), resolve=False)
+
+
+def _open_image(build: str) -> int:
+    """A descriptor of the build's image through the gate (:func:`hpcstack.gate.open_file`: no
+    link, a regular file, never blocking on a FIFO); the caller closes it.
+
+    Raises:
+        ConfigError: no image (one line); GateError: a link, a FIFO, a device or an untrusted file.
+    """
+    try:
+        return gate.open_file(image_of(gate.resolved(build)))     # the image itself: no link followed
+    except FileNotFoundError as exc:
+        raise ConfigError([f"{build}: no image {IMAGE_NAME} ({describe_os_error(exc)}; not installed with "
+                           "layout: squashfs, or the image step has not run)"]) from None
 
 
 def pack_argv(venv: str, image: str, settings: ImageSettings) -> list[str]:
@@ -420,12 +510,17 @@ def stage_image(build: str, stage_dir: str) -> str:
             on a tmpfs too small for the image); one line.
     """
     check_stage_dir(stage_dir)
-    image, copy = image_of(build), staged_image_of(build, stage_dir)
+    fd_in = _open_image(build)      # a regular file, no link: a FIFO or /dev/zero is refused
     try:
-        src = os.stat(image)
-    except OSError as exc:
-        raise ConfigError([f"{build}: no image {IMAGE_NAME} ({describe_os_error(exc)}; not installed with "
-                           "layout: squashfs, or the image step has not run)"]) from None
+        return _stage_image_from(fd_in, build, stage_dir)
+    finally:
+        os.close(fd_in)
+
+
+def _stage_image_from(fd_in: int, build: str, stage_dir: str) -> str:
+    """:func:`stage_image` from the image's descriptor ``fd_in`` (:func:`_open_image`)."""
+    image, copy = image_of(build), staged_image_of(build, stage_dir)
+    src = os.fstat(fd_in)
     try:
         have = os.lstat(copy)
         if (stat.S_ISREG(have.st_mode) and have.st_uid == 0 and have.st_size == src.st_size
@@ -440,27 +535,25 @@ def stage_image(build: str, stage_dir: str) -> str:
                 os.unlink(stale)
             except FileNotFoundError:
                 pass
-        fd_in = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+        os.posix_fadvise(fd_in, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        fd_out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
         try:
-            os.posix_fadvise(fd_in, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            fd_out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
-            try:
-                while True:
-                    chunk = os.read(fd_in, STAGE_CHUNK)
-                    if not chunk:
-                        break
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(fd_out, view):]
-                os.fsync(fd_out)
-                if os.fstat(fd_out).st_size != src.st_size:
-                    raise OSError(f"copied {os.fstat(fd_out).st_size} of {src.st_size} bytes (the image changed?)")
-                os.utime(fd_out, ns=(src.st_atime_ns, src.st_mtime_ns))
-            finally:
-                os.close(fd_out)
-            _forget(fd_in)
+            left = src.st_size + 1          # a file that grows meanwhile is not followed to the end
+            while left > 0:
+                chunk = os.read(fd_in, min(STAGE_CHUNK, left))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd_out, view):]
+            os.fsync(fd_out)
+            if os.fstat(fd_out).st_size != src.st_size:
+                raise OSError(f"copied {os.fstat(fd_out).st_size} of {src.st_size} bytes (the image changed?)")
+            os.utime(fd_out, ns=(src.st_atime_ns, src.st_mtime_ns))
         finally:
-            os.close(fd_in)
+            os.close(fd_out)
+        _forget(fd_in)
         os.rename(tmp, copy)
         fsync_dir(stage_dir)
     except OSError as exc:
@@ -487,17 +580,16 @@ def _forget(fd: int) -> None:
         pass
 
 
-def _read_whole(path: str) -> None:
-    """Read ``path`` from start to end in :data:`STAGE_CHUNK` reads, discarding the data: the
-    file system reads ahead in its largest requests and the node's page cache keeps the pages
-    for the next reader (``unsquashfs``)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        while os.read(fd, STAGE_CHUNK):
-            pass
-    finally:
-        os.close(fd)
+def _read_whole(fd: int) -> None:
+    """Read the image's descriptor ``fd`` (:func:`_open_image`: a regular file) from start to
+    its size at open in :data:`STAGE_CHUNK` reads, discarding the data: the file system reads
+    ahead in its largest requests and the node's page cache keeps the pages for the next reader
+    (``unsquashfs``)."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    size = os.fstat(fd).st_size
+    done = 0
+    while done < size and (chunk := os.pread(fd, min(STAGE_CHUNK, size - done), done)):
+        done += len(chunk)
 
 
 def _remove_tree(path: str) -> None:
@@ -538,14 +630,20 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
             error (e.g. no space left); one line.
     """
     check_stage_dir(stage_dir)
+    fd = _open_image(build)         # a regular file, no link: a FIFO or a device is refused
+    try:
+        return _unpack_from(fd, build, stage_dir)
+    finally:
+        os.close(fd)
+
+
+def _unpack_from(image_fd: int, build: str, stage_dir: str) -> str:
+    """:func:`stage_unpacked` from the image's descriptor (:func:`_open_image`): read and
+    unpacked from ``/proc/self/fd/N`` of it, never by its name."""
     image = image_of(build)
     tree = staged_tree_of(build, stage_dir)
     done, tmp = tree + ".done", tree + ".tmp"
-    try:
-        src = os.stat(image)
-    except OSError as exc:
-        raise ConfigError([f"{build}: no image {IMAGE_NAME} ({describe_os_error(exc)}; not installed with "
-                           "layout: squashfs, or the image step has not run)"]) from None
+    src = os.fstat(image_fd)
     stamp = f"{src.st_size} {src.st_mtime_ns}\n"
     try:
         if stat.S_ISDIR(os.lstat(tree).st_mode) and stat.S_ISREG(os.lstat(done).st_mode):
@@ -557,17 +655,14 @@ def stage_unpacked(build: str, stage_dir: str) -> str:
     try:
         for stale in (done, tmp, tree):
             _remove_tree(stale)
-        _read_whole(image)
-        proc = subprocess.run(["unsquashfs", "-q", "-n", "-d", tmp, image], capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
+        _read_whole(image_fd)
+        proc = subprocess.run(["unsquashfs", "-q", "-n", "-d", tmp, f"/proc/self/fd/{image_fd}"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD,
+                              pass_fds=(image_fd,))
         if proc.returncode != 0:
             lines = (proc.stderr or proc.stdout).strip().splitlines()
             raise OSError(lines[-1] if lines else f"unsquashfs exited with status {proc.returncode}")
-        fd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            _forget(fd)
-        finally:
-            os.close(fd)
+        _forget(image_fd)
         os.rename(tmp, tree)
         fd = os.open(done, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
         try:
@@ -618,39 +713,82 @@ def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> b
     With ``stage`` the copy and the mount are made under :func:`stage_lock`: a second
     ``hpcstack mount --stage`` on the node waits, then finds the venv mounted.
     """
-    venv, image = mount_point_of(build), image_of(build)
-    if is_mounted(venv) or _mounts_at(venv):
-        return False
-    if not os.path.isfile(image):
-        raise ConfigError([f"{build}: no image {IMAGE_NAME} (not installed with layout: squashfs, "
-                           "or the image step has not run)"])
-    if stage is None:
-        return _mount(build, None, False)
-    if os.geteuid() != 0:
-        raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device or a bind mount)"])
-    check_stage_dir(stage)
-    with stage_lock(stage):
-        if is_mounted(venv) or _mounts_at(venv):  # by another prolog while this one waited
+    with _build_dir(build) as bfd:
+        if _mounted_below(bfd):
             return False
-        return _mount(build, stage, unpack)
+        os.close(_open_image(build))        # there, and a regular file (refused otherwise)
+        if stage is None:
+            return _mount(build, bfd, None, False)
+        if os.geteuid() != 0:
+            raise ConfigError([f"--stage {stage}: only root can mount a staged image (a loop device or a bind mount)"])
+        check_stage_dir(stage)
+        with stage_lock(stage):
+            if _mounted_below(bfd):         # by another prolog while this one waited
+                return False
+            return _mount(build, bfd, stage, unpack)
 
 
-def _mount(build: str, stage: str | None, unpack: bool) -> bool:
-    """:func:`mount_build` once its checks passed (with ``stage``: under :func:`stage_lock`)."""
+def _mount(build: str, bfd: int, stage: str | None, unpack: bool) -> bool:
+    """:func:`mount_build` once its checks passed (with ``stage``: under :func:`stage_lock`), on
+    the venv of the build's descriptor ``bfd``.
+
+    The venv is opened (made where missing) relative to ``bfd`` with ``O_PATH|O_NOFOLLOW|
+    O_DIRECTORY``: a link or a file at its name is refused in one line. ``mount`` (the staged
+    copy, the unpacked tree) mounts on ``/proc/self/fd/N`` of that descriptor with
+    ``--no-canonicalize``: the kernel mounts on the directory checked, whatever the name then
+    holds. ``squashfuse`` resolves its mount point by name (libfuse's ``realpath``), so there
+    the venv's device and inode are compared with the descriptor's right before it runs, and
+    after it the mount must sit at the build's path (by descriptor) ``/venv``: a mount that
+    appeared anywhere else meanwhile is unmounted again and the command fails.
+    """
+    venv = mount_point_of(build)
+    vfd = _venv_at(bfd, venv, make=True)
+    try:
+        return _mount_on(build, bfd, vfd, stage, unpack)
+    finally:
+        os.close(vfd)
+
+
+def _mount_on(build: str, bfd: int, vfd: int, stage: str | None, unpack: bool) -> bool:
     venv, image = mount_point_of(build), image_of(build)
+    on = f"/proc/self/fd/{vfd}"
+    fds = [vfd]
     if stage is not None and unpack:
         tree = stage_unpacked(build, stage)
         copy = None  # kept on a failed mount: it is a whole tree, and a re-run finds it
-        argv, source, tool = ["mount", "--bind", "-o", "ro,nosuid,nodev", tree, venv], tree, "mount"
+        argvs = [["mount", "--no-canonicalize", "--bind", tree, on],
+                 ["mount", "--no-canonicalize", "-o", "remount,bind,ro,nosuid,nodev", on]]
+        source, tool = tree, "mount"
     elif stage is not None:
         copy = stage_image(build, stage)
-        argv, source, tool = kernel_mount_argv(copy, venv), copy, "mount"
+        argv = kernel_mount_argv(copy, on)
+        argvs, source, tool = [[argv[0], "--no-canonicalize", *argv[1:]]], copy, "mount"
     else:
         copy = None
-        argv, source, tool = mount_argv(build), image, "squashfuse"
+        ifd = _open_image(build)
+        fds.append(ifd)
+        argvs = [["squashfuse", "-o", MOUNT_OPTIONS, f"/proc/self/fd/{ifd}", on]]
+        source, tool = image, "squashfuse"
+    expected = os.path.join(os.readlink(f"/proc/self/fd/{bfd}"), VENV_DIR)
     try:
-        os.makedirs(venv, exist_ok=True)
-        proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
+        held = os.fstat(vfd)
+        before = _mount_points()
+        proc = None
+        now = os.stat(VENV_DIR, dir_fd=bfd, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino):
+            raise ConfigError([f"{venv}: replaced while it was mounted on; nothing mounted"])
+        for argv in argvs:
+            if argv is not argvs[0]:    # the remount: on the bind's own root, the tree by inode
+                top = os.open(VENV_DIR, _MOUNT_DIR, dir_fd=bfd)
+                fds.append(top)
+                mine, bound = os.stat(tree), os.fstat(top)
+                if (mine.st_dev, mine.st_ino) != (bound.st_dev, bound.st_ino):
+                    raise OSError(errno.EBUSY, f"{venv} is not the bind of {tree} any more")
+                argv = [*argv[:-1], f"/proc/self/fd/{top}"]
+            proc = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=CHILD_CWD,
+                                  pass_fds=tuple(fds))
+            if proc.returncode != 0:
+                break
     except FileNotFoundError:
         _drop(copy)
         raise ConfigError([f"cannot mount the image: {tool} not found (apt-get install "
@@ -658,7 +796,25 @@ def _mount(build: str, stage: str | None, unpack: bool) -> bool:
     except OSError as exc:
         _drop(copy)
         raise ConfigError([f"cannot mount {source} at {venv}: {describe_os_error(exc)}"]) from None
-    if proc.returncode != 0 or not (is_mounted(venv) or _mounts_at(venv)):  # a bind mount: same st_dev
+    finally:
+        for fd in fds[1:]:
+            os.close(fd)
+    new = {i: p for i, p in _mount_points().items() if i not in before}
+    astray = sorted({p for p in new.values() if p != expected}, reverse=True)
+    for point in astray:            # not the build's venv: undone, whatever it covers
+        subprocess.run(["umount", "-l", "--no-canonicalize", point], capture_output=True,
+                       stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
+    if astray:
+        for point in [p for p in new.values() if p == expected]:
+            subprocess.run(["umount", "-l", "--no-canonicalize", point], capture_output=True,
+                           stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
+        _drop(copy)
+        raise ConfigError([f"{venv}: the mount landed at {astray[0]}, not on the build's venv (its name was "
+                           "replaced meanwhile); unmounted again, nothing mounted"])
+    if proc.returncode != 0 or not _mounted_below(bfd):
+        if proc.returncode != 0 and expected in new.values():      # the bind of a failed remount
+            subprocess.run(["umount", "-l", "--no-canonicalize", expected], capture_output=True,
+                           stdin=subprocess.DEVNULL, cwd=CHILD_CWD)
         _drop(copy)
         lines = (proc.stderr or proc.stdout).strip().splitlines()
         raise ConfigError([f"cannot mount {source} at {venv}: "
@@ -682,6 +838,11 @@ def unmount(path: str) -> None:
         HpcstackError: it stays mounted (busy: a process still has files open there); the
             message says so, and a re-run finishes the removal.
     """
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            return                  # a link put at a venv's name: never what it points to
+    except OSError:
+        pass                        # gone, or a FUSE mount whose daemon died (ENOTCONN)
     if not (is_mounted(path) or _mounts_at(path)):
         return
     errors = []
@@ -799,6 +960,9 @@ def mount_stack(layout, stage: str | None = None, unpack: bool = False) -> list[
         ConfigError: nothing published, the published build has no image, or a mount fails.
     """
     published = layout.published()
+    if not published and layout.foreign_link():
+        raise ConfigError([f"{layout.prefix}: a link to {layout.foreign_link()}, not a build of "
+                           f"{layout.name}/{layout.version} in {layout.top}; nothing mounted"])
     if not published:
         raise ConfigError([f"{layout.name}/{layout.version} is not installed at {layout.prefix}; "
                            "install it first (hpcstack install)"])

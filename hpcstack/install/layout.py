@@ -123,14 +123,30 @@ class StackLayout:
         return path
 
     def published(self) -> str | None:
-        """The real directory the prefix points at (the prefix itself for the layout before
-        staging), or None when nothing is published (no link, or a dangling one)."""
+        """The build the prefix points at (the prefix itself for the layout before staging), or
+        None when nothing is published: no link, a dangling one, or a link to anything but a
+        build directory of this stack in the install root (``<top>/.<version>-<id>``, or a
+        legacy ``<top>/.builds/<version>/<id>``) that is a real directory, not a link: what the
+        prefix names is mounted on and read back as root (:meth:`foreign_link` says what it
+        names instead)."""
         if os.path.islink(self.prefix):
             target = os.path.normpath(os.path.join(self.top, os.readlink(self.prefix)))
-            return target if os.path.isdir(target) else None
+            if self.foreign_link():
+                return None
+            return target if os.path.isdir(target) and not os.path.islink(target) else None
         if os.path.isdir(self.prefix):
             return self.prefix
         return None
+
+    def foreign_link(self) -> str | None:
+        """Where the prefix's link points when that is not a build of this stack in the install
+        root (``/etc``, ``../../other``, another stack's build), else None."""
+        try:
+            link = os.readlink(self.prefix)
+        except OSError:
+            return None
+        target = os.path.normpath(os.path.join(self.top, link))
+        return None if self.id_of(target) else target
 
     def id_of(self, path: str | None) -> str:
         """The build id of a stage prefix (``""`` for the prefix itself, None, or another path)."""
