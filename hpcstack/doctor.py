@@ -115,11 +115,126 @@ class Dist:
     requires: tuple = ()
 
 
+#: The most bytes doctor reads of one file of a stack or a module root (a record, a
+#: constraints file, a default file, a distribution's ``METADATA``).
+MAX_READ = 4 << 20
+
+
+def _as_root() -> bool:
+    """True where reads below a stack go through :mod:`hpcstack.gate`: run as root, with the
+    hpcstack package (the standalone copy in a stack's ``bin/`` runs as the stack's user)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        from hpcstack import gate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _any_owner():
+    """The gate's walk without its owner rule (as ``hpcstack show`` reads anyone's build): every
+    component from ``/`` opened without following a link, the file a regular one."""
+    from hpcstack import trust
+
+    return trust.Policy(uid=os.geteuid(), trust_writable=True)
+
+
+def _gated(path) -> str:
+    """``path`` with the links on it resolved only where trusted accounts alone can have put
+    them (:func:`hpcstack.gate.resolved`: a root-owned prefix link in a root-owned install
+    root); any other link stays, for the gate to refuse."""
+    from hpcstack import gate, trust
+
+    return gate.resolved(os.path.abspath(path), trust.policy())
+
+
+def read_small(path) -> str | None:
+    """The text of a file below a stack or a module root, None when it is missing, unreadable, not
+    a regular file (a FIFO neither blocks nor is read) or larger than :data:`MAX_READ`. As root
+    (:func:`_as_root`), through :func:`hpcstack.gate.read_file`: no link anywhere on the way
+    (but a trusted account's), whoever owns it; else opened ``O_NONBLOCK`` and checked by
+    ``fstat`` (the caller's own files)."""
+    if _as_root():
+        from hpcstack import gate
+        from hpcstack.errors import HpcstackError
+
+        try:
+            return gate.read_file(_gated(path), MAX_READ, _any_owner()).decode("utf-8", "replace")
+        except (OSError, HpcstackError):
+            return None
+    return _read_plain(path)
+
+
+def _read_plain(path) -> str | None:
+    """:func:`read_small` for a user on their own files (not root): ``O_NONBLOCK``, ``fstat``
+    regular, size-capped."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(MAX_READ + 1)[:MAX_READ].decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _list_dir(path) -> list[tuple[str, bool]] | None:
+    """``(name, is a regular file)`` of each entry of a directory (no link followed), None when it
+    is not one. As root through :func:`hpcstack.gate.directory` (no link on the way)."""
+    if _as_root():
+        from hpcstack import gate
+        from hpcstack.errors import HpcstackError
+
+        try:
+            with gate.directory(_gated(path), _any_owner()) as fd, os.scandir(fd) as it:
+                return [(e.name, e.is_file(follow_symlinks=False)) for e in it]
+        except (OSError, HpcstackError):
+            return None
+    try:
+        with os.scandir(path) as it:
+            return [(e.name, e.is_file()) for e in it]
+    except OSError:
+        return None
+
+
+def _metadata_dists(path: str) -> list[tuple[str, str, tuple]]:
+    """As root: ``(name, version, requirements)`` of each ``*.dist-info`` of ``path``, its
+    ``METADATA`` read through the gate (:func:`read_small`); not :mod:`importlib.metadata`,
+    which opens by name (a FIFO at a ``METADATA`` would hang root)."""
+    from email.parser import HeaderParser
+
+    out = []
+    for name, _ in sorted(_list_dir(path) or []):
+        if not name.endswith(".dist-info"):
+            continue
+        text = read_small(os.path.join(path, name, "METADATA"))
+        if text is None:
+            continue
+        meta = HeaderParser().parsestr(text)
+        if meta.get("Name"):
+            out.append((meta["Name"], meta.get("Version") or "", tuple(meta.get_all("Requires-Dist") or ())))
+    return out
+
+
 def distributions(paths) -> dict[str, Dist]:
-    """The distributions in ``paths`` (site-packages directories), first found wins, by canonical name."""
+    """The distributions in ``paths`` (site-packages directories), first found wins, by canonical
+    name; as root read through the gate (:func:`_metadata_dists`)."""
     found: dict[str, Dist] = {}
     for path in paths:
         if not path or not os.path.isdir(path):
+            continue
+        if _as_root():
+            for name, version, requires in _metadata_dists(path):
+                found.setdefault(canonicalize_name(name), Dist(canonicalize_name(name), version, path, requires))
             continue
         for dist in md.distributions(path=[path]):
             name = dist.metadata["Name"]
@@ -149,9 +264,10 @@ def read_constraints(prefix: Path) -> tuple[list[Requirement], str]:
     (stacks installed before it existed) the pins of ``.hpcstack/pip-freeze.txt``."""
     for name in ("constraints.txt", "pip-freeze.txt"):
         path = prefix / ".hpcstack" / name
-        if path.is_file():
+        text = read_small(path)
+        if text is not None:
             reqs = []
-            for line in path.read_text().splitlines():
+            for line in text.splitlines():
                 line = line.split("#", 1)[0].strip()
                 if not line or line.startswith("-"):
                     continue
@@ -325,12 +441,9 @@ DEPRECATIONS = os.path.join(".hpcstack", "deprecations.json")
 
 
 def _deprecations(module_root: str) -> dict:
-    import json
-
     try:
-        with open(os.path.join(module_root, DEPRECATIONS)) as f:
-            return json.load(f).get("modules") or {}
-    except (OSError, ValueError, AttributeError):
+        return json.loads(read_small(os.path.join(module_root, DEPRECATIONS)) or "{}").get("modules") or {}
+    except (ValueError, AttributeError, RecursionError):
         return {}
 
 
@@ -349,21 +462,20 @@ def _line(module: str, entry: dict, retired: bool) -> str:
     return text + (f" ({message})" if message else "")
 
 
-def deprecated_stack_lines(stacks) -> list[str]:
-    """One line per stack that is deprecated (found through its provenance's modulefile)."""
-    import json
-
+def deprecated_stack_lines(stacks, environ=None) -> list[str]:
+    """One line per stack that is deprecated (found through its provenance's modulefile, read
+    only where :func:`_module_of` accepts it; otherwise the line says why nothing was read)."""
     out = []
     for prefix in stacks:
-        try:
-            with open(Path(prefix) / ".hpcstack" / "provenance.json") as f:
-                modulefile = json.load(f).get("modulefile") or ""
-        except (OSError, ValueError, AttributeError):
+        found = _module_of(prefix, environ)
+        if isinstance(found, str):
+            out.append(found)
             continue
-        path = Path(modulefile)
-        version = path.name[:-len(".lua")] if path.name.endswith(".lua") else path.name
-        module = f"{path.parent.name}/{version}"
-        entry = _deprecations(str(path.parent.parent)).get(module)
+        if not found:
+            continue
+        module_dir, version = found
+        module = f"{module_dir.name}/{version}"
+        entry = _deprecations(str(module_dir.parent)).get(module)
         if entry:
             out.append(_line(module, entry, retired=False))
     return out
@@ -379,17 +491,41 @@ DEFAULT_FILES = {
 }
 
 
-def _module_of(prefix) -> tuple[Path, str] | None:
-    """``(<module root>/<name>, version)`` of a stack, from its provenance's modulefile."""
+def _module_of(prefix, environ=None) -> tuple[Path, str] | str | None:
+    """``(<module root>/<name>, version)`` of a stack, from its provenance's modulefile; None
+    when the stack records none.
+
+    As root the record is the stack's owner's to write, so the directory it names is read only
+    where it lies inside the stack, or in a module root on ``MODULEPATH`` that passes the rule
+    of :mod:`hpcstack.trust`: else a line saying it was not read (str), and nothing of it is
+    listed (a record naming ``/root/private/x/y`` used to print a file name from there)."""
     try:
-        with open(Path(prefix) / ".hpcstack" / "provenance.json") as f:
-            modulefile = json.load(f).get("modulefile") or ""
-    except (OSError, ValueError, AttributeError):
+        modulefile = json.loads(read_small(Path(prefix) / ".hpcstack" / "provenance.json") or "{}").get("modulefile")
+    except (ValueError, AttributeError, RecursionError):
         return None
-    if not modulefile:
+    if not modulefile or not isinstance(modulefile, str):
         return None
-    path = Path(modulefile)
-    return path.parent, path.name[:-len(".lua")] if path.name.endswith(".lua") else path.name
+    path = Path(os.path.normpath(modulefile))
+    found = path.parent, path.name[:-len(".lua")] if path.name.endswith(".lua") else path.name
+    if not _as_root() or _inside(path.parent.parent, prefix, environ):
+        return found
+    return (f"{prefix}: its record names the modulefile {modulefile}, outside the stack and the trusted module "
+            "roots on MODULEPATH: not read (run hpcstack doctor as the stack's owner)")
+
+
+def _inside(module_root: Path, prefix, environ) -> bool:
+    """As root: ``module_root`` (of a stack's record) lies inside the stack (its path as the
+    gate resolves it) or is a module root on ``MODULEPATH`` that passes the trust rule."""
+    from hpcstack import trust
+
+    if not module_root.is_absolute():
+        return False
+    stack = _gated(prefix)
+    if os.path.commonpath([stack, _gated(module_root)]) == stack:
+        return True
+    roots = [os.path.normpath(d) for d in ((os.environ if environ is None else environ).get("MODULEPATH") or "").split(":")
+             if d.startswith("/")]
+    return str(module_root) in roots and trust.path_problem(str(module_root), trust.policy()) is None
 
 
 def _version_key(version: str):
@@ -408,30 +544,27 @@ def default_version(module_dir: Path) -> tuple[str | None, str]:
         module tools' choice without a default: Environment Modules' and Lmod's documented rule).
     """
     for name, pattern in DEFAULT_FILES.items():
-        try:
-            m = pattern.search((module_dir / name).read_text(errors="replace"))
-        except OSError:
-            continue
+        text = read_small(module_dir / name)
+        m = pattern.search(text) if text is not None else None
         if m:
             return m.group(1), "the default"
-    versions = [p.name[:-len(".lua")] if p.name.endswith(".lua") else p.name
-                for p in module_dir.iterdir() if not p.name.startswith(".") and p.is_file()] \
-        if module_dir.is_dir() else []
+    versions = [n[:-len(".lua")] if n.endswith(".lua") else n
+                for n, regular in (_list_dir(module_dir) or []) if not n.startswith(".") and regular]
     if not versions:
         return None, ""
     return max(versions, key=_version_key), "the highest version"
 
 
-def stack_version_lines(stacks) -> list[str]:
+def stack_version_lines(stacks, environ=None) -> list[str]:
     """One line per stack saying which module it is and, when ``module load <name>`` now loads
     another version, which one: a venv extended against a stack keeps loading that stack (its
     activate script names the full version), so its owner should know when the site's default
     has moved on (to rebuild the venv on the new one when they choose)."""
     out = []
     for prefix in stacks:
-        found = _module_of(prefix)
-        if not found:
-            continue
+        found = _module_of(prefix, environ)
+        if not found or isinstance(found, str):
+            continue        # deprecated_stack_lines says why (the record names a place not read)
         module_dir, version = found
         name = module_dir.name
         default, why = default_version(module_dir)
@@ -562,10 +695,10 @@ def run(venv: str | None, stack: list[str] | None, environ=None) -> tuple[list[s
     if not venv:
         return check_user_site(stacks)
     venv_path = Path(os.path.abspath(venv))
-    problems = deprecated_stack_lines(stacks) + check(venv_path, stacks)
+    problems = deprecated_stack_lines(stacks, environ) + check(venv_path, stacks)
     header = f"checked {venv_path} on top of {', '.join(map(str, stacks))}"
     return problems, [header, "nothing shadows or conflicts with the stack, no user-site packages",
-                      *stack_version_lines(stacks)]
+                      *stack_version_lines(stacks, environ)]
 
 
 def check_user_site(stacks: list[Path]) -> tuple[list[str], list[str]]:

@@ -233,6 +233,57 @@ def test_doctor_from_a_directory_holding_the_users_modules_runs_none_of_them(att
     assert_planted_modules_run(attacker, cwd)
 
 
+def _doctor_as_root(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` (with ``doctor`` imported) as root in a child with a deadline: a FIFO opened
+    by name would block it for ever."""
+    return subprocess.run([sys.executable, "-c", "from hpcstack import doctor\n" + code], capture_output=True,
+                          text=True, timeout=30, cwd="/", env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_doctor_as_root_reads_no_fifo_and_no_link_in_a_users_stack(attacker):
+    """A user's stack whose ``provenance.json`` is a FIFO, whose ``constraints.txt`` is a link to a
+    root-only file and whose ``METADATA`` is a FIFO: doctor as root neither blocks nor reads
+    through the link (the gate: regular files only, no link on the way)."""
+    secret = attacker.shared / "secret.txt"
+    secret.write_text("rootonly-pin==1.0\n")
+    secret.chmod(0o600)
+    stack = attacker.mkdir(attacker.home / "stack")
+    state = attacker.mkdir(stack / ".hpcstack")
+    attacker.run("mkfifo", str(state / "provenance.json"))
+    attacker.run("ln", "-s", str(secret), str(state / "constraints.txt"))
+    dist = attacker.mkdir(stack / "venv" / "lib" / "python3.11" / "site-packages" / "x-1.0.dist-info")
+    attacker.run("mkfifo", str(dist / "METADATA"))
+    proc = _doctor_as_root(f"print(doctor.deprecated_stack_lines([{str(stack)!r}]), doctor.stack_version_lines("
+                           f"[{str(stack)!r}]), doctor.read_constraints(__import__('pathlib').Path({str(stack)!r})), "
+                           f"doctor.distributions([{str(dist.parent)!r}]))")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] [] ([], '') {}", proc.stdout
+
+
+def test_doctor_as_root_lists_no_directory_a_users_record_names(attacker):
+    """The user's ``provenance.json`` names a modulefile in a root-only 0700 directory: root's
+    doctor neither lists it nor reads its default files (a file name from there used to be
+    printed); one line says the record was not read."""
+    private = attacker.shared / "private" / "tool"
+    private.mkdir(parents=True)
+    (private / "9.9-secret-name").write_text("#%Module\n")
+    (attacker.shared / "private").chmod(0o700)
+    stack = attacker.mkdir(attacker.home / "stack")
+    state = attacker.mkdir(stack / ".hpcstack")
+    attacker.write(state / "provenance.json", json.dumps({"modulefile": str(private / "1.0")}))
+    proc = _doctor_as_root(f"print(doctor.deprecated_stack_lines([{str(stack)!r}], {{}})); "
+                           f"print(doctor.stack_version_lines([{str(stack)!r}], {{}}))")
+    assert proc.returncode == 0, proc.stderr
+    assert "secret-name" not in proc.stdout, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert "outside the stack and the trusted module roots on MODULEPATH: not read" in lines[0], lines
+    assert lines[1] == "[]", lines
+    # a module root on MODULEPATH that passes the rule is read
+    proc = _doctor_as_root(f"print(doctor.stack_version_lines([{str(stack)!r}], "
+                           f"{{'MODULEPATH': {str(private.parent)!r}}}))")
+    assert "9.9-secret-name" in proc.stdout, proc
+
+
 # ------------------------------------------- 5 (medium) and 6 (low): validate --collect DIR
 
 def jobs_json(job_dir: str, **job) -> str:

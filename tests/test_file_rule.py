@@ -242,16 +242,11 @@ ALLOWLIST = [
      "-o FILE and its extra files, whose directory session.check_dirs checked first"),
     ("hpcstack.cli.lifecycle:_audit_stack", ".read_text", CHECKED_INPUT,
      "the stack's provenance.json, after session.check_dirs of --stack"),
-    # doctor: a user's check of their own venv (also installed into each stack as hpcstack-doctor)
-    ("hpcstack.doctor:read_constraints", ".read_text", USER,
-     "the stack's constraints.txt / pip-freeze.txt, read and printed about"),
-    ("hpcstack.doctor:_deprecations", "open", USER,
-     "a module root's deprecation record (of the stack, or on the user's MODULEPATH), read only"),
-    ("hpcstack.doctor:deprecated_stack_lines", "open", USER,
-     "the stacks' provenance.json (--stack, or the loaded modules' HPCSTACK_*_ROOT), read only"),
-    ("hpcstack.doctor:_module_of", "open", USER, "a stack's provenance.json, read only"),
-    ("hpcstack.doctor:default_version", ".read_text", USER,
-     "the default files of the stack's module directory, read only"),
+    # doctor: as root every read below a stack or a module root goes through the gate (read_small,
+    # _list_dir: no link, regular files, size cap); by name only for an account on its own files
+    ("hpcstack.doctor:_read_plain", "os.open", USER,
+     "not root (read_small goes through gate.read_file when euid is 0): the user's own stack records, "
+     "O_NONBLOCK, fstat regular, size-capped"),
     # export
     ("hpcstack.export.container:lock_of", ".read_bytes", CHECKED_INPUT, "the recipe's lock file, hashed"),
     # the file utilities: by name on what their callers give them
