@@ -39,6 +39,7 @@ not the checkout, where the two can differ (under scripts/run-tests the installe
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -699,3 +700,65 @@ def user_writable_dir(user: str, prefix: str):
     d.chmod(0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+def gpu_sites() -> list[str]:
+    """The shipped sites with GPU jobs: each ``site-configs/<name>.yaml`` of the package under test
+    (``hpcstack.data_root()``, what ``--site <name>`` finds) whose ``slurm.gpus_per_node`` is above
+    0 and whose toolchain has CUDA, by name. A config that does not load is left out here:
+    tests/test_site.py names its problems. The tests of the GPU recipes' dry runs and golden files
+    (tests/test_gpu_sites.py, test_jax.py, test_mpi4py.py, test_pytorch_next_exports.py) take their
+    sites from here, so a new site needs no line in them (docs/admin/new-site.md, "Golden files")."""
+    from hpcstack import data_root
+    from hpcstack.site import load_site
+
+    names = []
+    for path in sorted((Path(data_root()) / "site-configs").glob("*.yaml")):
+        try:
+            site = load_site(path.stem)
+        except Exception:   # noqa: BLE001 - reported by tests/test_site.py, not at collection
+            continue
+        if site.toolchain.has_cuda and int((site.slurm or {}).get("gpus_per_node") or 0) > 0:
+            names.append(path.stem)
+    return names
+
+
+@functools.lru_cache(maxsize=None)
+def preflight_refusal(recipe: str, site: str) -> tuple[str, ...]:
+    """What hpcstack says, before anything is written, against installing ``recipe`` on the
+    shipped site ``site``: the lines of the refusal of ``install --dry-run`` (the GPU
+    architectures of the locked wheels against ``toolchain.cuda.cc_list``, the CUDA they need
+    against ``gpu.driver_version``), without ``error: ``; empty when the site fits the wheels.
+    Asked in this process (the same :meth:`InstallService.dry_run` the command runs), so that a
+    test can split the sites by the answer at collection."""
+    from hpcstack.errors import ConfigError
+    from hpcstack.install.service import InstallService
+    from hpcstack.recipe import load_recipe
+    from hpcstack.site import load_site
+
+    s = load_site(site)
+    r = load_recipe(recipe, s)
+    try:
+        InstallService(s, r, r.file).dry_run()
+    except ConfigError as exc:
+        return tuple(exc.problems)
+    return ()
+
+
+#: The test files whose golden files are made per shipped GPU site (:func:`gpu_sites`), and the one
+#: documented command that makes every golden file of a new site (docs/admin/new-site.md, "Golden
+#: files"): it installs hpcstack from this checkout first, so the files are the checkout's output.
+SITE_GOLDEN_TESTS = ("tests/test_gpu_sites.py", "tests/test_mpi4py.py", "tests/test_jax.py",
+                     "tests/test_pytorch_next_exports.py")
+REGENERATE = "HPCSTACK_UPDATE_GOLDEN=1 scripts/run-tests --quick " + " ".join(SITE_GOLDEN_TESTS)
+
+
+def assert_site_golden(path: Path, got: str, site: str) -> None:
+    """:func:`assert_golden` for a golden file of a shipped site: where the file is missing (a new
+    site) and golden files are not being written, fail with :data:`REGENERATE` instead."""
+    updating = os.environ.get("HPCSTACK_UPDATE_GOLDEN") == "1" and os.environ.get("CI") != "true"
+    if not path.is_file() and not updating:
+        pytest.fail(f"tests/golden/{path.name} is missing: site {site} (site-configs/{site}.yaml) has no "
+                    f"golden file here yet. Make its golden files with `{REGENERATE}`, review them and commit "
+                    "them with the site (docs/admin/new-site.md, \"Golden files\").", pytrace=False)
+    assert_golden(path, got)

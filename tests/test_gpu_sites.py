@@ -1,6 +1,7 @@
 """The real GPU sites, dry-run: every shipped site (``site-configs/*.yaml`` of the package under
-test) whose Slurm jobs ask for GPUs and whose toolchain has CUDA (:data:`SITES`), today EPCC Cirrus
-(the V100 nodes of the old Cirrus, until 8 December 2025), NERSC Perlmutter and JSC JUWELS Booster,
+test) whose Slurm jobs ask for GPUs and whose toolchain has CUDA (:data:`SITES`, conftest's
+:func:`gpu_sites`), today EPCC Cirrus (the V100 nodes of the old Cirrus, until 8 December 2025), NERSC
+Perlmutter, JSC JUWELS Booster and CINECA Leonardo Booster,
 each as its documentation asks (the sources each site config cites): Cirrus's GPU jobs give the
 tasks' shape to srun only, JUWELS Booster's modules load in its hierarchy's order, Perlmutter needs
 no account and pins cudatoolkit. A new GPU site is found here by itself: its dry runs must succeed,
@@ -19,8 +20,8 @@ compared after normalising what differs between machines and runs:
   -> ``@VALIDATION_DIR@``.
 
 Make them for a new site, or regenerate them after an intended change, with :data:`REGENERATE`
-(``HPCSTACK_UPDATE_GOLDEN=1 scripts/run-tests --quick tests/test_gpu_sites.py``: it installs
-hpcstack from this checkout first, so the files are the checkout's output) and review the diff of
+(conftest's, one command for the golden files of every test file that finds its sites here: it
+installs hpcstack from this checkout first, so the files are the checkout's output) and review the diff of
 ``tests/golden/``. A site without its golden files fails with that command, not with a missing
 file. Besides the whole-file comparison, the key lines of the shipped sites are asserted one by
 one (module loads, HOROVOD_* variables, the Lua modulefile, #SBATCH lines, srun).
@@ -37,32 +38,12 @@ import pytest
 
 import hpcstack
 from hpcstack.fsutil import current_user
-from conftest import assert_golden, hpcstack as run_hpcstack
+from conftest import REGENERATE, assert_site_golden, gpu_sites, hpcstack as run_hpcstack
 
 pytestmark = pytest.mark.unit
 
 GOLDEN = Path(__file__).parent / "golden"
 DATA_DIR = str(Path(hpcstack.__file__).resolve().parent / "data")
-#: The documented command that makes (or remakes) a site's golden files (docs/admin/new-site.md).
-REGENERATE = "HPCSTACK_UPDATE_GOLDEN=1 scripts/run-tests --quick tests/test_gpu_sites.py"
-
-
-def gpu_sites() -> list[str]:
-    """The shipped sites with GPU jobs: each ``site-configs/<name>.yaml`` of the package under test
-    (``hpcstack.data_root()``, what ``--site <name>`` finds) whose ``slurm.gpus_per_node`` is above
-    0 and whose toolchain has CUDA, by name. A config that does not load is left out here:
-    tests/test_site.py names its problems."""
-    from hpcstack.site import load_site
-
-    names = []
-    for path in sorted((Path(hpcstack.data_root()) / "site-configs").glob("*.yaml")):
-        try:
-            site = load_site(path.stem)
-        except Exception:   # noqa: BLE001 - reported by tests/test_site.py, not at collection
-            continue
-        if site.toolchain.has_cuda and int((site.slurm or {}).get("gpus_per_node") or 0) > 0:
-            names.append(path.stem)
-    return names
 
 
 SITES = gpu_sites()
@@ -104,21 +85,11 @@ def test_the_shipped_gpu_sites_are_found():
     assert "localhost" not in SITES, SITES
 
 
-def _updating() -> bool:
-    """Whether golden files are being (re)written: conftest.assert_golden's own rule."""
-    return os.environ.get("HPCSTACK_UPDATE_GOLDEN") == "1" and os.environ.get("CI") != "true"
-
-
 @pytest.mark.parametrize("site", SITES)
 @pytest.mark.parametrize("command", ["install", "validate"])
 def test_matches_the_golden_file(scripts, site, command):
     got = normalise(scripts[site, command])
-    path = GOLDEN / f"{site}-{command}.sh"
-    if not path.is_file() and not _updating():
-        pytest.fail(f"tests/golden/{path.name} is missing: site {site} (site-configs/{site}.yaml) has no "
-                    f"golden files yet. Make them with `{REGENERATE}`, review them and commit them with the "
-                    "site (docs/admin/new-site.md, \"Golden files\").", pytrace=False)
-    assert_golden(path, got)
+    assert_site_golden(GOLDEN / f"{site}-{command}.sh", got, site)
 
 
 @pytest.mark.parametrize("site", SITES)
@@ -280,3 +251,10 @@ def test_the_working_directory_on_home_is_refused_too_and_only_below_home():
     assert "the working directory; slurm.output_root is unset" in line and "under /home" in line
     for fine in ("/homework/x", "/work/x01/x01/someone", "/"):
         check_visible_on_compute(s, "cirrus", Path(fine), given=False)
+
+
+def test_new_site_page_gives_the_command_that_makes_the_golden_files():
+    """docs/admin/new-site.md, "Golden files", gives conftest's REGENERATE as written."""
+    from conftest import REPO
+
+    assert REGENERATE in (REPO / "docs" / "admin" / "new-site.md").read_text()

@@ -1,8 +1,9 @@
 """The jax recipes: a third framework through the same machinery, with 0 lines of its own under
 hpcstack/.
 
-* ``jax/0.10.2-gpu``: dry runs for perlmutter and juwels-booster (install plan and validation job
-  scripts) against golden files (``HPCSTACK_UPDATE_GOLDEN=1`` regenerates them); cirrus (V100,
+* ``jax/0.10.2-gpu``: dry runs for every shipped GPU site (conftest's ``gpu_sites()``) against
+  golden files (conftest's ``REGENERATE`` makes them): the validation job scripts, and the install
+  plan, or the preflight's refusal where hpcstack refuses the site (none today); cirrus (V100,
   7.0) accepted because the recorded plugin wheels carry SASS sm_70, and refused, with the reason,
   where the record says they start at sm_75 (as the CUDA 13 wheels do); a CPU site refused (no
   lock fits); the sanity half of the GPU-architecture check (``jax-gpu-archs``) on the real plugin
@@ -28,7 +29,8 @@ from pathlib import Path
 import pytest
 
 import hpcstack as package
-from conftest import assert_golden, hpcstack, site_overlay, two_node_cluster, user_writable_dir
+from conftest import (assert_site_golden, gpu_sites, hpcstack, preflight_refusal, site_overlay, two_node_cluster,
+                      user_writable_dir)
 from hpcstack.fsutil import current_user
 from moduletools import ENVIRONMENT_MODULES, require
 
@@ -55,15 +57,24 @@ def error_lines(stderr: str) -> list[str]:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("site", ["perlmutter", "juwels-booster"])
+@pytest.mark.parametrize("site", gpu_sites())
 @pytest.mark.parametrize("command", ["install", "validate"])
 def test_gpu_dry_run_matches_the_golden_file(site, command):
     proc = hpcstack(command, GPU, "--site", site, "--dry-run")
+    if command == "install" and preflight_refusal(GPU, site):
+        # the site's GPUs or driver do not run the locked wheels: one line each, nothing written
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout[-2000:] + proc.stderr
+        assert_site_golden(GOLDEN / f"jax-0.10.2-gpu-{site}-preflight.txt", normalise(proc.stderr), site)
+        return
     assert proc.returncode == 0, proc.stderr
     got = normalise(proc.stdout)
-    path = GOLDEN / f"jax-0.10.2-gpu-{site}-{command}.sh"
-    assert_golden(path, got)
+    assert_site_golden(GOLDEN / f"jax-0.10.2-gpu-{site}-{command}.sh", got, site)
     if command == "install":
+        # the plan itself, also where the site builds in a batch job (build.batch_job: the dry run
+        # above shows the job step)
+        plan = hpcstack(command, GPU, "--site", site, "--dry-run", "--on-login-node")
+        assert plan.returncode == 0, plan.stderr
+        got = normalise(plan.stdout)
         # the lock's hashes, the cuDNN with Volta kernels, both plugin packages checked
         assert "--require-hashes -r @HPCSTACK_DATA@/recipes/jax/0.10.2-gpu.cuda12.lock" in got
         assert "checks the GPU architectures of jax-cuda12-pjrt" in got

@@ -1,8 +1,10 @@
 """The mpi4py/4.1.2 recipe: a second stack through the same machinery, with no line of its own
 under hpcstack/.
 
-* dry runs for cirrus and perlmutter (install plan and validation job scripts) against golden
-  files (``HPCSTACK_UPDATE_GOLDEN=1`` regenerates them; review the diff of ``tests/golden/``);
+* dry runs for every shipped GPU site (conftest's ``gpu_sites()``: the cluster sites, which state
+  their Python, so a dry run loads no module) of the install plan and the validation job scripts,
+  against golden files (conftest's ``REGENERATE`` makes them; review the diff of ``tests/golden/``);
+  the build is checked with the site's own ``toolchain.cc``;
 * a real install on localhost into a temporary prefix, under Environment Modules (site
   ``localhost``) and Lmod (site ``localhost-lmod``, the same prefix: the second install takes the
   first one's wheel from the build cache), its sanity check and ``module load``;
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import hpcstack as package
-from conftest import assert_golden, hpcstack, two_node_cluster, user_writable_dir
+from conftest import assert_site_golden, gpu_sites, hpcstack, two_node_cluster, user_writable_dir
 from hpcstack.fsutil import current_user
 from moduletools import TOOLS, require, tool_params
 
@@ -44,19 +46,25 @@ def normalise(text: str) -> str:
 
 
 @pytest.mark.unit  # a dry-run of sites that state their Python: no module tool, nothing installed
-@pytest.mark.parametrize("site", ["cirrus", "perlmutter"])
+@pytest.mark.parametrize("site", gpu_sites())
 @pytest.mark.parametrize("command", ["install", "validate"])
 def test_dry_run_matches_the_golden_file(site, command):
+    from hpcstack.site import load_site
+
     proc = hpcstack(command, RECIPE, "--site", site, "--dry-run")
     assert proc.returncode == 0, proc.stderr
     got = normalise(proc.stdout)
-    assert_golden(GOLDEN / f"mpi4py-{site}-{command}.sh", got)
+    assert_site_golden(GOLDEN / f"mpi4py-{site}-{command}.sh", got, site)
     if command == "install":
-        # the sdist checked, built with the site's wrapper, the sanity program, the module
-        assert "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02" in got
-        wrapper = {"cirrus": "mpicc", "perlmutter": "cc"}[site]      # the site's toolchain.cc
-        assert f"MPICC={wrapper}" in got and f"mpi4py-sanity {wrapper}" in got
-        assert "mpi4py-validate" in got
+        # the plan itself, also where the site builds in a batch job (build.batch_job: the dry
+        # run above shows the job step): the sdist checked, built with the site's wrapper, the
+        # sanity program, the module
+        plan = hpcstack(command, RECIPE, "--site", site, "--dry-run", "--on-login-node")
+        assert plan.returncode == 0, plan.stderr
+        assert "56860286dc45f20e8821e93cb06669e30462348bf866f685553fa4b712d58d02" in plan.stdout
+        wrapper = load_site(site).toolchain.cc
+        assert f"MPICC={wrapper}" in plan.stdout and f"mpi4py-sanity {wrapper}" in plan.stdout
+        assert "mpi4py-validate" in plan.stdout
     else:
         assert "module load mpi4py/4.1.2" in got
         assert "/bin/mpi4py-validate --ring-bytes 1 --ring-loops 1000" in got

@@ -1,19 +1,26 @@
-"""pytorch/2.14.1-gpu (torch.distributed, no Horovod) through every export, for cirrus and perlmutter.
+"""pytorch/2.14.1-gpu (torch.distributed, no Horovod) through every export, for every shipped GPU site.
 
-The exports are generic: nothing in ``hpcstack/`` names this recipe. Golden files
-``tests/golden/pytorch-2.14.1-gpu-<site>-*`` hold, per site, the install (perlmutter; cirrus is refused by
-the GPU-architecture preflight: its one line is a golden file too) and validation dry-runs
+The exports are generic: nothing in ``hpcstack/`` names this recipe, and no line here names a site:
+the sites are conftest's ``gpu_sites()``, and whether a site fits the recipe's wheels is what
+hpcstack's preflight says (conftest's ``preflight_refusal``: the GPU architectures against
+``toolchain.cuda.cc_list``, the CUDA against ``gpu.driver_version``), read from the site config.
+Today cirrus's V100s (7.0) are refused (CUDA 13.0 wheels with SASS from sm_75) and the A100 sites
+fit. Golden files ``tests/golden/pytorch-2.14.1-gpu-<site>-*`` hold, per site, the install (a site
+that fits) or the preflight's refusal (``<site>-pytorch-2.14.1-gpu-preflight.txt``, its one line
+per problem) and validation dry-runs
 (the install script carries the constraints file and the modulefiles), the ReFrame check and
-its settings (``validate --emit reframe``), the CycloneDX SBOM (``hpcstack action sbom`` with the
-dry-run's own spec; the number of a component's hashes, not each) and the Jupyter kernel (launcher and ``kernel.json``); for localhost the
-Dockerfile and Apptainer definition (cirrus's are refused as its install is; perlmutter's site
-config has no ``container`` section: a clear error). docs/recipe-pytorch-next.md lists every
+its settings (``validate --emit reframe``), the CycloneDX SBOM of a site that fits (``hpcstack
+action sbom`` with the dry-run's own spec; the number of a component's hashes, not each) and the
+Jupyter kernel (launcher and ``kernel.json``); for localhost the Dockerfile and Apptainer definition
+(a refused site's are refused as its install is; a GPU site without a ``container`` section gets a
+clear error). docs/recipe-pytorch-next.md lists every
 golden file of the recipe (tests/test_docs_pages.py). The easyconfig reads PyPI: tests/test_pytorch_next_easyconfig.py.
 
 Normalised before the comparison: the build id, hpcstack's data directory and version, the uv
 binary, the validation's output directory, the SBOM's serial number and time stamp, and the
 lock file's sha256 (checked here, not frozen). Regenerate with ``HPCSTACK_UPDATE_GOLDEN=1 pytest
-tests/test_pytorch_next_exports.py`` and review the diff of ``tests/golden/``.
+tests/test_pytorch_next_exports.py`` (conftest's ``REGENERATE`` for a new site) and review the
+diff of ``tests/golden/``.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import pytest
 
 import hpcstack
 from hpcstack.fsutil import current_user
-from conftest import REPO, assert_golden, hpcstack as run_hpcstack
+from conftest import REPO, assert_golden, assert_site_golden, gpu_sites, hpcstack as run_hpcstack, preflight_refusal
 from hpcstack import __version__
 
 pytestmark = pytest.mark.unit
@@ -38,7 +45,8 @@ RECIPE = "pytorch/2.14.1-gpu"
 GOLDEN = Path(__file__).parent / "golden"
 LOCK = REPO / "recipes" / "pytorch" / "2.14.1-gpu.pypi.lock"
 DATA_DIR = str(Path(hpcstack.__file__).resolve().parent / "data")
-SITES = ["cirrus", "perlmutter"]
+#: The shipped GPU sites (conftest's gpu_sites).
+SITES = gpu_sites()
 
 
 def normalise(text: str) -> str:
@@ -59,33 +67,53 @@ def ok(*args: str) -> str:
     return proc.stdout
 
 
-#: The sites whose GPUs the recipe's torch wheels run on (cirrus's V100s are refused: below).
-FITTING = ["perlmutter"]
+#: The sites whose GPUs and driver the recipe's torch wheels run on, as hpcstack's preflight says,
+#: and those it refuses (today cirrus: V100, compute capability 7.0, below the wheels' sm_75).
+FITTING = [site for site in SITES if not preflight_refusal(RECIPE, site)]
+REFUSED = [site for site in SITES if site not in FITTING]
 
 
 @pytest.fixture(scope="module")
 def dry_runs() -> dict[tuple[str, str], str]:
-    return {(site, cmd): ok(cmd, RECIPE, "--site", site, "--dry-run")
-            for site in SITES for cmd in ("install", "validate") if cmd == "validate" or site in FITTING}
+    """``(site, command)``: the dry run's output; ``(site, "plan")``: the install's plan itself
+    (``--on-login-node``: the same as ``install`` unless the site builds in a batch job, whose dry
+    run shows the job step)."""
+    runs = {(site, "validate"): ok("validate", RECIPE, "--site", site, "--dry-run") for site in SITES}
+    for site in FITTING:
+        runs[site, "install"] = ok("install", RECIPE, "--site", site, "--dry-run")
+        runs[site, "plan"] = ok("install", RECIPE, "--site", site, "--dry-run", "--on-login-node")
+    return runs
 
 
-@pytest.mark.parametrize("site, command", [("perlmutter", "install"), ("cirrus", "validate"),
-                                           ("perlmutter", "validate")])
+@pytest.mark.parametrize("site, command", [*((site, "install") for site in FITTING),
+                                           *((site, "validate") for site in SITES)])
 def test_dry_runs_match_the_golden_files(dry_runs, site, command):
-    assert_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-{command}.sh", normalise(dry_runs[site, command]))
+    assert_site_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-{command}.sh", normalise(dry_runs[site, command]), site)
 
 
-def test_the_cirrus_install_is_refused_by_the_gpu_architecture_preflight():
-    """cirrus's V100s (compute capability 7.0) and torch 2.14.1's CUDA 13.0 wheels (SASS from
-    sm_75): the dry run says why in one line and exits 2, as the install does before writing."""
-    proc = run_hpcstack("install", RECIPE, "--site", "cirrus", "--dry-run")
+def test_the_sites_are_split_by_the_preflight():
+    """At least one shipped GPU site fits the recipe (its install is tested here); each refusal
+    names a key of the site config (its GPUs' compute capabilities or its driver) and the file."""
+    assert FITTING, SITES
+    for site in REFUSED:
+        for line in preflight_refusal(RECIPE, site):
+            assert ("toolchain.cuda.cc_list" in line or "gpu." in line) and f"{site}.yaml" in line, line
+
+
+@pytest.mark.parametrize("site", REFUSED)
+def test_a_refused_install_says_why_before_writing(site):
+    """The GPU-architecture or driver preflight (e.g. cirrus's V100s, compute capability 7.0, and
+    torch 2.14.1's CUDA 13.0 wheels with SASS from sm_75): the dry run says why in one line per
+    problem and exits 2, as the install does before writing."""
+    proc = run_hpcstack("install", RECIPE, "--site", site, "--dry-run")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert_golden(GOLDEN / "cirrus-pytorch-2.14.1-gpu-preflight.txt", normalise(proc.stderr))
+    assert proc.stderr.splitlines() == [f"error: {line}" for line in preflight_refusal(RECIPE, site)]
+    assert_site_golden(GOLDEN / f"{site}-pytorch-2.14.1-gpu-preflight.txt", normalise(proc.stderr), site)
 
 
 @pytest.mark.parametrize("site", FITTING)
 def test_install_has_no_source_build_and_no_horovod(dry_runs, site):
-    script = dry_runs[site, "install"]
+    script = dry_runs[site, "plan"]
     assert "--require-hashes -r @HPCSTACK_DATA@/recipes/pytorch/2.14.1-gpu.pypi.lock" in normalise(script)
     for word in ("HOROVOD_", "horovodrun --check-build", "horovod==", "--no-build-isolation", "step build"):
         assert word not in script, word
@@ -101,14 +129,15 @@ def test_validation_trains_ddp_only_with_nccl_on_the_gpus(dry_runs, site):
     assert "horovod" not in script.lower()
 
 
+@pytest.mark.parametrize("site", REFUSED)
 @pytest.mark.parametrize("fmt", ["docker", "apptainer", "easyconfig"])
-def test_cirrus_exports_are_refused_as_its_install_is(fmt, tmp_path):
-    """An image of cirrus's V100 nodes, or an easyconfig for them, would install wheels without
-    sm_70: the export says why, as the install does, and writes nothing."""
+def test_a_refused_sites_exports_are_refused_as_its_install_is(site, fmt, tmp_path):
+    """An image of a refused site's nodes (cirrus's V100s), or an easyconfig for them, would
+    install wheels its GPUs do not run: the export says why, as the install does, and writes nothing."""
     out = tmp_path / "spec"
-    proc = run_hpcstack("export", RECIPE, "--site", "cirrus", "--format", fmt, "-o", str(out))
+    proc = run_hpcstack("export", RECIPE, "--site", site, "--format", fmt, "-o", str(out))
     assert proc.returncode == 2 and not out.exists(), proc.stderr
-    assert normalise(proc.stderr) == (GOLDEN / "cirrus-pytorch-2.14.1-gpu-preflight.txt").read_text()
+    assert proc.stderr.splitlines() == [f"error: {line}" for line in preflight_refusal(RECIPE, site)]
 
 
 @pytest.mark.parametrize("site, fmt, suffix", [("localhost", "docker", "Dockerfile"), ("localhost", "apptainer", "def")])
@@ -121,10 +150,17 @@ def test_container_specs_match_the_golden_files(site, fmt, suffix, tmp_path):
     assert_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}.{suffix}", normalise(text))
 
 
+def _without_container() -> str:
+    """The first fitting GPU site whose config has no ``container`` section."""
+    from hpcstack.site import load_site
+
+    return next(site for site in FITTING if load_site(site).raw.get("container") is None)
+
+
 @pytest.mark.parametrize("fmt", ["docker", "apptainer"])
 def test_a_site_without_a_container_section_gets_one_line(fmt, tmp_path):
     out = tmp_path / "spec"
-    proc = run_hpcstack("export", RECIPE, "--site", "perlmutter", "--format", fmt, "-o", str(out))
+    proc = run_hpcstack("export", RECIPE, "--site", _without_container(), "--format", fmt, "-o", str(out))
     assert proc.returncode == 2 and not out.exists()
     assert proc.stderr.count("\n") == 1 and "container: missing section" in proc.stderr
 
@@ -135,9 +171,9 @@ def test_reframe_check_and_settings_match_the_golden_files(site, tmp_path):
     ok("validate", RECIPE, "--site", site, "--emit", "reframe", str(out))
     check = (out / "pytorch_2_14_1_gpu_check.py").read_text()
     assert "required_transport = variable(str, type(None), value='nccl')" in check
-    assert_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-reframe-check.py", normalise(check))
-    assert_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-reframe-settings.py",
-                  normalise((out / "settings.py").read_text()))
+    assert_site_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-reframe-check.py", normalise(check), site)
+    assert_site_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-reframe-settings.py",
+                       normalise((out / "settings.py").read_text()), site)
 
 
 def _sbom(script: str, path: Path) -> dict:
@@ -149,7 +185,7 @@ def _sbom(script: str, path: Path) -> dict:
 
 @pytest.mark.parametrize("site", FITTING)
 def test_sbom_matches_the_golden_file(dry_runs, site, tmp_path):
-    bom = _sbom(dry_runs[site, "install"], tmp_path / "sbom.json")
+    bom = _sbom(dry_runs[site, "plan"], tmp_path / "sbom.json")
     names = {c["name"]: c.get("version") for c in bom["components"]}
     assert names["torch"] == "2.14.1" and "horovod" not in names
     bom["serialNumber"] = "@SERIAL@"
@@ -162,8 +198,8 @@ def test_sbom_matches_the_golden_file(dry_runs, site, tmp_path):
         if files:
             c["properties"] = [p for p in props if p not in files] + [
                 {"name": "hpcstack:allowed-file-sha256", "value": f"{len(files)} files"}]
-    assert_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-sbom.json",
-                  normalise(json.dumps(bom, indent=1, sort_keys=True) + "\n"))
+    assert_site_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-sbom.json",
+                       normalise(json.dumps(bom, indent=1, sort_keys=True) + "\n"), site)
 
 
 @pytest.mark.parametrize("site", SITES)
@@ -182,22 +218,28 @@ def test_kernel_matches_the_golden_file(site, tmp_path):
     text = (json.dumps(spec.kernel_json, indent=1, sort_keys=True) + "\n" + spec.launcher)
     text = text.replace(str(tmp_path), "@TMP@")
     assert "pytorch/2.14.1-gpu" in text
-    assert_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-kernel.txt", normalise(text))
+    assert_site_golden(GOLDEN / f"pytorch-2.14.1-gpu-{site}-kernel.txt", normalise(text), site)
 
 
-def test_whatis_names_the_pins_of_the_sites_python(dry_runs):
-    # the universal lock pins scikit-learn 1.7.2 for Python < 3.11 and 1.9.1 above: perlmutter has 3.11
-    assert ('whatis("Packages: torch 2.14.1, torchvision 0.29.2, torchmetrics 1.9.0, '
-            'tensorboard 2.21.0, scikit-learn 1.9.1, ipykernel 7.4.0")') in dry_runs["perlmutter", "install"]
+@pytest.mark.parametrize("site", FITTING)
+def test_whatis_names_the_pins_of_the_sites_python(dry_runs, site):
+    from hpcstack.site import load_site
+
+    # the universal lock pins scikit-learn 1.7.2 for Python < 3.11 and 1.9.1 above: the site's python.version
+    major, minor = map(int, load_site(site).python_version.split("."))
+    sklearn = "1.9.1" if (major, minor) >= (3, 11) else "1.7.2"
+    assert (f"Packages: torch 2.14.1, torchvision 0.29.2, torchmetrics 1.9.0, "
+            f"tensorboard 2.21.0, scikit-learn {sklearn}, ipykernel 7.4.0") in dry_runs[site, "plan"]
 
 
-@pytest.mark.parametrize("site, transport", [("cirrus", "nccl"), ("perlmutter", "nccl"), ("localhost", None)])
-def test_the_validation_file_requires_nccl_where_the_site_has_cuda(site, transport):
+@pytest.mark.parametrize("site", [*SITES, "localhost"])
+def test_the_validation_file_requires_nccl_where_the_site_has_cuda(site):
     from hpcstack.recipe import load_recipe
     from hpcstack.site import load_site
     from hpcstack.validate.validation import validation_settings
 
     s = load_site(site)
+    transport = "nccl" if s.toolchain.has_cuda else None
     assert validation_settings(s, load_recipe(RECIPE, s)).required_transport == transport
 
 
