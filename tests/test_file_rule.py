@@ -354,8 +354,6 @@ ALLOWLIST = [
     ("hpcstack.install.service:InstallService._private_dirs", "os.makedirs", CHECKED_DIRS,
      "cache_dir, stage_root, the install root's lock directory, the wheel cache: trust.check_dirs before and "
      "after, their modes set through gate.directory"),
-    ("hpcstack.install.service:InstallService.installed", "open", CHECKED_DIRS,
-     "the published build's provenance.json (install root)"),
     ("hpcstack.install.staged:_read_mountinfo", "open", KERNEL, "/proc/<pid>/mountinfo"),
     ("hpcstack.install.staged:loop_backings", "open os.open", KERNEL,
      "/sys/block/loop*/loop/backing_file and /dev/loop* (LOOP_GET_STATUS64)"),
@@ -398,8 +396,10 @@ ALLOWLIST = [
      "--venv's bin/activate (the venv checked first: cli.modules._check_venv)"),
     ("hpcstack.modules.kernel", ".read_text .mkdir tempfile.mkdtemp .write_text .chmod os.rename shutil.rmtree",
      CHECKED_DIRS, "the kernels directory, checked by session.check_dirs ('kernels directory')"),
-    ("hpcstack.modules.syntax:Tcl._is_modulefile", "open", CHECKED_DIRS,
-     "a file of a module directory: the module root, or one the site names (checked as the site's code)"),
+    ("hpcstack.modules.syntax:Tcl._is_modulefile", "os.open", CHECKED_DIRS,
+     "a file of a module directory (the module root, or one the site names, checked as the site's code; "
+     "the stack group may write it): O_NONBLOCK, fstat regular, its first 8 bytes compared; a link followed as "
+     "the module tools follow it"),
     ("hpcstack.modules.writer", ".read_text fsutil.write_atomic .unlink", CHECKED_DIRS,
      "hpcstack's default files in the module root"),
     # recipes, configs

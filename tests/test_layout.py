@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcstack.install import layout, records
-from hpcstack.errors import ConfigError
+from hpcstack.errors import ConfigError, HpcstackError
 from hpcstack.install.actions import Publish, Run, WriteFile
 from hpcstack.install.plan import Plan, Step
 from hpcstack.install.runner import Runner, diagnose, full_filesystem, pending_steps, preflight
@@ -355,3 +355,36 @@ def test_a_link_in_the_builds_state_directory_is_refused_never_written_through(s
     with open(state / "logs" / "build.log", "w"):      # the control: by name, through the link
         pass
     assert target.read_text() == ""
+
+
+@pytest.mark.unit
+def test_installed_reads_no_fifo_at_the_provenance_record(tmp_path):
+    """``InstallService.installed`` reads the published build's ``provenance.json`` through the
+    gate: a FIFO put there (the build is the stack group's to write) is refused in one line at
+    once, not opened by name (which blocked root for ever)."""
+    import signal
+    from types import SimpleNamespace
+
+    from hpcstack.install.service import InstallService
+
+    lay = layout.StackLayout(str(tmp_path / "sw"), "tiny", "1.0")
+    build = os.path.join(lay.top, ".1.0-0123456789ab")
+    os.makedirs(os.path.join(build, ".hpcstack"))
+    os.symlink(".1.0-0123456789ab", lay.prefix)
+    modulefile = tmp_path / "modules" / "tiny" / "1.0"
+    modulefile.parent.mkdir(parents=True)
+    modulefile.write_text("#%Module\n")
+    os.mkfifo(os.path.join(lay.provenance_dir(build), "provenance.json"))
+    service = object.__new__(InstallService)
+    service.layout, service.modulefile, service.trust = lay, str(modulefile), None
+    service.site, service.recipe = SimpleNamespace(raw={}, ref="s", name="s"), SimpleNamespace(ref="tiny/1.0")
+    service.name, service.version = "tiny", "1.0"
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("blocked on the FIFO"))
+    signal.alarm(5)
+    try:
+        with pytest.raises(HpcstackError) as info:
+            service.installed()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert "provenance.json: not a regular file" in str(info.value) and "\n" not in str(info.value)

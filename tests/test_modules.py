@@ -519,3 +519,28 @@ def test_installed_stack_loads_and_unloads_cleanly(combo, installed):
     assert re.search(r"LOADED=python/3\.\d+:pytorch/2\.3\.1-gpu\n", proc.stdout), proc.stderr
     assert "TORCH 2.3.1" in proc.stdout and f" {os.path.realpath(installed.prefix)}/venv/" in proc.stdout
     assert "RESTORED" in proc.stdout, proc.stdout
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_fifo_or_a_device_in_a_module_directory_is_no_modulefile_and_blocks_nothing(tmp_path, kind):
+    """A FIFO (or a link to ``/dev/zero``) put where a Tcl modulefile is looked for: not a
+    modulefile, answered at once (an ``open`` by name blocked on the FIFO for ever)."""
+    import signal
+
+    from hpcstack.modules.syntax import Tcl
+
+    path = tmp_path / "1.0"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    (tmp_path / "2.0").write_text("#%Module\n")
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("blocked on the FIFO"))
+    signal.alarm(5)
+    try:
+        assert Tcl()._is_modulefile(path) is False
+        assert Tcl()._is_modulefile(tmp_path / "2.0") is True
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

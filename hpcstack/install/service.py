@@ -377,9 +377,13 @@ class InstallService:
         try:
             import json
 
-            with open(record_file) as f:
-                record = json.load(f)
-        except (OSError, ValueError):
+            from hpcstack import trust
+
+            # through the gate: the build is the stack group's to write; a FIFO, a device or a
+            # link there is refused, never opened by name
+            pol = (self.trust or trust.Policy(uid=os.geteuid())).for_site_dirs(permission_settings(self.site)[0])
+            record = json.loads(gate.read_file(gate.resolved(record_file, pol), provenance.MAX_RECORDED, pol))
+        except (OSError, ValueError, RecursionError):
             raise HpcstackError(f"{self.layout.prefix} -> {build} was not installed by hpcstack (no readable "
                                 f"{record_file}); {hint}") from None
         return InstalledStack(self.layout.prefix, build, self.modulefile, record)

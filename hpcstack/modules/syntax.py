@@ -15,7 +15,9 @@ A new syntax is one class here, decorated with :func:`register_syntax`, plus its
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Callable, ClassVar
 
@@ -194,12 +196,22 @@ class Tcl(ModuleSyntax):
         return None if path.name.endswith(".lua") else super().version_of(path)
 
     def _is_modulefile(self, path: Path) -> bool:
-        """Environment Modules reads a file as a modulefile only if it starts with ``#%Module``."""
+        """Environment Modules reads a file as a modulefile only if it starts with ``#%Module``.
+
+        Opened ``O_NONBLOCK`` and checked by ``fstat``: a FIFO or a device at the name (a module
+        directory the stack group may write) is not a modulefile and never blocks or feeds the
+        read. A link is followed, as the module tools follow it (a version linked to another's
+        modulefile), and only whether the first 8 bytes are ``#%Module`` is used."""
         try:
-            with open(path, "rb") as f:
-                return f.read(8) == b"#%Module"
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return False
+        try:
+            return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 8, 0) == b"#%Module"
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
 
 @register_syntax
