@@ -351,9 +351,6 @@ ALLOWLIST = [
     ("hpcstack.install.runner:Failpoint.reached", "os.open", TEST_HOOK, "the hold file of a test"),
     ("hpcstack.install.runner:run_actions", "tempfile.TemporaryFile", PRIVATE,
      "a background action's output, an unnamed file"),
-    ("hpcstack.install.service:InstallService._private_dirs", "os.makedirs", CHECKED_DIRS,
-     "cache_dir, stage_root, the install root's lock directory, the wheel cache: trust.check_dirs before and "
-     "after, their modes set through gate.directory"),
     ("hpcstack.install.staged:_read_mountinfo", "open", KERNEL, "/proc/<pid>/mountinfo"),
     ("hpcstack.install.staged:loop_backings", "open os.open", KERNEL,
      "/sys/block/loop*/loop/backing_file and /dev/loop* (LOOP_GET_STATUS64)"),
@@ -410,8 +407,10 @@ ALLOWLIST = [
     ("hpcstack.validate.outdir:chown_tree", "os.open", CHECKED_DIRS,
      "the validation directory validation_dir checked, O_NOFOLLOW, then gate.walk_files"),
     ("hpcstack.validate.outdir:_chown_file", "os.open", DESCRIPTOR, "in a directory of gate.walk_files, O_NOFOLLOW"),
-    ("hpcstack.validate.outdir:validation_dir", "os.makedirs tempfile.mkdtemp os.open", CHECKED_DIRS,
-     "trust.check_dirs before and after it is made, then opened O_NOFOLLOW and fchmod-ed"),
+    ("hpcstack.validate.outdir:validation_dir", "tempfile.mkdtemp os.open", CHECKED_DIRS,
+     "the directories made with gate.mkdir (parents by mkdirat in checked descriptors); the new <base>-XXXXXX "
+     "made by mkdtemp (O_EXCL, 0700) in that checked output root, trust.check_dirs after, then opened "
+     "O_NOFOLLOW and fchmod-ed"),
     ("hpcstack.validate.render:write_report", "fsutil.write_no_follow", OWN_WALK,
      "the report in the validation directory (maybe submit_as's): no link followed below it"),
     ("hpcstack.validate.runner", "fsutil.open_dir_no_follow fsutil.makedirs_no_follow fsutil.write_no_follow "

@@ -147,3 +147,65 @@ def test_chown_tree_changes_by_descriptor_and_skips_links_and_hard_links(tmp_pat
     finally:
         os.fchown = real_fchown
     assert sorted(seen) == sorted([str(out), str(job), str(job / "job.sh")])
+
+
+def _plant_after_first_check(monkeypatch, module, where: Path, elsewhere: Path) -> None:
+    """After the first ``trust.check_dirs`` of ``module`` (the check before anything is made), a
+    link appears at ``where`` (a directory still to be made) pointing at ``elsewhere``: the race
+    a stack-group member or a user runs between the check and a ``makedirs`` by name (the link
+    is given to ``nobody``: root's own link would be one the gate may follow)."""
+    from hpcstack import trust
+
+    real, calls = trust.check_dirs, []
+
+    def check_then_plant(*args, **kwargs):
+        real(*args, **kwargs)
+        if not calls:
+            where.symlink_to(elsewhere)
+            os.lchown(where, 65534, 65534)      # nobody's link: not one a trusted account put there
+        calls.append(1)
+
+    monkeypatch.setattr(trust, "check_dirs", check_then_plant)
+
+
+@pytest.mark.integration          # root gives the link to another account
+def test_the_validation_directory_is_made_through_no_link_planted_after_the_check(tmp_path, monkeypatch):
+    """A link planted at a missing parent of ``--output-dir`` after the check: root makes
+    nothing through it (``os.makedirs`` followed it and made the directory elsewhere)."""
+    from hpcstack import trust
+    from hpcstack.errors import ConfigError
+    from hpcstack.validate import outdir
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    planned = tmp_path / "runs" / "v1"
+    _plant_after_first_check(monkeypatch, outdir, tmp_path / "runs", elsewhere)
+    with pytest.raises(ConfigError) as info:
+        outdir.validation_dir("--output-dir", str(planned), str(tmp_path), "v", trust.Policy(uid=os.geteuid()))
+    assert "a symbolic link" in str(info.value) and "\n" not in str(info.value), str(info.value)
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.integration          # root gives the link to another account
+def test_the_installs_private_directories_are_made_through_no_link_planted_after_the_check(tmp_path, monkeypatch):
+    """``InstallService._private_dirs``: a link planted at a missing parent of the cache after the
+    check: nothing made through it (the check after finds the link and refuses)."""
+    from types import SimpleNamespace
+
+    from hpcstack.errors import ConfigError
+    from hpcstack.install import service as service_mod
+    from hpcstack.install.layout import StackLayout
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    svc = object.__new__(service_mod.InstallService)
+    svc.trust = None
+    svc.site = SimpleNamespace(raw={}, cache_dir=str(tmp_path / "var" / "cache"), stage_root=str(tmp_path / "stage"),
+                               install_root=str(tmp_path / "sw"), installer=SimpleNamespace(wheel_cache=None))
+    svc.layout = StackLayout(str(tmp_path / "sw"), "tiny", "1.0")
+    monkeypatch.setattr(service_mod.InstallService, "_lock_mode", lambda self: 0o600)
+    _plant_after_first_check(monkeypatch, service_mod, tmp_path / "var", elsewhere)
+    with pytest.raises((ConfigError, OSError)):
+        with svc._private_dirs():
+            pass
+    assert list(elsewhere.iterdir()) == []

@@ -336,11 +336,11 @@ class InstallService:
         pol = (self.trust or trust.Policy(uid=os.geteuid())).for_site_dirs(permission_settings(self.site)[0])
         checked = [*labelled, ("install root", self.site.install_root), ("install root", self.layout.top)]
         trust.check_dirs(checked, pol)      # before a directory is made in a place another user owns
-        for d in dirs:
+        for d in dirs:                      # mkdirat in each checked parent's descriptor: no link followed
             try:
-                os.makedirs(d, mode=mode, exist_ok=True)
-            except OSError:
-                pass  # the step that writes there names the problem
+                gate.mkdir(gate.resolved(os.path.abspath(d), pol), mode, parents=True, pol=pol)
+            except (OSError, HpcstackError):
+                pass  # the step that writes there names the problem (the check below, a refusal)
         trust.check_dirs(checked, pol)      # and again: one another user made meanwhile
         for d in dirs:                      # through a descriptor: a link at the name is not followed
             try:

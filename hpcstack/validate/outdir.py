@@ -115,17 +115,21 @@ def validation_dir(label: str, output_dir: str | None, output_root: str, base: s
     planned = os.path.abspath(output_dir) if output_dir else os.path.join(os.path.abspath(output_root), base)
     trust.check_dirs([(label, planned)], pol)         # before anything is made in it
     try:
+        # made through the gate: each missing directory by mkdirat in its checked parent's
+        # descriptor, never through a link put at a name meanwhile
         if output_dir:
-            os.makedirs(planned, exist_ok=True)
+            gate.mkdir(gate.resolved(planned, pol), 0o777, parents=True, exact=False, pol=pol)
             out = planned
         else:
-            os.makedirs(output_root, exist_ok=True)
+            gate.mkdir(gate.resolved(os.path.abspath(output_root), pol), 0o777, parents=True, exact=False, pol=pol)
             out = tempfile.mkdtemp(prefix=base + "-", dir=os.path.abspath(output_root))
         trust.check_dirs([(label, out)], pol)         # and again: one another user made meanwhile
         fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError([f"{label} {planned}: cannot use it as the validation's directory: "
                            f"{exc.strerror} (give --output-dir a directory of your own)"]) from None
+    except gate.GateError as exc:
+        raise ConfigError([f"{label} {exc}"]) from None
     try:
         st = os.fstat(fd)
         if not (stat.S_ISDIR(st.st_mode) and pol.trusted_uid(st.st_uid)):
