@@ -329,7 +329,7 @@ def open_file(path: str | os.PathLike, pol=None) -> int:
         os.close(dfd)
 
 
-def read_file(path: str | os.PathLike, max_bytes: int, pol=None) -> bytes:
+def read_file(path: str | os.PathLike, max_bytes: int, pol=None, *, one_link: bool = False) -> bytes:
     """Read a regular file through the gate (:func:`open_file`: its directories as
     :func:`open_dir` checks them, the file opened with ``O_NOFOLLOW|O_NONBLOCK`` and checked by
     ``fstat``: a regular file that only trusted accounts can change).
@@ -338,13 +338,16 @@ def read_file(path: str | os.PathLike, max_bytes: int, pol=None) -> bytes:
         path (str | os.PathLike): an absolute path.
         max_bytes (int): the most bytes accepted; a larger file is refused (not read in part).
         pol (hpcstack.trust.Policy | None): whom to trust (default :func:`current_policy`).
+        one_link (bool): refuse a file with more than one hard link (a file of another
+            directory, say ``/etc/shadow``, linked into one another account owns: reading
+            anyone's files without the owner rule, root would show it).
 
     Returns:
         bytes: the file's content.
 
     Raises:
-        GateError: a link anywhere, not a regular file, an untrusted owner or writer, or larger
-            than ``max_bytes``.
+        GateError: a link anywhere, not a regular file, an untrusted owner or writer, larger
+            than ``max_bytes``, or (``one_link``) more than one hard link.
         OSError: missing or unreadable.
     """
     target = os.fspath(path)
@@ -353,6 +356,8 @@ def read_file(path: str | os.PathLike, max_bytes: int, pol=None) -> bytes:
         fst = os.fstat(f)
         if fst.st_size > max_bytes:
             refuse(target, f"larger than {max_bytes} bytes ({fst.st_size})")
+        if one_link and fst.st_nlink > 1:
+            refuse(target, f"has {fst.st_nlink} hard links (a file that is also elsewhere is not read)")
         chunks, left = [], max_bytes + 1
         while left > 0 and (block := os.read(f, min(left, 1 << 20))):
             chunks.append(block)

@@ -892,3 +892,22 @@ def test_show_of_a_users_stack_follows_no_link_at_its_record(attacker):
         assert "roots-" not in proc.stdout + proc.stderr
     # the positive control: by name, through the link
     assert "roots-record" in (stack / ".hpcstack" / "provenance.json").read_text()
+
+
+def test_show_of_a_users_stack_reads_no_hard_link_to_a_file_of_roots(attacker):
+    """A file of root's hard-linked into the user's ``DIR/.hpcstack`` (where
+    ``fs.protected_hardlinks`` is off, or a file the user may read): root's ``show`` neither
+    prints it as the user's record nor lists its content (``--file`` too); the user's own
+    files still show. Positive control: by name the link reads root's file."""
+    roots = victim_dir(attacker)
+    (roots / "secret.json").write_text(json.dumps({"steps": [], "secret": "roots-plan"}))
+    stack = attacker.mkdir(attacker.home / "stack")
+    state = attacker.mkdir(stack / ".hpcstack")
+    attacker.write(state / "provenance.json", json.dumps({"hpcstack": "users-record", "site": {"name": "x"}}))
+    os.link(roots / "secret.json", state / "plan.json")     # as the user would, with protected_hardlinks off
+    assert "roots-plan" in (state / "plan.json").read_text()
+    proc = hs("show", stack, "--file", "plan.json")
+    assert "roots-plan" not in proc.stdout + proc.stderr, proc
+    assert proc.returncode != 0 and "hard links" in proc.stderr, proc
+    proc = hs("show", stack, "--json")
+    assert "roots-plan" not in proc.stdout + proc.stderr, proc

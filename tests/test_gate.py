@@ -420,6 +420,17 @@ def test_read_file_takes_regular_files_up_to_its_limit_only(tmp_path):
         gate.read_file(tmp_path / "missing", 10)
 
 
+def test_read_file_with_one_link_refuses_a_file_that_is_also_elsewhere(tmp_path):
+    """``one_link``: a file with a second hard link (another directory's file linked in) is
+    refused; without it (positive control) it is read."""
+    (tmp_path / "elsewhere").write_text("secret\n")
+    os.link(tmp_path / "elsewhere", tmp_path / "record")
+    assert gate.read_file(tmp_path / "record", 100) == b"secret\n"
+    refused(lambda: gate.read_file(tmp_path / "record", 100, one_link=True), "has 2 hard links")
+    (tmp_path / "elsewhere").unlink()
+    assert gate.read_file(tmp_path / "record", 100, one_link=True) == b"secret\n"
+
+
 def test_open_file_gives_a_descriptor_of_the_checked_regular_file(tmp_path):
     (tmp_path / "f").write_bytes(b"content")
     fd = gate.open_file(tmp_path / "f")

@@ -252,10 +252,12 @@ def _names(dir_fd: int) -> list[str]:
 
 
 def _read_at(dir_fd: int, name: str, limit: int = MAX_RECORDED) -> bytes:
-    """The content of the regular file ``name`` of ``dir_fd``, opened ``O_NOFOLLOW|O_NONBLOCK``.
+    """The content of the regular file ``name`` of ``dir_fd``, opened ``O_NOFOLLOW|O_NONBLOCK``;
+    as root, with one hard link only.
 
     Raises:
-        OSError: missing, a link (``ELOOP``), not a regular file or larger than ``limit``.
+        OSError: missing, a link (``ELOOP``), not a regular file, larger than ``limit``, or (as
+            root) more than one hard link.
     """
     fd = os.open(name, gate.FILE_READ, dir_fd=dir_fd)
     try:
@@ -263,6 +265,8 @@ def _read_at(dir_fd: int, name: str, limit: int = MAX_RECORDED) -> bytes:
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             raise OSError(errno.EINVAL, "not a regular file" if not stat.S_ISREG(st.st_mode)
                           else f"larger than {limit} bytes", name)
+        if st.st_nlink > 1 and os.geteuid() == 0:   # as read_recorded: not another file linked here
+            raise OSError(errno.EINVAL, f"has {st.st_nlink} hard links", name)
         chunks, left = [], limit + 1
         while left > 0 and (block := os.read(fd, min(left, 1 << 20))):
             chunks.append(block)
@@ -313,15 +317,17 @@ def _regular_files_below(dir_fd: int, name: str, limit: int = 20000) -> list[str
 def read_recorded(path: str | Path, limit: int = MAX_RECORDED) -> str:
     """The text of a recorded file (a path :func:`describe` returned), read through the gate
     (:func:`hpcstack.gate.read_file`) without its owner rule: every component from ``/`` down
-    opened without following a link, the file itself a regular file of at most ``limit`` bytes.
+    opened without following a link, the file itself a regular file of at most ``limit`` bytes;
+    as root, with one hard link only (a user's hard link to a root-only file in their ``DIR`` is
+    not shown).
 
     Raises:
         OSError: it cannot be read.
-        hpcstack.gate.GateError: a link on the way or at the file, not a regular file, or larger
-            than ``limit`` (one line).
+        hpcstack.gate.GateError: a link on the way or at the file, not a regular file, larger
+            than ``limit``, or (as root) more than one hard link (one line).
     """
     path = os.path.abspath(path)
-    return gate.read_file(path, limit, _ANY_OWNER).decode(errors="replace")
+    return gate.read_file(path, limit, _ANY_OWNER, one_link=os.geteuid() == 0).decode(errors="replace")
 
 
 def read_json(path: Path) -> object:
