@@ -265,6 +265,7 @@ SRUN_OWN = {
     "input": "none (the step reads no input)",
     "pty": "none (the step's output is streamed to the terminal)",
     "jobid": "none (the step gets an allocation of its own)",
+    "mpi": "none (the build is no MPI job: --mpi=none, and its processes do not see the step's variables)",
 }
 
 

@@ -100,7 +100,7 @@ def test_the_srun_line_names_the_partition_and_shape_then_the_sites_options_then
     assert batch.srun_argv(job, ["INNER", "x"], "/usr/bin/srun") == [
         "/usr/bin/srun", "--partition=boost_usr_prod", "--nodes=1", "--ntasks=1", "--cpus-per-task=8",
         "--time=02:00:00", "--qos=normal", "--account=proj_a", "--mem=30000M", "--job-name=hpcstack-build",
-        "--quit-on-interrupt", "--export=ALL,HPCSTACK_BATCH_BUILD=1", "INNER", "x"]
+        "--quit-on-interrupt", "--mpi=none", "--export=ALL,HPCSTACK_BATCH_BUILD=1", "INNER", "x"]
     plain = batch.BatchJob("debug", "00:10:00", 1)
     assert batch.srun_argv(plain, ["I"])[:6] == ["srun", "--partition=debug", "--nodes=1", "--ntasks=1",
                                                  "--cpus-per-task=1", "--time=00:10:00"]
@@ -171,7 +171,7 @@ def test_the_dry_run_shows_the_bundle_step_and_the_srun_line_and_runs_nothing(tm
     [srun] = [line for line in lines if line.startswith("srun ")]
     assert srun.startswith("srun --partition=boost_usr_prod --nodes=1 --ntasks=1 --cpus-per-task=8 "
                            "--time=02:00:00 --qos=normal --account=proj_a --mem=30000M "
-                           "--job-name=hpcstack-build --quit-on-interrupt --export=ALL,HPCSTACK_BATCH_BUILD=1 ")
+                           "--job-name=hpcstack-build --quit-on-interrupt --mpi=none --export=ALL,HPCSTACK_BATCH_BUILD=1 ")
     assert srun.endswith(f"-u -m hpcstack install {RECIPE} --site {site} --from {stage} --jobs 8")
     assert not (tmp_path / "roots").exists()            # nothing made, not even the stage directory
     data = json.loads(hpcstack("install", RECIPE, "--site", str(site), "--dry-run", "--json").stdout)

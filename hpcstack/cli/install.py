@@ -60,6 +60,7 @@ def cmd_install(args, session) -> int:
     inside = batch.check_inside()       # the job step build.batch_job started: build here
     if inside:
         print(inside, file=sys.stderr, flush=True)
+        batch.leave_job_environment()   # the build's processes are not ranks of this step
     if args.from_bundle:
         session.check_input_dir("bundle", args.from_bundle)
     site, recipe = session.load(caches=True)

@@ -11,7 +11,7 @@ internet.
    (:func:`bundle_dir`); ``--from DIR`` skips this and sends DIR;
 2. runs the rest as one job step, synchronously (:func:`srun_argv`, :func:`run_step`):
    ``srun --partition=P --nodes=1 --ntasks=1 --cpus-per-task=C --time=T [--qos=Q] [--account=A]
-   [srun_options] --job-name=hpcstack-build --quit-on-interrupt --export=ALL,HPCSTACK_BATCH_BUILD=1
+   [srun_options] --job-name=hpcstack-build --quit-on-interrupt --mpi=none --export=ALL,HPCSTACK_BATCH_BUILD=1
    PYTHON -u -m hpcstack install RECIPE ... --from BUNDLE --jobs C`` (:func:`inner_argv`), the
    step's output streamed to the terminal;
 3. exits with the inner run's status. A refusal by srun before the step started (a bad
@@ -102,7 +102,7 @@ def srun_argv(job: BatchJob, inner: list[str], srun: str = "srun") -> list[str]:
     return [srun, f"--partition={job.partition}", "--nodes=1", "--ntasks=1", f"--cpus-per-task={job.cpus_per_task}",
             f"--time={job.time_limit}", *([f"--qos={job.qos}"] if job.qos else []),
             *([f"--account={job.account}"] if job.account else []), *job.srun_options,
-            f"--job-name={JOB_NAME}", "--quit-on-interrupt", f"--export=ALL,{MARKER}=1", *inner]
+            f"--job-name={JOB_NAME}", "--quit-on-interrupt", "--mpi=none", f"--export=ALL,{MARKER}=1", *inner]
 
 
 #: The options of ``hpcstack install`` and how the job step's command gets each: ``"path"`` (made
@@ -197,12 +197,42 @@ def check_inside(environ=os.environ) -> str | None:
                           node=environ.get("SLURMD_NODENAME") or socket.gethostname())
 
 
+#: The job step's record, kept by :func:`leave_job_environment` when it clears the variables
+_RECORD: dict | None = None
+
+#: Prefixes of the variables a job step's processes inherit from Slurm and its MPI plugin: the
+#: build's own processes (compilers, the sanity check's MPI programs) must not see them, or an MPI
+#: program started as a singleton takes itself for a rank of the build's step and aborts ("Local
+#: abort before MPI_INIT completed", Open MPI 4.1 under srun's PMIx). The site's build.env and
+#: launcher variables are set by each step from the site config, after this.
+JOB_VARIABLES = ("SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_", "PRTE_", "ORTE_")
+
+
 def job_record(environ=os.environ) -> dict | None:
-    """What provenance records of the job step an install ran in (:data:`MARKER` set), or None."""
+    """What provenance records of the job step an install ran in (:data:`MARKER` set), or None;
+    after :func:`leave_job_environment`, the record it kept."""
+    if _RECORD is not None:
+        return _RECORD
     if not environ.get(MARKER) or not environ.get("SLURM_JOB_ID"):
         return None
     return {"job_id": environ["SLURM_JOB_ID"], "step_id": environ.get("SLURM_STEP_ID"),
             "node": environ.get("SLURMD_NODENAME") or socket.gethostname(), "job_name": environ.get("SLURM_JOB_NAME")}
+
+
+def leave_job_environment(environ=os.environ) -> list[str]:
+    """Inside the build's job step: keep the step's record (:func:`job_record`), then remove the
+    variables of :data:`JOB_VARIABLES` from ``environ``, so that the build runs as it would on a
+    login node.
+
+    Returns:
+        list[str]: the names removed, sorted.
+    """
+    global _RECORD
+    _RECORD = job_record(environ)
+    gone = sorted(k for k in environ if k.startswith(JOB_VARIABLES))
+    for key in gone:
+        del environ[key]
+    return gone
 
 
 def find_srun(pol) -> str:
