@@ -635,6 +635,20 @@ def test_the_venv_is_mounted_on_the_directory_held_not_the_name(build):
     assert image.mount_build(str(b), stage=str(stage)) is False
 
 
+def test_squashfuse_mounts_the_image_by_descriptor_at_the_venv(build):
+    """Without ``--stage``: squashfuse reads the image from ``/proc/self/fd/N`` of the gate's
+    descriptor and the mount sits at exactly ``<build>/venv`` (checked in mountinfo after)."""
+    if not shutil.which("squashfuse") or not os.path.exists("/dev/fuse"):
+        pytest.skip("squashfuse or /dev/fuse missing")
+    b = build["build"]
+    assert image.mount_build(str(b)) is True
+    assert _mount_of(b / "venv")[0] == "fuse.squashfuse"
+    assert (b / "venv" / "pyvenv.cfg").read_text() == "home = /usr/bin\n"
+    assert image.mount_build(str(b)) is False
+    image.unmount(str(b / "venv"))
+    assert _mount_of(b / "venv") is None
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device link"])
 def test_an_image_that_is_a_fifo_or_a_device_is_refused_without_blocking(build, kind):
     """A FIFO at ``venv.sqsh`` used to hang the prolog (``open`` blocks), a link to /dev/zero

@@ -707,8 +707,12 @@ def mount_build(build: str, stage: str | None = None, unpack: bool = False) -> b
     Raises:
         ConfigError: no image (the build is not a squashfs build, or it was removed), no
             ``squashfuse``/``mount``, an unsafe stage directory, staging fails, or the mount
-            fails (its own last error line; e.g. no ``/dev/fuse``, no loop device). A copy
-            staged by this call is removed when its mount fails.
+            fails (its own last error line; e.g. no ``/dev/fuse``, no loop device); a link or
+            a file at the build's ``venv``, or a mount that landed elsewhere (it is unmounted
+            again). A copy staged by this call is removed when its mount fails.
+        hpcstack.gate.GateError: a link on the way to the build, a directory on it that an
+            untrusted account can change, or an image that is a link, a FIFO or a device
+            (one line).
 
     With ``stage`` the copy and the mount are made under :func:`stage_lock`: a second
     ``hpcstack mount --stage`` on the node waits, then finds the venv mounted.
