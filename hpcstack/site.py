@@ -528,6 +528,13 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "fabric": {"enum": list(FABRICS)},
         "nvlink": {"type": "boolean"},
     }),
+    # What follows a scheduled validation's verdict (hpcstack/validate/actions.py): apprise URLs
+    # told of a change to DEGRADED or FAILED, and the opt-in deprecation of a FAILED stack.
+    "revalidation": _obj([], {
+        "notify": {"type": "array", "maxItems": 32, "items": {
+            "type": "string", "minLength": 3, "maxLength": 2048, "pattern": r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$"}},
+        "deprecate_on_failed": {"type": "boolean"},
+    }),
 })
 
 

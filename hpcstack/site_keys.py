@@ -374,4 +374,21 @@ KEYS: dict[str, Key] = {
                           "of one node must go peer to peer (`P2P/IPC`, `P2P/CUMEM`, `P2P/direct "
                           "pointer`), not through host shared memory (`SHM`) or the network. A P2P "
                           "channel proves peer access, not which link carries it.", "false", _V),
+    "revalidation": Key("What follows a scheduled or manual validation recorded in the site's history "
+                        "(`hpcstack schedule`, docs/admin/status.md): notifications of a stack's "
+                        "verdict turning DEGRADED or FAILED, and the opt-in deprecation of a FAILED "
+                        "stack (hpcstack/validate/actions.py). (Not `validation`: that key once held "
+                        "the workload, now the recipe's.)", "{} (nothing but the history and the "
+                        "status file)", _V),
+    "revalidation.notify": Key("Apprise URLs (https://github.com/caronc/apprise, its wiki lists the "
+                               "services: `mailto://`, `slack://`, `msteams://`, `matrix://`, "
+                               "`json://` …) told, once, when a stack's verdict in a tier changes to "
+                               "DEGRADED or FAILED: the stack, tier, verdict, since when and what "
+                               "changed since the last OK run. A URL may hold a token: keep the site "
+                               "config root's. A failure to send is one warning line.", "[]", _V),
+    "revalidation.deprecate_on_failed": Key("When a stack's verdict turns FAILED, deprecate it with "
+                                            "the lifecycle's own `hpcstack module deprecate` (its "
+                                            "modulefile then warns on load; no date, so it stays "
+                                            "loadable; `hpcstack module undeprecate` reverts it).",
+                                            "false", _V),
 }

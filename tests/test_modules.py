@@ -48,7 +48,7 @@ def context(prefix: str = "/sw/pytorch/2.3.1-gpu", version: str = "2.3.1-gpu") -
         whatis_lines=("Version: 2.3.1-gpu", "Packages: torch 2.3.1, horovod 0.28.1", "Keywords: pytorch, GPU"),
         venv_fence="# >>> hpcstack pytorch/2.3.1-gpu >>>",
         venv_warning="pytorch/2.3.1-gpu: the active venv @VENV@ is not extended; fix: extend-venv-activate @VENV@",
-        export_all=True)
+        export_all=True, status_file="/sw/modules/.hpcstack-status.json")
 
 
 # ------------------------------------------------------------------------------- rendering

@@ -24,7 +24,7 @@ import sys
 import threading
 
 from hpcstack import __version__
-from hpcstack.cli import action, export, info, install, lifecycle, modules, status, validate
+from hpcstack.cli import action, export, info, install, lifecycle, modules, schedule, status, validate
 from hpcstack.errors import ArgumentParser, ConfigError, HpcstackError
 
 
@@ -96,7 +96,7 @@ COMMANDS = (install.add_install, validate.add_validate, install.add_lock, info.a
             install.add_uninstall, install.add_mount, export.add_export, modules.add_kernel,
             validate.add_check_build, info.add_doctor, action.add_action, lifecycle.add_bundle,
             lifecycle.add_audit, lifecycle.add_usage, lifecycle.add_compare, modules.add_module,
-            status.add_status)
+            status.add_status, schedule.add_schedule)
 
 
 #: Signals that stop a command the way Ctrl-C does: SIGTERM is what ``kill``, ``timeout`` and

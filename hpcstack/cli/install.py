@@ -265,6 +265,14 @@ def cmd_uninstall(args, session) -> int:
         return 0
     for p in removed:
         print(f"removed {p}")
+    from hpcstack.validate.schedule import remove_stack
+
+    try:                                  # its re-validation entries go with it (hpcstack schedule)
+        for line in remove_stack(site, f"{name}/{version}", pol=session.policy):
+            print(f"removed {line}")
+    except HpcstackError as exc:
+        print(f"warning: its scrontab entries were not removed ({exc}): hpcstack schedule remove "
+              f"{name}/{version} --site {site.name}", file=sys.stderr)
     from hpcstack.lifecycle.deprecation import write_retired
 
     stand_in = write_retired(site, f"{name}/{version}")

@@ -58,7 +58,11 @@ def add_validate(sub) -> None:
     p.add_argument("--tier", choices=["install", "smoke", "full", "probe", "manual"],
                    help="as root, record the run in the site's validation history under this tier "
                         "(default: install for the first validation of the published build, else manual; "
-                        "hpcstack status reads it)")
+                        "hpcstack status reads it); smoke, full and probe also run that tier of the "
+                        "recipe's validation (its `tiers`: smoke and probe on one node with their "
+                        "named workload, full as without --tier; the probe runs the full tier when "
+                        "its fingerprint differs from the last OK run's) and first record the "
+                        "tier's missed slots as NOT-RUN (hpcstack schedule)")
     p.add_argument("--emit", nargs=2, metavar=("FORMAT", "DIR"),
                    help="write the validation for another tool into DIR instead of running it: "
                         "reframe: a ReFrame check (the same program, options, sanity and performance "
@@ -75,11 +79,47 @@ def cmd_validate(args, session) -> int:
     site, recipe = session.load(**({} if args.emit else {"install": True}))  # the stack it runs
     if args.emit:
         return _emit_validation(args, session, site, recipe)
-    return ValidationService(site, recipe, session.policy).run(ValidationRequest(
-        nodes=args.nodes, backend=args.backend, partition=args.partition, qos=args.qos,
-        account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
-        local=args.local, ranks=args.ranks, workload=args.workload, dry_run=args.dry_run,
-        as_json=args.json, tier=args.tier))
+    nodes, workload = args.nodes, args.workload
+    if args.tier in ("smoke", "full", "probe") and not args.collect:
+        from hpcstack.validate import schedule
+        from hpcstack.validate.settings import validation_settings
+
+        tier = schedule.tiers_of(validation_settings(site, recipe).spec)[args.tier]
+        nodes = nodes or (",".join(str(n) for n in tier.nodes) if tier.nodes and not args.local else None)
+        workload = workload or tier.workload
+        if not args.dry_run:
+            for line in schedule.record_missed_for_site(site, pol=session.policy,
+                                                        only=(recipe.full_name, args.tier)):
+                print(line)
+
+    def run(tier, nodes, workload) -> int:
+        return ValidationService(site, recipe, session.policy).run(ValidationRequest(
+            nodes=nodes, backend=args.backend, partition=args.partition, qos=args.qos,
+            account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
+            local=args.local, ranks=args.ranks, workload=workload, dry_run=args.dry_run,
+            as_json=args.json, tier=tier))
+
+    rc = run(args.tier, nodes, workload)
+    if args.tier == "probe" and not (args.dry_run or args.no_wait or args.collect):
+        full = _probe_wants_full(site, recipe, session.policy)
+        if full:
+            print(f"probe: {'; '.join(full)}: running the full tier")
+            return run("full", args.nodes, args.workload)
+    return rc
+
+
+def _probe_wants_full(site, recipe, policy) -> list[str]:
+    """After a probe run (recorded as root): why the full tier must run (the probe's fingerprint
+    against the last OK run's, :func:`hpcstack.validate.schedule.probe_decision`); ``[]``: it
+    need not (nothing changed, or nothing recorded to compare: not root)."""
+    from hpcstack.validate import history, schedule
+
+    stack_runs = [r for r in history.read_runs(history.history_path(site), policy) if r.stack == recipe.full_name]
+    probes = [r for r in stack_runs if r.tier == "probe" and r.state != "NOT-RUN"]
+    if not probes:
+        return []
+    changed, lines = schedule.probe_decision(stack_runs, probes[-1])
+    return lines if changed else []
 
 
 def _emit_validation(args, session, site, recipe) -> int:

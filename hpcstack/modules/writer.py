@@ -56,6 +56,11 @@ def root_variable(name: str) -> str:
     return "HPCSTACK_" + "".join(c if c.isalnum() else "_" for c in name.upper()) + "_ROOT"
 
 
+#: The status file in the module root that a modulefile reads on load: one line per DEGRADED or
+#: FAILED stack (:mod:`hpcstack.validate.statusfile` writes it).
+STATUS_FILE = ".hpcstack-status.json"
+
+
 @dataclass(frozen=True)
 class ModuleContext:
     """The variables a modulefile template may use.
@@ -86,6 +91,8 @@ class ModuleContext:
         venv_warning (str): that one line; ``@VENV@`` stands for the venv's directory.
         export_all (bool): on load, ``SLURM_EXPORT_ENV=NONE`` (``sbatch --export=NONE``) becomes
             ``ALL``, so that the tasks ``srun`` starts get the environment this module sets.
+        status_file (str): the site's status file (:mod:`hpcstack.validate.statusfile`); on load
+            the module prints its stack's line there (DEGRADED or FAILED since when); ``""``: no check.
 
     Raises:
         ValueError: an ``environment`` entry that is not a known :class:`EnvChange`.
@@ -110,6 +117,7 @@ class ModuleContext:
     venv_fence: str = ""
     venv_warning: str = ""
     export_all: bool = False
+    status_file: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", check_changes(self.environment, "ModuleContext"))
@@ -126,6 +134,8 @@ class ModuleContext:
         """What the template sees: every attribute, ``environment`` as it is, and ``changes``."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["changes"] = self.changes
+        # what the status file's line of this stack starts with (statusfile.render)
+        out["status_needle"] = f'\n"{self.name}/{self.version}": "'
         return out
 
 

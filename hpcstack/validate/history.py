@@ -345,9 +345,28 @@ def record_validation(site, recipe, report: dict, *, runs_outcome: list | None =
         with closing(open_history(history_path(site))) as conn:
             chosen = tier or ("manual" if has_install_baseline(conn, recipe.full_name, env["stack.build"])
                               else "install")
-            return record_report(conn, recipe.full_name, recipe.ref or recipe.full_name, chosen, report,
-                                 started=started, fingerprint=env,
-                                 sample=sample_of(runs_outcome) if runs_outcome else None)
+            before = runs(conn)
+            row = record_report(conn, recipe.full_name, recipe.ref or recipe.full_name, chosen, report,
+                                started=started, fingerprint=env,
+                                sample=sample_of(runs_outcome) if runs_outcome else None)
+            after = runs(conn)
     except (HpcstackError, OSError, sqlite3.Error, ValueError) as exc:
         print(f"warning: the validation was not recorded in the site's history: {exc}", file=sys.stderr)
         return None
+    after_recorded(site, recipe.full_name, before, after)
+    return row
+
+
+def after_recorded(site, stack: str, before: list, after: list) -> None:
+    """After a run is recorded: the site's ``revalidation`` actions on a verdict that changed
+    (:mod:`hpcstack.validate.actions`) and the status file ``module load`` reads
+    (:mod:`hpcstack.validate.statusfile`). Never raises: a failure is one warning line."""
+    import sys
+
+    from hpcstack.validate import actions, statusfile, verdict
+
+    try:
+        actions.after_record(site, verdict.verdicts(before), verdict.verdicts(after), stack)
+        statusfile.write_status_file(site, after)
+    except (HpcstackError, OSError, ValueError) as exc:
+        print(f"warning: the status file or the site's revalidation actions: {exc}", file=sys.stderr)

@@ -51,11 +51,11 @@ def users_per_stack(site, days: int = USAGE_DAYS, now: float | None = None) -> d
     cfg = usage.usage_config(site)
     if cfg is None:
         return None
+    now = time.time() if now is None else now
     try:
-        events, _ = usage.read_log(cfg, now)
+        events, _ = usage.read_log(cfg, now, since=now - days * 86400)
     except HpcstackError:
         return None
-    now = time.time() if now is None else now
     return {r.module: len(r.users) for r in usage.report(events, None, now - days * 86400)}
 
 
@@ -203,6 +203,25 @@ def write_html(site, directory: str, doc: dict, runs: list, pol=None) -> list[st
     return written
 
 
+def _missed_and_status_file(site, runs: list, pol) -> list:
+    """As root: record the scheduled tiers' missed slots as NOT-RUN
+    (:func:`hpcstack.validate.schedule.record_missed_for_site`) and rewrite the status file that
+    ``module load`` reads (:mod:`hpcstack.validate.statusfile`); return the runs, re-read when
+    slots were recorded. A failure is one warning line."""
+    from hpcstack.validate import schedule, statusfile
+
+    try:
+        missed = schedule.record_missed_for_site(site, pol=pol)
+        for line in missed:
+            print(line, file=sys.stderr)
+        if missed:
+            runs = history.read_runs(history.history_path(site), pol)
+        statusfile.write_status_file(site, runs, pol)
+    except (HpcstackError, OSError, history.sqlite3.Error) as exc:
+        print(f"warning: missed slots or the status file: {exc}", file=sys.stderr)
+    return runs
+
+
 def cmd_status(args, session) -> int:
     """``hpcstack status``: print the table (or JSON); with ``--html`` and ``--reframe-refs``,
     write the page and the references too.
@@ -219,6 +238,7 @@ def cmd_status(args, session) -> int:
         raise ConfigError([f"history: {exc}"]) from None
     except (OSError, history.sqlite3.Error) as exc:
         raise HpcstackError(f"cannot read the validation history {path}: {exc}") from None
+    runs = _missed_and_status_file(site, runs, session.policy)
     doc = status_document(site, runs, users_per_stack(site))
     try:
         if args.html:

@@ -138,6 +138,7 @@ class Modulefile(Component):
             environment=self.environment(ctx),
             recipe=r.full_name, site=site.name, **_image_check(ctx),
             whatis_lines=tuple(userhelp.whatis_lines(ctx)),
+            status_file=os.path.join(site.module_root, writer.STATUS_FILE),
             venv_fence=VENV_FENCE.format(full_name=r.full_name),
             venv_warning=VENV_WARNING.format(full_name=r.full_name), export_all=True)
 

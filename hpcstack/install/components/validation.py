@@ -105,6 +105,14 @@ _SANITY = {"type": "object", "additionalProperties": False, "properties": {
 }}
 
 
+_TIER = {"type": "object", "additionalProperties": False, "properties": {
+    "schedule": {"type": "string", "maxLength": 120,
+                 "pattern": r"^[0-9*/,-]+( [0-9*/,-]+){4}$"},   # cron's five time fields
+    "nodes": {"type": "array", "items": _POS_INT, "minItems": 1},
+    "workload": {"type": "string", "pattern": _NAME_KEY},       # a named workload of the file
+}}
+
+
 def schema(workload: dict | None = None) -> dict:
     """JSON schema (draft 2020-12) of a recipe's validation file whose program's workload entries
     follow ``workload`` (a JSON schema; None: scalar settings)."""
@@ -121,6 +129,9 @@ def schema(workload: dict | None = None) -> dict:
         "figures": {"type": "object", "minProperties": 1, "additionalProperties": False,
                     "patternProperties": {_FIGURE_NAME: _FIGURE}},
         "sanity": _SANITY,
+        # re-validation tiers (hpcstack/validate/schedule.py): when each runs and what
+        "tiers": {"type": "object", "additionalProperties": False, "patternProperties": {
+            "^(smoke|full|probe)$": _TIER}},
         "references": {"type": "object", "additionalProperties": False, "patternProperties": {
             _SYSTEM_KEY: {"type": "object", "additionalProperties": False, "patternProperties": {
                 _NODES_KEY: {"type": "object", "additionalProperties": _REFERENCE},
@@ -268,6 +279,8 @@ class ValidationSpec:
             ranks over NCCL, not Gloo); None: no such check.
         declared_backends (dict[str, Backend]): the backends the file declares itself (by
             name); the others are :data:`hpcstack.install.components.backends.DEFAULT_BACKENDS`.
+        tiers (dict[str, dict]): the file's ``tiers`` (``smoke``, ``full``, ``probe``: ``schedule``,
+            ``nodes``, ``workload``), read by :func:`hpcstack.validate.schedule.tiers_of`.
     """
 
     nodes: list
@@ -279,6 +292,7 @@ class ValidationSpec:
     every_rank: str | None = None
     cuda_transport: str | None = None
     declared_backends: dict = field(default_factory=dict)
+    tiers: dict = field(default_factory=dict)
 
     def backend(self, name: str) -> Backend:
         """The backend ``name``: the file's own declaration, else a default one.
@@ -385,7 +399,7 @@ class Validation(Component):
                                               dict(p.get("options", {})), list(p.get("files", []))),
                               figures=figures, every_rank=(data.get("sanity") or {}).get("every_rank"),
                               cuda_transport=(data.get("sanity") or {}).get("cuda_transport"),
-                              declared_backends=declared)
+                              declared_backends=declared, tiers=dict(data.get("tiers") or {}))
 
 
 def _meaning_problems(data: dict, where: str) -> list[str]:

@@ -1,0 +1,279 @@
+"""Re-validation on a schedule (hpcstack/validate/schedule.py), the status file and the load line
+(statusfile.py, the modulefile templates), and the site's revalidation actions (actions.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from hpcstack.errors import ConfigError
+from hpcstack.modules.writer import ModuleContext, render_modulefile, root_variable
+from hpcstack.site import SCHEMA
+from hpcstack.site_keys import KEYS
+from hpcstack.validate import actions, history, schedule, statusfile
+from hpcstack.validate.verdict import StackVerdict
+
+from moduletools import tool_params, require
+
+UTC = dt.timezone.utc
+FOREIGN = "# my own job\n#SCRON --partition=debug\n*/10 * * * * /home/alice/check.sh\n"
+SLURM = {"partition": "gpu", "qos": "short", "account": "z04", "output_root": "/work/z04/val"}
+
+
+def tiers(**over):
+    spec = SimpleNamespace(tiers=over, names=lambda: ["smoke"])
+    return schedule.tiers_of(spec)
+
+
+def entries(stack="pytorch/2.3.1-gpu", site="cirrus"):
+    return [schedule.Entry(site, stack, t) for t in tiers().values()]
+
+
+@pytest.mark.unit
+def test_default_tiers_and_recipe_overrides():
+    t = tiers()
+    assert (t["smoke"].schedule, t["full"].schedule, t["probe"].schedule) == ("0 3 * * *", "0 4 * * 0", "30 */6 * * *")
+    assert t["smoke"].nodes == (1,) and t["smoke"].workload == "smoke"
+    assert t["full"].nodes == () and t["full"].workload is None
+    t = tiers(full={"schedule": "0 2 * * 6", "nodes": [2, 4]})
+    assert t["full"] == schedule.Tier("full", "0 2 * * 6", (2, 4), None)
+
+
+@pytest.mark.unit
+def test_scrontab_text_exact():
+    text = schedule.entries_text(entries()[:1], ["/opt/hpcstack/bin/python", "-m", "hpcstack"], SLURM)
+    assert text.splitlines() == [
+        "# hpcstack schedule: site cirrus, stack pytorch/2.3.1-gpu, tier smoke",
+        "#SCRON --job-name=hpcstack-smoke-pytorch-2.3.1-gpu",
+        "#SCRON --time=04:00:00",
+        "#SCRON --partition=gpu",
+        "#SCRON --qos=short",
+        "#SCRON --account=z04",
+        "#SCRON --output=/work/z04/val/hpcstack-smoke-pytorch-2.3.1-gpu-%j.out",
+        "0 3 * * * /opt/hpcstack/bin/python -m hpcstack validate pytorch/2.3.1-gpu --site cirrus --tier smoke",
+    ]
+
+
+@pytest.mark.unit
+def test_install_keeps_foreign_lines_and_replaces_its_own():
+    cmd = ["hpcstack"]
+    once = schedule.install_entries(FOREIGN, entries(), cmd, SLURM)
+    assert once.startswith(FOREIGN)
+    assert [e[1:3] for e in schedule.listed_entries(once)] == [("pytorch/2.3.1-gpu", t) for t in ("smoke", "full", "probe")]
+    assert schedule.install_entries(once, entries(), cmd, SLURM) == once       # idempotent
+    both = schedule.install_entries(once, entries("mpi4py/4.1.2"), cmd, SLURM)
+    assert len(schedule.listed_entries(both)) == 6 and both.startswith(FOREIGN)
+    other_site = schedule.install_entries(both, entries(site="archer2"), cmd, SLURM)
+    assert len(schedule.listed_entries(other_site, "cirrus")) == 6
+
+
+@pytest.mark.unit
+def test_remove_keeps_foreign_lines():
+    cmd = ["hpcstack"]
+    text = schedule.install_entries(FOREIGN, entries() + entries("mpi4py/4.1.2"), cmd, SLURM) + "# after\n"
+    one = schedule.remove_entries(text, "cirrus", ["pytorch/2.3.1-gpu"])
+    assert {e[1] for e in schedule.listed_entries(one)} == {"mpi4py/4.1.2"}
+    assert one.startswith(FOREIGN) and one.endswith("# after\n")
+    assert schedule.remove_entries(text, "cirrus") == FOREIGN + "# after\n"
+    assert schedule.remove_entries(schedule.entries_text(entries(), cmd), "cirrus") == ""
+    assert schedule.remove_entries(FOREIGN, "cirrus") == FOREIGN
+
+
+@pytest.mark.unit
+def test_scrontab_commands():
+    calls = []
+
+    def run(argv, **kw):
+        calls.append((argv, kw.get("input")))
+        if argv[-1] == "-l":
+            return subprocess.CompletedProcess(argv, 1, "", "no crontab for hpcval\n")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    tab = schedule.Scrontab("hpcval", run)
+    assert tab.read() == ""
+    tab.write("0 3 * * * true\n")
+    tab.write("")
+    assert calls == [(["scrontab", "-u", "hpcval", "-l"], None),
+                     (["scrontab", "-u", "hpcval", "/dev/stdin"], "0 3 * * * true\n"),
+                     (["scrontab", "-u", "hpcval", "-r"], None)]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("spec", ["0 3 * *", "61 * * * *", "@daily", "0 3 * * mon", "5-1 * * * *"])
+def test_bad_cron_refused(spec):
+    with pytest.raises(ConfigError):
+        schedule.parse_cron(spec)
+
+
+@pytest.mark.unit
+def test_cron_slots():
+    got = schedule.slots("0 4 * * 0", dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 3, 16, tzinfo=UTC))
+    assert [s.date().isoformat() for s in got] == ["2026-03-01", "2026-03-08", "2026-03-15"]   # Sundays
+    got = schedule.slots("0 0 1 * 1", dt.datetime(2026, 3, 1, tzinfo=UTC), dt.datetime(2026, 3, 10, tzinfo=UTC))
+    assert [s.day for s in got] == [2, 9]    # 1st of the month OR Monday (Mar 1 00:00 is the start, excluded)
+
+
+@pytest.mark.unit
+def test_missed_slots_from_times():
+    now = dt.datetime(2026, 3, 5, 3, 30, tzinfo=UTC)
+    ran = ["2026-03-01T03:00:05+00:00", "2026-03-02T03:40:00+00:00", "2026-03-04T03:01:00+00:00"]
+    missed = schedule.missed_slots("0 3 * * *", ran, now)
+    assert [m.isoformat() for m in missed] == []    # after the last run (Mar 4) only Mar 5's slot, still open
+    missed = schedule.missed_slots("0 3 * * *", ran[:2], now)
+    assert [m.isoformat() for m in missed] == ["2026-03-03T03:00:00+00:00", "2026-03-04T03:00:00+00:00"]
+    assert schedule.missed_slots("0 3 * * *", ran, now + dt.timedelta(days=1))[-1].day == 5
+    # no run recorded: from the schedule's installation; nothing without it
+    since = dt.datetime(2026, 3, 3, 12, tzinfo=UTC)
+    assert [m.day for m in schedule.missed_slots("0 3 * * *", [], now, since)] == [4]
+    assert schedule.missed_slots("0 3 * * *", [], now) == []
+    # a late run in its slot's window covers it
+    assert schedule.missed_slots("0 */6 * * *", ["2026-03-05T00:00:00+00:00", "2026-03-05T11:59:00+00:00"],
+                                 dt.datetime(2026, 3, 5, 17, 59, tzinfo=UTC)) == []
+
+
+@pytest.mark.unit
+def test_record_missed_is_not_run(tmp_path):
+    conn = sqlite3.connect(tmp_path / "h.sqlite")
+    conn.executescript(history.SCHEMA)
+    history.record_report(conn, "pytorch/2.3.1-gpu", "pytorch/2.3.1-gpu", "smoke", {"ok": True},
+                          started="2026-03-01T03:00:00+00:00")
+    now = dt.datetime(2026, 3, 4, 3, 10, tzinfo=UTC)
+    got = schedule.record_missed(conn, "pytorch/2.3.1-gpu", "pytorch/2.3.1-gpu", "smoke", "0 3 * * *", now)
+    assert got == ["2026-03-02T03:00:00+00:00", "2026-03-03T03:00:00+00:00"]
+    rows = history.runs(conn, "pytorch/2.3.1-gpu", "smoke")
+    assert [(r.state, r.reason) for r in rows[1:]] == [("NOT-RUN", "slot missed (0 3 * * *)")] * 2
+    assert schedule.record_missed(conn, "pytorch/2.3.1-gpu", "pytorch/2.3.1-gpu", "smoke", "0 3 * * *", now) == []
+
+
+def run(i, tier, state="OK", **fp):
+    return history.Run(i, "pytorch/2.3.1-gpu", "r", tier, f"2026-03-0{i}T00:00:00+00:00", None, state, "",
+                       fp, {}, {})
+
+
+@pytest.mark.unit
+def test_probe_decision():
+    base = run(1, "full", **{"gpu.driver": "535.104", "nodes": "r1i0n1"})
+    same = run(2, "probe", **{"gpu.driver": "535.104", "nodes": "r1i0n7"})
+    assert schedule.probe_decision([base, same], same) == (False, [])
+    moved = run(3, "probe", **{"gpu.driver": "550.54", "nodes": "r1i0n1"})
+    assert schedule.probe_decision([base, same, moved], moved) == (True, ["changed gpu.driver: 535.104 -> 550.54"])
+    # compared with the last OK run that is not a probe; a failed probe runs the full tier too
+    assert schedule.probe_decision([moved], moved)[0] is True
+    assert schedule.probe_decision([base, run(4, "probe", "FAILED")], run(4, "probe", "FAILED"))[0] is True
+
+
+def verdict(tier, v, since=None, stack="pytorch/2.3.1-gpu"):
+    return StackVerdict(stack, tier, v, since=since)
+
+
+@pytest.mark.unit
+def test_status_file_text():
+    lines = statusfile.stack_lines([verdict("smoke", "DEGRADED", "2026-11-20T03:00:00+00:00"),
+                                    verdict("full", "FAILED", "2026-11-29T04:00:00+00:00"),
+                                    verdict("smoke", "OK", stack="mpi4py/4.1.2"),
+                                    verdict("full", "NOT-RUN", stack="jax/0.10.2-cpu")])
+    assert lines == {"pytorch/2.3.1-gpu": "FAILED since 2026-11-29"}
+    text = statusfile.render(lines, "2026-11-30T00:00:00+00:00")
+    assert json.loads(text)["stacks"] == lines
+    assert '\n"pytorch/2.3.1-gpu": "FAILED since 2026-11-29"\n' in text
+    assert json.loads(statusfile.render({}, "x")) == {"generated": "x", "stacks": {}}
+
+
+def module_context(status_file: str) -> ModuleContext:
+    return ModuleContext(name="pytorch", version="2.3.1-gpu", whatis="PyTorch", help_lines=["h"],
+                         prefix="/sw/pytorch/2.3.1-gpu", root_variable=root_variable("pytorch"), depends_on=[],
+                         path_prepend=[], pythonpath_prepend=[], status_file=status_file)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("syntax,line", [
+    ("tcl", 'if {[module-info mode load] && ![catch {open {/m/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {'),
+    ("lua", 'local fh = io.open("/m/.hpcstack-status.json", "r")')])
+def test_modulefile_status_lines(syntax, line):
+    text = render_modulefile(module_context("/m/.hpcstack-status.json"), syntax)
+    assert line in text and "(hpcstack status for details)" in text
+    assert "hpcstack-status" not in render_modulefile(module_context(""), syntax)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("tool", tool_params())
+def test_module_load_prints_the_status_line(tool, tmp_path):
+    """Needs the real `module` command (Environment Modules, Lmod): integration."""
+    require(tool)
+    root = tmp_path / "modules"
+    (root / "pytorch").mkdir(parents=True)
+    status = root / ".hpcstack-status.json"
+    name = "2.3.1-gpu" + (".lua" if tool.syntax == "lua" else "")
+    (root / "pytorch" / name).write_text(render_modulefile(module_context(str(status)), tool.syntax))
+
+    def load() -> str:
+        p = tool.bash("module load pytorch/2.3.1-gpu", modulepath=str(root))
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+
+    assert "hpcstack status" not in load()                        # no file: nothing
+    status.write_text(statusfile.render({"mpi4py/4.1.2": "DEGRADED since 2026-11-01"}, "x"))
+    assert "hpcstack status" not in load()                        # not this stack
+    status.write_text(statusfile.render({"pytorch/2.3.1-gpu": "FAILED since 2026-11-29"}, "x"))
+    assert "pytorch/2.3.1-gpu: FAILED since 2026-11-29 (hpcstack status for details)" in load()
+    status.chmod(0)
+    if subprocess.run(["cat", str(status)], capture_output=True).returncode != 0:    # not root
+        assert "hpcstack status" not in load()                    # unreadable: nothing
+
+
+@pytest.mark.unit
+def test_revalidation_site_key():
+    section = SCHEMA["properties"]["revalidation"]
+    assert set(section["properties"]) == {"notify", "deprecate_on_failed"}
+    for key in ("revalidation", "revalidation.notify", "revalidation.deprecate_on_failed"):
+        assert key in KEYS and "validate" in KEYS[key].used_by
+    assert "apprise" in KEYS["revalidation.notify"].description
+    import jsonschema
+
+    good = {"notify": ["mailto://ops@example.org"], "deprecate_on_failed": True}
+    jsonschema.validate(good, section)
+    for bad in ({"notify": ["not a url"]}, {"deprecate": True}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, section)
+
+
+class FakeApprise:
+    sent: list = []
+
+    class Apprise:
+        def __init__(self):
+            self.urls = []
+
+        def add(self, url):
+            self.urls.append(url)
+
+        def notify(self, title, body):
+            FakeApprise.sent.append((self.urls, title, body))
+            return True
+
+
+@pytest.mark.unit
+def test_actions_on_a_verdict_change():
+    site = SimpleNamespace(name="cirrus", raw={"revalidation": {"notify": ["json://localhost/hook"],
+                                                                 "deprecate_on_failed": True}})
+    deprecated = []
+    FakeApprise.sent = []
+    before = [verdict("full", "OK")]
+    after = [verdict("full", "FAILED", "2026-11-29T04:00:00+00:00")]
+    done = actions.after_record(site, before, after, "pytorch/2.3.1-gpu", apprise_module=FakeApprise,
+                                deprecate=lambda *a: deprecated.append(a))
+    assert len(done) == 2 and FakeApprise.sent[0][0] == ["json://localhost/hook"]
+    assert FakeApprise.sent[0][1] == "hpcstack cirrus: pytorch/2.3.1-gpu [full] FAILED"
+    assert deprecated == [(site, "pytorch/2.3.1-gpu", None, None, "its validation (full) FAILED since 2026-11-29")]
+    # the same verdict again: nothing; DEGRADED: told, never deprecated; no config: nothing
+    assert actions.after_record(site, after, after, "pytorch/2.3.1-gpu", apprise_module=FakeApprise) == []
+    deprecated.clear()
+    actions.after_record(site, before, [verdict("full", "DEGRADED")], "pytorch/2.3.1-gpu",
+                         apprise_module=FakeApprise, deprecate=lambda *a: deprecated.append(a))
+    assert deprecated == [] and len(FakeApprise.sent) == 2
+    assert actions.after_record(SimpleNamespace(name="c", raw={}), before, after, "pytorch/2.3.1-gpu") == []
