@@ -51,11 +51,11 @@ def users_per_stack(site, days: int = USAGE_DAYS, now: float | None = None) -> d
     cfg = usage.usage_config(site)
     if cfg is None:
         return None
-    now = time.time() if now is None else now
     try:
-        events, _ = usage.read_log(cfg, now, since=now - days * 86400)
+        events, _ = usage.read_log(cfg, now)
     except HpcstackError:
         return None
+    now = time.time() if now is None else now
     return {r.module: len(r.users) for r in usage.report(events, None, now - days * 86400)}
 
 
