@@ -116,7 +116,49 @@ def test_users_are_counted_from_the_usage_log_of_the_last_30_days(tmp_path, monk
     events = [usage.Event(int(now - 86400), "alice", "pytorch/2.3.1-gpu", "login1", None, id="1.1.1"),
               usage.Event(int(now - 86400), "bob", "pytorch/2.3.1-gpu", "login1", None, id="1.1.2"),
               usage.Event(int(now - 40 * 86400), "carol", "pytorch/2.3.1-gpu", "login1", None, id="1.1.3")]
-    monkeypatch.setattr(usage, "read_log", lambda cfg, now=None, pol=None: (events, 0))
+    monkeypatch.setattr(usage, "read_log", lambda cfg, now=None, pol=None, since=None: (events, 0))
     site = SimpleNamespace(name="s", raw={"lifecycle": {"usage_log": str(tmp_path)}})
     assert status.users_per_stack(site, now=now) == {"pytorch/2.3.1-gpu": 2}
     assert status.users_per_stack(SimpleNamespace(name="s", raw={})) is None
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+_PLOT = ("import sys; from hpcstack.validate import status; "
+         "sys.stdout.buffer.write(status.plot([], 'throughput_total'))")
+
+
+def test_a_matplotlibrc_of_the_callers_changes_no_plot(tmp_path):
+    """status runs as root from the admin's working directory: a user's ./matplotlibrc there
+    (savefig.dpi: 400), $MATPLOTLIBRC or $MPLCONFIGDIR's matplotlibrc is not read; the PNG is the
+    size of matplotlib's defaults (7 x 3.2 in at 90 dpi). A fresh interpreter: matplotlib reads its
+    rc at import."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    rc = "savefig.dpi: 400\n"
+    (tmp_path / "matplotlibrc").write_text(rc)
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "matplotlibrc").write_text(rc)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MATPLOTLIBRC": str(tmp_path / "env"),
+           "MPLCONFIGDIR": str(tmp_path / "env")}
+    proc = subprocess.run([sys.executable, "-c", _PLOT], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert _png_size(proc.stdout) == (630, 288)
+    assert sorted(p.name for p in (tmp_path / "env").iterdir()) == ["matplotlibrc"]   # no font cache there
+
+
+def test_rc_settings_read_before_are_not_used(monkeypatch):
+    """Where matplotlib was imported already (its rc read from wherever), the plot still uses
+    the defaults."""
+    import matplotlib
+
+    monkeypatch.setitem(matplotlib.rcParams, "savefig.dpi", 400)
+    monkeypatch.setitem(matplotlib.rcParams, "figure.facecolor", "red")
+    assert _png_size(status.plot([], "startup_s")) == (630, 288)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pwd
@@ -206,6 +207,107 @@ def test_collect_follows_no_link_to_the_usage_directory_or_its_spool(tmp_path, w
         usage.collect(cfg)
     assert "symbolic link" in str(exc.value) or "not root's directory" in str(exc.value)
     assert len(list(kept.iterdir())) == 1
+
+
+@needs_root
+def test_a_flood_of_one_users_lines_is_capped_per_collection(tmp_path, monkeypatch, capsys):
+    """Well-formed lines in the user's own name pass every check: a collection logs at most
+    MAX_USER_EVENTS of one user's, drops the rest (removed from the spool) and names the user in
+    one warning line; another user's events are not crowded out."""
+    monkeypatch.setattr(usage, "MAX_USER_EVENTS", 5)
+    cfg = make_usage_dir(tmp_path)
+    now = time.time()
+    nobody = pwd.getpwnam("nobody").pw_uid
+    for i in range(12):
+        (cfg.spool / f"{int(now * 1e6)}.1.{i}").write_text(line(t=int(now) - 5, user="root"))
+    other = cfg.spool / f"{int(now * 1e6)}.2.1"
+    other.write_text(line(t=int(now) - 5, user="nobody"))
+    os.chown(other, nobody, nobody)
+    done = usage.collect(cfg, now)
+    assert (done.moved, done.capped) == (6, {"root": 7})
+    assert list(cfg.spool.iterdir()) == []
+    err = capsys.readouterr().err
+    assert err.count("warning: usage:") == 1 and "root wrote 12 events" in err
+    events, _ = usage.read_log(cfg, now)
+    assert sorted(e.user for e in events) == ["nobody"] + ["root"] * 5
+
+
+@needs_root
+def test_a_module_without_a_modulefile_is_counted_not_logged(tmp_path):
+    cfg = make_usage_dir(tmp_path)
+    roots = tmp_path / "modulefiles"
+    (roots / "pytorch").mkdir(parents=True)
+    (roots / "pytorch" / "2.3.1-gpu.lua").write_text("-- a module\n")
+    (tmp_path / "usage" / "hooks").mkdir()
+    (tmp_path / "usage" / "hooks" / "roots.json").write_text(json.dumps({"roots": [str(roots)]}))
+    now = time.time()
+    for i, module in enumerate(("pytorch/2.3.1-gpu", "made-up/1.0", "made-up/2.0")):
+        (cfg.spool / f"{int(now * 1e6)}.1.{i}").write_text(line(t=int(now) - 5, user="root", module=module))
+    done = usage.collect(cfg, now)
+    assert (done.moved, done.unknown) == (1, 2)
+    assert [e.module for e in usage.read_log(cfg, now)[0]] == ["pytorch/2.3.1-gpu"]
+
+
+@needs_root
+def test_the_log_rotates_monthly_and_keeps_thirteen_months(tmp_path):
+    """usage.log last written in an earlier month becomes usage-YYYY-MM.log at the next
+    collection; a rotated file KEEP_MONTHS months old goes; readers read both, and only the files
+    of their window."""
+    cfg = make_usage_dir(tmp_path)
+    now = 1_790_000_000.0                       # 2026-09-21
+    old = now - 40 * 86400                      # 2026-08-12
+    cfg.log.write_text(ev(int(old), "alice").log_line())
+    os.chmod(cfg.log, 0o600)
+    os.utime(cfg.log, (old, old))
+    top = tmp_path / "usage"
+    (top / "usage-2025-08.log").write_text(ev(int(now - 400 * 86400), "carol").log_line())
+    (top / "usage-2025-09.log").write_text(ev(int(now - 366 * 86400), "dave").log_line())
+    (cfg.spool / f"{int(now * 1e6)}.1.1").write_text(line(t=int(now) - 5, user="root"))
+    done = usage.collect(cfg, now)
+    assert done.rotated == ["usage-2026-08.log", "-usage-2025-08.log"]
+    assert sorted(p.name for p in top.glob("usage*")) == ["usage-2025-09.log", "usage-2026-08.log", "usage.log"]
+    assert [e.user for e in usage.read_log(cfg, now)[0]] == ["root", "alice", "dave"]
+    assert usage.log_files(cfg, now - 30 * 86400) == ["usage.log", "usage-2026-08.log"]
+    assert [e.user for e in usage.read_log(cfg, now, since=now - 30 * 86400)[0]] == ["root"]
+    done = usage.collect(cfg, now)              # the same month: nothing moves
+    assert done.rotated == []
+
+
+class _Stream(io.BytesIO):
+    """A file that records how much each readline asked for and how far it was read."""
+
+    def __init__(self, data):
+        super().__init__(data)
+        self.asked = []
+
+    def readline(self, size=-1):
+        self.asked.append(size)
+        return super().readline(size)
+
+
+def test_the_log_is_read_line_by_line_in_bounded_pieces():
+    """The reader never asks for more than one event's bytes at a time (an overlong line is
+    skipped in pieces and counted once), and hands each line on before reading the next."""
+    good = ev(NOW - 60, "alice").log_line().encode()
+    stream = _Stream(good + b"x" * (10 * usage.MAX_EVENT) + b"\n" + good * 3)
+    lines = usage.read_lines(stream, [usage.MAX_LOG])
+    assert next(lines) == good.decode() and stream.tell() == len(good)
+    rest = list(lines)
+    assert rest == [None] + [good.decode()] * 3
+    assert max(stream.asked) == usage.MAX_EVENT + 1
+    stream = _Stream(good * 10)                 # the byte budget stops the read
+    assert len(list(usage.read_lines(stream, [3 * len(good)]))) == 3
+
+
+def test_read_log_streams_the_files_and_never_reads_one_whole(tmp_path, monkeypatch):
+    cfg = usage.UsageConfig(str(tmp_path / "usage"))
+    (tmp_path / "usage").mkdir()
+    cfg.log.write_text("".join(ev(NOW - i, "alice").log_line() for i in range(1, 50)) + "junk\n")
+    monkeypatch.setattr(usage.gate, "read_file", lambda *a, **k: pytest.fail("read whole"))
+    gen = usage.iter_log(cfg, NOW)
+    assert next(gen).user == "alice"
+    events, bad = usage.read_log(cfg, NOW)
+    assert (len(events), bad) == (49, 1)
 
 
 # ------------------------------------------------------------------------- the commands

@@ -6,7 +6,8 @@ A site opts in with ``lifecycle.usage_log: DIR`` (and ``lifecycle.usage_users: n
 =====================  ======  =====================================================================
 ``spool/``             1733    root's; everyone may create files, nobody but root may list it, and
                                the sticky bit keeps users from removing or renaming others' files
-``usage.log``          0600    root's: the collected events, one line each
+``usage.log``          0600    root's: the events collected this month, one line each
+``usage-YYYY-MM.log``  0600    root's: those of an earlier month (:data:`KEEP_MONTHS` in all)
 ``salt``               0600    root's: the salt of ``usage_users: hash``
 ``hooks/``             0755    ``siteconfig.tcl`` (Environment Modules) and ``SitePackage.lua``
                                (Lmod), rendered for the site's module root
@@ -38,6 +39,13 @@ The costs: one inode per load until collected (``hpcstack usage`` as root moves 
 ``usage.log`` and removes them: run it daily from cron), and a user may fill the spool with junk
 files (their quota bounds it; junk is dropped at collection). Every line is hostile: see
 :func:`parse_spool_file` and :func:`parse_line` for what is accepted.
+
+What keeps the log bounded, whatever users write (each line is well-formed in its writer's own
+name, so none of the checks above drops it): a collection logs at most :data:`MAX_USER_EVENTS`
+events per user (the rest counted and named in one warning line), and none naming a module that
+has no modulefile under the recorded module roots (counted, not logged); the log rotates monthly
+and keeps :data:`KEEP_MONTHS` files; readers stream it line by line, newest file first, the files
+of their window only, at most :data:`MAX_LOG` bytes in all.
 
 What a collection leaves in the spool: nothing of its own, and of what users put there only the
 directories (the hooks make files, never a directory) that still hold something and changed in
@@ -82,8 +90,18 @@ EPOCH = 1577836800
 #: A user's directory in the spool that still holds something is removed once its status change
 #: time (``st_ctime``) is this many seconds old (a day); an empty one at once.
 SPOOL_DIR_MAX_AGE = 86400
-#: The largest ``usage.log`` read (a line is under 400 bytes: some ten million loads).
-MAX_LOG = 4 << 30
+#: The most bytes the readers take from the log files together, newest first (a line is under
+#: 400 bytes: about a million loads); older files past it are not read, and a warning says so.
+MAX_LOG = 512 << 20
+#: The most events one user adds to the log in one collection; the rest of theirs are counted,
+#: dropped and named in one warning line (a daily collection: 20,000 loads a day per user).
+MAX_USER_EVENTS = 20000
+#: Monthly files kept: ``usage.log`` (this month's collections) and the twelve months before it
+#: (``usage-YYYY-MM.log``); an older one is removed at collection.
+KEEP_MONTHS = 13
+#: The days the kept files surely cover (twelve full months): the longest ``--idle`` answered.
+KEEP_DAYS = 365
+_ROTATED = re.compile(r"^usage-([0-9]{4})-([0-9]{2})\.log$")
 #: The largest salt file read.
 MAX_SALT = 4096
 
@@ -310,12 +328,21 @@ class Collected:
         kept (int): users' directories left in the spool (not empty, changed within
             :data:`SPOOL_DIR_MAX_AGE`, or not removable now).
         swept (int): users' directories removed, with what was in them.
+        capped (dict[str, int]): per user, the valid events past :data:`MAX_USER_EVENTS` in this
+            collection: removed, not logged.
+        unknown (int): valid events naming a module that has no modulefile under the module roots
+            the hooks record (``hooks/roots.json``): counted here, removed, not logged (a user may
+            write any name; only a module that exists is believed).
+        rotated (list[str]): monthly files made (``usage-YYYY-MM.log``) or removed (too old).
     """
 
     moved: int = 0
     dropped: int = 0
     kept: int = 0
     swept: int = 0
+    capped: dict = field(default_factory=dict)
+    unknown: int = 0
+    rotated: list = field(default_factory=list)
 
 
 def parse_spool_file(dir_fd: int, name: str, now: float | None = None) -> Event | None:
@@ -388,6 +415,54 @@ def _append_log(top_fd: int, shown: Path, events: list[Event]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _month(t: float) -> int:
+    """The UTC month of the Unix time ``t``, as ``year * 12 + month - 1``."""
+    d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
+    return d.year * 12 + d.month - 1
+
+
+def _rotated_month(name: str) -> int | None:
+    """The month of a rotated file's name (``usage-2024-05.log``), or None: not one."""
+    m = _ROTATED.match(name)
+    return int(m.group(1)) * 12 + int(m.group(2)) - 1 if m and 1 <= int(m.group(2)) <= 12 else None
+
+
+def _rotate(top_fd: int, now: float) -> list[str]:
+    """Monthly rotation in the usage directory ``top_fd``: a ``usage.log`` last written in an
+    earlier month than ``now``'s is renamed ``usage-YYYY-MM.log`` (that month; by descriptor,
+    :func:`hpcstack.gate.rename`); rotated files of :data:`KEEP_MONTHS` months ago or older are
+    removed (:func:`hpcstack.gate.unlink`). Returns the names made or removed."""
+    out = []
+    try:
+        st = os.stat(LOG, dir_fd=top_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode) and st.st_size and _month(st.st_mtime) < _month(now):
+        m = _month(st.st_mtime)
+        name = f"usage-{m // 12:04d}-{m % 12 + 1:02d}.log"
+        try:
+            os.stat(name, dir_fd=top_fd, follow_symlinks=False)
+        except FileNotFoundError:           # never over a month's file (the clock set back): kept growing
+            gate.rename(top_fd, LOG, name)
+            out.append(name)
+    for name in sorted(os.listdir(top_fd)):
+        m = _rotated_month(name)
+        if m is not None and m <= _month(now) - KEEP_MONTHS:
+            gate.unlink(top_fd, name)
+            out.append(f"-{name}")
+    return out
+
+
+def _module_known(roots: list[str], module: str, cache: dict) -> bool:
+    """``module`` (``NAME/VERSION``) has a modulefile (or ``.lua``) under one of ``roots``; True
+    when no root is recorded (nothing to check against). ``lstat`` only: nothing is opened."""
+    if not roots:
+        return True
+    if module not in cache:
+        cache[module] = any(os.path.lexists(os.path.join(r, module + ext)) for r in roots for ext in ("", ".lua"))
+    return cache[module]
 
 
 def _sweep_directory(spool_fd: int, name: str, now: float) -> bool:
@@ -484,6 +559,8 @@ def _collect_spool(cfg: UsageConfig, real: str, top_fd: int, spool_fd: int, now:
         if not salt:
             raise HpcstackError(f"{Path(cfg.directory) / SALT}: no salt (run hpcstack module usage-hook install)")
     events, done_names, drop, directories = [], [], [], []
+    per_user: dict[str, int] = {}
+    roots, known = _recorded_roots(os.path.join(real, HOOKS)), {}
     for name in sorted(os.listdir(spool_fd)):
         try:
             if stat.S_ISDIR(os.stat(name, dir_fd=spool_fd, follow_symlinks=False).st_mode):
@@ -495,12 +572,28 @@ def _collect_spool(cfg: UsageConfig, real: str, top_fd: int, spool_fd: int, now:
         if event is None:
             drop.append(name)
             continue
+        per_user[event.user] = per_user.get(event.user, 0) + 1
+        if per_user[event.user] > MAX_USER_EVENTS:
+            done.capped[event.user] = per_user[event.user] - MAX_USER_EVENTS
+            done_names.append(name)
+            continue
+        if not _module_known(roots, event.module, known):
+            done.unknown += 1
+            done_names.append(name)
+            continue
         if cfg.users == "hash":
             event = Event(event.time, salted(event.user, salt), event.module, event.host, event.job, event.id)
         events.append(event)
         done_names.append(name)
+    done.rotated = _rotate(top_fd, now)
     if events:
         _append_log(top_fd, cfg.log, events)
+    for user, n in sorted(done.capped.items()):
+        print(f"warning: usage: {user} wrote {n + MAX_USER_EVENTS} events in one collection: the "
+              f"{n} past {MAX_USER_EVENTS} were dropped", file=sys.stderr)
+    if done.unknown:
+        print(f"note: usage: {done.unknown} events named a module with no modulefile under the module roots: "
+              "counted, not logged", file=sys.stderr)
     for name in done_names + drop:
         try:
             gate.unlink(spool_fd, name)         # unlinkat: the entry itself, never a directory
@@ -514,40 +607,97 @@ def _collect_spool(cfg: UsageConfig, real: str, top_fd: int, spool_fd: int, now:
     done.moved, done.dropped = len(events), len(drop)
 
 
-def read_log(cfg: UsageConfig, now: float | None = None, pol=None) -> tuple[list[Event], int]:
-    """The events of ``usage.log`` (each id once) and how many lines were not valid events.
+def read_lines(fh, budget: list[int]):
+    """The lines of the binary stream ``fh``, one at a time (``readline`` of at most
+    :data:`MAX_EVENT` + 1 bytes: memory stays bounded whatever the file holds): each as text, or
+    None for a line longer than an event (skipped in pieces, never held whole) or not UTF-8.
+    ``budget[0]`` is the bytes still allowed (:data:`MAX_LOG`, shared by the files of one read);
+    it stops when spent."""
+    while budget[0] > 0:
+        line = fh.readline(MAX_EVENT + 1)
+        if not line:
+            return
+        budget[0] -= len(line)
+        if len(line) > MAX_EVENT and not line.endswith(b"\n"):
+            while budget[0] > 0:            # the rest of an overlong line, in pieces
+                rest = fh.readline(MAX_EVENT + 1)
+                budget[0] -= len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield None
+            continue
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError:
+            yield None
 
-    The log is read through the gate (:func:`hpcstack.gate.read_file`: no link followed from
-    ``/``, each directory on the way under the trust rule, a regular file of at most
-    :data:`MAX_LOG` bytes).
 
-    Args:
-        cfg (UsageConfig): the site's usage settings.
-        now (float | None): the current Unix time (default: now).
-        pol (hpcstack.trust.Policy | None): whom to trust (default
-            :func:`hpcstack.gate.current_policy`).
+def log_files(cfg: UsageConfig, since: float | None = None, pol=None) -> list[str]:
+    """The log's files to read, newest first: ``usage.log``, then the rotated ``usage-YYYY-MM.log``
+    whose month does not end before ``since`` (a file holds what was collected in its month)."""
+    with gate.directory(_usage_dir(cfg), pol) as fd:
+        names = os.listdir(fd)
+    first = None if since is None else _month(since)
+    rotated = sorted((n for n in names if _rotated_month(n) is not None
+                      and (first is None or _rotated_month(n) >= first)), reverse=True)
+    return ([LOG] if LOG in names else []) + rotated
+
+
+def iter_log(cfg: UsageConfig, now: float | None = None, pol=None, since: float | None = None, bad: list | None = None):
+    """The events of the log (:func:`log_files`), one at a time, each id once, those before
+    ``since`` left out; ``bad[0]`` counts the lines that were not valid events.
+
+    Each file is opened through the gate (:func:`hpcstack.gate.open_file`: no link followed from
+    ``/``, each directory on the way under the trust rule, a regular file) and read line by line
+    (:func:`read_lines`); together at most :data:`MAX_LOG` bytes, newest file first: what is past
+    it is not read, with one warning line.
 
     Raises:
         HpcstackError: the log cannot be read (not root: it is root's alone), or the gate refuses
             it (a link, a directory another account can change).
     """
+    bad = [0] if bad is None else bad
+    budget, seen = [MAX_LOG], set()
     try:
-        raw = gate.read_file(os.path.join(_usage_dir(cfg), LOG), MAX_LOG, pol)
+        names = log_files(cfg, since, pol)
     except FileNotFoundError:
-        return [], 0
+        return
     except OSError as exc:
         raise HpcstackError(f"cannot read the usage log {cfg.log}: {exc.strerror} (it is root's: run as root)") from None
-    events, seen, bad = [], set(), 0
-    for line in raw.decode("utf-8", "replace").splitlines(keepends=True):
-        fields = parse_line(line, None, now)
-        if not fields:
-            bad += 1
+    for name in names:
+        if budget[0] <= 0:
+            print(f"warning: usage: read {MAX_LOG >> 20} MiB of {cfg.directory}; {name} and older files not read",
+                  file=sys.stderr)
+            return
+        try:
+            fd = gate.open_file(os.path.join(_usage_dir(cfg), name), pol)
+        except FileNotFoundError:
             continue
-        if fields[-1] in seen:
-            continue
-        seen.add(fields[-1])
-        events.append(Event(*fields[:5], id=fields[5]))
-    return events, bad
+        except OSError as exc:
+            raise HpcstackError(f"cannot read the usage log {Path(cfg.directory) / name}: {exc.strerror} "
+                                "(it is root's: run as root)") from None
+        with os.fdopen(fd, "rb") as fh:
+            for line in read_lines(fh, budget):
+                fields = parse_line(line, None, now) if line is not None else None
+                if not fields:
+                    bad[0] += 1
+                    continue
+                if fields[-1] in seen or (since is not None and fields[0] < since):
+                    continue
+                seen.add(fields[-1])
+                yield Event(*fields[:5], id=fields[5])
+
+
+def read_log(cfg: UsageConfig, now: float | None = None, pol=None, since: float | None = None) -> tuple[list[Event], int]:
+    """The events of the log from ``since`` on (each id once) and how many lines were not valid
+    events: :func:`iter_log` into a list.
+
+    Raises:
+        HpcstackError: as :func:`iter_log`.
+    """
+    bad = [0]
+    events = list(iter_log(cfg, now, pol, since, bad))
+    return events, bad[0]
 
 
 # ------------------------------------------------------------------------------ the report
@@ -633,8 +783,9 @@ def render_table(rows: list[StackUsage]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines) + "\n"
 
 
-def site_events(site, now: float | None = None) -> tuple[list[Event], Collected, int]:
-    """Collect (as root) and read a site's events.
+def site_events(site, now: float | None = None, since: float | None = None) -> tuple[list[Event], Collected, int]:
+    """Collect (as root) and read a site's events (from ``since`` on: only the files and events
+    of that window are kept, :func:`read_log`).
 
     Returns:
         tuple: the events, what collection did, and the count of bad lines in ``usage.log``.
@@ -648,18 +799,18 @@ def site_events(site, now: float | None = None) -> tuple[list[Event], Collected,
         raise HpcstackError(f"site {site.name} records no module usage: set lifecycle.usage_log in its config "
                             "and run hpcstack module usage-hook install (docs/lifecycle.md)")
     collected = collect(cfg, now)
-    events, bad = read_log(cfg, now)
+    events, bad = read_log(cfg, now, since=since)
     return events, collected, bad
 
 
 def summary(site, module: str, days: float = 90, now: float | None = None) -> str:
     """One line on the use of ``module`` over the last ``days`` days, for ``module deprecate``
     (it never raises: a site without a usage log, or a log it cannot read, is said so)."""
+    now = time.time() if now is None else now
     try:
-        events, _, _ = site_events(site, now)
+        events, _, _ = site_events(site, now, now - days * 86400)
     except HpcstackError as exc:
         return f"usage of {module}: unknown ({exc})"
-    now = time.time() if now is None else now
     rows = report(events, module, now - days * 86400)
     if not rows:
         return f"usage of {module}: no loads in the last {days:g} days"
@@ -674,11 +825,14 @@ def idle_refusal(site, module: str, idle_days: int, now: float | None = None) ->
     usage or the module has been idle long enough."""
     if usage_config(site) is None:
         return None
+    if idle_days > KEEP_DAYS:
+        return (f"refusing to uninstall {module}: the usage log keeps {KEEP_DAYS} days, not --idle {idle_days}; "
+                f"give --idle {KEEP_DAYS} or less, or use --force")
+    now = time.time() if now is None else now
     try:
-        events, _, _ = site_events(site, now)
+        events, _, _ = site_events(site, now, now - idle_days * 86400)
     except HpcstackError as exc:
         return f"refusing to uninstall {module}: cannot tell whether it is in use ({exc}); use --force"
-    now = time.time() if now is None else now
     rows = report(events, module, now - idle_days * 86400)
     if not rows:
         return None
@@ -706,7 +860,7 @@ def cmd_usage(args, session) -> int:
         session.check_dirs([("lifecycle.usage_log", cfg.directory),
                             ("lifecycle.usage_log", os.path.join(cfg.directory, HOOKS))])
     with session.gate.trusting():     # the command's policy (admin group) in every read of the log
-        events, collected, bad = site_events(site)
+        events, collected, bad = site_events(site, since=since)
     rows = report(events, args.stack, since)
     if args.json:
         print(json.dumps({"site": site.name, "since": _iso(int(since)), "stacks": [r.to_json() for r in rows],

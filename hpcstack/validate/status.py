@@ -51,11 +51,11 @@ def users_per_stack(site, days: int = USAGE_DAYS, now: float | None = None) -> d
     cfg = usage.usage_config(site)
     if cfg is None:
         return None
+    now = time.time() if now is None else now
     try:
-        events, _ = usage.read_log(cfg, now)
+        events, _ = usage.read_log(cfg, now, since=now - days * 86400)
     except HpcstackError:
         return None
-    now = time.time() if now is None else now
     return {r.module: len(r.users) for r in usage.report(events, None, now - days * 86400)}
 
 
@@ -119,13 +119,62 @@ def _changes(runs: list) -> list[tuple[datetime.datetime, str]]:
     return out
 
 
-def plot(runs: list, figure: str) -> bytes:
-    """One PNG: ``figure`` (``throughput_total`` or ``startup_s``) of a stack's runs over time, a
-    line per backend and node count (the median of each run's sample), the reference band of
-    each (throughput, from the latest report), the fingerprint changes as vertical lines."""
+def _matplotlib():
+    """matplotlib, imported with nothing of the caller's (status runs as root, from whatever
+    directory and environment the admin's shell has).
+
+    At import matplotlib reads the first ``matplotlibrc`` of: the working directory,
+    ``$MATPLOTLIBRC``, ``$MPLCONFIGDIR`` (else ``$XDG_CONFIG_HOME``, ``~/.config``), its own; and
+    it keeps its font cache in ``$MPLCONFIGDIR`` (else ``$XDG_CACHE_HOME``, ``~/.cache``): the
+    font files that cache names are opened. A user's ``./matplotlibrc`` in root's working
+    directory (``savefig.dpi: 9000``; ``text.usetex``; ``text.latex.preamble``) or a font cache
+    in a directory of theirs would be root's. So, when this process has not imported it yet:
+    ``MATPLOTLIBRC`` is removed, ``MPLCONFIGDIR`` is a new private directory (``mkdtemp``, 0700,
+    root's; removed at exit: the font cache is rebuilt, about two seconds) and the import runs
+    in ``/`` (root's), then the working directory is restored. :func:`plot` then draws under
+    matplotlib's own defaults whatever was read (``rc_context(rcParamsDefault)``), also where
+    matplotlib was imported before (a test, a library)."""
+    if "matplotlib" not in sys.modules:
+        import atexit
+        import shutil
+        import tempfile
+
+        os.environ.pop("MATPLOTLIBRC", None)
+        private = tempfile.mkdtemp(prefix="hpcstack-matplotlib-")
+        atexit.register(shutil.rmtree, private, True)
+        os.environ["MPLCONFIGDIR"] = private
+        try:
+            here = os.getcwd()
+        except OSError:
+            here = None
+        os.chdir("/")
+        try:
+            import matplotlib
+        finally:
+            if here is not None:
+                try:
+                    os.chdir(here)
+                except OSError:
+                    pass                # gone meanwhile: stay in /
     import matplotlib
 
     matplotlib.use("Agg")
+    return matplotlib
+
+
+def plot(runs: list, figure: str) -> bytes:
+    """One PNG: ``figure`` (``throughput_total`` or ``startup_s``) of a stack's runs over time, a
+    line per backend and node count (the median of each run's sample), the reference band of
+    each (throughput, from the latest report), the fingerprint changes as vertical lines; drawn
+    under matplotlib's defaults only (:func:`_matplotlib`: no ``matplotlibrc`` of the caller's)."""
+    matplotlib = _matplotlib()
+    defaults = {k: v for k, v in matplotlib.rcParamsDefault.items() if k != "backend"}
+    with matplotlib.rc_context(rc=defaults):
+        return _plot(runs, figure)
+
+
+def _plot(runs: list, figure: str) -> bytes:
+    """:func:`plot`, under the defaults."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7, 3.2), dpi=90)
