@@ -150,7 +150,12 @@ def environment() -> jinja2.Environment:
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(data_root())),
             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-            keep_trailing_newline=True, autoescape=False)
+            keep_trailing_newline=True,
+            # HTML and XML templates (status.html.j2: reasons and names come from reports and
+            # users) are escaped; modulefiles, scripts and recipes are not HTML (their own quoting
+            # filters: tcl_quote, lua_quote, shell quoting)
+            autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2", "htm.j2", "xml.j2", "html", "xml"),
+                                                default_for_string=False, default=False))
         env.filters.update(_FILTERS)
         _ENVIRONMENT = env
     return _ENVIRONMENT

@@ -52,3 +52,17 @@ def test_filters_of_the_syntaxes_are_there_and_cannot_be_redefined():
     with pytest.raises(ValueError, match="'tcl_quote' is defined twice"):
         templates.add_filters({"tcl_quote": str})
     assert env.filters["tcl_quote"] is syntax.tcl_quote
+
+
+def test_the_status_page_escapes_what_reports_and_users_wrote():
+    """status.html.j2 renders with autoescape (selected by the template's .html.j2 extension): a
+    <script> in a failure reason (a report's text) is shown, not run; modulefile templates are not
+    HTML-escaped."""
+    hostile = '<script>alert("x")</script>'
+    row = {"tier": "full", "verdict": "FAILED", "since": None, "last_run": None, "trend": None,
+           "last_ok": None, "changed": [], "reasons": [f"nccl: {hostile}"]}
+    page = templates.render("templates/status.html.j2", site="s", generated="now", json_name="s.json",
+                            usage_days=30, stacks=[{"name": "a/1", "rows": [row], "images": [], "users": 3}])
+    assert "<script>" not in page and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
+    assert "<h1>Stacks of s</h1>" in page and '<a href="s.json">s.json</a>' in page
+    assert not templates.environment().autoescape(syntax.Lua.default_template)
