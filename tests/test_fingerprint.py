@@ -37,6 +37,23 @@ def test_a_failing_collector_never_fails_the_job(tmp_path):
     assert "no environment fingerprint" in proc.stderr
 
 
+def test_the_collector_follows_no_link_at_its_temporary_name(tmp_path):
+    """The collector runs as the job's account in a directory it may share: a link planted at
+    fingerprint.json.tmp (the old fixed temporary name) is not written through; the file comes
+    from a new temporary file (mkstemp, O_EXCL) renamed over the name, none left behind."""
+    out = tmp_path / "fingerprint.json"
+    victim = tmp_path / "victim"
+    victim.write_text("untouched\n")
+    (tmp_path / "fingerprint.json.tmp").symlink_to(victim)
+    proc = subprocess.run([sys.executable, "-c", fingerprint.COLLECTOR, str(out)], capture_output=True, text=True,
+                          timeout=120, env={"PATH": f"{sys.prefix}/bin:/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert victim.read_text() == "untouched\n"
+    assert not out.is_symlink() and set(json.loads(out.read_text())) >= {"kernel", "python"}
+    assert oct(out.stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fingerprint.json", "fingerprint.json.tmp", "victim"]
+
+
 def test_what_a_job_wrote_is_checked():
     got = fingerprint.from_job({"gpu.model": "A100\n\x1b[31m", "evil": "x", "modules": ["a", "b"],
                                 "os": "x" * 10000})

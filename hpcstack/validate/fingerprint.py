@@ -100,10 +100,16 @@ except Exception:
 fp["python"] = platform.python_version()
 fp["modules"] = os.environ.get("LOADEDMODULES") or None
 fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
-tmp = sys.argv[1] + ".tmp"
-with open(tmp, "w") as f:
-    json.dump(fp, f, indent=1, sort_keys=True)
-os.replace(tmp, sys.argv[1])
+import tempfile
+fd, tmp = tempfile.mkstemp(prefix=".fingerprint-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(sys.argv[1])))
+try:
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(fp, f, indent=1, sort_keys=True)
+    os.replace(tmp, sys.argv[1])
+except BaseException:
+    os.unlink(tmp)
+    raise
 """.strip()
 
 

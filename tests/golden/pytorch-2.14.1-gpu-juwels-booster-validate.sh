@@ -77,10 +77,16 @@ except Exception:
 fp["python"] = platform.python_version()
 fp["modules"] = os.environ.get("LOADEDMODULES") or None
 fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
-tmp = sys.argv[1] + ".tmp"
-with open(tmp, "w") as f:
-    json.dump(fp, f, indent=1, sort_keys=True)
-os.replace(tmp, sys.argv[1])' @VALIDATION_DIR@/n1/fingerprint.json >/dev/null 2>&1 || echo "hpcstack: no environment fingerprint written (continuing)" >&2
+import tempfile
+fd, tmp = tempfile.mkstemp(prefix=".fingerprint-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(sys.argv[1])))
+try:
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(fp, f, indent=1, sort_keys=True)
+    os.replace(tmp, sys.argv[1])
+except BaseException:
+    os.unlink(tmp)
+    raise' @VALIDATION_DIR@/n1/fingerprint.json >/dev/null 2>&1 || echo "hpcstack: no environment fingerprint written (continuing)" >&2
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
@@ -176,10 +182,16 @@ except Exception:
 fp["python"] = platform.python_version()
 fp["modules"] = os.environ.get("LOADEDMODULES") or None
 fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
-tmp = sys.argv[1] + ".tmp"
-with open(tmp, "w") as f:
-    json.dump(fp, f, indent=1, sort_keys=True)
-os.replace(tmp, sys.argv[1])' @VALIDATION_DIR@/n2/fingerprint.json >/dev/null 2>&1 || echo "hpcstack: no environment fingerprint written (continuing)" >&2
+import tempfile
+fd, tmp = tempfile.mkstemp(prefix=".fingerprint-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(sys.argv[1])))
+try:
+    os.fchmod(fd, 0o644)
+    with os.fdopen(fd, "w") as f:
+        json.dump(fp, f, indent=1, sort_keys=True)
+    os.replace(tmp, sys.argv[1])
+except BaseException:
+    os.unlink(tmp)
+    raise' @VALIDATION_DIR@/n2/fingerprint.json >/dev/null 2>&1 || echo "hpcstack: no environment fingerprint written (continuing)" >&2
 
 echo "hpcstack: job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} (${SLURM_NNODES} node(s)) as $(id -un); $(command -v python)"
 # No `set -e`: every step runs, and the job's exit status is the last failing step's.
