@@ -4,7 +4,7 @@ is listed here with the category that makes it safe and the reason.
 
 An AST scan of every module under ``hpcstack/`` finds each such call (:data:`CALLS`: ``open``,
 ``os.open``, ``os.chmod``, ``os.unlink``, ``os.rename``, ``shutil.rmtree``, ``tempfile.mkdtemp``,
-``zipfile.ZipFile``, ``os.exec*``…; the helpers of :mod:`hpcstack.fsutil` that act on their
+``zipfile.ZipFile``, ``sqlite3.connect``, ``os.exec*``…; the helpers of :mod:`hpcstack.fsutil` that act on their
 caller's path, counted where they are called; and :data:`METHODS`, the methods of
 :class:`pathlib.Path` such as ``write_text``, ``unlink``, ``mkdir``, ``replace``). Starting a
 process (``subprocess``) is not in its scope.
@@ -59,6 +59,8 @@ CALLS = {
     "os.posix_spawnp": "exec", "os.spawnv": "exec", "os.spawnve": "exec", "os.spawnvp": "exec",
     "os.spawnvpe": "exec", "os.spawnl": "exec", "os.spawnle": "exec", "os.spawnlp": "exec",
     "os.spawnlpe": "exec",
+    # sqlite3 opens (and makes, with its journal) the database by name
+    "sqlite3.connect": "open",
     # hpcstack.fsutil acts on its caller's path by name: each call counts where it is made
     "hpcstack.fsutil.write_atomic": "write", "hpcstack.fsutil.sha256_file": "open",
     "hpcstack.fsutil.fsync_dir": "open", "hpcstack.fsutil.fsync_file": "open",
@@ -395,8 +397,10 @@ ALLOWLIST = [
      CHECKED_DIRS, "the kernels directory, checked by session.check_dirs ('kernels directory')"),
     ("hpcstack.modules.syntax:Tcl._is_modulefile", "os.open", CHECKED_DIRS,
      "a file of a module directory (the module root, or one the site names, checked as the site's code; "
-     "the stack group may write it): O_NONBLOCK, fstat regular, its first 8 bytes compared; a link followed as "
-     "the module tools follow it"),
+     "the stack group may write it): opened once O_NOFOLLOW|O_NONBLOCK, fstat regular, its first 8 bytes "
+     "compared; a version link read with readlink and followed (its target opened the same way) only while "
+     "it stays inside the module root, as named and resolved: a link to a device or a root-only file is "
+     "not a modulefile and is never opened"),
     ("hpcstack.modules.writer", ".read_text fsutil.write_atomic .unlink", CHECKED_DIRS,
      "hpcstack's default files in the module root"),
     # recipes, configs
@@ -421,8 +425,15 @@ ALLOWLIST = [
     ("hpcstack.validate.runner:run_local", "tempfile.TemporaryDirectory", PRIVATE, "the local run's directory"),
     ("hpcstack.validate.scheduler:Slurm.jobcomp_info", ".read_text", SYSTEM, "the jobcomp/filetxt log"),
     ("hpcstack.validate.history:open_history", "os.open", DESCRIPTOR,
-     "a new history database O_CREAT|O_EXCL|O_NOFOLLOW in gate.directory's descriptor (sqlite3 then opens "
-     "it by name with mode=rw after gate.open_file: root's 0755 directory, chain checked)"),
+     "a new history database O_CREAT|O_EXCL|O_NOFOLLOW in gate.directory's descriptor"),
+    ("hpcstack.validate.history:open_history", "sqlite3.connect", CHECKED_DIRS,
+     "the history database, by name (and its journal beside it) after gate.open_file checked it and its "
+     "directories: safe only while nobody but root and the admin group can change that directory, so "
+     "open_history checks it with the stack group removed from the policy (stack_gids), whatever policy it "
+     "is given: a history directory the stack group can write is refused, never opened by name"),
+    ("hpcstack.validate.status:_matplotlib", "tempfile.mkdtemp", PRIVATE,
+     "MPLCONFIGDIR for matplotlib's import (its font cache), new and 0700, removed at exit: no config or "
+     "font cache of the caller's environment"),
     ("hpcstack.validate.fingerprint:read_job_fingerprints", "fsutil.read_no_follow", OWN_WALK,
      "each job's fingerprint.json below the validation directory: no link followed below it"),
 ]

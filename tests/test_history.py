@@ -99,3 +99,24 @@ def test_the_sample_keeps_every_round_summed_over_the_ranks():
 def test_the_history_lives_in_the_sites_state_directory():
     site = SimpleNamespace(install_root="/opt/stacks", name="cirrus")
     assert history.history_path(site) == "/opt/stacks/.hpcstack/history/cirrus.sqlite"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the directory to another group: root")
+def test_open_history_never_trusts_a_stack_group(tmp_path):
+    """sqlite3 opens the database by name after the gate's check: safe only while no stack-group
+    member can swap it. A history directory the site's stack group can write is refused even
+    under a policy that trusts that group for the site's directories."""
+    from hpcstack import trust
+
+    users = 100
+    db = tmp_path / "history" / "s.sqlite"
+    db.parent.mkdir()
+    os.chown(db.parent, 0, users)
+    pol = trust.Policy(uid=0, stack_gids=frozenset({users}))
+    with closing(history.open_history(str(db), pol=pol)) as conn:      # 0755: root's alone
+        assert conn is not None
+    os.chmod(db.parent, 0o775)
+    for write in (True, False):
+        with pytest.raises(gate.GateError, match="writable by group"):
+            history.open_history(str(db), write=write, pol=pol)

@@ -544,3 +544,27 @@ def test_a_fifo_or_a_device_in_a_module_directory_is_no_modulefile_and_blocks_no
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.unit
+def test_a_version_link_is_followed_only_inside_the_module_root(tmp_path):
+    """Tcl._is_modulefile opens with O_NOFOLLOW: a version link is read with readlink and
+    followed only while its target stays in the module root, as named and as resolved; a link
+    out of it (a root-only file, a device) is not a modulefile, and its target is never opened."""
+    from hpcstack.modules.syntax import Tcl
+
+    root, outside = tmp_path / "mods", tmp_path / "outside"
+    (root / "pytorch").mkdir(parents=True)
+    (root / "other").mkdir()
+    outside.mkdir()
+    (root / "pytorch" / "2.0").write_text("#%Module\n")
+    (root / "other" / "3.0").write_text("#%Module\n")
+    (outside / "mf").write_text("#%Module\n")
+    (root / "evil").symlink_to(outside)
+    links = {"2.1": "2.0", "2.2": "../other/3.0", "2.3": str(outside / "mf"), "2.4": "../evil/mf",
+             "2.5": "2.5", "2.6": "2.1", "2.7": "/dev/zero", "2.8": "../../outside/mf"}
+    for name, target in links.items():
+        (root / "pytorch" / name).symlink_to(target)
+    got = {name: Tcl()._is_modulefile(root / "pytorch" / name) for name in ["2.0", *links]}
+    assert got == {"2.0": True, "2.1": True, "2.2": True, "2.3": False, "2.4": False, "2.5": False,
+                   "2.6": True, "2.7": False, "2.8": False}

@@ -15,6 +15,7 @@ A new syntax is one class here, decorated with :func:`register_syntax`, plus its
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -198,20 +199,39 @@ class Tcl(ModuleSyntax):
     def _is_modulefile(self, path: Path) -> bool:
         """Environment Modules reads a file as a modulefile only if it starts with ``#%Module``.
 
-        Opened ``O_NONBLOCK`` and checked by ``fstat``: a FIFO or a device at the name (a module
-        directory the stack group may write) is not a modulefile and never blocks or feeds the
-        read. A link is followed, as the module tools follow it (a version linked to another's
-        modulefile), and only whether the first 8 bytes are ``#%Module`` is used."""
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 8, 0) == b"#%Module"
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
+        ``path`` is ``<module root>/<name>/<file>``, in a directory the stack group may write: the
+        file is opened once, ``O_NOFOLLOW|O_NONBLOCK`` (no link followed, no FIFO waited on, a
+        device never opened through a link), checked regular by ``fstat``, and its first 8 bytes
+        compared. A link (a version linked to another's modulefile, as module trees hold) is
+        read with ``readlink`` and followed, a few hops at most, only while its target stays
+        inside the module root, as named and as resolved; its target is then opened the same
+        way. A link out of the module root (``/dev/watchdog``, a root-only file) is not a
+        modulefile."""
+        root = os.path.abspath(path.parent.parent)
+        real_root = os.path.realpath(root)
+        where = os.path.abspath(path)
+        for _ in range(8):
+            try:
+                fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    return False
+                try:
+                    target = os.readlink(where)
+                except OSError:
+                    return False
+                where = os.path.normpath(os.path.join(os.path.dirname(where), target))
+                inside = os.path.commonpath([root, where]) == root and where != root
+                if not inside or os.path.commonpath([real_root, os.path.realpath(os.path.dirname(where))]) != real_root:
+                    return False
+                continue
+            try:
+                return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 8, 0) == b"#%Module"
+            except OSError:
+                return False
+            finally:
+                os.close(fd)
+        return False
 
 
 @register_syntax

@@ -120,15 +120,28 @@ def open_history(path: str, write: bool = True, pol=None) -> sqlite3.Connection 
         path (str): the database file (absolute).
         write (bool): make the directory and the file when missing (0755, 0644) and open for
             writing; False: open read-only, None when there is no database yet.
-        pol (hpcstack.trust.Policy | None): whom to trust (default the gate's current policy).
+        pol (hpcstack.trust.Policy | None): whom to trust (default the gate's current policy),
+            always without a site's stack group (``stack_gids``): see below.
+
+    sqlite3 opens the file (and makes its journal beside it) by name, after the gate checked
+    it: that is safe only while nobody but root and the admin group can change the directory
+    (a member of the stack group could swap the file for a link between the check and the
+    open). So the check here never trusts a stack group, whatever ``pol`` says: a history
+    directory that group can write is refused (:class:`hpcstack.gate.GateError`).
 
     Returns:
         sqlite3.Connection | None: with the schema made (when writing).
 
     Raises:
-        GateError: a link, a non-regular file or an untrusted owner on the way.
+        GateError: a link, a non-regular file or an untrusted owner on the way (a stack group's
+            write access included).
         OSError: a directory cannot be made, the file cannot be read.
     """
+    from dataclasses import replace
+
+    pol = pol if pol is not None else gate.current_policy()
+    if pol.stack_gids:
+        pol = replace(pol, stack_gids=frozenset())
     directory, name = os.path.split(path)
     if write:
         gate.mkdir(directory, 0o755, parents=True, pol=pol)
