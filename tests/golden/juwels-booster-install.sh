@@ -1329,6 +1329,22 @@ if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     end
 end
 
+if mode() == "load" then
+    local ok, verdict = pcall(function()
+        local fh = io.open("/p/project/PROJECT/hpcstack/modulefiles/.hpcstack-status.json", "r")
+        if not fh then return nil end
+        local text = fh:read(65536) or ""
+        fh:close()
+        local needle = "\n\"pytorch/2.3.1-gpu\": \""
+        local at = text:find(needle, 1, true)
+        if not at then return nil end
+        return text:match('^([^"\n]+)"', at + #needle)
+    end)
+    if ok and verdict then
+        LmodMessage("pytorch/2.3.1-gpu: " .. verdict .. " (hpcstack status for details)")
+    end
+end
+
 if mode() == "load" and os.getenv("SLURM_EXPORT_ENV") == "NONE" then
     setenv("SLURM_EXPORT_ENV", "ALL")
 end

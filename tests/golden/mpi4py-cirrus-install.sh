@@ -222,6 +222,21 @@ if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUA
     }
 }
 
+if {[module-info mode load] && ![catch {open {/work/y07/shared/cirrus-modulefiles/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {
+    catch {
+        set hpcstack_st [read $hpcstack_sf 65536]
+        set hpcstack_at [string first "\n\"mpi4py/4.1.2\": \"" $hpcstack_st]
+        if {$hpcstack_at >= 0} {
+            set hpcstack_st [string range $hpcstack_st [expr {$hpcstack_at + 18}] end]
+            set hpcstack_end [string first "\"" $hpcstack_st]
+            if {$hpcstack_end > 0} {
+                puts stderr "mpi4py/4.1.2: [string range $hpcstack_st 0 [expr {$hpcstack_end - 1}]] (hpcstack status for details)"
+            }
+        }
+    }
+    catch {close $hpcstack_sf}
+}
+
 if {[module-info mode load] && [info exists ::env(SLURM_EXPORT_ENV)] && $::env(SLURM_EXPORT_ENV) eq "NONE"} {
     setenv SLURM_EXPORT_ENV ALL
 }

@@ -3,4 +3,4 @@
 #    a private stage directory, 0700, made through the gate: /leonardo_work/PROJECT/hpcstack/.hpcstack/stage/bundle-mpi4py-4.1.2
 hpcstack bundle mpi4py/4.1.2 --site leonardo-booster -o /leonardo_work/PROJECT/hpcstack/.hpcstack/stage/bundle-mpi4py-4.1.2   # without hpcstack's own wheel
 # 2. the rest, in the job step: no network; its output here; its exit status is the install's (hpcstack install --on-login-node builds on this node instead)
-srun --partition=lrd_all_serial --nodes=1 --ntasks=1 --cpus-per-task=4 --time=04:00:00 --mem=30800M --job-name=hpcstack-build --quit-on-interrupt --export=ALL,HPCSTACK_BATCH_BUILD=1 /opt/hpcstack/tool/bin/python -u -m hpcstack install mpi4py/4.1.2 --site leonardo-booster --from /leonardo_work/PROJECT/hpcstack/.hpcstack/stage/bundle-mpi4py-4.1.2 --jobs 4
+srun --partition=lrd_all_serial --nodes=1 --ntasks=1 --cpus-per-task=4 --time=04:00:00 --mem=30800M --job-name=hpcstack-build --quit-on-interrupt --mpi=none --export=ALL,HPCSTACK_BATCH_BUILD=1 /opt/hpcstack/tool/bin/python -u -m hpcstack install mpi4py/4.1.2 --site leonardo-booster --from /leonardo_work/PROJECT/hpcstack/.hpcstack/stage/bundle-mpi4py-4.1.2 --jobs 4
