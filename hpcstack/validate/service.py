@@ -127,7 +127,7 @@ class ValidationService:
             if problems:
                 raise ConfigError(problems)
             return local_validation(site, recipe, ranks=r.ranks, dry_run=r.dry_run, as_json=r.as_json,
-                                    workload=r.workload, backend=backend)
+                                    workload=r.workload, backend=backend, policy=self.policy)
         if r.ranks is not None:
             raise ConfigError(["--ranks: only with --local (Slurm jobs take --nodes and the site's "
                                "slurm.tasks_per_node)"])

@@ -234,16 +234,21 @@ def stack_layout(site, recipe):
     return StackLayout.for_site(site, recipe.name, recipe.version)
 
 
-def installed_stack(site, recipe):
+def installed_stack(site, recipe, policy=None):
     """The published stack, found through its layout and provenance
     (:meth:`hpcstack.install.service.InstallService.installed`).
+
+    Args:
+        policy (hpcstack.trust.Policy | None): whom to trust on the way to the stack's records: the
+            command's policy (the admin group of the system config trusted); None: root and the
+            running account only.
 
     Raises:
         HpcstackError: not installed for this site; the message says how to install it.
     """
     from hpcstack.install.service import InstallService
 
-    return InstallService(site, recipe).installed()
+    return InstallService(site, recipe, trust=policy).installed()
 
 
 

@@ -62,7 +62,7 @@ from hpcstack.validate.render import startup_line  # noqa: F401  (its earlier ho
 
 def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = False,
                      as_json: bool = False, workload: str | None = None,
-                     backend: str | None = None) -> int:
+                     backend: str | None = None, policy: trust.Policy | None = None) -> int:
     """Load the stack's module, run the validation program on ``ranks`` ranks, report.
 
     Args:
@@ -73,6 +73,8 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
         as_json (bool): print the records as JSON instead of a summary.
         workload (str | None): a named workload of the recipe (``digits``); None: the site's.
         backend (str | None): a backend that runs locally; default the recipe's first.
+        policy (hpcstack.trust.Policy | None): whom to trust on the way to the stack's records
+            (the command's); None: root and the running account only.
 
     Returns:
         int: 0 when the run passed its checks, 1 otherwise.
@@ -84,7 +86,7 @@ def local_validation(site, recipe, ranks: int | None = None, dry_run: bool = Fal
     if dry_run:
         render.print_local_dry_run(plan.local)
         return 0
-    installed_stack(site, recipe)
+    installed_stack(site, recipe, policy)
     outcome = run_local(site, recipe, plan, on_start=lambda argv: render.print_local_start(recipe.full_name, argv))
     return report_local(outcome.records, outcome.returncode, outcome.output, as_json,
                         settings=plan.settings, backend=plan.local.backend, ranks=plan.local.ranks)
@@ -189,7 +191,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     trust.check_dirs([(label, os.path.abspath(output_dir) if output_dir  # bad input first: one line, exit 2
                        else os.path.join(os.path.abspath(output_root), base))], out_policy)
     check_accounting(s, submit_as)
-    _check_program(site, recipe, plan)
+    _check_program(site, recipe, plan, policy)
     plan = plan.at(site, recipe, validation_dir(label, output_dir, output_root, base, out_policy))
     return _submit(site, recipe, plan, submit_as, no_wait, as_json, tier)
 
@@ -206,9 +208,10 @@ def _check_output_dir(s: SlurmSettings, site_name: str, output_dir: str | None, 
     check_visible_on_compute(s, site_name, Path(os.path.abspath(output_dir or output_root)), bool(output_dir))
 
 
-def _check_program(site, recipe, plan: ValidationPlan) -> None:
-    """The stack is installed and holds the validation program it starts with."""
-    stack = installed_stack(site, recipe)
+def _check_program(site, recipe, plan: ValidationPlan, policy: trust.Policy | None = None) -> None:
+    """The stack is installed and holds the validation program it starts with (its records read
+    under the command's ``policy``: the admin group's install root is trusted)."""
+    stack = installed_stack(site, recipe, policy)
     executable = plan.settings.spec.program.executable(stack.prefix)
     if executable and not os.path.isfile(executable):
         raise HpcstackError(f"{recipe.full_name} at {stack.prefix} has no "
