@@ -46,7 +46,9 @@ def test_default_tiers_and_recipe_overrides():
 
 @pytest.mark.unit
 def test_scrontab_text_exact():
-    text = schedule.entries_text(entries()[:1], ["/opt/hpcstack/bin/python", "-m", "hpcstack"], SLURM)
+    logs = "/sw/.hpcstack/schedule/logs"
+    text = schedule.entries_text(entries()[:1], ["/opt/hpcstack/bin/python", "-I", "-m", "hpcstack"], SLURM,
+                                 log_dir=logs)
     assert text.splitlines() == [
         "# hpcstack schedule: site cirrus, stack pytorch/2.3.1-gpu, tier smoke",
         "#SCRON --job-name=hpcstack-smoke-pytorch-2.3.1-gpu",
@@ -54,9 +56,94 @@ def test_scrontab_text_exact():
         "#SCRON --partition=gpu",
         "#SCRON --qos=short",
         "#SCRON --account=z04",
-        "#SCRON --output=/work/z04/val/hpcstack-smoke-pytorch-2.3.1-gpu-%j.out",
-        "0 3 * * * /opt/hpcstack/bin/python -m hpcstack validate pytorch/2.3.1-gpu --site cirrus --tier smoke",
+        f"#SCRON --chdir={logs}",
+        f"#SCRON --output={logs}/hpcstack-smoke-pytorch-2.3.1-gpu-%j.out",
+        "0 3 * * * /opt/hpcstack/bin/python -I -m hpcstack validate pytorch/2.3.1-gpu --site cirrus --tier smoke",
     ]
+
+
+@pytest.mark.unit
+def test_entries_never_write_into_output_root():
+    """H1: slurm.output_root may be world-writable (/tmp): a link planted at the job's predictable
+    %j name would be followed by slurmstepd; without a log directory: --chdir=/, --output=/dev/null."""
+    text = schedule.entries_text(entries(), ["hpcstack"], SLURM)
+    assert SLURM["output_root"] not in text
+    assert text.count("#SCRON --chdir=/\n") == 3 and text.count("#SCRON --output=/dev/null\n") == 3
+
+
+@pytest.mark.unit
+def test_entry_command_is_isolated():
+    """M1: python -m puts the working directory on sys.path: -I keeps it (and PYTHON*) out."""
+    import sys
+
+    assert schedule.hpcstack_command() == [sys.executable, "-I", "-m", "hpcstack"]
+
+
+def schedule_site(tmp_path, slurm=None):
+    return SimpleNamespace(name="cirrus", install_root=str(tmp_path / "sw"), slurm=slurm or {"partition": "gpu"})
+
+
+@pytest.mark.unit
+def test_log_dir_made_through_the_gate(tmp_path):
+    import os
+    import stat
+
+    site = schedule_site(tmp_path)
+    (tmp_path / "sw").mkdir(mode=0o755)
+    old = os.umask(0o002)
+    try:
+        path = schedule.make_log_dir(site)
+    finally:
+        os.umask(old)
+    assert path == str(tmp_path / "sw" / ".hpcstack" / "schedule" / "logs")
+    st = os.stat(path)
+    assert stat.S_IMODE(st.st_mode) == 0o755 and st.st_uid == os.geteuid()
+    assert schedule.make_log_dir(site) == path                         # found made
+    os.chmod(path, 0o777)
+    with pytest.raises(ConfigError):
+        schedule.make_log_dir(site)
+
+
+@pytest.mark.integration
+def test_log_dir_of_another_account_refused(tmp_path):
+    """Needs root (chown): a logs directory another account owns is refused, never used."""
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    site = schedule_site(tmp_path)
+    (tmp_path / "sw").mkdir(mode=0o755)
+    path = schedule.make_log_dir(site)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(Exception) as exc:
+        schedule.make_log_dir(site)
+    assert "65534" in str(exc.value) or "nobody" in str(exc.value)
+
+
+@pytest.mark.unit
+def test_install_refused_with_submit_as(tmp_path):
+    """L1: the jobs of a submit_as account cannot record into root's history: refused, one line."""
+    site = schedule_site(tmp_path, {"partition": "gpu", "submit_as": "hpcval"})
+    args = SimpleNamespace(action="install", stacks=[], dry_run=True)
+    with pytest.raises(ConfigError, match="scheduled validations run as root"):
+        schedule.cmd_schedule(args, SimpleNamespace(site=site, policy=None), tab=object())
+
+
+@pytest.mark.unit
+def test_remove_stack_without_scrontab(tmp_path):
+    """L5: scrontab not installed: an HpcstackError (uninstall's one warning line), state kept."""
+    from hpcstack.errors import HpcstackError
+
+    site = schedule_site(tmp_path)
+    (tmp_path / "sw").mkdir(mode=0o755)
+    schedule.write_state(site, {"pytorch/2.3.1-gpu": {"smoke": {"schedule": "0 3 * * *"}}})
+
+    def missing(argv, **kw):
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    with pytest.raises(HpcstackError, match="scrontab"):
+        schedule.remove_stack(site, "pytorch/2.3.1-gpu", schedule.Scrontab(None, missing))
+    assert "pytorch/2.3.1-gpu" in schedule.read_state(site)
 
 
 @pytest.mark.unit
@@ -90,6 +177,7 @@ def test_scrontab_commands():
 
     def run(argv, **kw):
         calls.append((argv, kw.get("input")))
+        assert kw.get("cwd") == "/"                    # CHILD_CWD, never the caller's directory
         if argv[-1] == "-l":
             return subprocess.CompletedProcess(argv, 1, "", "no crontab for hpcval\n")
         return subprocess.CompletedProcess(argv, 0, "", "")
@@ -198,6 +286,37 @@ def test_modulefile_status_lines(syntax, line):
     text = render_modulefile(module_context("/m/.hpcstack-status.json"), syntax)
     assert line in text and "(hpcstack status for details)" in text
     assert "hpcstack-status" not in render_modulefile(module_context(""), syntax)
+
+
+@pytest.mark.unit
+def test_lua_status_read_only_from_a_regular_file():
+    """L3: io.open of a FIFO blocks every load: the file's type is checked (lfs.attributes follows
+    links; Lmod's isFile does not) before io.open, inside the pcall."""
+    text = render_modulefile(module_context("/m/.hpcstack-status.json"), "lua")
+    check = 'if lfs.attributes("/m/.hpcstack-status.json", "mode") ~= "file" then return nil end'
+    assert check in text and text.index(check) < text.index('io.open("/m/.hpcstack-status.json"')
+
+
+@pytest.mark.unit
+def test_tcl_status_line_quotes_the_name():
+    """L3: the stack's name and version are one quoted Tcl word, never substituted ([cmd], $var)."""
+    import shutil
+
+    ctx = module_context("/m/.hpcstack-status.json")
+    ctx = ModuleContext(**{**ctx.__dict__, "version": "2.3.1-gpu[exec touch /tmp/pwned]$env(HOME)"})
+    text = render_modulefile(ctx, "tcl")
+    assert "set hpcstack_line {pytorch/2.3.1-gpu[exec touch /tmp/pwned]$env(HOME): }" in text
+    assert "puts stderr $hpcstack_line" in text and '"pytorch/2.3.1-gpu[' not in text
+    if shutil.which("tclsh"):
+        block = text[text.index("if {[module-info mode load] && ![catch {open"):]
+        block = block[:block.index("\n}\n") + 3]
+        needle = '"pytorch/2.3.1-gpu[exec touch /tmp/pwned]$env(HOME)": "'
+        script = ("proc module-info {args} {return 1}\n"
+                  f"set hpcstack_sf [file tempfile hpcstack_path]\nputs $hpcstack_sf {{\n{needle}FAILED since x\"}}\n"
+                  "seek $hpcstack_sf 0\n" + block.replace("![catch {open {/m/.hpcstack-status.json} {RDONLY NONBLOCK}} "
+                                                           "hpcstack_sf]", "1"))
+        p = subprocess.run(["tclsh"], input=script, capture_output=True, text=True, cwd="/")
+        assert p.stderr == "pytorch/2.3.1-gpu[exec touch /tmp/pwned]$env(HOME): FAILED since x (hpcstack status for details)\n"
 
 
 @pytest.mark.integration

@@ -16,8 +16,10 @@ The schedule lives in Slurm's per-user cron, scrontab (https://slurm.schedmd.com
 (:func:`entries_text`) each begin with a :data:`MARKER` comment naming the site, stack and tier,
 so that :func:`install_entries` and :func:`remove_entries` edit only hpcstack's own blocks of a
 table read with ``scrontab -l`` and written back with ``scrontab FILE`` (:class:`Scrontab`); the
-account's other entries stay as they were. The table is the site's ``slurm.submit_as`` account's
-(root's without one). What was installed is kept in ``<install_root>/.hpcstack/schedule/<site>.json``
+account's other entries stay as they were. The table is root's: ``hpcstack schedule install``
+refuses a site with ``slurm.submit_as`` (the runs record into root's history). Each job runs
+``python -I -m hpcstack`` with ``--chdir`` and ``--output`` in root's 0755
+``<install_root>/.hpcstack/schedule/logs`` (:func:`make_log_dir`). What was installed is kept in ``<install_root>/.hpcstack/schedule/<site>.json``
 (written through the gate, root only): the cron line of each stack and tier and when it was
 installed, which :func:`missed_slots` reads.
 
@@ -56,6 +58,9 @@ MAX_MISSED = 200
 WRAPPER_TIME = "04:00:00"
 #: The schedule's state file under ``<install_root>/.hpcstack``.
 SCHEDULE_DIR = "schedule"
+#: The jobs' output directory under the schedule's (root's, 0755): never ``slurm.output_root``,
+#: where a user could plant a link at the predictable ``%j`` name that slurmstepd follows.
+LOG_DIR = "logs"
 
 _FIELD = r"(\*|[0-9]{1,2}(-[0-9]{1,2})?)(/[0-9]{1,2})?"
 #: A cron line's five time fields (numbers, ranges, steps and lists; no names, no @daily).
@@ -253,25 +258,28 @@ class Entry:
 
 
 def entry_lines(entry: Entry, command: list[str], slurm: dict | None = None,
-                extra_args: list[str] = ()) -> list[str]:
+                extra_args: list[str] = (), log_dir: str | None = None) -> list[str]:
     """The lines of one entry: the marker, its ``#SCRON`` options (job name, the site's
-    partition, QOS and account, :data:`WRAPPER_TIME`, the output under ``slurm.output_root``),
-    and the cron line that runs ``COMMAND validate STACK --site SITE --tier TIER``."""
+    partition, QOS and account, :data:`WRAPPER_TIME`, ``--chdir`` and ``--output`` in
+    ``log_dir``, root's directory (:func:`make_log_dir`); without one ``--chdir=/`` and no
+    output), and the cron line that runs ``COMMAND validate STACK --site SITE --tier TIER``.
+    Never ``slurm.output_root``: a world-writable directory there lets a user plant a link at
+    the job's predictable output name, which slurmstepd opens following links."""
     s = slurm or {}
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", entry.stack)
     opts = [f"--job-name=hpcstack-{entry.tier.name}-{slug}", f"--time={WRAPPER_TIME}"]
     opts += [f"--{key}={s[key]}" for key in ("partition", "qos", "account") if s.get(key)]
-    if s.get("output_root"):
-        opts.append(f"--output={s['output_root']}/hpcstack-{entry.tier.name}-{slug}-%j.out")
+    opts.append(f"--chdir={log_dir or '/'}")
+    opts.append(f"--output={log_dir}/hpcstack-{entry.tier.name}-{slug}-%j.out" if log_dir else "--output=/dev/null")
     argv = [*command, "validate", entry.stack, "--site", entry.site, "--tier", entry.tier.name, *extra_args]
     return [entry.marker, *(f"#SCRON {o}" for o in opts),
             f"{entry.tier.schedule} {' '.join(shlex.quote(a) for a in argv)}"]
 
 
 def entries_text(entries: list[Entry], command: list[str], slurm: dict | None = None,
-                 extra_args: list[str] = ()) -> str:
+                 extra_args: list[str] = (), log_dir: str | None = None) -> str:
     """hpcstack's blocks for ``entries``, in order, as scrontab text."""
-    return "".join("\n".join(entry_lines(e, command, slurm, extra_args)) + "\n" for e in entries)
+    return "".join("\n".join(entry_lines(e, command, slurm, extra_args, log_dir)) + "\n" for e in entries)
 
 
 def _blocks(text: str) -> list[tuple[tuple | None, list[str]]]:
@@ -303,7 +311,7 @@ def remove_entries(text: str, site: str, stacks: list[str] | None = None) -> str
 
 
 def install_entries(text: str, entries: list[Entry], command: list[str], slurm: dict | None = None,
-                    extra_args: list[str] = ()) -> str:
+                    extra_args: list[str] = (), log_dir: str | None = None) -> str:
     """The table with the entries of ``entries``' stacks replaced by ``entries`` (appended at
     the end); foreign lines and hpcstack's entries of other stacks kept."""
     stacks_by_site: dict[str, list[str]] = {}
@@ -313,7 +321,7 @@ def install_entries(text: str, entries: list[Entry], command: list[str], slurm: 
         text = remove_entries(text, site, stacks)
     if text and not text.endswith("\n"):
         text += "\n"
-    return text + entries_text(entries, command, slurm, extra_args)
+    return text + entries_text(entries, command, slurm, extra_args, log_dir)
 
 
 def listed_entries(text: str, site: str | None = None) -> list[tuple[str, str, str, str]]:
@@ -333,13 +341,23 @@ class Scrontab:
     def _argv(self, *args: str) -> list[str]:
         return [self.program, *(["-u", self.user] if self.user else []), *args]
 
+    def _run(self, *args: str, text: str | None = None):
+        """Run ``scrontab ARGS`` from :data:`~hpcstack.fsutil.CHILD_CWD` (never the caller's
+        working directory); a missing or unrunnable program is an :class:`HpcstackError`."""
+        from hpcstack.fsutil import CHILD_CWD
+
+        try:
+            return self.run(self._argv(*args), input=text, capture_output=True, text=True, cwd=CHILD_CWD)
+        except OSError as exc:
+            raise HpcstackError(f"{self.program}: {exc.strerror or exc} (is Slurm's scrontab installed?)") from None
+
     def read(self) -> str:
         """The table's text (``""`` when the account has none).
 
         Raises:
             HpcstackError: scrontab failed otherwise (its message).
         """
-        p = self.run(self._argv("-l"), capture_output=True, text=True)
+        p = self._run("-l")
         if p.returncode != 0:
             if "no crontab" in (p.stderr or "").lower() or "no scrontab" in (p.stderr or "").lower():
                 return ""
@@ -354,9 +372,9 @@ class Scrontab:
             HpcstackError: scrontab refused it (its message).
         """
         if not text.strip():
-            p = self.run(self._argv("-r"), capture_output=True, text=True)
+            p = self._run("-r")
         else:
-            p = self.run(self._argv("/dev/stdin"), input=text, capture_output=True, text=True)
+            p = self._run("/dev/stdin", text=text)
         if p.returncode != 0 and "no crontab" not in (p.stderr or "").lower():
             raise HpcstackError(f"scrontab failed: {(p.stderr or '').strip() or p.returncode}")
 
@@ -369,6 +387,29 @@ def state_path(site) -> str:
     from hpcstack.install.layout import STATE_DIR
 
     return os.path.join(site.install_root, STATE_DIR, SCHEDULE_DIR, f"{site.name}.json")
+
+
+def log_dir_path(site) -> str:
+    """``<install_root>/.hpcstack/schedule/logs``: where the scheduled jobs write their output."""
+    return os.path.join(os.path.dirname(state_path(site)), LOG_DIR)
+
+
+def make_log_dir(site, pol=None) -> str:
+    """Make :func:`log_dir_path` through the gate (root's, 0755, the directories above it made
+    0755) and return it.
+
+    Raises:
+        ConfigError: it is there but not the running account's (root's), or others can write it.
+        GateError: a link or an untrusted directory on the way.
+    """
+    from hpcstack import gate
+
+    path = log_dir_path(site)
+    _, st = gate.mkdir(path, 0o755, parents=True, exact=True, pol=pol)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ConfigError([f"{path}: the scheduled jobs' output directory must be root's and not "
+                           f"group/other-writable (found uid {st.st_uid}, mode {st.st_mode & 0o7777:o})"])
+    return path
 
 
 def read_state(site, pol=None) -> dict:
@@ -447,13 +488,20 @@ def published_stacks(site) -> list[str]:
 
 
 def hpcstack_command() -> list[str]:
-    """How the entries run hpcstack: this interpreter, ``-m hpcstack``."""
-    return [sys.executable, "-m", "hpcstack"]
+    """How the entries run hpcstack: this interpreter, ``-I -m hpcstack`` (isolated: neither the
+    job's working directory nor ``PYTHON*`` variables go on ``sys.path``, so no planted
+    ``hpcstack/__main__.py`` runs)."""
+    return [sys.executable, "-I", "-m", "hpcstack"]
 
 
 def remove_stack(site, stack: str, tab: Scrontab | None = None, pol=None) -> list[str]:
     """Remove a stack's entries (``hpcstack uninstall`` calls it): the table's blocks and the
-    state's record; nothing when the schedule never named it. Returns what was removed."""
+    state's record; nothing when the schedule never named it. Returns what was removed.
+
+    Raises:
+        HpcstackError: scrontab failed or is not installed (the state is kept for a later
+            ``hpcstack schedule remove``; ``hpcstack uninstall`` prints it as one warning line).
+    """
     state = read_state(site, pol)
     if stack not in state:
         return []
@@ -477,6 +525,10 @@ def cmd_schedule(args, session, tab: Scrontab | None = None) -> int:
     site = session.site
     if not site.slurm:
         raise ConfigError([f"site {site.name} has no slurm section: scrontab needs Slurm"])
+    if args.action == "install" and submit_account(site):
+        raise ConfigError([f"hpcstack schedule install: scheduled validations run as root; slurm.submit_as "
+                           f"({submit_account(site)}) is refused (its runs could not be recorded in the "
+                           "history, which is root's): install the schedule for root"])
     tab = tab or Scrontab(submit_account(site))
     if args.action == "list":
         for site_name, stack, tier, line in listed_entries(tab.read(), site.name):
@@ -511,7 +563,8 @@ def cmd_schedule(args, session, tab: Scrontab | None = None) -> int:
                     "schedule": tier.schedule, "installed": installed or now,
                     "recipe": recipe.ref or recipe.full_name}
         extra = [w for d in getattr(session, "_repo_dirs", ()) for w in ("--repo", os.path.abspath(d))]
-        new = install_entries(old, entries, hpcstack_command(), site.slurm, extra)
+        logs = log_dir_path(site) if args.dry_run else make_log_dir(site, session.policy)
+        new = install_entries(old, entries, hpcstack_command(), site.slurm, extra, logs)
     if args.dry_run:
         print(new, end="")
         return 0
