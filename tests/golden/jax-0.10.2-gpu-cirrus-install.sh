@@ -1107,7 +1107,9 @@ if {[module-info mode load] && ![catch {open {/work/y07/shared/cirrus-modulefile
             set hpcstack_st [string range $hpcstack_st [expr {$hpcstack_at + 20}] end]
             set hpcstack_end [string first "\"" $hpcstack_st]
             if {$hpcstack_end > 0} {
-                puts stderr "jax/0.10.2-gpu: [string range $hpcstack_st 0 [expr {$hpcstack_end - 1}]] (hpcstack status for details)"
+                set hpcstack_line {jax/0.10.2-gpu: }
+                append hpcstack_line [string range $hpcstack_st 0 [expr {$hpcstack_end - 1}]] " (hpcstack status for details)"
+                puts stderr $hpcstack_line
             }
         }
     }

@@ -1331,6 +1331,7 @@ end
 
 if mode() == "load" then
     local ok, verdict = pcall(function()
+        if lfs.attributes("/p/project/PROJECT/hpcstack/modulefiles/.hpcstack-status.json", "mode") ~= "file" then return nil end
         local fh = io.open("/p/project/PROJECT/hpcstack/modulefiles/.hpcstack-status.json", "r")
         if not fh then return nil end
         local text = fh:read(65536) or ""

@@ -230,7 +230,9 @@ if {[module-info mode load] && ![catch {open {/work/y07/shared/cirrus-modulefile
             set hpcstack_st [string range $hpcstack_st [expr {$hpcstack_at + 18}] end]
             set hpcstack_end [string first "\"" $hpcstack_st]
             if {$hpcstack_end > 0} {
-                puts stderr "mpi4py/4.1.2: [string range $hpcstack_st 0 [expr {$hpcstack_end - 1}]] (hpcstack status for details)"
+                set hpcstack_line {mpi4py/4.1.2: }
+                append hpcstack_line [string range $hpcstack_st 0 [expr {$hpcstack_end - 1}]] " (hpcstack status for details)"
+                puts stderr $hpcstack_line
             }
         }
     }

@@ -35,6 +35,7 @@ end
 
 if mode() == "load" then
     local ok, verdict = pcall(function()
+        if lfs.attributes("/sw/modules/.hpcstack-status.json", "mode") ~= "file" then return nil end
         local fh = io.open("/sw/modules/.hpcstack-status.json", "r")
         if not fh then return nil end
         local text = fh:read(65536) or ""

@@ -41,7 +41,9 @@ if {[module-info mode load] && ![catch {open {/sw/modules/.hpcstack-status.json}
             set hpcstack_st [string range $hpcstack_st [expr {$hpcstack_at + 23}] end]
             set hpcstack_end [string first "\"" $hpcstack_st]
             if {$hpcstack_end > 0} {
-                puts stderr "pytorch/2.3.1-gpu: [string range $hpcstack_st 0 [expr {$hpcstack_end - 1}]] (hpcstack status for details)"
+                set hpcstack_line {pytorch/2.3.1-gpu: }
+                append hpcstack_line [string range $hpcstack_st 0 [expr {$hpcstack_end - 1}]] " (hpcstack status for details)"
+                puts stderr $hpcstack_line
             }
         }
     }
