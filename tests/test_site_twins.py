@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from test_twin_e2e import twin_checks
-from twins import SITES, Twin, twin_conf
+from twins import SITES, Twin, twin_checks, twin_conf
 
 pytestmark = pytest.mark.integration
 

@@ -30,16 +30,14 @@ the module ends, so later tests see the real sites' roots as they were.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from conftest import HPCSTACK, REPO
-from twins import SITES, TWINS, twin_conf
+from twins import SITES, pytorch_twins, twin_checks, twin_conf
 
 pytestmark = pytest.mark.e2e
 
@@ -48,26 +46,8 @@ PYTORCH = "pytorch/2.3.1-gpu"
 MPI4PY = "mpi4py/4.1.2"
 
 
-def twin_checks(site: str) -> dict:
-    """twins/clusters/SITE/checks.toml: what the twin's tests check beyond every twin's (the keys
-    are read by :func:`_twin_class`); an empty table where the twin has none."""
-    path = TWINS / site / "checks.toml"
-    return tomllib.loads(path.read_text()) if path.is_file() else {}
-
-
-def _pytorch_twins() -> tuple[str, ...]:
-    """The twins whose PyTorch stack this run installs and validates: those whose checks.toml
-    says ``pytorch_in_ci = true``, and those ``HPCSTACK_TWIN_E2E`` names (``all``, or a comma list)."""
-    asked = os.environ.get("HPCSTACK_TWIN_E2E", "")
-    named = set(SITES) if asked == "all" else {s.strip() for s in asked.split(",") if s.strip()}
-    unknown = named - set(SITES)
-    if unknown:
-        raise pytest.UsageError(f"HPCSTACK_TWIN_E2E: no twin {sorted(unknown)[0]!r} (twins: {', '.join(SITES)})")
-    return tuple(s for s in SITES if s in named or twin_checks(s).get("pytorch_in_ci"))
-
-
 #: the twins whose PyTorch stack this run installs and validates (one Horovod build each)
-PYTORCH_TWINS = _pytorch_twins()
+PYTORCH_TWINS = pytorch_twins()
 
 
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import tomllib
 import time
 from pathlib import Path
 
@@ -38,6 +39,24 @@ def twin_conf(site: str, twins: Path = TWINS) -> dict[str, list[str]]:
             key, _, value = line.partition("=")
             conf.setdefault(key.strip(), []).append(value.strip())
     return conf
+
+
+def twin_checks(site: str) -> dict:
+    """twins/clusters/SITE/checks.toml: what the twin's tests check beyond every twin's (the keys
+    are read by :func:`_twin_class`); an empty table where the twin has none."""
+    path = TWINS / site / "checks.toml"
+    return tomllib.loads(path.read_text()) if path.is_file() else {}
+
+
+def pytorch_twins() -> tuple[str, ...]:
+    """The twins whose PyTorch stack this run installs and validates: those whose checks.toml
+    says ``pytorch_in_ci = true``, and those ``HPCSTACK_TWIN_E2E`` names (``all``, or a comma list)."""
+    asked = os.environ.get("HPCSTACK_TWIN_E2E", "")
+    named = set(SITES) if asked == "all" else {s.strip() for s in asked.split(",") if s.strip()}
+    unknown = named - set(SITES)
+    if unknown:
+        raise ValueError(f"HPCSTACK_TWIN_E2E: no twin {sorted(unknown)[0]!r} (twins: {', '.join(SITES)})")
+    return tuple(s for s in SITES if s in named or twin_checks(s).get("pytorch_in_ci"))
 
 
 def site_twin(*args: str, check: bool = True, script: Path = TWIN_SCRIPT) -> subprocess.CompletedProcess:
