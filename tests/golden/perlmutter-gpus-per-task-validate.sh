@@ -29,7 +29,8 @@ export SLURM_EXPORT_ENV=ALL
 # one torch/OpenMP thread per core of the task (torch would start one per core of the node)
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-32}
 export SRUN_CPUS_PER_TASK=32   # srun >= 22.05 does not inherit --cpus-per-task
-export NCCL_DEBUG=WARN
+export NCCL_DEBUG=INFO
+export NCCL_DEBUG_FILE=@VALIDATION_DIR@/n1/nccl-%h-%p.log
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 python -c 'import json, os, platform, subprocess, sys
 def run(*argv):
@@ -138,7 +139,8 @@ export SLURM_EXPORT_ENV=ALL
 # one torch/OpenMP thread per core of the task (torch would start one per core of the node)
 export OMP_NUM_THREADS=${SLURM_CPUS_PER_TASK:-32}
 export SRUN_CPUS_PER_TASK=32   # srun >= 22.05 does not inherit --cpus-per-task
-export NCCL_DEBUG=WARN
+export NCCL_DEBUG=INFO
+export NCCL_DEBUG_FILE=@VALIDATION_DIR@/n2/nccl-%h-%p.log
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 python -c 'import json, os, platform, subprocess, sys
 def run(*argv):
