@@ -91,3 +91,24 @@ def after_record(site, before: list, after: list, stack: str, *, apprise_module=
     for line in done:
         print(f"hpcstack: {line}", file=err)
     return done
+
+
+def after_recorded(site, stack: str, before: list, after: list) -> None:
+    """After a run is recorded (what :func:`hpcstack.validate.history.record_validation` is given
+    to call): the site's ``revalidation`` actions on a verdict that changed (:func:`after_record`)
+    and the status file ``module load`` reads (:mod:`hpcstack.validate.statusfile`). Never raises:
+    a failure is one warning line.
+
+    Args:
+        site: the site.
+        stack (str): ``NAME/VERSION``.
+        before, after (list[Run]): the site's history before and after the run was recorded.
+    """
+    from hpcstack.errors import HpcstackError
+    from hpcstack.validate import statusfile, verdict
+
+    try:
+        after_record(site, verdict.verdicts(before), verdict.verdicts(after), stack)
+        statusfile.write_status_file(site, after)
+    except (HpcstackError, OSError, ValueError) as exc:
+        print(f"warning: the status file or the site's revalidation actions: {exc}", file=sys.stderr)

@@ -316,12 +316,12 @@ def has_install_baseline(conn: sqlite3.Connection, stack: str, build: str | None
     return False
 
 
-def record_validation(site, recipe, report: dict, *, runs_outcome: list | None = None,
+def record_validation(site, recipe, report: dict, *, after_recorded, runs_outcome: list | None = None,
                       job_dirs: list | None = None, output_dir=None, tier: str | None = None,
                       started: str | None = None) -> int | None:
     """At the end of ``hpcstack validate`` as root, of a published stack: record the report with
-    its sample and fingerprint in the site's history. Tier: ``tier``, else ``install`` for the
-    first validation of the published build, else ``manual``.
+    its sample and fingerprint in the site's history, then call ``after_recorded``. Tier:
+    ``tier``, else ``install`` for the first validation of the published build, else ``manual``.
 
     It never raises: a failure to record is one warning line on stderr (the validation's own
     result stands).
@@ -329,6 +329,10 @@ def record_validation(site, recipe, report: dict, *, runs_outcome: list | None =
     Args:
         site, recipe: what was validated.
         report (dict): the report.
+        after_recorded: called as ``after_recorded(site, stack, before, after)`` once the run is
+            recorded, with the history's runs before and after it: what follows a recorded run
+            (:func:`hpcstack.validate.actions.after_recorded`: the site's ``revalidation``
+            actions and the status file). Passed in, since those modules read this one.
         runs_outcome (list | None): the runs (:class:`~hpcstack.validate.judge.RunOutcome`), for
             the per-round sample.
         job_dirs (list | None), output_dir: the jobs' directories and the validation's, where
@@ -369,17 +373,3 @@ def record_validation(site, recipe, report: dict, *, runs_outcome: list | None =
     after_recorded(site, recipe.full_name, before, after)
     return row
 
-
-def after_recorded(site, stack: str, before: list, after: list) -> None:
-    """After a run is recorded: the site's ``revalidation`` actions on a verdict that changed
-    (:mod:`hpcstack.validate.actions`) and the status file ``module load`` reads
-    (:mod:`hpcstack.validate.statusfile`). Never raises: a failure is one warning line."""
-    import sys
-
-    from hpcstack.validate import actions, statusfile, verdict
-
-    try:
-        actions.after_record(site, verdict.verdicts(before), verdict.verdicts(after), stack)
-        statusfile.write_status_file(site, after)
-    except (HpcstackError, OSError, ValueError) as exc:
-        print(f"warning: the status file or the site's revalidation actions: {exc}", file=sys.stderr)

@@ -343,6 +343,7 @@ def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler,
                      recorded_settings: dict | None = None, stack: tuple | None = None) -> int:
     """Wait for the jobs, read them back, judge them by the plan's rules, write and print the report;
     as root, record it in the site's history (``stack``: the site, recipe and tier)."""
+    from hpcstack.validate.actions import after_recorded
     from hpcstack.validate.history import now_iso, record_validation
     from hpcstack.validate.judge import judge
 
@@ -360,6 +361,7 @@ def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler,
     result["files"] = render.write_report(result, plan.output_dir)
     render.print_slurm_report(result, outcome.jobs, as_json)
     if stack is not None:     # a failure to record is a warning line, never a failed validation
-        record_validation(stack[0], stack[1], result, runs_outcome=outcome.runs, tier=stack[2], started=started,
-                          job_dirs=[j.directory for j in jobs], output_dir=plan.output_dir)
+        record_validation(stack[0], stack[1], result, after_recorded=after_recorded, runs_outcome=outcome.runs,
+                          tier=stack[2], started=started, job_dirs=[j.directory for j in jobs],
+                          output_dir=plan.output_dir)
     return 0 if result["ok"] else 1
