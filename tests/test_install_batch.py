@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import hpcstack, two_node_cluster, unit_site
+from conftest import hpcstack, make_sdist, two_node_cluster, unit_site, write_tiny_recipe
 from hpcstack.install import batch
 
 RECIPE = "mpi4py/4.1.2"
@@ -223,33 +223,35 @@ def test_a_site_option_hpcstack_sets_is_refused_before_anything_runs(tmp_path):
 
 @pytest.mark.integration
 def test_an_install_builds_in_a_job_step_on_the_local_cluster(localhost_ready):
-    """mpi4py/4.1.2 for an overlay of localhost that sets build.batch_job on the local cluster's
-    ``debug`` partition: the bundle is made here, the build runs in job ``hpcstack-build``
-    (provenance records the job), the stack is published and its module loads."""
+    """The tiny recipe (tests/conftest.py: a venv, pinned wheels, a patched source build, a
+    module) for an overlay of localhost that sets build.batch_job on the local cluster's ``debug``
+    partition: the bundle is made here, the build runs in job ``hpcstack-build`` (provenance
+    records the job), the stack is published and its module file written."""
     if os.geteuid() != 0:
         pytest.skip("installs as root into a root-owned stage directory (Slurm must accept root's jobs)")
     with two_node_cluster():
         root = Path(tempfile.mkdtemp(prefix="hpcstack-batch-", dir="/var/tmp"))
         try:
             root.chmod(0o755)
+            recipe = write_tiny_recipe(root / "recipes", make_sdist(root))
             site = root / "localhost-batch.yaml"
             site.write_text(yaml.safe_dump({
                 "name": "localhost-batch", "extends": "localhost",
                 "description": "localhost, building in a job step on the local cluster",
                 "build": {"batch_job": {"partition": "debug", "time_limit": "00:30:00", "cpus_per_task": 1}}}))
             site.chmod(0o644)
-            proc = hpcstack("install", RECIPE, "--site", str(site), "--prefix", str(root / "sw"),
+            proc = hpcstack("install", str(recipe), "--site", str(site), "--prefix", str(root / "sw"),
                             "--module-root", str(root / "mf"), timeout=1800)
             assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
             assert "==> build.batch_job: the build, in one Slurm job step: " in proc.stderr
             assert "note: build.batch_job: running in Slurm job " in proc.stderr, proc.stderr[-3000:]
-            bundle = root / "sw" / ".hpcstack" / "stage" / "bundle-mpi4py-4.1.2"
+            bundle = root / "sw" / ".hpcstack" / "stage" / "bundle-tiny-1.0"
             assert (bundle / "manifest.json").is_file() and not (bundle / "tool").exists()
             assert bundle.stat().st_mode & 0o777 == 0o700 and bundle.stat().st_uid == 0
             records = [json.loads(p.read_text()) for p in (root / "sw").rglob("provenance.json")]
             jobs = [r["batch_job"] for r in records if "batch_job" in r]
             assert jobs and jobs[0]["job_name"] == "hpcstack-build" and jobs[0]["job_id"].isdigit(), records
             assert "--from" in records[0]["command"]
-            assert (root / "mf" / "mpi4py" / "4.1.2").is_file()
+            assert (root / "mf" / "tiny" / "1.0").is_file()
         finally:
             shutil.rmtree(root, ignore_errors=True)
