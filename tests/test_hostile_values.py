@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -59,6 +60,7 @@ def hostile(marker: Path) -> list[str]:
         f"]]\nos.execute('touch {m}') --[[",
         f"\"]==] os.execute('touch {m}') --",
         f"%(installdir)s $HOME ${{HOME}} \\\" \\' ; & | < > # {{}} [] \r\x1a\x7f\u2028 end",
+        f"|touch {m}",      # Tcl's open (and Perl's, Python's os.popen) runs a command for this
     ]
 
 
@@ -91,7 +93,7 @@ def module_context(v: str) -> dict:
     return dict(name=v, version=v, whatis=v, help_lines=[v, "", v], prefix=v, root_variable=v,
                 depends_on=[v, v], changes=changes, recipe=v, site=v, hpcstack_version=v,
                 load_requires=v, load_error=v, whatis_lines=[v, v], venv_fence=v, venv_warning=v,
-                export_all=True)
+                export_all=True, status_file=v, status_needle=v)
 
 
 #: A date a deprecation names: the command line checks it is one (``--after YYYY-MM-DD``).
@@ -186,9 +188,21 @@ SH = {"templates/slurm-job.sh.j2": job_context, "templates/jupyter-kernel.sh.j2"
 PLAIN_SH = {"templates/stack-pip.sh.j2": pip_context}
 
 
+def status_page_context(v: str) -> dict:
+    """The page of ``hpcstack status --html`` (hpcstack/validate/status.py, write_html): a FAILED
+    row (its changed lines shown) and one whose verdict is the value itself."""
+    row = dict(tier=v, verdict="FAILED", since=v, last_run=v, last_ok=v, trend=v, changed=[v, v], reasons=[v])
+    return dict(site=v, generated=v, json_name=v, usage_days=v,
+                stacks=[dict(name=v, users=v, images=[dict(src=v, alt=v)], rows=[row, {**row, "verdict": v}]),
+                        dict(name=v, users=None, images=[], rows=[])])
+
+
+HTML = {"templates/status.html.j2": status_page_context}
+
+
 def test_every_template_is_covered_with_every_variable():
     """A template added (or a variable added to one) without a hostile context fails here."""
-    contexts = {**PY_CONTEXTS, **TCL, **LUA, **SH, **PLAIN_SH}
+    contexts = {**PY_CONTEXTS, **TCL, **LUA, **SH, **PLAIN_SH, **HTML}
     assert sorted(contexts) == TEMPLATES
     for template, make in contexts.items():
         args = ("x", "/i", "/s") if template in SH else ("x",)
@@ -282,6 +296,7 @@ for _, name in ipairs({"help", "whatis", "family", "depends_on", "setenv", "unse
                        "append_path", "LmodError", "LmodMessage", "module_version", "add_property"}) do
     _G[name] = recorder(name)
 end
+lfs = {attributes = function() return "file" end}   -- Lmod's sandbox: every path a regular file
 for _, m in ipairs({"load", "unload"}) do
     mode = function() return m end
     isFile = function() return false end
@@ -546,3 +561,57 @@ def test_plain_shell_scripts_take_hostile_values_as_data(template, tmp_path):
         assert proc.returncode == 1 and proc.stdout == "", proc.stderr
         # (text mode reads a carriage return as a newline)
         assert v.replace("\r", "\n") in proc.stderr, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------- HTML
+
+#: Values aimed at an HTML page: a script element, leaving an attribute or an element, a comment.
+HTML_HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>', "' onmouseover='alert(1)",
+                '</title><script>alert(1)</script>', '</td></tr></table><iframe src=//e>', '<!-- x',
+                '&lt;script&gt; &amp; &#60;', 'javascript:alert(1)']
+
+
+class _Events(HTMLParser):
+    """The page as the browser's parser reads it: tags with their attributes, and text."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.events: list = []
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        self.events.append(("start", tag, tuple(attrs)))
+
+    def handle_endtag(self, tag):
+        self.events.append(("end", tag))
+
+    def handle_data(self, data):
+        if self.events and self.events[-1][0] == "data":
+            self.events[-1] = ("data", self.events[-1][1] + data)
+        else:
+            self.events.append(("data", data))
+
+    def handle_comment(self, data):
+        self.events.append(("comment", data))
+
+
+def _with(events: list, plain: str, v: str) -> list:
+    """``events`` with every ``plain`` in their texts and attribute values replaced by ``v``."""
+    def sub(s):
+        return s.replace(plain, v) if isinstance(s, str) else s
+    return [(e[0], e[1], tuple((k, sub(x)) for k, x in e[2])) if e[0] == "start" else
+            (e[0], sub(e[1])) for e in events]
+
+
+@pytest.mark.parametrize("template", sorted(HTML))
+def test_html_templates_take_hostile_values_as_data(template, tmp_path):
+    """Escaped by autoescape: the page has the same elements and attributes as with a plain value,
+    and every text and attribute value holds the value exactly as given."""
+    plain = "PLAINVALUE"
+    expected = _Events(templates.render(template, **HTML[template](plain))).events
+    assert any(e[0] == "start" and e[1] == "img" for e in expected), expected
+    for v in HTML_HOSTILE + hostile(tmp_path / "pwned"):
+        text = templates.render(template, **HTML[template](v))
+        got = _Events(text).events
+        assert got == _with(expected, plain, v), text

@@ -280,7 +280,8 @@ def module_context(status_file: str) -> ModuleContext:
 
 @pytest.mark.unit
 @pytest.mark.parametrize("syntax,line", [
-    ("tcl", 'if {[module-info mode load] && ![catch {open {/m/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {'),
+    ("tcl", 'if {[module-info mode load] && [string index {/m/.hpcstack-status.json} 0] eq "/"\n'
+            '        && ![catch {open {/m/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {'),
     ("lua", 'local fh = io.open("/m/.hpcstack-status.json", "r")')])
 def test_modulefile_status_lines(syntax, line):
     text = render_modulefile(module_context("/m/.hpcstack-status.json"), syntax)
@@ -308,7 +309,7 @@ def test_tcl_status_line_quotes_the_name():
     assert "set hpcstack_line {pytorch/2.3.1-gpu[exec touch /tmp/pwned]$env(HOME): }" in text
     assert "puts stderr $hpcstack_line" in text and '"pytorch/2.3.1-gpu[' not in text
     if shutil.which("tclsh"):
-        block = text[text.index("if {[module-info mode load] && ![catch {open"):]
+        block = text[text.index("if {[module-info mode load] && [string index {/m/.hpcstack-status.json} 0]"):]
         block = block[:block.index("\n}\n") + 3]
         needle = '"pytorch/2.3.1-gpu[exec touch /tmp/pwned]$env(HOME)": "'
         script = ("proc module-info {args} {return 1}\n"

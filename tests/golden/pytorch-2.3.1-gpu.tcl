@@ -33,7 +33,8 @@ if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUA
     }
 }
 
-if {[module-info mode load] && ![catch {open {/sw/modules/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {
+if {[module-info mode load] && [string index {/sw/modules/.hpcstack-status.json} 0] eq "/"
+        && ![catch {open {/sw/modules/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {
     catch {
         set hpcstack_st [read $hpcstack_sf 65536]
         set hpcstack_at [string first "\n\"pytorch/2.3.1-gpu\": \"" $hpcstack_st]
