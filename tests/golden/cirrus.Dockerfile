@@ -98,6 +98,9 @@ RUN mkdir -p /opt/hpcstack/site-configs && \
         '  env:' \
         "    OMPI_ALLOW_RUN_AS_ROOT: '1'" \
         "    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: '1'" \
+        'network:' \
+        '  fabric: infiniband' \
+        '  nvlink: true' \
         > /opt/hpcstack/site-configs/cirrus-image.yaml && \
     hpcstack install pytorch/2.3.1-gpu --site /opt/hpcstack/site-configs/cirrus-image.yaml && \
     if ! mountpoint -q /var/cache/hpcstack; then rm -rf /var/cache/hpcstack; fi
