@@ -136,7 +136,7 @@ login_shows = ["LOADED=openmpi/4.1", "python/3.11"]
 
 [slurm]
 job_options = ["--account={account}"]
-gpu_job_options = ["--gres=gpu:{gpus}"]
+gpu_job_options = ["--gres=gpu:{gpus}", "--exclusive"]
 """)
     for path in root.rglob("*"):
         path.chmod(path.stat().st_mode | 0o055 if path.is_dir() else path.stat().st_mode | 0o044)
@@ -157,12 +157,14 @@ def test_the_twin_comes_up_as_its_data_says(tree, twins):
     sinfo = subprocess.run(["sinfo", "-h", "-o", "%P %D %G"], capture_output=True, text=True, check=True).stdout
     # twin.conf's default partition is the only default, and 2 nodes with 2 GPUs each
     assert sorted(sinfo.split("\n")[:2]) == ["debug 2 gpu:2", "gpu* 2 gpu:2"], sinfo
+    # the login-only path: made on the login node, its files hidden on the nodes (an empty file system)
+    Path("/throwaway/login/marker").write_text("on the login node\n")
     # each rank a GPU of its own, as every twin proves
     task = twin.dir / "task.sh"
     task.write_text('#!/bin/bash\necho "task $(hostname) $SLURM_LOCALID ${CUDA_VISIBLE_DEVICES-unset}"\n'
-                    'test -e /throwaway/login && echo login-only-seen || echo login-only-absent\n')
+                    'test -e /throwaway/login/marker && echo login-only-seen || echo login-only-absent\n')
     task.chmod(0o755)
-    record, out = twin.run("--account=twinproj", "--nodes=2", "--gres=gpu:2",
+    record, out = twin.run("--account=twinproj", "--nodes=2", "--gres=gpu:2", "--exclusive",
                            script=f"#!/bin/bash\nsrun --ntasks-per-node=2 --gpus-per-task=1 {task}\n")
     assert "JobState=COMPLETED" in record, record + out
     assert sorted(re.findall(r"^task (n\d) (\d) (\S+)$", out, re.M)) == [
