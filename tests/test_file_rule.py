@@ -397,10 +397,14 @@ ALLOWLIST = [
      CHECKED_DIRS, "the kernels directory, checked by session.check_dirs ('kernels directory')"),
     ("hpcstack.modules.syntax:Tcl._is_modulefile", "os.open", CHECKED_DIRS,
      "a file of a module directory (the module root, or one the site names, checked as the site's code; "
-     "the stack group may write it): opened once O_NOFOLLOW|O_NONBLOCK, fstat regular, its first 8 bytes "
+     "the stack group may write it): its directory opened O_DIRECTORY|O_NOFOLLOW (a link at <name> is "
+     "refused), the file once relative to it O_NOFOLLOW|O_NONBLOCK, fstat regular, its first 8 bytes "
      "compared; a version link read with readlink and followed (its target opened the same way) only while "
-     "it stays inside the module root, as named and resolved: a link to a device or a root-only file is "
-     "not a modulefile and is never opened"),
+     "it stays inside the module root, as named and resolved: a link to a device or a root-only file, or a "
+     "module directory that is a link, is not a modulefile and is never opened"),
+    ("hpcstack.modules.writer:available_versions", "os.open", CHECKED_DIRS,
+     "<module root>/<name> opened O_DIRECTORY|O_NOFOLLOW and listed by its descriptor: a link there (to "
+     "/dev, to a root-only directory) is no module's directory, never listed"),
     ("hpcstack.modules.writer", ".read_text fsutil.write_atomic .unlink", CHECKED_DIRS,
      "hpcstack's default files in the module root"),
     # recipes, configs

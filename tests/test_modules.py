@@ -568,3 +568,24 @@ def test_a_version_link_is_followed_only_inside_the_module_root(tmp_path):
     got = {name: Tcl()._is_modulefile(root / "pytorch" / name) for name in ["2.0", *links]}
     assert got == {"2.0": True, "2.1": True, "2.2": True, "2.3": False, "2.4": False, "2.5": False,
                    "2.6": True, "2.7": False, "2.8": False}
+
+
+@pytest.mark.unit
+def test_a_module_directory_that_is_a_link_is_neither_listed_nor_read(tmp_path):
+    """A link at ``<module root>/<name>`` (a stack-group member's, to /dev or a directory of
+    root-only files): available_versions lists nothing through it and Tcl._is_modulefile opens
+    no file below it, though the target holds a modulefile (the by-name control finds it)."""
+    from hpcstack.modules.syntax import Tcl
+    from hpcstack.modules.writer import available_versions
+
+    root, outside = tmp_path / "mods", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (outside / "1.0").write_text("#%Module\n")
+    (root / "pytorch").symlink_to(outside)
+    assert [p.name for p in (root / "pytorch").iterdir()] == ["1.0"]        # control: the link leads there
+    assert available_versions(root / "pytorch", "environment-modules") == []
+    assert Tcl()._is_modulefile(root / "pytorch" / "1.0") is False
+    (root / "real").mkdir()
+    (root / "real" / "1.0").write_text("#%Module\n")
+    assert available_versions(root / "real", "environment-modules") == ["1.0"]

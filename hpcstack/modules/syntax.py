@@ -199,9 +199,10 @@ class Tcl(ModuleSyntax):
     def _is_modulefile(self, path: Path) -> bool:
         """Environment Modules reads a file as a modulefile only if it starts with ``#%Module``.
 
-        ``path`` is ``<module root>/<name>/<file>``, in a directory the stack group may write: the
-        file is opened once, ``O_NOFOLLOW|O_NONBLOCK`` (no link followed, no FIFO waited on, a
-        device never opened through a link), checked regular by ``fstat``, and its first 8 bytes
+        ``path`` is ``<module root>/<name>/<file>``, in a directory the stack group may write: its
+        directory is opened ``O_DIRECTORY|O_NOFOLLOW`` (a link at ``<name>`` is refused) and the
+        file once relative to it, ``O_NOFOLLOW|O_NONBLOCK`` (no link followed, no FIFO waited on,
+        a device never opened through a link), checked regular by ``fstat``, and its first 8 bytes
         compared. A link (a version linked to another's modulefile, as module trees hold) is
         read with ``readlink`` and followed, a few hops at most, only while its target stays
         inside the module root, as named and as resolved; its target is then opened the same
@@ -212,19 +213,29 @@ class Tcl(ModuleSyntax):
         where = os.path.abspath(path)
         for _ in range(8):
             try:
-                fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+                # the file's directory too is opened with no link followed: a link at
+                # <module root>/<name> (to /dev, to a root-only directory) is refused, not listed
+                dfd = os.open(os.path.dirname(where), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                return False
+            try:
+                fd = os.open(os.path.basename(where), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+                             | os.O_CLOEXEC, dir_fd=dfd)
             except OSError as exc:
-                if exc.errno != errno.ELOOP:
-                    return False
                 try:
-                    target = os.readlink(where)
+                    target = os.readlink(os.path.basename(where), dir_fd=dfd) if exc.errno == errno.ELOOP else None
                 except OSError:
+                    target = None
+                finally:
+                    os.close(dfd)
+                if target is None:
                     return False
                 where = os.path.normpath(os.path.join(os.path.dirname(where), target))
                 inside = os.path.commonpath([root, where]) == root and where != root
                 if not inside or os.path.commonpath([real_root, os.path.realpath(os.path.dirname(where))]) != real_root:
                     return False
                 continue
+            os.close(dfd)
             try:
                 return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 8, 0) == b"#%Module"
             except OSError:

@@ -249,9 +249,15 @@ def available_versions(module_dir: str | os.PathLike, tool: str) -> list[str]:
     """
     syntaxes = [get_syntax(s) for s in modsys.get_tool(tool).syntaxes]
     d = Path(module_dir)
-    if not d.is_dir():
+    try:    # listed through a descriptor, no link followed: a link at <name> is no module's directory
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
         return []
-    found = {v for p in d.iterdir() for syntax in syntaxes for v in [syntax.version_of(p)] if v}
+    try:
+        names = os.listdir(fd)
+    finally:
+        os.close(fd)
+    found = {v for name in names for syntax in syntaxes for v in [syntax.version_of(d / name)] if v}
     return sorted(found)
 
 
