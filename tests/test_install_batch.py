@@ -114,7 +114,7 @@ def test_the_job_step_runs_the_same_hpcstack_with_the_same_options_from_the_bund
                  "--force", "--no-wait", "--default", "--stop-after", "build", "--admin-group", "hpcadm",
                  "--trust-writable", "--dry-run", "--on-login-node")
     argv = batch.inner_argv(args, "bundle", 8, python="/opt/py/bin/python")
-    assert argv[:6] == ["/opt/py/bin/python", "-u", "-m", "hpcstack", "install", RECIPE]
+    assert argv[:7] == ["/opt/py/bin/python", "-I", "-u", "-m", "hpcstack", "install", RECIPE]
     rest = argv[6:]
     assert rest[-4:] == ["--from", str(tmp_path / "bundle"), "--jobs", "8"]
     pairs = {rest[i]: rest[i + 1] for i in range(len(rest) - 1) if not rest[i + 1].startswith("--")}
@@ -172,7 +172,7 @@ def test_the_dry_run_shows_the_bundle_step_and_the_srun_line_and_runs_nothing(tm
     assert srun.startswith("srun --partition=boost_usr_prod --nodes=1 --ntasks=1 --cpus-per-task=8 "
                            "--time=02:00:00 --qos=normal --account=proj_a --mem=30000M "
                            "--job-name=hpcstack-build --quit-on-interrupt --mpi=none --export=ALL,HPCSTACK_BATCH_BUILD=1 ")
-    assert srun.endswith(f"-u -m hpcstack install {RECIPE} --site {site} --from {stage} --jobs 8")
+    assert srun.endswith(f"-I -u -m hpcstack install {RECIPE} --site {site} --from {stage} --jobs 8")
     assert not (tmp_path / "roots").exists()            # nothing made, not even the stage directory
     data = json.loads(hpcstack("install", RECIPE, "--site", str(site), "--dry-run", "--json").stdout)
     assert data["batch_job"]["bundle"] == str(stage) and data["batch_job"]["make_bundle"] is True

@@ -12,7 +12,7 @@ internet.
 2. runs the rest as one job step, synchronously (:func:`srun_argv`, :func:`run_step`):
    ``srun --partition=P --nodes=1 --ntasks=1 --cpus-per-task=C --time=T [--qos=Q] [--account=A]
    [srun_options] --job-name=hpcstack-build --quit-on-interrupt --mpi=none --export=ALL,HPCSTACK_BATCH_BUILD=1
-   PYTHON -u -m hpcstack install RECIPE ... --from BUNDLE --jobs C`` (:func:`inner_argv`), the
+   PYTHON -I -u -m hpcstack install RECIPE ... --from BUNDLE --jobs C`` (:func:`inner_argv`), the
    step's output streamed to the terminal;
 3. exits with the inner run's status. A refusal by srun before the step started (a bad
    partition, account or QOS) is one ``error:`` line naming the key; Ctrl-C cancels the step
@@ -138,7 +138,7 @@ def inner_argv(args, bundle: str, jobs: int, python: str = sys.executable) -> li
     recipe = args.recipe
     if recipe.endswith(".py") and os.path.isfile(recipe):
         recipe = os.path.abspath(recipe)
-    out = [python, "-u", "-m", "hpcstack", "install", recipe]
+    out = [python, "-I", "-u", "-m", "hpcstack", "install", recipe]   # -I: no cwd or PYTHON* variables on sys.path
     for dest, how in INNER_OPTIONS.items():
         value = getattr(args, dest, None)
         if how is None or value in (None, False, [], ""):
