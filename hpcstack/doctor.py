@@ -41,6 +41,7 @@ import importlib.metadata as md
 import json
 import os
 import re
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -497,8 +498,9 @@ def _module_of(prefix, environ=None) -> tuple[Path, str] | str | None:
 
     As root the record is the stack's owner's to write, so the directory it names is read only
     where it lies inside the stack, or in a module root on ``MODULEPATH`` that passes the rule
-    of :mod:`hpcstack.trust`: else a line saying it was not read (str), and nothing of it is
-    listed (a record naming ``/root/private/x/y`` used to print a file name from there)."""
+    of :mod:`hpcstack.trust`, or where every user may list it (:func:`_anyone_lists`): else a
+    line saying it was not read (str), and nothing of it is listed (a record naming
+    ``/root/private/x/y`` used to print a file name from there)."""
     try:
         modulefile = json.loads(read_small(Path(prefix) / ".hpcstack" / "provenance.json") or "{}").get("modulefile")
     except (ValueError, AttributeError, RecursionError):
@@ -507,7 +509,7 @@ def _module_of(prefix, environ=None) -> tuple[Path, str] | str | None:
         return None
     path = Path(os.path.normpath(modulefile))
     found = path.parent, path.name[:-len(".lua")] if path.name.endswith(".lua") else path.name
-    if not _as_root() or _inside(path.parent.parent, prefix, environ):
+    if not _as_root() or _inside(path.parent.parent, prefix, environ) or _anyone_lists(path.parent):
         return found
     return (f"{prefix}: its record names the modulefile {modulefile}, outside the stack and the trusted module "
             "roots on MODULEPATH: not read (run hpcstack doctor as the stack's owner)")
@@ -526,6 +528,24 @@ def _inside(module_root: Path, prefix, environ) -> bool:
     roots = [os.path.normpath(d) for d in ((os.environ if environ is None else environ).get("MODULEPATH") or "").split(":")
              if d.startswith("/")]
     return str(module_root) in roots and trust.path_problem(str(module_root), trust.policy()) is None
+
+
+def _anyone_lists(module_dir: Path) -> bool:
+    """Every user may list ``module_dir`` (``<module root>/<name>``) themselves: each directory
+    from ``/`` to it, as resolved, searchable by others and the last one readable by them, so
+    reading it as root tells the stack's owner nothing they could not see (a shared module root
+    such as /opt/hpcstack/modulefiles, 0755 all the way; not a 0700 directory of root's)."""
+    real = os.path.realpath(module_dir)
+    parts = Path(real).parts
+    for i in range(1, len(parts) + 1):
+        try:
+            st = os.stat(os.path.join(*parts[:i]))
+        except OSError:
+            return False
+        need = 0o005 if i == len(parts) else 0o001
+        if not stat.S_ISDIR(st.st_mode) or st.st_mode & need != need:
+            return False
+    return True
 
 
 def _version_key(version: str):

@@ -223,6 +223,7 @@ if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUA
 }
 
 if {[module-info mode load] && [string index {/work/y07/shared/cirrus-modulefiles/.hpcstack-status.json} 0] eq "/"
+        && [file isfile {/work/y07/shared/cirrus-modulefiles/.hpcstack-status.json}]
         && ![catch {open {/work/y07/shared/cirrus-modulefiles/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {
     catch {
         set hpcstack_st [read $hpcstack_sf 65536]

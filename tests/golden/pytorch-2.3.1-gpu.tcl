@@ -34,6 +34,7 @@ if {[module-info mode load] && [info exists ::env(VIRTUAL_ENV)] && $::env(VIRTUA
 }
 
 if {[module-info mode load] && [string index {/sw/modules/.hpcstack-status.json} 0] eq "/"
+        && [file isfile {/sw/modules/.hpcstack-status.json}]
         && ![catch {open {/sw/modules/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {
     catch {
         set hpcstack_st [read $hpcstack_sf 65536]
