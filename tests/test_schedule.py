@@ -281,6 +281,7 @@ def module_context(status_file: str) -> ModuleContext:
 @pytest.mark.unit
 @pytest.mark.parametrize("syntax,line", [
     ("tcl", 'if {[module-info mode load] && [string index {/m/.hpcstack-status.json} 0] eq "/"\n'
+            '        && [file isfile {/m/.hpcstack-status.json}]\n'
             '        && ![catch {open {/m/.hpcstack-status.json} {RDONLY NONBLOCK}} hpcstack_sf]} {'),
     ("lua", 'local fh = io.open("/m/.hpcstack-status.json", "r")')])
 def test_modulefile_status_lines(syntax, line):
@@ -315,7 +316,8 @@ def test_tcl_status_line_quotes_the_name():
         script = ("proc module-info {args} {return 1}\n"
                   f"set hpcstack_sf [file tempfile hpcstack_path]\nputs $hpcstack_sf {{\n{needle}FAILED since x\"}}\n"
                   "seek $hpcstack_sf 0\n" + block.replace("![catch {open {/m/.hpcstack-status.json} {RDONLY NONBLOCK}} "
-                                                           "hpcstack_sf]", "1"))
+                                                           "hpcstack_sf]", "1")
+                                               .replace("[file isfile {/m/.hpcstack-status.json}]", "1"))
         p = subprocess.run(["tclsh"], input=script, capture_output=True, text=True, cwd="/")
         assert p.stderr == "pytorch/2.3.1-gpu[exec touch /tmp/pwned]$env(HOME): FAILED since x (hpcstack status for details)\n"
 
