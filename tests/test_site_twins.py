@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from twins import SITES, Twin, twin_checks, twin_conf
+from twins import SITES, Twin, gpus_per_node, twin_checks, twin_conf
 
 pytestmark = pytest.mark.integration
 
@@ -102,8 +102,7 @@ class EveryTwin:
 
     def options(self, twin, *keys: str) -> list[str]:
         """The twin's job options of checks.toml ``[slurm]`` ``keys``, with {account} and {gpus}."""
-        conf = twin_conf(self.site)
-        values = {"account": twin.account, "gpus": conf.get("gpus_per_node", ["4"])[0]}
+        values = {"account": twin.account, "gpus": gpus_per_node(self.site)}
         slurm = twin_checks(self.site).get("slurm", {})
         return [opt.format(**values) for key in keys for opt in slurm.get(key, [])]
 
@@ -111,7 +110,7 @@ class EveryTwin:
         """The site's GPU job (checks.toml ``gpu_job_options``) on 2 nodes, one task per GPU
         (``srun --gpus-per-task=1``): Slurm gives every task of a node a GPU of its own, which
         is what the stacks' validation binds its ranks by."""
-        gpus = int(twin_conf(self.site).get("gpus_per_node", ["4"])[0])
+        gpus = gpus_per_node(self.site)
         script = per_task_script(twin, f"--ntasks-per-node={gpus} --gpus-per-task=1")
         record, out = twin.run(*self.options(twin, "job_options", "gpu_job_options"), "--nodes=2", script=script)
         assert job_state(record) == "COMPLETED", record + out

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from conftest import HPCSTACK, REPO
-from twins import SITES, pytorch_twins, twin_checks, twin_conf
+from twins import SITES, gpus_per_node, pytorch_twins, twin_checks, twin_conf
 
 pytestmark = pytest.mark.e2e
 
@@ -138,7 +138,7 @@ class TwinE2E:
         assert report["ok"] is True and report["failures"] == [], tail(proc)
         assert report["system"] == f"{self.site}-twin:{site.slurm['partition']}"
         runs = report["runs"]
-        per_node = int(conf.get("gpus_per_node", ["4"])[0])
+        per_node = gpus_per_node(self.site)
         assert {r["nodes"] for r in runs} == {1, 2} and all(r["ranks"] == per_node * r["nodes"] for r in runs)
         for job in report["jobs"]:
             assert job["state"] == "COMPLETED", job

@@ -41,6 +41,11 @@ def twin_conf(site: str, twins: Path = TWINS) -> dict[str, list[str]]:
     return conf
 
 
+def gpus_per_node(site: str, twins: Path = TWINS) -> int:
+    """The twin's GPUs per node: twin.conf's ``gpus_per_node`` (scripts/site-twin's default 4)."""
+    return int(twin_conf(site, twins).get("gpus_per_node", ["4"])[0])
+
+
 def twin_checks(site: str) -> dict:
     """twins/clusters/SITE/checks.toml: what the twin's tests check beyond every twin's (the keys
     are read by :func:`_twin_class`); an empty table where the twin has none."""
