@@ -534,6 +534,15 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
         "notify": {"type": "array", "maxItems": 32, "items": {
             "type": "string", "minLength": 3, "maxLength": 2048, "pattern": r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$"}},
         "deprecate_on_failed": {"type": "boolean"},
+        # the tiers' cron lines on this site, over the recipe's (hpcstack/validate/schedule.py)
+        "schedule": {"type": "object", "additionalProperties": False, "patternProperties": {
+            "^(smoke|full|probe)$": {"type": "string", "maxLength": 120,
+                                     "pattern": r"^[0-9*/,-]+( [0-9*/,-]+){4}$"}}},   # cron's five fields
+        # how far a run's medians may move before its verdict is DEGRADED (hpcstack/validate/verdict.py)
+        "degraded": _obj([], {
+            "throughput_drop": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "startup_rise": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+        }),
     }),
 })
 

@@ -391,4 +391,22 @@ KEYS: dict[str, Key] = {
                                             "modulefile then warns on load; no date, so it stays "
                                             "loadable; `hpcstack module undeprecate` reverts it).",
                                             "false", _V),
+    "revalidation.schedule": Key("The tiers' cron lines on this site (`smoke`, `full`, `probe`: "
+                                 "cron's five time fields, in slurmctld's local time), over the "
+                                 "recipe's `tiers` and hpcstack's defaults: a site's maintenance "
+                                 "window or quiet hours are the site's (docs/admin/status.md).",
+                                 "the recipe's, else smoke `0 3 * * *`, full `0 4 * * 0`, probe "
+                                 "`30 */6 * * *`", _V),
+    "revalidation.degraded": Key("How far a recorded run's medians may move from the baseline's "
+                                 "before its verdict is DEGRADED (with the Mann-Whitney test's p < "
+                                 "0.01): `throughput_drop` (a fraction) and `startup_rise` (a "
+                                 "fraction). A site whose validation shares nodes with other work "
+                                 "sets them wider than the noise it sees.",
+                                 "throughput_drop 0.05, startup_rise 0.25", _V),
+    "revalidation.degraded.throughput_drop": Key("The smallest drop of a run's median throughput, "
+                                                 "against the baseline's, that reads DEGRADED (a "
+                                                 "fraction, 0 to 1).", "0.05", _V),
+    "revalidation.degraded.startup_rise": Key("The smallest rise of a run's median start-up per "
+                                              "rank, against the baseline's, that reads DEGRADED "
+                                              "(a fraction; 1.0 is twice as long).", "0.25", _V),
 }

@@ -322,7 +322,7 @@ def pytest_collection_modifyitems(session, config, items):
 #: long as each other (design.md, "Tests and time"; the durations of a run: .ci/artifacts).
 BUILD_LANE = ("test_fresh_machine.py", "test_image_localhost.py", "test_three_deliveries.py", "test_gpu_build.py",
               "test_horovod_compilers.py", "test_train_benchmark.py", "test_docs_site.py",
-              "test_gpuarch_wheels.py")
+              "test_gpuarch_wheels.py", "test_bundle.py", "test_faults.py")
 
 
 def _mark_lanes(config, items) -> None:

@@ -4,6 +4,7 @@ wrote is checked, merged and diffed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,23 @@ def test_diff_lists_added_removed_and_changed_keys_in_order():
     assert fingerprint.diff(old, new) == ["changed gpu.driver: 535.104.05 -> 550.54.15",
                                           "removed mpi: Open MPI 4.1.5", "added slurm: slurm 24.05"]
     assert fingerprint.diff(new, new) == []
+
+
+def test_the_nccl_the_logs_name_fills_the_fingerprint():
+    rep = {"jobs": [{"transport": {"nccl": {"loaded": ["2.19.3+cuda12.3"], "plugin": ["NET/Plugin : No plugin found"]}}},
+                    {"transport": {"nccl": {"loaded": ["2.18.1+cuda12.1", "2.19.3+cuda12.3"], "plugin": []}}},
+                    {"state": "FAILED"}]}
+    assert fingerprint.nccl_of_report(rep) == {"nccl.version": "2.18.1+cuda12.1, 2.19.3+cuda12.3",
+                                               "nccl.net_plugin": "NET/Plugin : No plugin found"}
+    assert fingerprint.nccl_of_report({"jobs": [{}]}) == {"nccl.version": None, "nccl.net_plugin": None}
+    assert fingerprint.nccl_of_report({"jobs": "x"}) == {"nccl.version": None, "nccl.net_plugin": None}
+
+
+def test_the_collector_reads_the_transport_settings_and_cpu(tmp_path):
+    out = tmp_path / "fp.json"
+    env = {**os.environ, "NCCL_IB_DISABLE": "1", "GLOO_SOCKET_IFNAME": "ib0", "NCCL_DEBUG": "INFO", "HOME_X": "1"}
+    subprocess.run([sys.executable, "-c", fingerprint.COLLECTOR, str(out)], check=True, env=env, timeout=60)
+    got = json.loads(out.read_text())
+    assert got["net.env"] == "GLOO_SOCKET_IFNAME=ib0 NCCL_IB_DISABLE=1"        # sorted; NCCL_DEBUG is hpcstack's
+    assert got["cpu.affinity"] == str(len(os.sched_getaffinity(0)))
+    assert set(got) == set(fingerprint.KEYS) - {"stack.build"}

@@ -35,6 +35,17 @@ def entries(stack="pytorch/2.3.1-gpu", site="cirrus"):
 
 
 @pytest.mark.unit
+def test_the_sites_schedule_sets_the_cron_lines_over_the_recipes():
+    spec = SimpleNamespace(tiers={"smoke": {"schedule": "0 1 * * *"}, "full": {"nodes": [2]}}, names=lambda: ["smoke"])
+    site = SimpleNamespace(raw={"revalidation": {"schedule": {"smoke": "5 2 * * *", "probe": "0 * * * *"}}})
+    tiers = schedule.tiers_of(spec, site)
+    assert (tiers["smoke"].schedule, tiers["smoke"].workload) == ("5 2 * * *", "smoke")
+    assert (tiers["probe"].schedule, tiers["full"].schedule, tiers["full"].nodes) == \
+        ("0 * * * *", schedule.DEFAULT_SCHEDULES["full"], (2,))
+    assert schedule.tiers_of(spec)["smoke"].schedule == "0 1 * * *"
+
+
+@pytest.mark.unit
 def test_default_tiers_and_recipe_overrides():
     t = tiers()
     assert (t["smoke"].schedule, t["full"].schedule, t["probe"].schedule) == ("0 3 * * *", "0 4 * * 0", "30 */6 * * *")
@@ -52,13 +63,14 @@ def test_scrontab_text_exact():
     assert text.splitlines() == [
         "# hpcstack schedule: site cirrus, stack pytorch/2.3.1-gpu, tier smoke",
         "#SCRON --job-name=hpcstack-smoke-pytorch-2.3.1-gpu",
-        "#SCRON --time=04:00:00",
+        "#SCRON --time=00:30:00",
         "#SCRON --partition=gpu",
         "#SCRON --qos=short",
         "#SCRON --account=z04",
         f"#SCRON --chdir={logs}",
         f"#SCRON --output={logs}/hpcstack-smoke-pytorch-2.3.1-gpu-%j.out",
-        "0 3 * * * /opt/hpcstack/bin/python -I -m hpcstack validate pytorch/2.3.1-gpu --site cirrus --tier smoke",
+        "0 3 * * * /opt/hpcstack/bin/python -I -m hpcstack validate pytorch/2.3.1-gpu --site cirrus --tier smoke "
+        "--then-collect",
     ]
 
 
@@ -121,12 +133,34 @@ def test_log_dir_of_another_account_refused(tmp_path):
 
 
 @pytest.mark.unit
-def test_install_refused_with_submit_as(tmp_path):
-    """L1: the jobs of a submit_as account cannot record into root's history: refused, one line."""
+def test_a_submit_as_site_schedules_in_roots_table(tmp_path, capsys, monkeypatch):
+    """The table is root's also where slurm.submit_as is set: each run is hpcstack validate as
+    root (recorded in root's history), which submits the jobs as that account."""
     site = schedule_site(tmp_path, {"partition": "gpu", "submit_as": "hpcval"})
+    from hpcstack.validate import settings
+
+    (tmp_path / "sw").mkdir(mode=0o755)
+    monkeypatch.setattr(schedule, "published_stacks", lambda s: ["pytorch/2.3.1-gpu"])
+    monkeypatch.setattr(settings, "validation_settings", lambda site, recipe: SimpleNamespace(spec=None))
+
+    class Session:
+        policy = None
+
+        def __init__(self, site):
+            self.site = site
+
+        def load_recipe(self, name, site):
+            return SimpleNamespace(full_name=name, ref=None)
+
+    class Tab:
+        def read(self):
+            return ""
+
     args = SimpleNamespace(action="install", stacks=[], dry_run=True)
-    with pytest.raises(ConfigError, match="scheduled validations run as root"):
-        schedule.cmd_schedule(args, SimpleNamespace(site=site, policy=None), tab=object())
+    assert schedule.cmd_schedule(args, Session(site), tab=Tab()) == 0
+    out = capsys.readouterr().out
+    assert out.count("# hpcstack schedule: site") == 3 and "-u hpcval" not in out, out
+    assert schedule.Scrontab()._argv("-l") == ["scrontab", "-l"]
 
 
 @pytest.mark.unit
@@ -219,6 +253,8 @@ def test_missed_slots_from_times():
     since = dt.datetime(2026, 3, 3, 12, tzinfo=UTC)
     assert [m.day for m in schedule.missed_slots("0 3 * * *", [], now, since)] == [4]
     assert schedule.missed_slots("0 3 * * *", [], now) == []
+    # a run from before the schedule was installed: the slots start at the installation
+    assert [m.day for m in schedule.missed_slots("0 3 * * *", ["2026-02-20T03:00:00+00:00"], now, since)] == [4]
     # a late run in its slot's window covers it
     assert schedule.missed_slots("0 */6 * * *", ["2026-03-05T00:00:00+00:00", "2026-03-05T11:59:00+00:00"],
                                  dt.datetime(2026, 3, 5, 17, 59, tzinfo=UTC)) == []
@@ -250,8 +286,11 @@ def test_probe_decision():
     assert schedule.probe_decision([base, same], same) == (False, [])
     moved = run(3, "probe", **{"gpu.driver": "550.54", "nodes": "r1i0n1"})
     assert schedule.probe_decision([base, same, moved], moved) == (True, ["changed gpu.driver: 535.104 -> 550.54"])
-    # compared with the last OK run that is not a probe; a failed probe runs the full tier too
+    # compared with the last OK run at scale (install or full); a failed probe runs the full tier too
     assert schedule.probe_decision([moved], moved)[0] is True
+    smoke = run(5, "smoke", **{"gpu.driver": "550.54", "nodes": "r1i0n2"})
+    assert schedule.probe_decision([base, smoke, moved], moved) == \
+        (True, ["changed gpu.driver: 535.104 -> 550.54"])     # a smoke run in between re-validates nothing at scale
     assert schedule.probe_decision([base, run(4, "probe", "FAILED")], run(4, "probe", "FAILED"))[0] is True
 
 
@@ -351,15 +390,20 @@ def test_module_load_prints_the_status_line(tool, tmp_path):
 @pytest.mark.unit
 def test_revalidation_site_key():
     section = SCHEMA["properties"]["revalidation"]
-    assert set(section["properties"]) == {"notify", "deprecate_on_failed"}
-    for key in ("revalidation", "revalidation.notify", "revalidation.deprecate_on_failed"):
+    assert set(section["properties"]) == {"notify", "deprecate_on_failed", "schedule", "degraded"}
+    for key in ("revalidation", "revalidation.notify", "revalidation.deprecate_on_failed",
+                "revalidation.schedule", "revalidation.degraded"):
         assert key in KEYS and "validate" in KEYS[key].used_by
     assert "apprise" in KEYS["revalidation.notify"].description
     import jsonschema
 
-    good = {"notify": ["mailto://ops@example.org"], "deprecate_on_failed": True}
+    good = {"notify": ["mailto://ops@example.org"], "deprecate_on_failed": True,
+            "schedule": {"smoke": "15 2 * * *", "probe": "*/30 * * * *"},
+            "degraded": {"throughput_drop": 0.1, "startup_rise": 0.5}}
     jsonschema.validate(good, section)
-    for bad in ({"notify": ["not a url"]}, {"deprecate": True}):
+    for bad in ({"notify": ["not a url"]}, {"deprecate": True}, {"schedule": {"smoke": "@daily"}},
+                {"schedule": {"weekly": "0 4 * * 0"}}, {"schedule": {"full": "0 4 * * 0; reboot"}},
+                {"degraded": {"throughput_drop": 1.5}}, {"degraded": {"jitter": 0.1}}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, section)
 
@@ -399,3 +443,68 @@ def test_actions_on_a_verdict_change():
                          apprise_module=FakeApprise, deprecate=lambda *a: deprecated.append(a))
     assert deprecated == [] and len(FakeApprise.sent) == 2
     assert actions.after_record(SimpleNamespace(name="c", raw={}), before, after, "pytorch/2.3.1-gpu") == []
+
+
+def slurm_settings(**kw):
+    from hpcstack.validate.settings import SlurmSettings
+
+    base = dict(partition="debug", qos=None, account=None, tasks_per_node=1, cpus_per_task=1, gpus_per_node=0,
+                time_limit="00:10:00", exclusive=True, launcher="srun", mpi=None, submit_as=None, env={})
+    return SlurmSettings(**{**base, **kw})
+
+
+@pytest.mark.unit
+def test_the_collector_job_waits_on_slurm_not_on_a_node(tmp_path):
+    """--then-collect: one sbatch, afterany on the validation's jobs, the command shell-quoted
+    in --wrap, its output in root's log directory, only PATH exported."""
+    import shlex
+
+    from hpcstack.validate.validation import submit_collector
+
+    (tmp_path / "sw").mkdir(mode=0o755)
+    site = schedule_site(tmp_path)
+    calls = []
+
+    def run(argv, **kw):
+        calls.append(argv)
+        assert kw.get("cwd") == "/"
+        return subprocess.CompletedProcess(argv, 0, "4242;hpcstack\n", "")
+
+    slurm = slurm_settings(partition="gpu", qos="short", account="z04")
+    command = ["/opt/hpcstack/tool/bin/python", "-I", "-m", "hpcstack", "validate", "pytorch/2.3.1-gpu",
+               "--site", "cirrus", "--tier", "probe", "--then-collect", "--repo", "/srv/site repo"]
+    out = tmp_path / "v; rm -rf /"
+    assert submit_collector(site, out, ["11", "12"], command, slurm, run=run) == "4242"
+    [argv] = calls
+    logs = schedule.log_dir_path(site)
+    assert argv[:2] == ["sbatch", "--parsable"]
+    assert "--dependency=afterany:11:12" in argv and "--kill-on-invalid-dep=yes" in argv
+    assert f"--chdir={logs}" in argv and f"--output={logs}/hpcstack-collect-%j.out" in argv
+    assert [a for a in argv if a.startswith("--export=")] == [a for a in argv if a.startswith("--export=PATH=")]
+    assert {"--partition=gpu", "--qos=short", "--account=z04"} <= set(argv)
+    assert shlex.split(argv[argv.index("--wrap") + 1]) == [*command, "--collect", str(out)]
+
+
+@pytest.mark.unit
+def test_a_refused_collector_is_one_error_line(tmp_path):
+    from hpcstack.errors import HpcstackError
+    from hpcstack.validate.validation import submit_collector
+
+    (tmp_path / "sw").mkdir(mode=0o755)
+
+    def run(argv, **kw):
+        return subprocess.CompletedProcess(argv, 1, "", "sbatch: error: Invalid account\n")
+
+    with pytest.raises(HpcstackError, match="collector job failed: sbatch: error: Invalid account"):
+        submit_collector(schedule_site(tmp_path), tmp_path / "v", ["1"], ["hpcstack"], slurm_settings(), run=run)
+
+
+@pytest.mark.unit
+def test_entries_name_the_nodes_as_the_sites_jobs_do():
+    """Perlmutter: no --partition (partition_option false), -C gpu and the QOS, as its jobs."""
+    entry = schedule.Entry("perlmutter", "pytorch/2.3.1-gpu", schedule.Tier("smoke", "0 3 * * *"))
+    lines = schedule.entry_lines(entry, ["python"], {"partition": "gpu_ss11", "partition_option": False,
+                                                     "qos": "regular", "constraint": "gpu", "account": "m0000"})
+    opts = [line.split(" ", 1)[1] for line in lines if line.startswith("#SCRON ")]
+    assert "--constraint=gpu" in opts and "--qos=regular" in opts and "--account=m0000" in opts
+    assert not any(o.startswith("--partition") for o in opts)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -205,7 +206,7 @@ class TwinE2E:
         assert all(job["state"] == "COMPLETED" for job in report["jobs"])
         if self.site in PYTORCH_TWINS:
             out = self.work(conf, user) / "vt"
-            proc = login(user, self.hpc("validate", PYTORCH, "--nodes", "2", "--backend", "horovod",
+            proc = login(user, self.hpc("validate", PYTORCH, "--nodes", "1", "--backend", "horovod",
                                         "--workload", "cpu", "--output-dir", str(out), "--json"))
             assert proc.returncode == 0, tail(proc)
             assert json.loads(proc.stdout)["ok"] is True
@@ -231,6 +232,64 @@ class PytorchOnTwin:
             assert len(seen) == run["ranks"], run["gpus"]          # no two ranks of a node share one
             assert {h for h, _ in seen} == ({"n1"} if run["nodes"] == 1 else {"n1", "n2"}), run["gpus"]
             assert all(g["cuda_visible_devices"] for g in run["gpus"]), run["gpus"]
+
+
+    def test_a_scheduled_smoke_run_fires_on_the_twins_slurm(self, on):
+        """``hpcstack schedule install`` as the twin's admin, with the smoke tier's cron line at
+        the next minute (``revalidation.schedule`` in an overlay of the twin's site config): the
+        twin's slurmctld fires root's entry (``ScronParameters=enable``), whose job submits the
+        smoke tier as the site's jobs (its QOS, account, constraint) and the collector that
+        records it; the run is OK in the twin's history and ``hpcstack status``. Removed after:
+        root's scrontab holds no hpcstack entry."""
+        import datetime as dt
+        import os
+        import sqlite3
+        import tempfile
+        import time
+
+        import yaml
+
+        twin, conf, site = on
+        name = f"{self.site}-twin"
+        repo = Path(tempfile.mkdtemp(prefix="hpcstack-twin-cron-", dir="/var/tmp"))
+        os.chmod(repo, 0o755)
+        data = yaml.safe_load((TWIN_REPO / "site-configs" / f"{name}.yaml").read_text())
+        now = dt.datetime.now().astimezone()
+        slot = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
+        if (slot - now).total_seconds() < 10:
+            slot += dt.timedelta(minutes=1)
+        never = f"0 0 1 {(now.month + 5) % 12 + 1} *"
+        data["revalidation"] = {"schedule": {"smoke": f"{slot.minute} {slot.hour} {slot.day} {slot.month} *",
+                                             "full": never, "probe": never}}
+        (repo / "site-configs").mkdir(mode=0o755)
+        (repo / "site-configs" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        repos = ["--site", name, "--repo", str(repo), "--repo", str(TWIN_REPO)]
+        history = Path(site.install_root) / ".hpcstack" / "history" / f"{name}.sqlite"
+
+        def rows():
+            with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as conn:
+                return conn.execute("SELECT id, tier, state FROM runs WHERE stack = ? ORDER BY id",
+                                    (PYTORCH,)).fetchall()
+
+        first = max((r[0] for r in rows()), default=0) + 1
+        try:
+            proc = login("root", shlex.join([*HPCSTACK, "schedule", "install", PYTORCH, *repos]))
+            assert proc.returncode == 0, tail(proc)
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline and not [r for r in rows() if r[0] >= first and r[1] == "smoke"]:
+                time.sleep(3)
+            ran = [r for r in rows() if r[0] >= first and r[1] == "smoke"]
+            logs = sorted((Path(site.install_root) / ".hpcstack" / "schedule" / "logs").glob("*.out"))
+            assert [r[2] for r in ran] == ["OK"], (ran, [p.read_text()[-1500:] for p in logs[-3:]])
+            proc = login("root", shlex.join([*HPCSTACK, "status", *repos, "--json"]))
+            assert proc.returncode == 0, tail(proc)
+            verdicts = {(r["stack"], r["tier"]): r["verdict"] for r in json.loads(proc.stdout)["stacks"]}
+            assert verdicts[(PYTORCH, "smoke")] == "OK", verdicts
+        finally:
+            login("root", shlex.join([*HPCSTACK, "schedule", "remove", *repos]))
+            shutil.rmtree(repo, ignore_errors=True)
+        tab = subprocess.run(["scrontab", "-l"], capture_output=True, text=True)
+        assert "# hpcstack schedule:" not in tab.stdout
 
 
 def _bases(site: str) -> tuple[type, ...]:

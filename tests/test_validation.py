@@ -131,7 +131,7 @@ def test_an_unknown_workload_names_the_known_ones():
     done = hpcstack("validate", "pytorch/2.3.1-gpu", "--site", "localhost", "--workload", "mnist",
                     "--dry-run")
     assert done.returncode != 0
-    assert "--workload mnist: no such workload in the recipe's validation (known: cpu, digits, gpu, gpu-amp)" \
+    assert "--workload mnist: no such workload in the recipe's validation (known: cpu, digits, gpu, gpu-amp, smoke)" \
         in done.stderr
 
 

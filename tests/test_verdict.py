@@ -103,3 +103,49 @@ def test_the_references_export_as_reframe_yaml(tmp_path):
     runs = _runs(tmp_path, lambda conn: _record(conn, "install", day(1), 1000))
     doc = yaml.safe_load(verdict.reframe_yaml(runs, "testsite"))
     assert doc == {STACK: {"testsite:gpu": {2: {"throughput_total": [1000.0, -0.1, None, "img/s"]}}}}
+
+
+def test_a_tier_with_a_workload_of_its_own_is_compared_with_itself_not_the_install(tmp_path):
+    """A smoke run trains the recipe's smoke workload: far fewer img/s than the install's
+    workload, which is no slowdown; its baseline is the tier's first OK run of that workload."""
+    def smoke(conn, when, mean, seed):
+        rep = report(generated=when)
+        rep["settings"] = {"model": "tiny", "workload": "smoke"}
+        history.record_report(conn, STACK, STACK, "smoke", rep, started=when, fingerprint=FP,
+                              sample=sample(mean, seed=seed))
+
+    def fill(conn):
+        _record(conn, "install", day(1), 5000, seed=1)
+        smoke(conn, day(2), 1000, 2)
+        smoke(conn, day(3), 1010, 3)
+
+    runs = _runs(tmp_path, fill)
+    v = _one(runs, "smoke")
+    assert v.verdict == "OK" and v.trend.startswith("+"), v
+    assert verdict.workload_of(runs[1]) == "smoke" and verdict.workload_of(runs[0]) is None
+    assert verdict.baseline_of(runs, runs[1:]).id == runs[1].id
+
+
+def test_the_sites_margins_decide_what_a_drop_is(tmp_path):
+    """revalidation.degraded: a 20 % drop is DEGRADED by default and OK where the site allows
+    30 %; a 40 % drop is DEGRADED under both."""
+    from types import SimpleNamespace
+
+    def fill(conn):
+        _record(conn, "install", day(1), 1000, seed=1)
+        _record(conn, "full", day(2), 800, seed=2)
+
+    runs = _runs(tmp_path, fill)
+    wide = SimpleNamespace(raw={"revalidation": {"degraded": {"throughput_drop": 0.3, "startup_rise": 1.0}}})
+    assert verdict.margins_of(wide) == {"min_drop": 0.3, "min_startup_rise": 1.0}
+    assert verdict.margins_of(SimpleNamespace(raw={})) == {"min_drop": verdict.MIN_DROP,
+                                                           "min_startup_rise": verdict.MIN_STARTUP_RISE}
+    assert next(v for v in verdict.verdicts(runs) if v.tier == "full").verdict == "DEGRADED"
+    assert next(v for v in verdict.site_verdicts(wide, runs) if v.tier == "full").verdict == "OK"
+
+    def fill40(conn):
+        _record(conn, "install", day(1), 1000, seed=1)
+        _record(conn, "full", day(2), 600, seed=2)
+
+    runs = _runs(tmp_path / "b", fill40)
+    assert next(v for v in verdict.site_verdicts(wide, runs) if v.tier == "full").verdict == "DEGRADED"

@@ -55,6 +55,11 @@ def add_validate(sub) -> None:
                         "workload for the site (its `workloads`: e.g. one judged on its accuracy, or a "
                         "negative control that must fail); on the site's device unless it names one (default: the recipe's workload for the site)")
     options.add_flag(p, "--json", "print the result (or with --dry-run the job scripts) as JSON")
+    options.add_flag(p, "--then-collect", "submit the jobs, then a collector job that runs this "
+                     "command with --collect DIR once they have ended (sbatch --dependency=afterany), "
+                     "and return: nothing holds a node while the validation waits. A probe's "
+                     "collector starts the full tier the same way (what hpcstack schedule's entries "
+                     "run)")
     p.add_argument("--tier", choices=["install", "smoke", "full", "probe", "manual"],
                    help="as root, record the run in the site's validation history under this tier "
                         "(default: install for the first validation of the published build, else manual; "
@@ -84,7 +89,7 @@ def cmd_validate(args, session) -> int:
         from hpcstack.validate import schedule
         from hpcstack.validate.settings import validation_settings
 
-        tier = schedule.tiers_of(validation_settings(site, recipe).spec)[args.tier]
+        tier = schedule.tiers_of(validation_settings(site, recipe).spec, site)[args.tier]
         nodes = nodes or (",".join(str(n) for n in tier.nodes) if tier.nodes and not args.local else None)
         workload = workload or tier.workload
         if not args.dry_run:
@@ -92,19 +97,32 @@ def cmd_validate(args, session) -> int:
                                                         only=(recipe.full_name, args.tier)):
                 print(line)
 
-    def run(tier, nodes, workload) -> int:
+    def collector(tier) -> list[str] | None:
+        """The collector job's command (``--then-collect``): this one for ``tier``, isolated."""
+        if not args.then_collect:
+            return None
+        from hpcstack.validate.schedule import hpcstack_command
+
+        repos = [w for d in getattr(session, "_repo_dirs", ()) for w in ("--repo", os.path.abspath(d))]
+        return [*hpcstack_command(), "validate", recipe.full_name, "--site", site.name,
+                *(["--tier", tier] if tier else []), "--then-collect", *repos]
+
+    def run(tier, nodes, workload, collect=None) -> int:
         return ValidationService(site, recipe, session.policy).run(ValidationRequest(
             nodes=nodes, backend=args.backend, partition=args.partition, qos=args.qos,
-            account=args.account, output_dir=args.output_dir, no_wait=args.no_wait, collect=args.collect,
-            local=args.local, ranks=args.ranks, workload=workload, dry_run=args.dry_run,
-            as_json=args.json, tier=tier))
+            account=args.account, output_dir=args.output_dir if not collect else None,
+            no_wait=args.no_wait, collect=collect, local=args.local, ranks=args.ranks, workload=workload,
+            dry_run=args.dry_run, as_json=args.json, tier=tier,
+            then_collect=None if collect else collector(tier)))
 
-    rc = run(args.tier, nodes, workload)
-    if args.tier == "probe" and not (args.dry_run or args.no_wait or args.collect):
+    rc = run(args.tier, nodes, workload, args.collect)
+    # a probe decides once its run is recorded: after waiting, or in its collector job
+    decided = args.collect or not args.then_collect
+    if args.tier == "probe" and decided and not (args.dry_run or args.no_wait):
         full = _probe_wants_full(site, recipe, session.policy)
         if full:
             print(f"probe: {'; '.join(full)}: running the full tier")
-            return run("full", args.nodes, args.workload)
+            return run("full", args.nodes, None)
     return rc
 
 
@@ -136,7 +154,8 @@ def _emit_validation(args, session, site, recipe) -> int:
     problems = [] if fmt in EMIT_FORMATS else [f"--emit {fmt}: unknown format (known: {', '.join(EMIT_FORMATS)})"]
     problems += [f"{opt}: not used with --emit" for opt, value in (
         ("--local", args.local), ("--ranks", args.ranks), ("--dry-run", args.dry_run), ("--no-wait", args.no_wait),
-        ("--collect", args.collect), ("--output-dir", args.output_dir), ("--json", args.json)) if value]
+        ("--collect", args.collect), ("--then-collect", args.then_collect), ("--output-dir", args.output_dir),
+        ("--json", args.json)) if value]
     if problems:
         raise ConfigError(problems)
     backends = requested_backends(recipe, args.backend)

@@ -108,7 +108,7 @@ def after_recorded(site, stack: str, before: list, after: list) -> None:
     from hpcstack.validate import statusfile, verdict
 
     try:
-        after_record(site, verdict.verdicts(before), verdict.verdicts(after), stack)
+        after_record(site, verdict.site_verdicts(site, before), verdict.site_verdicts(site, after), stack)
         statusfile.write_status_file(site, after)
     except (HpcstackError, OSError, ValueError) as exc:
         print(f"warning: the status file or the site's revalidation actions: {exc}", file=sys.stderr)

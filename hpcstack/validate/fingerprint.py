@@ -16,8 +16,9 @@ The keys (:data:`KEYS`), each a string or None where the node does not have it:
 ``gpu.driver``       distinct models and drivers, joined with ``", "``
 ``cuda.driver``      the CUDA driver API version, ``cuDriverGetVersion`` of ``libcuda.so.1``
                      (``12040`` -> ``12.4``)
-``nccl.version``     left empty here: the NCCL actually loaded, filled from the NCCL logs of the
-``nccl.net_plugin``  run (``NCCL_DEBUG=INFO``) by the transport checks
+``nccl.version``     left empty by the job: the NCCL actually loaded and its net plugin line, filled
+``nccl.net_plugin``  from the run's NCCL logs (``NCCL_DEBUG=INFO``) as the transport checks read
+                     them (:func:`nccl_of_report`)
 ``mpi``              the first line of ``mpirun --version``, else mpi4py's
                      ``MPI.Get_library_version()`` (without ``MPI_Init``)
 ``slurm``            ``sinfo --version``
@@ -25,6 +26,16 @@ The keys (:data:`KEYS`), each a string or None where the node does not have it:
 ``python``           the stack's Python (``platform.python_version()``)
 ``modules``          ``$LOADEDMODULES`` (``:``-separated, as both module tools keep it)
 ``nodes``            ``$SLURM_JOB_NODELIST`` of each job, merged over the jobs
+``cpu.model``        the first ``model name`` of ``/proc/cpuinfo``
+``cpu.affinity``     how many CPUs the job's first task may run on (``os.sched_getaffinity``)
+``cpu.quota``        the CPU bandwidth limit of the job's control group and its parents, where
+                     one is set: cgroup v2 ``cpu.max``, v1 ``cpu.cfs_quota_us`` over
+                     ``cpu.cfs_period_us``, as CPUs (``0.25 CPUs (/slow)``): a node whose jobs
+                     were throttled after maintenance
+``net.env``          the job's transport settings: every ``NCCL_*``, ``GLOO_*``, ``UCX_*``,
+                     ``FI_*``, ``OMPI_MCA_*`` and ``HOROVOD_*`` variable as ``NAME=value``, sorted
+                     (a module that sets ``NCCL_IB_DISABLE=1`` or a renamed interface in
+                     ``GLOO_SOCKET_IFNAME``); hpcstack's own ``NCCL_DEBUG*`` left out
 ``stack.build``      the published build's id (added by hpcstack, not by the job)
 ===================  ===========================================================================
 
@@ -48,7 +59,8 @@ from pathlib import Path
 FILENAME = "fingerprint.json"
 #: The keys of a fingerprint, in the order a diff lists them.
 KEYS = ("gpu.model", "gpu.driver", "cuda.driver", "nccl.version", "nccl.net_plugin", "mpi", "slurm",
-        "kernel", "os", "python", "modules", "nodes", "stack.build")
+        "kernel", "os", "python", "modules", "nodes", "cpu.model", "cpu.affinity", "cpu.quota", "net.env",
+        "stack.build")
 #: The longest value kept (a module list of a big hierarchy stays under it).
 MAX_VALUE = 4096
 #: The largest fingerprint.json read back.
@@ -100,6 +112,55 @@ except Exception:
 fp["python"] = platform.python_version()
 fp["modules"] = os.environ.get("LOADEDMODULES") or None
 fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
+try:
+    with open("/proc/cpuinfo") as f:
+        fp["cpu.model"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+except Exception:
+    fp["cpu.model"] = None
+try:
+    fp["cpu.affinity"] = str(len(os.sched_getaffinity(0)))
+except Exception:
+    fp["cpu.affinity"] = None
+def quota():
+    try:
+        with open("/proc/self/cgroup") as f:
+            rows = [l.rstrip("\n").split(":", 2) for l in f]
+    except Exception:
+        return None
+    for _, controllers, path in rows:
+        v1 = "cpu" in controllers.split(",")
+        if not (v1 or controllers == ""):
+            continue
+        base = "/sys/fs/cgroup/cpu" if v1 else "/sys/fs/cgroup"
+        if v1 and not os.path.isdir(base):
+            base = "/sys/fs/cgroup/cpu,cpuacct"
+        limits = []
+        while True:
+            d = base + (path if path != "/" else "")
+            try:
+                if v1:
+                    q = int(open(d + "/cpu.cfs_quota_us").read())
+                    period = int(open(d + "/cpu.cfs_period_us").read())
+                else:
+                    q, period = open(d + "/cpu.max").read().split()
+                    q = -1 if q == "max" else int(q)
+                    period = int(period)
+                if q > 0 and period > 0:
+                    limits.append((q / period, path))
+            except Exception:
+                pass
+            if path in ("/", ""):
+                break
+            path = os.path.dirname(path)
+        if limits:
+            cpus, where = min(limits)
+            return "%.2f CPUs (%s)" % (cpus, where)
+    return None
+fp["cpu.quota"] = quota()
+own = ("NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS")
+net = sorted("%s=%s" % (k, v) for k, v in os.environ.items()
+             if k.startswith(("NCCL_", "GLOO_", "UCX_", "FI_", "OMPI_MCA_", "HOROVOD_")) and k not in own)
+fp["net.env"] = " ".join(net) or None
 import tempfile
 fd, tmp = tempfile.mkstemp(prefix=".fingerprint-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(sys.argv[1])))
 try:
@@ -157,6 +218,27 @@ def merge(prints: list[dict]) -> dict:
         values = list(dict.fromkeys(v for fp in prints if (v := fp.get(key)) is not None))
         out[key] = "; ".join(values)[:MAX_VALUE] if values else None
     return out
+
+
+def nccl_of_report(report: dict) -> dict:
+    """``nccl.version`` and ``nccl.net_plugin`` from a validation report's jobs (each job's
+    ``transport.nccl``, :meth:`hpcstack.validate.transport.TransportVerdict.to_dict`): the
+    versions the logs name, sorted and joined with ``", "``, and the first plugin line; None
+    where no log says (a CPU site, a run without NCCL).
+
+    Args:
+        report (dict): the report (``report.json``); anything malformed counts as nothing.
+
+    Returns:
+        dict[str, str | None]: the two keys.
+    """
+    versions, plugin = set(), None
+    for job in (report.get("jobs") if isinstance(report, dict) else None) or []:
+        nccl = ((job.get("transport") if isinstance(job, dict) else None) or {}).get("nccl") or {}
+        versions.update(v for v in nccl.get("loaded") or [] if isinstance(v, str))
+        lines = [v for v in nccl.get("plugin") or [] if isinstance(v, str)]
+        plugin = plugin or (lines[0] if lines else None)
+    return {"nccl.version": _clean(", ".join(sorted(versions)) or None), "nccl.net_plugin": _clean(plugin)}
 
 
 def read_job_fingerprints(directories: list[Path], under: Path) -> list[dict]:

@@ -358,6 +358,7 @@ def record_validation(site, recipe, report: dict, *, after_recorded, runs_outcom
             return None
         prints = fp.read_job_fingerprints(job_dirs or [], output_dir) if output_dir is not None else []
         env = fp.merge(prints)
+        env.update({k: v for k, v in fp.nccl_of_report(report).items() if v})
         env["stack.build"] = layout.id_of(build) or os.path.basename(build)
         with closing(open_history(history_path(site))) as conn:
             chosen = tier or ("manual" if has_install_baseline(conn, recipe.full_name, env["stack.build"])

@@ -169,7 +169,10 @@ def submit_jobs(jobs: list[ValidationJob], scheduler, on_submit=None) -> list[Va
 
 def write_jobs_file(out: Path, site, recipe, settings: ValidationSettings, jobs: list[ValidationJob]) -> None:
     """Write ``jobs.json`` (:data:`JOBS_SCHEMA`) for a later ``--collect``."""
+    from hpcstack.validate.history import now_iso
+
     data = {"site": site.name, "recipe": recipe.full_name, "partition": settings.slurm.partition,
+            "submitted": now_iso(),
             "scheduler": settings.slurm.scheduler, "settings": settings_record(settings),
             "jobs": [{"job_id": j.job_id, "nodes": j.nodes, "ranks": j.ranks, "backends": j.backends,
                       "directory": str(j.directory)} for j in jobs]}
@@ -186,6 +189,7 @@ JOBS_SCHEMA = {
         "partition": {"type": ["string", "null"]},
         "scheduler": {"type": "string"},
         "settings": {"type": ["object", "null"]},
+        "submitted": {"type": "string", "maxLength": 64},      # when (ISO 8601): a collected run's start
         "jobs": {"type": "array", "maxItems": 1000, "items": {
             "type": "object",
             "required": ["job_id", "nodes", "ranks", "backends", "directory"],

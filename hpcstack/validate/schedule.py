@@ -9,15 +9,16 @@ named workload of the file)); a tier it leaves out takes :data:`DEFAULT_TIERS`:
 * ``full`` weekly (``0 4 * * 0``): the recipe's node counts and workload, judged against the
   references (the validation ``hpcstack validate`` runs without ``--tier``);
 * ``probe`` every 6 hours (``30 */6 * * *``): a one-node job whose fingerprint.json is compared
-  with the last OK run's (:func:`probe_decision`); when it differs, the ``full`` tier runs.
+  with that of the last OK ``install`` or ``full`` run (:func:`probe_decision`); when it
+  differs, the ``full`` tier runs.
 
 The schedule lives in Slurm's per-user cron, scrontab (https://slurm.schedmd.com/scrontab.html):
 ``#SCRON`` lines give the options of the job the next cron line starts. hpcstack's entries
 (:func:`entries_text`) each begin with a :data:`MARKER` comment naming the site, stack and tier,
 so that :func:`install_entries` and :func:`remove_entries` edit only hpcstack's own blocks of a
 table read with ``scrontab -l`` and written back with ``scrontab FILE`` (:class:`Scrontab`); the
-account's other entries stay as they were. The table is root's: ``hpcstack schedule install``
-refuses a site with ``slurm.submit_as`` (the runs record into root's history). Each job runs
+account's other entries stay as they were. The table is root's on every site: each run records into root's history (with ``slurm.submit_as`` the
+validation jobs it submits run as that account, as ``hpcstack validate`` as root submits them). Each job runs
 ``python -I -m hpcstack`` with ``--chdir`` and ``--output`` in root's 0755
 ``<install_root>/.hpcstack/schedule/logs`` (:func:`make_log_dir`). What was installed is kept in ``<install_root>/.hpcstack/schedule/<site>.json``
 (written through the gate, root only): the cron line of each stack and tier and when it was
@@ -54,8 +55,9 @@ SLOT_MISSED = "slot missed"
 #: How far back missed slots are looked for (days), and at most how many are recorded at once.
 MAX_LOOKBACK_DAYS = 35
 MAX_MISSED = 200
-#: The scrontab job's time limit: it submits the tier's jobs and waits for them.
-WRAPPER_TIME = "04:00:00"
+#: The scrontab job's time limit: it records missed slots, submits the tier's jobs and their collector
+#: job (hpcstack validate --then-collect), and ends: nothing waits on a node.
+WRAPPER_TIME = "00:30:00"
 #: The schedule's state file under ``<install_root>/.hpcstack``.
 SCHEDULE_DIR = "schedule"
 #: The jobs' output directory under the schedule's (root's, 0755): never ``slurm.output_root``,
@@ -85,11 +87,14 @@ class Tier:
     workload: str | None = None
 
 
-def tiers_of(spec) -> dict[str, Tier]:
+def tiers_of(spec, site=None) -> dict[str, Tier]:
     """The tiers of a recipe's validation (:class:`~hpcstack.install.components.validation.ValidationSpec`):
-    its ``tiers`` over :data:`DEFAULT_SCHEDULES`; smoke and probe on one node by default, smoke
-    with the ``smoke`` workload where the file names one."""
+    its ``tiers`` over :data:`DEFAULT_SCHEDULES`; smoke and probe on one node by default, each
+    with the workload of its own name (``smoke``, ``probe``) where the file names one. The
+    site's ``revalidation.schedule`` (``site``: a :class:`~hpcstack.site.Site`, or None) sets
+    a tier's cron line over both."""
     declared = dict(getattr(spec, "tiers", None) or {})
+    own = ((getattr(site, "raw", None) or {}).get("revalidation") or {}).get("schedule") or {}
     named = set(spec.names()) if hasattr(spec, "names") else set()
     defaults = {"smoke": Tier("smoke", DEFAULT_SCHEDULES["smoke"], (1,), "smoke" if "smoke" in named else None),
                 "full": Tier("full", DEFAULT_SCHEDULES["full"]),
@@ -97,7 +102,7 @@ def tiers_of(spec) -> dict[str, Tier]:
     out = {}
     for name in SCHEDULED_TIERS:
         d, given = defaults[name], declared.get(name) or {}
-        out[name] = Tier(name, given.get("schedule", d.schedule), tuple(given.get("nodes", d.nodes)),
+        out[name] = Tier(name, own.get(name) or given.get("schedule", d.schedule), tuple(given.get("nodes", d.nodes)),
                          given.get("workload", d.workload))
     return out
 
@@ -164,7 +169,8 @@ def _parse_time(text: str, tz) -> _dt.datetime:
 def missed_slots(spec: str, started: list[str], now: _dt.datetime, since: _dt.datetime | None = None) -> list[_dt.datetime]:
     """The slots of ``spec`` that have no run: each slot ``s`` whose next slot has come (a slot
     still open may yet run) and with no ``started`` time in ``[s, next slot)``, after the last
-    recorded run (or ``since``, the schedule's installation, when no run is recorded).
+    recorded run, or ``since`` (the schedule's installation) when that is later or no run is
+    recorded.
 
     Args:
         spec (str): the cron time fields.
@@ -177,13 +183,19 @@ def missed_slots(spec: str, started: list[str], now: _dt.datetime, since: _dt.da
     """
     tz = now.tzinfo
     times = sorted(_parse_time(t, tz) for t in started)
-    begin = times[-1] if times else since
-    if begin is None:
+    last = times[-1] if times else None
+    if last is None and since is None:
         return []
-    begin = max(begin.astimezone(tz), now - _dt.timedelta(days=MAX_LOOKBACK_DAYS))
-    # the slot the last run belongs to is covered: start from the slot at or before it
-    prior = slots(spec, begin - _dt.timedelta(days=MAX_LOOKBACK_DAYS), begin) if times else []
-    first = prior[-1] - _dt.timedelta(seconds=1) if prior else begin
+    oldest = now - _dt.timedelta(days=MAX_LOOKBACK_DAYS)
+    if since is not None and (last is None or since.astimezone(tz) > last):
+        # no run since the schedule was installed: its slots start there (a run before it
+        # belonged to no schedule, and the time between was no slot of this one)
+        first = max(since.astimezone(tz), oldest)
+    else:
+        # the slot the last run belongs to is covered: start from the slot at or before it
+        begin = max(last, oldest)
+        prior = slots(spec, begin - _dt.timedelta(days=MAX_LOOKBACK_DAYS), begin)
+        first = prior[-1] - _dt.timedelta(seconds=1) if prior else begin
     every = slots(spec, first, now + _dt.timedelta(days=32))
     out = []
     for s, nxt in zip(every, every[1:]):
@@ -216,8 +228,14 @@ def record_missed(conn, stack: str, recipe: str, tier: str, spec: str, now: _dt.
 PROBE_IGNORED = ("nodes",)
 
 
+#: The tiers whose runs measure the stack at scale: the probe compares its fingerprint with the
+#: last OK one of these (a smoke or manual run in between re-validates nothing at scale).
+FULL_TIERS = ("install", "full")
+
+
 def probe_decision(runs: list, probe_run) -> tuple[bool, list[str]]:
-    """Does a probe's fingerprint differ from the last OK run's before it (any tier but probe)?
+    """Does a probe's fingerprint differ from that of the last OK run at scale before it (the
+    :data:`FULL_TIERS`: the environment the full tier last passed in)?
 
     Args:
         runs (list[history.Run]): the stack's runs, oldest first.
@@ -232,7 +250,7 @@ def probe_decision(runs: list, probe_run) -> tuple[bool, list[str]]:
 
     if probe_run.state != "OK":
         return True, [f"the probe itself is {probe_run.state}"]
-    before = [r for r in runs if r.state == "OK" and r.tier != "probe" and r.id != probe_run.id
+    before = [r for r in runs if r.state == "OK" and r.tier in FULL_TIERS and r.id != probe_run.id
               and (r.started, r.id) < (probe_run.started, probe_run.id)]
     if not before:
         return True, ["no OK run to compare with"]
@@ -260,7 +278,7 @@ class Entry:
 def entry_lines(entry: Entry, command: list[str], slurm: dict | None = None,
                 extra_args: list[str] = (), log_dir: str | None = None) -> list[str]:
     """The lines of one entry: the marker, its ``#SCRON`` options (job name, the site's
-    partition, QOS and account, :data:`WRAPPER_TIME`, ``--chdir`` and ``--output`` in
+    partition (unless ``partition_option`` is false), QOS, account and constraint, :data:`WRAPPER_TIME`, ``--chdir`` and ``--output`` in
     ``log_dir``, root's directory (:func:`make_log_dir`); without one ``--chdir=/`` and no
     output), and the cron line that runs ``COMMAND validate STACK --site SITE --tier TIER``.
     Never ``slurm.output_root``: a world-writable directory there lets a user plant a link at
@@ -268,10 +286,14 @@ def entry_lines(entry: Entry, command: list[str], slurm: dict | None = None,
     s = slurm or {}
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", entry.stack)
     opts = [f"--job-name=hpcstack-{entry.tier.name}-{slug}", f"--time={WRAPPER_TIME}"]
-    opts += [f"--{key}={s[key]}" for key in ("partition", "qos", "account") if s.get(key)]
+    # as the validation jobs name them: no --partition where the site chooses nodes otherwise
+    # (slurm.partition_option false: Perlmutter's -C gpu and a QOS)
+    keys = ("partition", "qos", "account", "constraint") if s.get("partition_option", True) else ("qos", "account", "constraint")
+    opts += [f"--{key}={s[key]}" for key in keys if s.get(key)]
     opts.append(f"--chdir={log_dir or '/'}")
     opts.append(f"--output={log_dir}/hpcstack-{entry.tier.name}-{slug}-%j.out" if log_dir else "--output=/dev/null")
-    argv = [*command, "validate", entry.stack, "--site", entry.site, "--tier", entry.tier.name, *extra_args]
+    argv = [*command, "validate", entry.stack, "--site", entry.site, "--tier", entry.tier.name, "--then-collect",
+            *extra_args]
     return [entry.marker, *(f"#SCRON {o}" for o in opts),
             f"{entry.tier.schedule} {' '.join(shlex.quote(a) for a in argv)}"]
 
@@ -359,7 +381,8 @@ class Scrontab:
         """
         p = self._run("-l")
         if p.returncode != 0:
-            if "no crontab" in (p.stderr or "").lower() or "no scrontab" in (p.stderr or "").lower():
+            said = f"{p.stdout or ''} {p.stderr or ''}".lower()    # Slurm 22.05 says it on stdout
+            if "no crontab" in said or "no scrontab" in said:
                 return ""
             raise HpcstackError(f"scrontab -l failed: {(p.stderr or '').strip() or p.returncode}")
         return p.stdout
@@ -458,11 +481,6 @@ def record_missed_for_site(site, now: _dt.datetime | None = None, pol=None,
     return lines
 
 
-def submit_account(site) -> str | None:
-    """Whose scrontab: the site's ``slurm.submit_as`` (None: root's own, no ``-u``)."""
-    return (site.slurm or {}).get("submit_as")
-
-
 def published_stacks(site) -> list[str]:
     """``NAME/VERSION`` of each stack published under the site's install root."""
     from hpcstack.install.layout import StackLayout
@@ -505,7 +523,7 @@ def remove_stack(site, stack: str, tab: Scrontab | None = None, pol=None) -> lis
     state = read_state(site, pol)
     if stack not in state:
         return []
-    tab = tab or Scrontab(submit_account(site))
+    tab = tab or Scrontab()
     old = tab.read()
     new = remove_entries(old, site.name, [stack])
     if new != old:
@@ -525,11 +543,8 @@ def cmd_schedule(args, session, tab: Scrontab | None = None) -> int:
     site = session.site
     if not site.slurm:
         raise ConfigError([f"site {site.name} has no slurm section: scrontab needs Slurm"])
-    if args.action == "install" and submit_account(site):
-        raise ConfigError([f"hpcstack schedule install: scheduled validations run as root; slurm.submit_as "
-                           f"({submit_account(site)}) is refused (its runs could not be recorded in the "
-                           "history, which is root's): install the schedule for root"])
-    tab = tab or Scrontab(submit_account(site))
+    tab = tab or Scrontab()     # root's: each run records into root's history; a site's
+    # slurm.submit_as is the account hpcstack validate itself submits the validation jobs as
     if args.action == "list":
         for site_name, stack, tier, line in listed_entries(tab.read(), site.name):
             print(f"{stack} [{tier}]: {line}")
@@ -554,7 +569,7 @@ def cmd_schedule(args, session, tab: Scrontab | None = None) -> int:
         entries, now = [], _dt.datetime.now().astimezone().isoformat(timespec="seconds")
         for stack in stacks:
             recipe = session.load_recipe(stack, site)
-            for tier in tiers_of(validation_settings(site, recipe).spec).values():
+            for tier in tiers_of(validation_settings(site, recipe).spec, site).values():
                 parse_cron(tier.schedule)
                 entries.append(Entry(site.name, recipe.full_name, tier))
                 prior = (state.get(recipe.full_name) or {}).get(tier.name) or {}
@@ -571,6 +586,5 @@ def cmd_schedule(args, session, tab: Scrontab | None = None) -> int:
     if new != old:
         tab.write(new)
     write_state(site, state, session.policy)
-    who = submit_account(site) or "root"
-    print(f"scrontab of {who}: {len(listed_entries(new, site.name))} hpcstack entr(y/ies) for site {site.name}")
+    print(f"scrontab of root: {len(listed_entries(new, site.name))} hpcstack entr(y/ies) for site {site.name}")
     return 0

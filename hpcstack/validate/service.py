@@ -35,6 +35,8 @@ class ValidationRequest:
         partition, qos, account (str | None): Slurm overrides.
         output_dir (str | None): where the jobs write.
         no_wait (bool): submit and return.
+        then_collect (list[str] | None): submit, then a collector job running this argv with
+            ``--collect DIR`` once the jobs end (:func:`hpcstack.validate.validation.submit_collector`).
         collect (str | None): report on an earlier ``--no-wait`` run's directory.
         local (bool): run on this host.
         ranks (int | None): ranks of a local run.
@@ -52,6 +54,7 @@ class ValidationRequest:
     account: str | None = None
     output_dir: str | None = None
     no_wait: bool = False
+    then_collect: list | None = None
     collect: str | None = None
     local: bool = False
     ranks: int | None = None
@@ -109,7 +112,7 @@ class ValidationService:
         r, site, recipe = request, self.site, self.recipe
         slurm_only = {"--nodes": r.nodes, "--partition": r.partition, "--qos": r.qos,
                       "--account": r.account, "--output-dir": r.output_dir,
-                      "--no-wait": r.no_wait, "--collect": r.collect}
+                      "--no-wait": r.no_wait, "--collect": r.collect, "--then-collect": r.then_collect}
         if r.local or not site.slurm:
             why = "--local" if r.local else f"site {site.name} has no slurm section (local launcher)"
             problems = [f"{opt}: not used with {why}" for opt, value in slurm_only.items() if value]
@@ -142,4 +145,5 @@ class ValidationService:
             site, recipe, nodes=parse_nodes(r.nodes) if r.nodes else None,
             backends=requested_backends(recipe, r.backend), partition=r.partition, qos=r.qos,
             account=r.account, output_dir=r.output_dir, dry_run=r.dry_run, no_wait=r.no_wait,
-            as_json=r.as_json, workload=r.workload, policy=self.policy, tier=r.tier)
+            as_json=r.as_json, workload=r.workload, policy=self.policy, tier=r.tier,
+            then_collect=None if r.dry_run else r.then_collect)

@@ -62,7 +62,7 @@ def users_per_stack(site, days: int = USAGE_DAYS, now: float | None = None) -> d
 def status_document(site, runs: list, users: dict | None) -> dict:
     """The status as JSON: ``{"site", "generated", "history", "stacks": [verdict + users]}``."""
     rows = []
-    for v in verdicts_mod.verdicts(runs):
+    for v in verdicts_mod.site_verdicts(site, runs):
         rows.append({**v.to_dict(), "users_30d": None if users is None else users.get(v.stack, 0)})
     return {"site": site.name, "generated": history.now_iso(), "history": history.history_path(site),
             "stacks": rows}

@@ -65,5 +65,5 @@ def write_status_file(site, runs: list | None = None, pol=None) -> str | None:
     if runs is None:
         runs = history.read_runs(history.history_path(site), pol)
     path = status_file_path(site.module_root)
-    gate.write_atomic(path, render(stack_lines(verdict.verdicts(runs)), history.now_iso()), 0o644, pol=pol)
+    gate.write_atomic(path, render(stack_lines(verdict.site_verdicts(site, runs)), history.now_iso()), 0o644, pol=pol)
     return path

@@ -139,7 +139,8 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
                      partition: str | None = None, qos: str | None = None, account: str | None = None,
                      output_dir: str | None = None, dry_run: bool = False, no_wait: bool = False,
                      as_json: bool = False, workload: str | None = None,
-                     policy: trust.Policy | None = None, tier: str | None = None) -> int:
+                     policy: trust.Policy | None = None, tier: str | None = None,
+                     then_collect: list[str] | None = None) -> int:
     """Validate a stack with Slurm jobs: one per node count, each running every backend.
 
     Args:
@@ -154,6 +155,10 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
             ``slurm.submit_as`` it is handed to that user.
         dry_run (bool): print the job scripts; submit nothing, write nothing.
         no_wait (bool): submit, print the job ids, return; ``--collect DIR`` reports later.
+        then_collect (list[str] | None): submit, then submit a collector job (:func:`submit_collector`)
+            that runs this command followed by ``--collect DIR`` once the jobs have ended, and
+            return: nothing holds a node while the validation waits (``hpcstack schedule``'s
+            entries).
         as_json (bool): print the report (or, with ``dry_run``, the scripts) as JSON.
         workload (str | None): a named workload of the recipe (``digits``); None: the site's.
         policy (hpcstack.trust.Policy | None): whom to trust (the command's
@@ -193,7 +198,7 @@ def slurm_validation(site, recipe, *, nodes: list[int] | None = None, backends: 
     check_accounting(s, submit_as)
     _check_program(site, recipe, plan, policy)
     plan = plan.at(site, recipe, validation_dir(label, output_dir, output_root, base, out_policy))
-    return _submit(site, recipe, plan, submit_as, no_wait, as_json, tier)
+    return _submit(site, recipe, plan, submit_as, no_wait, as_json, tier, then_collect, policy)
 
 
 def _check_output_dir(s: SlurmSettings, site_name: str, output_dir: str | None, output_root: str) -> None:
@@ -220,9 +225,11 @@ def _check_program(site, recipe, plan: ValidationPlan, policy: trust.Policy | No
 
 
 def _submit(site, recipe, plan: ValidationPlan, submit_as: str | None, no_wait: bool, as_json: bool,
-            tier: str | None = None) -> int:
+            tier: str | None = None, then_collect: list[str] | None = None,
+            policy: trust.Policy | None = None) -> int:
     """Write the plan's jobs, hand the directory to ``submit_as``, submit, and wait and report
-    (or, with ``no_wait``, say how to report later)."""
+    (or, with ``no_wait``, say how to report later; with ``then_collect``, submit the job that
+    will)."""
     out = plan.output_dir
     write_jobs(plan)
     if submit_as:
@@ -234,11 +241,71 @@ def _submit(site, recipe, plan: ValidationPlan, submit_as: str | None, no_wait: 
     scheduler = get_scheduler(plan.settings.slurm.scheduler)(submit_as=submit_as)
     submitted = submit_jobs(plan.jobs, scheduler, on_submit=lambda j: render.print_submitted(j, plan.backends))
     write_jobs_file(out, site, recipe, plan.settings, submitted)
+    if then_collect is not None:
+        job = submit_collector(site, out, [j.job_id for j in submitted], then_collect, plan.settings.slurm, policy)
+        print(f"collector job {job}: {' '.join(then_collect)} --collect {out}, after jobs "
+              f"{', '.join(j.job_id for j in submitted)} end")
+        return 0
     if no_wait:
         later = f"hpcstack validate {recipe.ref or recipe.full_name} --site {site.ref} --collect {out}"
         render.print_no_wait(submitted, out, later, as_json)
         return 0
     return _wait_and_report(plan, submitted, scheduler, as_json, stack=(site, recipe, tier))
+
+
+#: The collector job's time limit: it reads the ended jobs back and records the run (a probe's
+#: may submit the full tier's jobs and their collector).
+COLLECT_TIME = "00:30:00"
+#: The collector job's PATH where the running one cannot be passed in ``--export`` (a comma).
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def submit_collector(site, out: Path, job_ids: list[str], command: list[str], slurm: SlurmSettings,
+                     policy: trust.Policy | None = None, run=None) -> str:
+    """Submit, as the running account (root for a schedule), the job that reports on a
+    validation once its jobs have ended: ``sbatch --dependency=afterany:ID:ID
+    --kill-on-invalid-dep=yes``, running ``COMMAND --collect OUT`` (``--wrap``, every word
+    shell-quoted), on the site's partition, QOS, account and constraint, with ``--chdir`` and ``--output`` in
+    root's schedule log directory (:func:`hpcstack.validate.schedule.make_log_dir`, through the
+    gate) and only ``PATH`` exported. A job that waits holds a node; this one starts when there
+    is nothing left to wait for (Slurm's dependencies, https://slurm.schedmd.com/sbatch.html).
+
+    Args:
+        site: the site; out (Path): the validation's directory; job_ids (list[str]): its jobs.
+        command (list[str]): the collector's argv before ``--collect`` (``python -I -m hpcstack
+            validate STACK --site S --tier T --then-collect``, its ``--repo`` options).
+        slurm (SlurmSettings): the jobs' partition, QOS, account.
+        policy: whom the gate trusts; run: a stand-in for ``subprocess.run`` (tests).
+
+    Returns:
+        str: the collector's job id.
+
+    Raises:
+        HpcstackError: sbatch refused it (its message).
+    """
+    import shlex
+    import subprocess
+
+    from hpcstack.fsutil import CHILD_CWD
+    from hpcstack.validate import schedule
+
+    logs = schedule.make_log_dir(site, policy)
+    path = os.environ.get("PATH") or DEFAULT_PATH
+    opts = [f"--dependency=afterany:{':'.join(job_ids)}", "--kill-on-invalid-dep=yes",
+            "--job-name=hpcstack-collect", f"--time={COLLECT_TIME}", f"--chdir={logs}",
+            f"--output={logs}/hpcstack-collect-%j.out",
+            f"--export={'PATH=' + path if ',' not in path else 'PATH=' + DEFAULT_PATH}"]
+    opts += [f"--{key}={value}" for key, value in (("partition", slurm.partition if slurm.partition_option else None),
+                                                   ("qos", slurm.qos), ("account", slurm.account),
+                                                   ("constraint", slurm.constraint)) if value]
+    argv = ["sbatch", "--parsable", *opts, "--wrap", shlex.join([*command, "--collect", str(out)])]
+    try:
+        proc = (run or subprocess.run)(argv, capture_output=True, text=True, cwd=CHILD_CWD, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise HpcstackError(f"sbatch of the collector job: {exc}") from None
+    if proc.returncode != 0:
+        raise HpcstackError(f"sbatch of the collector job failed: {(proc.stderr or '').strip() or proc.returncode}")
+    return proc.stdout.strip().split(";")[0]
 
 
 def check_accounting(s: SlurmSettings, submit_as: str | None,
@@ -313,7 +380,7 @@ def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.P
     plan = dataclasses.replace(plan, output_dir=out)
     scheduler = get_scheduler(data.get("scheduler") or plan.settings.slurm.scheduler)()
     return _wait_and_report(plan, jobs, scheduler, as_json, recorded_settings=data.get("settings"),
-                            stack=(site, recipe, tier))
+                            stack=(site, recipe, tier), started=data.get("submitted"))
 
 
 def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], out: Path) -> dict:
@@ -340,14 +407,16 @@ def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], o
 
 
 def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler, as_json: bool,
-                     recorded_settings: dict | None = None, stack: tuple | None = None) -> int:
+                     recorded_settings: dict | None = None, stack: tuple | None = None,
+                     started: str | None = None) -> int:
     """Wait for the jobs, read them back, judge them by the plan's rules, write and print the report;
-    as root, record it in the site's history (``stack``: the site, recipe and tier)."""
+    as root, record it in the site's history (``stack``: the site, recipe and tier), as started
+    at ``started`` (a collected run: when its jobs were submitted; else now)."""
     from hpcstack.validate.actions import after_recorded
     from hpcstack.validate.history import now_iso, record_validation
     from hpcstack.validate.judge import judge
 
-    started = now_iso()
+    started = started if isinstance(started, str) and len(started) <= 64 else now_iso()
     infos = wait_jobs(jobs, scheduler, on_change=render.print_job_state, on_interrupt=render.print_interrupted)
     outcome = read_back(jobs, infos, plan.output_dir)
     rules, settings = plan.rules, plan.settings

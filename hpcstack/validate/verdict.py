@@ -147,7 +147,8 @@ def shifts(baseline: Run, recent: Run, alpha: float = ALPHA, min_drop: float = M
     return out
 
 
-def change_run(ok_runs: list[Run], baseline: Run, shift: Shift, min_drop: float = MIN_DROP) -> Run | None:
+def change_run(ok_runs: list[Run], baseline: Run, shift: Shift, min_drop: float = MIN_DROP,
+               min_startup_rise: float = MIN_STARTUP_RISE) -> Run | None:
     """The first run of the shift: PELT (``ruptures``, ``l2`` cost) on the rounds of
     ``ok_runs`` (oldest first, the baseline among them or before them) in time order; of the
     segments, the last stretch whose mean lies beyond the baseline by the rule's margin starts
@@ -169,7 +170,7 @@ def change_run(ok_runs: list[Run], baseline: Run, shift: Shift, min_drop: float 
     ends = ruptures.Pelt(model="l2", min_size=1, jump=1).fit(signal.reshape(-1, 1)).predict(
         pen=3 * math.log(len(series)))
     worse = (lambda m: m <= centre * (1 - min_drop)) if shift.figure == "throughput_total" \
-        else (lambda m: m >= centre * (1 + MIN_STARTUP_RISE))
+        else (lambda m: m >= centre * (1 + min_startup_rise))
     start, first = 0, None
     for end in ends:
         segment = series[start:end]
@@ -181,13 +182,24 @@ def change_run(ok_runs: list[Run], baseline: Run, shift: Shift, min_drop: float 
     return ok_runs[owner[first]] if first is not None else None
 
 
+def workload_of(run: Run) -> str | None:
+    """The named workload a run trained (its report's ``settings.workload``, written where the
+    run named one: :func:`hpcstack.validate.settings.settings_record`; None: the site's own, as
+    an install's validation runs it)."""
+    settings = (run.report or {}).get("settings") if isinstance(run.report, dict) else None
+    name = settings.get("workload") if isinstance(settings, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def baseline_of(stack_runs: list[Run], tier_runs: list[Run]) -> Run | None:
-    """The install's baseline: the latest OK ``install`` run of the stack; else the tier's
-    first OK run."""
-    installs = [r for r in stack_runs if r.tier == "install" and r.state == "OK"]
+    """The install's baseline: the latest OK ``install`` run of the stack that trained the same
+    workload as the tier's latest run; else the tier's first OK run (a smoke or probe tier with
+    a workload of its own is compared with itself, never with another workload's figures)."""
+    wanted = workload_of(tier_runs[-1]) if tier_runs else None
+    installs = [r for r in stack_runs if r.tier == "install" and r.state == "OK" and workload_of(r) == wanted]
     if installs:
         return installs[-1]
-    return next((r for r in tier_runs if r.state == "OK"), None)
+    return next((r for r in tier_runs if r.state == "OK" and workload_of(r) == wanted), None)
 
 
 def _changed(last_ok: Run | None, latest: Run) -> list[str]:
@@ -213,7 +225,7 @@ def _trend(baseline: Run | None, latest_ok: Run | None) -> str:
 
 
 def verdict_of(stack_runs: list[Run], stack: str, tier: str, alpha: float = ALPHA,
-               min_drop: float = MIN_DROP) -> StackVerdict:
+               min_drop: float = MIN_DROP, min_startup_rise: float = MIN_STARTUP_RISE) -> StackVerdict:
     """The verdict of ``stack`` in ``tier`` from every run of the stack (oldest first, all
     tiers: the baseline may be of the install tier)."""
     tier_runs = [r for r in stack_runs if r.tier == tier]
@@ -239,11 +251,12 @@ def verdict_of(stack_runs: list[Run], stack: str, tier: str, alpha: float = ALPH
         return out
     if baseline is None or baseline.id == latest.id:
         return out
-    moved = shifts(baseline, latest, alpha, min_drop)
+    moved = shifts(baseline, latest, alpha, min_drop, min_startup_rise)
     if not moved:
         return out
-    series = [baseline] + [r for r in oks if (r.started, r.id) > (baseline.started, baseline.id)]
-    first = change_run(series, baseline, moved[0], min_drop) or latest
+    series = [baseline] + [r for r in oks if (r.started, r.id) > (baseline.started, baseline.id)
+                           and workload_of(r) == workload_of(baseline)]
+    first = change_run(series, baseline, moved[0], min_drop, min_startup_rise) or latest
     earlier = [r for r in series if (r.started, r.id) < (first.started, first.id)]
     last_good = earlier[-1] if earlier else baseline
     out.verdict, out.since, out.shifts = "DEGRADED", first.started, moved
@@ -253,7 +266,21 @@ def verdict_of(stack_runs: list[Run], stack: str, tier: str, alpha: float = ALPH
     return out
 
 
-def verdicts(all_runs: list[Run], alpha: float = ALPHA, min_drop: float = MIN_DROP) -> list[StackVerdict]:
+def margins_of(site) -> dict:
+    """The site's ``revalidation.degraded`` as :func:`verdicts`' keyword arguments
+    (``min_drop``, ``min_startup_rise``; this module's defaults where it says nothing)."""
+    raw = ((getattr(site, "raw", None) or {}).get("revalidation") or {}).get("degraded") or {}
+    return {"min_drop": float(raw.get("throughput_drop", MIN_DROP)),
+            "min_startup_rise": float(raw.get("startup_rise", MIN_STARTUP_RISE))}
+
+
+def site_verdicts(site, all_runs: list[Run]) -> list[StackVerdict]:
+    """:func:`verdicts` with the site's margins (:func:`margins_of`)."""
+    return verdicts(all_runs, **margins_of(site))
+
+
+def verdicts(all_runs: list[Run], alpha: float = ALPHA, min_drop: float = MIN_DROP,
+             min_startup_rise: float = MIN_STARTUP_RISE) -> list[StackVerdict]:
     """Every stack's verdict in every tier it has runs in, sorted by stack then tier order."""
     from hpcstack.validate.history import TIERS
 
@@ -264,7 +291,7 @@ def verdicts(all_runs: list[Run], alpha: float = ALPHA, min_drop: float = MIN_DR
     for stack in sorted(by_stack):
         runs = sorted(by_stack[stack], key=lambda r: (r.started, r.id))
         for tier in sorted({r.tier for r in runs}, key=TIERS.index):
-            out.append(verdict_of(runs, stack, tier, alpha, min_drop))
+            out.append(verdict_of(runs, stack, tier, alpha, min_drop, min_startup_rise))
     return out
 
 

@@ -77,6 +77,55 @@ except Exception:
 fp["python"] = platform.python_version()
 fp["modules"] = os.environ.get("LOADEDMODULES") or None
 fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
+try:
+    with open("/proc/cpuinfo") as f:
+        fp["cpu.model"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+except Exception:
+    fp["cpu.model"] = None
+try:
+    fp["cpu.affinity"] = str(len(os.sched_getaffinity(0)))
+except Exception:
+    fp["cpu.affinity"] = None
+def quota():
+    try:
+        with open("/proc/self/cgroup") as f:
+            rows = [l.rstrip("\n").split(":", 2) for l in f]
+    except Exception:
+        return None
+    for _, controllers, path in rows:
+        v1 = "cpu" in controllers.split(",")
+        if not (v1 or controllers == ""):
+            continue
+        base = "/sys/fs/cgroup/cpu" if v1 else "/sys/fs/cgroup"
+        if v1 and not os.path.isdir(base):
+            base = "/sys/fs/cgroup/cpu,cpuacct"
+        limits = []
+        while True:
+            d = base + (path if path != "/" else "")
+            try:
+                if v1:
+                    q = int(open(d + "/cpu.cfs_quota_us").read())
+                    period = int(open(d + "/cpu.cfs_period_us").read())
+                else:
+                    q, period = open(d + "/cpu.max").read().split()
+                    q = -1 if q == "max" else int(q)
+                    period = int(period)
+                if q > 0 and period > 0:
+                    limits.append((q / period, path))
+            except Exception:
+                pass
+            if path in ("/", ""):
+                break
+            path = os.path.dirname(path)
+        if limits:
+            cpus, where = min(limits)
+            return "%.2f CPUs (%s)" % (cpus, where)
+    return None
+fp["cpu.quota"] = quota()
+own = ("NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS")
+net = sorted("%s=%s" % (k, v) for k, v in os.environ.items()
+             if k.startswith(("NCCL_", "GLOO_", "UCX_", "FI_", "OMPI_MCA_", "HOROVOD_")) and k not in own)
+fp["net.env"] = " ".join(net) or None
 import tempfile
 fd, tmp = tempfile.mkstemp(prefix=".fingerprint-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(sys.argv[1])))
 try:
@@ -182,6 +231,55 @@ except Exception:
 fp["python"] = platform.python_version()
 fp["modules"] = os.environ.get("LOADEDMODULES") or None
 fp["nodes"] = os.environ.get("SLURM_JOB_NODELIST") or platform.node()
+try:
+    with open("/proc/cpuinfo") as f:
+        fp["cpu.model"] = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+except Exception:
+    fp["cpu.model"] = None
+try:
+    fp["cpu.affinity"] = str(len(os.sched_getaffinity(0)))
+except Exception:
+    fp["cpu.affinity"] = None
+def quota():
+    try:
+        with open("/proc/self/cgroup") as f:
+            rows = [l.rstrip("\n").split(":", 2) for l in f]
+    except Exception:
+        return None
+    for _, controllers, path in rows:
+        v1 = "cpu" in controllers.split(",")
+        if not (v1 or controllers == ""):
+            continue
+        base = "/sys/fs/cgroup/cpu" if v1 else "/sys/fs/cgroup"
+        if v1 and not os.path.isdir(base):
+            base = "/sys/fs/cgroup/cpu,cpuacct"
+        limits = []
+        while True:
+            d = base + (path if path != "/" else "")
+            try:
+                if v1:
+                    q = int(open(d + "/cpu.cfs_quota_us").read())
+                    period = int(open(d + "/cpu.cfs_period_us").read())
+                else:
+                    q, period = open(d + "/cpu.max").read().split()
+                    q = -1 if q == "max" else int(q)
+                    period = int(period)
+                if q > 0 and period > 0:
+                    limits.append((q / period, path))
+            except Exception:
+                pass
+            if path in ("/", ""):
+                break
+            path = os.path.dirname(path)
+        if limits:
+            cpus, where = min(limits)
+            return "%.2f CPUs (%s)" % (cpus, where)
+    return None
+fp["cpu.quota"] = quota()
+own = ("NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS")
+net = sorted("%s=%s" % (k, v) for k, v in os.environ.items()
+             if k.startswith(("NCCL_", "GLOO_", "UCX_", "FI_", "OMPI_MCA_", "HOROVOD_")) and k not in own)
+fp["net.env"] = " ".join(net) or None
 import tempfile
 fd, tmp = tempfile.mkstemp(prefix=".fingerprint-", suffix=".tmp", dir=os.path.dirname(os.path.abspath(sys.argv[1])))
 try:
