@@ -397,6 +397,14 @@ KEYS: dict[str, Key] = {
                                  "window or quiet hours are the site's (docs/admin/status.md).",
                                  "the recipe's, else smoke `0 3 * * *`, full `0 4 * * 0`, probe "
                                  "`30 */6 * * *`", _V),
+    "revalidation.state_dir": Key("Where the validation history, the schedule's state and its jobs' "
+                                  "output live. It must be a directory only root can change (every "
+                                  "directory above it too: the file gate checks the chain, and never "
+                                  "trusts a group that may write it) and that the compute nodes can "
+                                  "write as root: the scheduled runs record from there. Set it where "
+                                  "the admin group may write the install root (a 2775 project "
+                                  "directory) or the nodes see it read-only (Perlmutter's "
+                                  "/global/common/software).", "<install_root>/.hpcstack", _V),
     "revalidation.degraded": Key("How far a recorded run's medians may move from the baseline's "
                                  "before its verdict is DEGRADED (with the Mann-Whitney test's p < "
                                  "0.01): `throughput_drop` (a fraction) and `startup_rise` (a "

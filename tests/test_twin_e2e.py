@@ -259,14 +259,22 @@ class PytorchOnTwin:
         if (slot - now).total_seconds() < 10:
             slot += dt.timedelta(minutes=1)
         never = f"0 0 1 {(now.month + 5) % 12 + 1} *"
+        # the history where root on a compute node can write it and no group can change it (not
+        # the 2775 project directory, which Perlmutter's nodes see read-only): a host directory
+        # the twin's nodes see as it is (revalidation.state_dir)
+        state = Path("/var/lib/hpcstack-twin-state") / name
+        shutil.rmtree(state, ignore_errors=True)
         data["revalidation"] = {"schedule": {"smoke": f"{slot.minute} {slot.hour} {slot.day} {slot.month} *",
-                                             "full": never, "probe": never}}
+                                             "full": never, "probe": never},
+                                "state_dir": str(state)}
         (repo / "site-configs").mkdir(mode=0o755)
         (repo / "site-configs" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         repos = ["--site", name, "--repo", str(repo), "--repo", str(TWIN_REPO)]
-        history = Path(site.install_root) / ".hpcstack" / "history" / f"{name}.sqlite"
+        history = state / "history" / f"{name}.sqlite"
 
         def rows():
+            if not history.exists():
+                return []
             with sqlite3.connect(f"file:{history}?mode=ro", uri=True) as conn:
                 return conn.execute("SELECT id, tier, state FROM runs WHERE stack = ? ORDER BY id",
                                     (PYTORCH,)).fetchall()
@@ -279,7 +287,7 @@ class PytorchOnTwin:
             while time.monotonic() < deadline and not [r for r in rows() if r[0] >= first and r[1] == "smoke"]:
                 time.sleep(3)
             ran = [r for r in rows() if r[0] >= first and r[1] == "smoke"]
-            logs = sorted((Path(site.install_root) / ".hpcstack" / "schedule" / "logs").glob("*.out"))
+            logs = sorted((state / "schedule" / "logs").glob("*.out"))
             assert [r[2] for r in ran] == ["OK"], (ran, [p.read_text()[-1500:] for p in logs[-3:]])
             proc = login("root", shlex.join([*HPCSTACK, "status", *repos, "--json"]))
             assert proc.returncode == 0, tail(proc)
@@ -288,6 +296,7 @@ class PytorchOnTwin:
         finally:
             login("root", shlex.join([*HPCSTACK, "schedule", "remove", *repos]))
             shutil.rmtree(repo, ignore_errors=True)
+            shutil.rmtree(state, ignore_errors=True)
         tab = subprocess.run(["scrontab", "-l"], capture_output=True, text=True)
         assert "# hpcstack schedule:" not in tab.stdout
 

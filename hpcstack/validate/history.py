@@ -106,11 +106,22 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def history_path(site) -> str:
-    """``<install_root>/.hpcstack/history/<site>.sqlite`` of a site."""
+def state_root(site) -> str:
+    """Where a site keeps its validation history and schedule: ``revalidation.state_dir``, else
+    ``<install_root>/.hpcstack``. A site whose install root its admin group may write (a 2775
+    project directory), or that its compute nodes see read-only (Perlmutter's
+    ``/global/common/software``), names a directory only root can change and the nodes can
+    write as root: the gate refuses a history in a chain a group may change, and the scheduled
+    runs record from the compute nodes."""
     from hpcstack.install.layout import STATE_DIR
 
-    return os.path.join(site.install_root, STATE_DIR, HISTORY_DIR, f"{site.name}.sqlite")
+    raw = ((getattr(site, "raw", None) or {}).get("revalidation") or {}).get("state_dir")
+    return raw if isinstance(raw, str) and os.path.isabs(raw) else os.path.join(site.install_root, STATE_DIR)
+
+
+def history_path(site) -> str:
+    """``<state root>/history/<site>.sqlite`` of a site (:func:`state_root`)."""
+    return os.path.join(state_root(site), HISTORY_DIR, f"{site.name}.sqlite")
 
 
 def open_history(path: str, write: bool = True, pol=None) -> sqlite3.Connection | None:

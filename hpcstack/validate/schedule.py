@@ -406,14 +406,15 @@ class Scrontab:
 
 
 def state_path(site) -> str:
-    """``<install_root>/.hpcstack/schedule/<site>.json``: what ``hpcstack schedule install`` installed."""
-    from hpcstack.install.layout import STATE_DIR
+    """``<state root>/schedule/<site>.json`` (:func:`hpcstack.validate.history.state_root`:
+    ``<install_root>/.hpcstack`` by default): what ``hpcstack schedule install`` installed."""
+    from hpcstack.validate.history import state_root
 
-    return os.path.join(site.install_root, STATE_DIR, SCHEDULE_DIR, f"{site.name}.json")
+    return os.path.join(state_root(site), SCHEDULE_DIR, f"{site.name}.json")
 
 
 def log_dir_path(site) -> str:
-    """``<install_root>/.hpcstack/schedule/logs``: where the scheduled jobs write their output."""
+    """``<state root>/schedule/logs``: where the scheduled jobs write their output."""
     return os.path.join(os.path.dirname(state_path(site)), LOG_DIR)
 
 
