@@ -35,6 +35,18 @@ def entries(stack="pytorch/2.3.1-gpu", site="cirrus"):
 
 
 @pytest.mark.unit
+def test_the_state_dir_holds_the_history_and_the_schedule(tmp_path):
+    from hpcstack.validate import history as hist
+
+    site = SimpleNamespace(name="perlmutter", install_root="/global/common/software/m1/hpcstack", raw={})
+    assert hist.history_path(site) == "/global/common/software/m1/hpcstack/.hpcstack/history/perlmutter.sqlite"
+    site.raw = {"revalidation": {"state_dir": "/global/cfs/cdirs/m1/hpcstack-state"}}
+    assert hist.history_path(site) == "/global/cfs/cdirs/m1/hpcstack-state/history/perlmutter.sqlite"
+    assert schedule.state_path(site) == "/global/cfs/cdirs/m1/hpcstack-state/schedule/perlmutter.json"
+    assert schedule.log_dir_path(site) == "/global/cfs/cdirs/m1/hpcstack-state/schedule/logs"
+
+
+@pytest.mark.unit
 def test_the_sites_schedule_sets_the_cron_lines_over_the_recipes():
     spec = SimpleNamespace(tiers={"smoke": {"schedule": "0 1 * * *"}, "full": {"nodes": [2]}}, names=lambda: ["smoke"])
     site = SimpleNamespace(raw={"revalidation": {"schedule": {"smoke": "5 2 * * *", "probe": "0 * * * *"}}})
@@ -390,9 +402,9 @@ def test_module_load_prints_the_status_line(tool, tmp_path):
 @pytest.mark.unit
 def test_revalidation_site_key():
     section = SCHEMA["properties"]["revalidation"]
-    assert set(section["properties"]) == {"notify", "deprecate_on_failed", "schedule", "degraded"}
+    assert set(section["properties"]) == {"notify", "deprecate_on_failed", "schedule", "degraded", "state_dir"}
     for key in ("revalidation", "revalidation.notify", "revalidation.deprecate_on_failed",
-                "revalidation.schedule", "revalidation.degraded"):
+                "revalidation.schedule", "revalidation.degraded", "revalidation.state_dir"):
         assert key in KEYS and "validate" in KEYS[key].used_by
     assert "apprise" in KEYS["revalidation.notify"].description
     import jsonschema
