@@ -255,6 +255,9 @@ def test_scheduled_smoke_probe_full_missed_slot_slowdown_and_broken_environment(
     missed = [r for r in rows_after(first) if r["tier"] == "smoke"]
     assert [r["state"] for r in missed] == ["NOT-RUN"], missed
     assert missed[0]["started"] == slot0.astimezone(dt.timezone.utc).isoformat(timespec="seconds"), missed
+    early = tmp_path / "early"
+    status(repo, "--html", str(early))      # the missed slot on the page too
+    assert re.search(r'<td>smoke</td>\s*<td class="NOT-RUN">NOT-RUN</td>', (early / "localhost.html").read_text())
 
     # 2. the partition up: the pending smoke job and the probe start; the probe sees NCCL_IB_DISABLE
     run("scontrol", "update", f"PartitionName={PARTITION}", "State=UP")

@@ -19,7 +19,7 @@ from hpcstack.errors import ConfigError
 from hpcstack.validate import render
 from hpcstack.validate.judge import judge
 from hpcstack.validate.runner import read_logs
-from hpcstack.validate.transport import (TransportRule, judge_nccl, judge_ompi, nccl_env, parse_nccl,
+from hpcstack.validate.transport import (OmpiRule, TransportRule, judge_nccl, judge_ompi, nccl_env, parse_nccl,
                                          parse_ompi)
 
 pytestmark = pytest.mark.unit
@@ -277,11 +277,47 @@ def without_fingerprint(script: str) -> str:
     return re.sub(r"python -c '.*?' \S*fingerprint\.json", "", script, flags=re.S)
 
 
-def test_cpu_jobs_log_nothing(tmp_path):
+def test_cpu_jobs_log_no_nccl_but_open_mpis_btls(tmp_path):
     plan = _plan("localhost", tmp_path)
-    assert plan.rules.transport is None
+    assert plan.rules.transport is None and plan.rules.ompi == OmpiRule(("tcp",))
     # (the fingerprint's collector names NCCL_DEBUG only to leave it out of net.env)
     assert all("NCCL_DEBUG" not in without_fingerprint(job.script) for job in plan.jobs)
+    assert all("export OMPI_MCA_btl_base_verbose=100\n" in job.script for job in plan.jobs)
+    assert _plan("perlmutter", tmp_path).rules.ompi is None          # its GPU jobs log NCCL
+
+
+def _mpi_run(nodes: int, transport: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(nodes=nodes, records=[{"record": "config", "transport": transport}])
+
+
+def test_a_cpu_job_that_used_mpi_is_held_to_shared_memory_and_tcp(tmp_path):
+    """check_ompi: the job's output (slurm-<id>.out) of a completed job of 2+ ranks whose runs
+    used MPI; a 1-rank job, or runs over Gloo only, are not judged."""
+    from hpcstack.validate.plan import ValidationJob
+    from hpcstack.validate.validation import check_transports
+
+    job_dir = tmp_path / "n2"
+    job_dir.mkdir()
+    (job_dir / "slurm-42.out").write_text(
+        "[n1:11] mca: bml: Using tcp btl for send to [[9,1],1] on node n2\n"
+        "[n2:12] mca: bml: Using tcp btl for send to [[9,1],0] on node n1\n")
+    job = ValidationJob(2, job_dir, "", ["horovod"], 2, job_id="42")
+    done = [{"job_id": "42", "state": "COMPLETED"}]
+    got = check_transports(None, [job], done, tmp_path, OmpiRule(("tcp",)), [_mpi_run(2, "horovod-mpi")])
+    assert got["42"].failures == [] and got["42"].to_dict()["between_nodes"] == ["tcp"]
+    (job_dir / "slurm-42.out").write_text("[n1:11] mca: bml: Using tcp btl for send to [[9,1],1] on node n1\n")
+    got = check_transports(None, [job], done, tmp_path, OmpiRule(("tcp",)), [_mpi_run(2, "horovod-mpi")])
+    assert got["42"].failures[0].startswith("within a node Open MPI used tcp, not shared memory")
+    records = [{"job_id": "42", "nodes": 2, "state": "COMPLETED", "exit_code": "0:0"}]
+    verdict = judge([], site="s", partition="p", recipe="r/1", references={}, jobs=records, transports=got)
+    assert not verdict.ok and verdict.failures[0].startswith("transport: job 42 (2 node(s)): within a node")
+    assert "Transport (Open MPI's BTL per peer" in render.to_markdown(verdict.to_dict())
+    assert check_transports(None, [job], done, tmp_path, OmpiRule(("tcp",)), [_mpi_run(2, "gloo")]) == {}
+    one = ValidationJob(1, job_dir, "", ["horovod"], 1, job_id="42")
+    assert check_transports(None, [one], done, tmp_path, OmpiRule(("tcp",)), [_mpi_run(1, "horovod-mpi")]) == {}
+    assert check_transports(None, [job], done, tmp_path, None, [_mpi_run(2, "horovod-mpi")]) == {}
 
 
 def test_the_shipped_gpu_sites_state_their_fabric():

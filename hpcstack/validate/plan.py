@@ -32,7 +32,7 @@ from hpcstack.modules import modsys
 from hpcstack.validate import fingerprint
 from hpcstack.validate.launchers import LAUNCHERS, get_launcher
 from hpcstack.validate.scheduler import get_scheduler
-from hpcstack.validate.transport import TransportRule, nccl_env
+from hpcstack.validate.transport import OmpiRule, TransportRule, nccl_env, ompi_env
 from hpcstack.validate.settings import (SlurmSettings, ValidationSettings, stack_layout,
                                         validation_settings)
 
@@ -67,6 +67,9 @@ class JudgeRules:
         gpus_per_node (int): GPUs per node (0: no GPU binding rule).
         transport (TransportRule | None): the site's fabric, held to the jobs' NCCL logs
             (:func:`hpcstack.validate.transport.judge_nccl`); None: no NCCL log is read.
+        ompi (OmpiRule | None): the CPU path's, held to Open MPI's BML lines in the output of
+            each job whose runs use MPI (:func:`hpcstack.validate.transport.judge_ompi`); None
+            where the jobs log NCCL instead, or run locally.
     """
 
     references: dict
@@ -76,6 +79,7 @@ class JudgeRules:
     records: dict
     gpus_per_node: int = 0
     transport: TransportRule | None = None
+    ompi: OmpiRule | None = None
 
     def references_at(self, site: str, partition: str, nodes: int) -> dict:
         """The references of a run on ``nodes`` nodes of ``site:partition``
@@ -95,6 +99,7 @@ class JudgeRules:
                 "transports": dict(self.transports), "records": {b: list(r) for b, r in self.records.items()},
                 "gpus_per_node": self.gpus_per_node,
                 "transport": dataclasses.asdict(self.transport) if self.transport else None,
+                "ompi": dataclasses.asdict(self.ompi) if self.ompi else None,
                 "figures": {n: dataclasses.asdict(f) for n, f in self.figures.items()}}
 
 
@@ -275,7 +280,9 @@ def plan_validation(site, recipe, options: PlanOptions = PlanOptions()) -> Valid
                        records={b: tuple(spec.backend(b).records) for b in backends},
                        gpus_per_node=0 if local else settings.slurm.gpus_per_node,
                        # NCCL's GPU jobs log its choices (plan_jobs), held to the site's network
-                       transport=None if local or not logs_nccl(settings) else TransportRule.of_site(site))
+                       transport=None if local or not logs_nccl(settings) else TransportRule.of_site(site),
+                       # the CPU path: Open MPI says which BTL it uses per peer (plan_jobs)
+                       ompi=None if local or logs_nccl(settings) else OmpiRule.of_site(site))
     plan = ValidationPlan(site.name, recipe.full_name, "local" if local else "slurm", settings, nodes,
                           backends, prefix, rules)
     if local:
@@ -477,7 +484,8 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             module_use=list(site.modules.use), module_preloads=site.modules.preloads,
             module_use_after=[site.module_root], module_load=[recipe.full_name],
             # NCCL's GPU jobs: every rank writes NCCL's choices to <directory>/nccl-%h-%p.log (transport.py)
-            env={**s.env, **(nccl_env(str(directory)) if logs_nccl(settings) else {})},
+            # the CPU path's jobs: Open MPI's BML names each peer's BTL in the job's output
+            env={**s.env, **(nccl_env(str(directory)) if logs_nccl(settings) else ompi_env())},
             task_options=s.task_options, mem=s.mem, mem_per_cpu=s.mem_per_cpu, mem_per_gpu=s.mem_per_gpu,
             extra_options=list(s.extra_options),
             setup=setup,

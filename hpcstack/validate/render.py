@@ -97,7 +97,8 @@ def to_markdown(report: dict) -> str:
 def transport_lines(jobs: list[dict]) -> list[str]:
     """What each job's NCCL logs showed (a job's ``transport``, from
     :class:`hpcstack.validate.transport.TransportVerdict`): the networks between and within
-    nodes, the NCCL loaded beside the one the site names; none without such jobs.
+    nodes, the NCCL loaded beside the one the site names; and on the CPU path the BTLs Open MPI
+    chose (:class:`hpcstack.validate.transport.OmpiVerdict`); none without such jobs.
 
     Example:
         >>> transport_lines([{"job_id": "7", "nodes": 2, "transport": {"fabric": "infiniband",
@@ -105,10 +106,15 @@ def transport_lines(jobs: list[dict]) -> list[str]:
         ...     "nccl": {"loaded": ["2.19.3+cuda12.3"], "module": "nccl/2.19.3", "home": None}}}])[2]
         '- job 7 (2 node(s)), fabric infiniband: between nodes IB; within a node P2P/IPC; NCCL loaded 2.19.3+cuda12.3 (site: nccl/2.19.3); 8 log(s)'
     """
-    out = []
+    out, ompi = [], []
     for job in jobs:
         t = job.get("transport")
         if not t:
+            continue
+        if t.get("mpi"):          # the CPU path (transport.OmpiVerdict)
+            ompi.append(f"- job {job.get('job_id')} ({job.get('nodes')} node(s)): within a node "
+                        f"{', '.join(t.get('within_node') or []) or 'not shown'}; between nodes "
+                        f"{', '.join(t.get('between_nodes') or []) or 'not shown'}")
             continue
         nccl = t.get("nccl") or {}
         site = ", ".join(x for x in (nccl.get("module"), nccl.get("home") and f"toolchain.nccl.home {nccl['home']}")
@@ -117,7 +123,8 @@ def transport_lines(jobs: list[dict]) -> list[str]:
                    f"between nodes {', '.join(t.get('inter_node') or []) or 'not shown'}; within a node "
                    f"{', '.join(t.get('intra_node') or []) or 'not shown'}; NCCL loaded "
                    f"{', '.join(nccl.get('loaded') or []) or 'not shown'} (site: {site}); {t.get('files', 0)} log(s)")
-    return ["Transport (NCCL_DEBUG=INFO logs of the ranks):", "", *out, ""] if out else []
+    return ((["Transport (NCCL_DEBUG=INFO logs of the ranks):", "", *out, ""] if out else [])
+            + (["Transport (Open MPI's BTL per peer, btl_base_verbose):", "", *ompi, ""] if ompi else []))
 
 
 def collectives_line(run: dict) -> str:

@@ -336,8 +336,61 @@ def parse_ompi(logs: dict[str, str]) -> list[BmlSend]:
     return sends
 
 
+def ompi_env() -> dict[str, str]:
+    """A CPU job's environment for :func:`judge_ompi`: Open MPI's BML says which BTL carries
+    each peer (``btl_base_verbose``, https://docs.open-mpi.org/en/v5.0.x/mca.html), into the
+    job's output.
+
+    Example:
+        >>> ompi_env()
+        {'OMPI_MCA_btl_base_verbose': '100'}
+    """
+    return {"OMPI_MCA_btl_base_verbose": "100"}
+
+
+@dataclass(frozen=True)
+class OmpiRule:
+    """What Open MPI's CPU path must use (:func:`judge_ompi`).
+
+    Attributes:
+        between (tuple[str, ...]): the BTLs allowed between nodes; ``("tcp",)`` where the site
+            names no fabric or Ethernet (localhost, the twins), empty (not checked) on a fabric
+            whose BTL depends on the build (InfiniBand's ``openib``/``uct``, Slingshot's ``ofi``).
+    """
+
+    between: tuple = ("tcp",)
+
+    @classmethod
+    def of_site(cls, site) -> "OmpiRule":
+        """The rule of ``site``'s ``network.fabric``."""
+        net = getattr(site, "network", None)
+        fabric = getattr(net, "fabric", None) or "none"
+        return cls(("tcp",) if fabric in ("none", "ethernet") else ())
+
+
+@dataclass(frozen=True)
+class OmpiVerdict:
+    """One job's Open MPI transport, judged (the job's ``transport`` entry of ``report.json``).
+
+    Attributes:
+        rule (OmpiRule): what was expected; sends (list[BmlSend]): what the output says;
+        failures (list[str]): one line per broken rule, quoting the lines.
+    """
+
+    rule: OmpiRule
+    sends: list
+    failures: list
+
+    def to_dict(self) -> dict:
+        """The verdict as data."""
+        return {"mpi": "Open MPI", "within_node": sorted({s.btl for s in self.sends if s.same_node}),
+                "between_nodes": sorted({s.btl for s in self.sends if not s.same_node}),
+                "between_expected": list(self.rule.between), "ok": not self.failures,
+                "failures": list(self.failures)}
+
+
 def judge_ompi(logs: dict[str, str], *, between: tuple = ("tcp",)) -> list[str]:
-    """Shared memory within a node, ``between`` (TCP) across nodes: one failure line per rule
+    """Shared memory within a node, ``between`` (TCP; empty: not checked) across nodes: one failure line per rule
     broken, quoting the lines; also a failure where no line shows a choice (the output lacks
     ``btl_base_verbose``, or the ``ucx`` PML bypassed the BTLs).
 
@@ -349,7 +402,7 @@ def judge_ompi(logs: dict[str, str], *, between: tuple = ("tcp",)) -> list[str]:
     if not sends:
         return ["no 'mca: bml: Using ... btl' line: run with --mca btl_base_verbose 100 and the ob1 PML"]
     inside = [s for s in sends if s.same_node and s.btl != "self" and s.btl not in OMPI_SHARED]
-    across = [s for s in sends if not s.same_node and s.btl not in between]
+    across = [s for s in sends if not s.same_node and s.btl not in between] if between else []
     failures = []
     if inside:
         failures.append(f"within a node Open MPI used {', '.join(sorted({s.btl for s in inside}))}, not shared "

@@ -383,7 +383,8 @@ def collect(site, recipe, directory: str, as_json: bool = False, policy: trust.P
                             stack=(site, recipe, tier), started=data.get("submitted"))
 
 
-def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], out: Path) -> dict:
+def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], out: Path,
+                     ompi=None, runs: list | None = None) -> dict:
     """Each job's NCCL logs (``<job dir>/nccl-*.log``), held to the site's fabric
     (:func:`hpcstack.validate.transport.judge_nccl`); a job that completed must have left some.
 
@@ -399,11 +400,37 @@ def check_transports(rule, jobs: list[ValidationJob], job_records: list[dict], o
     from hpcstack.validate.runner import read_logs
 
     if rule is None:
-        return {}
+        return check_ompi(ompi, jobs, job_records, out, runs or [])
     states = {j.get("job_id"): j.get("state") for j in job_records}
     return {j.job_id: transport.judge_nccl(
         read_logs(j.directory, out, transport.NCCL_LOG_PREFIX, transport.NCCL_LOG_SUFFIX), rule,
         nodes=j.nodes, require_logs=states.get(j.job_id) == "COMPLETED") for j in jobs}
+
+
+def check_ompi(rule, jobs: list[ValidationJob], job_records: list[dict], out: Path, runs: list) -> dict:
+    """The CPU path (:class:`~hpcstack.validate.transport.OmpiRule`): the output of each job
+    that completed and ran an MPI transport (a run's ``config`` record says ``…mpi…``) on two
+    ranks or more, held to shared memory within a node and the rule's BTL between nodes.
+
+    Returns:
+        dict: job id -> :class:`~hpcstack.validate.transport.OmpiVerdict`.
+    """
+    from hpcstack.validate import transport
+    from hpcstack.validate.runner import read_logs
+
+    if rule is None:
+        return {}
+    states = {j.get("job_id"): j.get("state") for j in job_records}
+    out_verdicts = {}
+    for job in jobs:
+        mpi = [r for r in runs if r.nodes == job.nodes and "mpi" in str(
+            next((x.get("transport") for x in r.records if x.get("record") == "config"), ""))]
+        if states.get(job.job_id) != "COMPLETED" or job.ranks < 2 or not mpi:
+            continue
+        logs = read_logs(job.directory, out, "slurm-", ".out")
+        out_verdicts[job.job_id] = transport.OmpiVerdict(
+            rule, transport.parse_ompi(logs), transport.judge_ompi(logs, between=rule.between))
+    return out_verdicts
 
 
 def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler, as_json: bool,
@@ -425,7 +452,8 @@ def _wait_and_report(plan: ValidationPlan, jobs: list[ValidationJob], scheduler,
                     output_dir=str(plan.output_dir), jobs=outcome.jobs, figures=rules.figures,
                     every_rank=rules.every_rank, gpus_per_node=rules.gpus_per_node, records=rules.records,
                     settings=recorded_settings or settings_record(settings),
-                    transports=check_transports(rules.transport, jobs, outcome.jobs, plan.output_dir))
+                    transports=check_transports(rules.transport, jobs, outcome.jobs, plan.output_dir,
+                                                rules.ompi, outcome.runs))
     result = verdict.to_dict()
     result["files"] = render.write_report(result, plan.output_dir)
     render.print_slurm_report(result, outcome.jobs, as_json)
