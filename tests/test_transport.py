@@ -284,6 +284,9 @@ def test_cpu_jobs_log_no_nccl_but_open_mpis_btls(tmp_path):
     assert all("NCCL_DEBUG" not in without_fingerprint(job.script) for job in plan.jobs)
     assert all("export OMPI_MCA_btl_base_verbose=100\n" in job.script for job in plan.jobs)
     assert _plan("perlmutter", tmp_path).rules.ompi is None          # its GPU jobs log NCCL
+    (tmp_path / "ib").mkdir()
+    ib = _plan("localhost", tmp_path / "ib", network={"fabric": "infiniband"})   # MPI unknown: not held
+    assert ib.rules.ompi is None and all("OMPI_MCA_btl_base_verbose" not in j.script for j in ib.jobs)
 
 
 def _mpi_run(nodes: int, transport: str):

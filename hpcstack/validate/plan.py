@@ -485,7 +485,8 @@ def plan_jobs(site, recipe, nodes: list[int], backends: list[str], settings: Val
             module_use_after=[site.module_root], module_load=[recipe.full_name],
             # NCCL's GPU jobs: every rank writes NCCL's choices to <directory>/nccl-%h-%p.log (transport.py)
             # the CPU path's jobs: Open MPI's BML names each peer's BTL in the job's output
-            env={**s.env, **(nccl_env(str(directory)) if logs_nccl(settings) else ompi_env())},
+            env={**s.env, **(nccl_env(str(directory)) if logs_nccl(settings)
+                             else ompi_env() if OmpiRule.of_site(site) else {})},
             task_options=s.task_options, mem=s.mem, mem_per_cpu=s.mem_per_cpu, mem_per_gpu=s.mem_per_gpu,
             extra_options=list(s.extra_options),
             setup=setup,

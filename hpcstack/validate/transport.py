@@ -353,19 +353,19 @@ class OmpiRule:
     """What Open MPI's CPU path must use (:func:`judge_ompi`).
 
     Attributes:
-        between (tuple[str, ...]): the BTLs allowed between nodes; ``("tcp",)`` where the site
-            names no fabric or Ethernet (localhost, the twins), empty (not checked) on a fabric
-            whose BTL depends on the build (InfiniBand's ``openib``/``uct``, Slingshot's ``ofi``).
+        between (tuple[str, ...]): the BTLs allowed between nodes (empty: not checked).
     """
 
     between: tuple = ("tcp",)
 
     @classmethod
-    def of_site(cls, site) -> "OmpiRule":
-        """The rule of ``site``'s ``network.fabric``."""
+    def of_site(cls, site) -> "OmpiRule | None":
+        """The rule of ``site``: TCP between nodes where its ``network.fabric`` is ``none`` or
+        ``ethernet`` (localhost); None on a site with a fabric, whose MPI may not be Open MPI
+        (Cray MPICH, ParaStation MPI, HPE MPT) and whose BTL depends on the build."""
         net = getattr(site, "network", None)
         fabric = getattr(net, "fabric", None) or "none"
-        return cls(("tcp",) if fabric in ("none", "ethernet") else ())
+        return cls(("tcp",)) if fabric in ("none", "ethernet") else None
 
 
 @dataclass(frozen=True)
