@@ -539,7 +539,7 @@ SCHEMA = _obj(["name", "description", "install_root", "module_root", "modules", 
             "^(smoke|full|probe)$": {"type": "string", "maxLength": 120,
                                      "pattern": r"^[0-9*/,-]+( [0-9*/,-]+){4}$"}}},   # cron's five fields
         # the history's and the schedule's directory, when not <install_root>/.hpcstack (history.state_root)
-        "state_dir": _PATH,
+        "state_dir": {**_PATH, "pattern": r"^/[^\x00-\x20\x7f-\x9f\u2028\u2029]*$"},   # absolute
         # how far a run's medians may move before its verdict is DEGRADED (hpcstack/validate/verdict.py)
         "degraded": _obj([], {
             "throughput_drop": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},

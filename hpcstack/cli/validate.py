@@ -101,11 +101,10 @@ def cmd_validate(args, session) -> int:
         """The collector job's command (``--then-collect``): this one for ``tier``, isolated."""
         if not args.then_collect:
             return None
-        from hpcstack.validate.schedule import hpcstack_command
+        from hpcstack.validate.schedule import hpcstack_command, repo_args
 
-        repos = [w for d in getattr(session, "_repo_dirs", ()) for w in ("--repo", os.path.abspath(d))]
         return [*hpcstack_command(), "validate", recipe.full_name, "--site", site.name,
-                *(["--tier", tier] if tier else []), "--then-collect", *repos]
+                *(["--tier", tier] if tier else []), "--then-collect", *repo_args(session)]
 
     def run(tier, nodes, workload, collect=None) -> int:
         return ValidationService(site, recipe, session.policy).run(ValidationRequest(

@@ -25,7 +25,9 @@ ALERTS = ("DEGRADED", "FAILED")
 
 def config_of(site) -> dict:
     """The site's ``revalidation`` section (``{}`` without one)."""
-    return dict((getattr(site, "raw", None) or {}).get("revalidation") or {})
+    from hpcstack.validate.history import revalidation_of
+
+    return revalidation_of(site)
 
 
 def changes(before: list, after: list, stack: str) -> list:

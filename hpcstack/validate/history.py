@@ -106,6 +106,12 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def revalidation_of(site) -> dict:
+    """The site's ``revalidation`` section (``{}`` without one): its schedule, margins, state
+    directory and actions, read by the modules of the re-validation alone."""
+    return dict((getattr(site, "raw", None) or {}).get("revalidation") or {})
+
+
 def state_root(site) -> str:
     """Where a site keeps its validation history and schedule: ``revalidation.state_dir``, else
     ``<install_root>/.hpcstack``. A site whose install root its admin group may write (a 2775
@@ -115,7 +121,7 @@ def state_root(site) -> str:
     runs record from the compute nodes."""
     from hpcstack.install.layout import STATE_DIR
 
-    raw = ((getattr(site, "raw", None) or {}).get("revalidation") or {}).get("state_dir")
+    raw = revalidation_of(site).get("state_dir")
     return raw if isinstance(raw, str) and os.path.isabs(raw) else os.path.join(site.install_root, STATE_DIR)
 
 

@@ -94,7 +94,9 @@ def tiers_of(spec, site=None) -> dict[str, Tier]:
     site's ``revalidation.schedule`` (``site``: a :class:`~hpcstack.site.Site`, or None) sets
     a tier's cron line over both."""
     declared = dict(getattr(spec, "tiers", None) or {})
-    own = ((getattr(site, "raw", None) or {}).get("revalidation") or {}).get("schedule") or {}
+    from hpcstack.validate.history import revalidation_of
+
+    own = revalidation_of(site).get("schedule") or {}
     named = set(spec.names()) if hasattr(spec, "names") else set()
     defaults = {"smoke": Tier("smoke", DEFAULT_SCHEDULES["smoke"], (1,), "smoke" if "smoke" in named else None),
                 "full": Tier("full", DEFAULT_SCHEDULES["full"]),
@@ -506,6 +508,12 @@ def published_stacks(site) -> list[str]:
     return out
 
 
+def repo_args(session) -> list[str]:
+    """The command's ``--repo`` directories as options (absolute), for the commands its entries
+    and collector jobs run: they see the same recipes and site configs."""
+    return [w for d in getattr(session, "_repo_dirs", ()) for w in ("--repo", os.path.abspath(d))]
+
+
 def hpcstack_command() -> list[str]:
     """How the entries run hpcstack: this interpreter, ``-I -m hpcstack`` (isolated: neither the
     job's working directory nor ``PYTHON*`` variables go on ``sys.path``, so no planted
@@ -578,7 +586,7 @@ def cmd_schedule(args, session, tab: Scrontab | None = None) -> int:
                 state.setdefault(recipe.full_name, {})[tier.name] = {
                     "schedule": tier.schedule, "installed": installed or now,
                     "recipe": recipe.ref or recipe.full_name}
-        extra = [w for d in getattr(session, "_repo_dirs", ()) for w in ("--repo", os.path.abspath(d))]
+        extra = repo_args(session)
         logs = log_dir_path(site) if args.dry_run else make_log_dir(site, session.policy)
         new = install_entries(old, entries, hpcstack_command(), site.slurm, extra, logs)
     if args.dry_run:
