@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_golden, MODULES_INIT, hpcstack, two_node_cluster
+import yaml
+
+from conftest import assert_golden, MODULES_INIT, hpcstack, two_node_cluster, unit_site
 from test_validate_slurm import STACK, STACK_ARGS
 
 pytestmark = pytest.mark.unit
@@ -213,6 +216,63 @@ def test_reframe_loads_the_check_with_one_test_per_node_count_and_backend(refram
                      r"%backend=horovod", proc.stdout), proc.stdout
 
 
+def references_from_status(tmp_path: Path, system: str, by_nodes: dict) -> Path:
+    """The YAML of ``hpcstack status --reframe-refs`` for a site whose history holds one OK run of
+    RECIPE on ``system`` with ``by_nodes`` ({nodes: {figure: [value, lower, upper, unit]}}) as
+    its references (the history is written by hpcstack.validate.history, the file by the
+    command)."""
+    from contextlib import closing
+    from types import SimpleNamespace
+
+    from hpcstack.validate import history
+    from historydata import FP, day, report
+
+    roots = tmp_path / "history-site"
+    site_file = tmp_path / "histsite.yaml"
+    site_file.write_text(yaml.safe_dump(unit_site("localhost", name="histsite", roots=roots)))
+    doc = report(generated=day(1))
+    doc["system"] = system
+    doc["runs"] = [{"backend": "horovod", "nodes": n, "ok": True, "sanity": [],
+                    "figures": {name: {"value": ref[0], "unit": ref[3], "ok": True, "reference": ref}
+                                for name, ref in figures.items()}} for n, figures in by_nodes.items()]
+    site = SimpleNamespace(name="histsite", install_root=str(roots / "software"), raw={})
+    with closing(history.open_history(history.history_path(site))) as conn:
+        history.record_report(conn, RECIPE, RECIPE, "install", doc, started=day(1), fingerprint=FP)
+    out = tmp_path / "refs.yaml"
+    proc = hpcstack("status", "--site", str(site_file), "--reframe-refs", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.mark.integration
+def test_reframe_takes_the_references_of_hpcstack_status_with_references_file(reframe_tool, cirrus, tmp_path):
+    """One source of references (issue 47): the check reads the YAML of ``hpcstack status
+    --reframe-refs`` (-S references_file=FILE) instead of the recipe's, per node count; a file
+    without the check's system makes ReFrame skip the test with hpcstack's line."""
+    by_nodes = {1: {"throughput_per_rank": [400.0, -0.2, None, "img/s"]},
+                2: {"throughput_per_rank": [390.0, -0.2, None, "img/s"],
+                    "scaling_efficiency": [0.95, -0.1, None, ""]}}
+    refs = references_from_status(tmp_path, "cirrus:gpu", by_nodes)
+    assert yaml.safe_load(refs.read_text()) == {RECIPE: {"cirrus:gpu": by_nodes}}
+    proc = _reframe(["-C", "settings.py", "-c", CHECK, "--system", "cirrus:gpu", "-S",
+                     f"references_file={refs}", "--describe"], cirrus)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tests = json.loads(proc.stdout[proc.stdout.index("["):])
+    assert len(tests) == 4
+    for test in tests:
+        assert test["reference"] == {"cirrus:gpu": by_nodes[test["num_nodes"]]}, test["reference"]
+    # without the option, the recipe's (Cirrus: 367 img/s per rank)
+    proc = _reframe(["-C", "settings.py", "-c", CHECK, "--system", "cirrus:gpu", "--describe"], cirrus)
+    assert {t["reference"]["cirrus:gpu"]["throughput_per_rank"][0]
+            for t in json.loads(proc.stdout[proc.stdout.index("["):])} == {367.0}
+    (tmp_path / "other").mkdir()
+    other = references_from_status(tmp_path / "other", "archer2:gpu", by_nodes)
+    proc = _reframe(["-C", "settings.py", "-c", CHECK, "--system", "cirrus:gpu", "-S",
+                     f"references_file={other}", "-l"], cirrus)
+    out = proc.stdout + proc.stderr
+    assert f"{other}: no references of {RECIPE} on cirrus:gpu" in out and "Found 0 check(s)" in out, out
+
+
 # ----------------------------------------------------------------------------- real Slurm jobs
 
 @pytest.fixture(scope="module")
@@ -253,14 +313,15 @@ def test_reframe_run_passes_on_one_and_two_nodes(localhost_stack, workdir):
 
 @pytest.mark.e2e
 def test_reframe_run_fails_with_reframes_message_when_the_reference_is_out_of_reach(localhost_stack, workdir):
+    """The reference comes from the site's history (``hpcstack status --reframe-refs``), read
+    back by ReFrame's run of the check (-S references_file=FILE)."""
     proc = emit(workdir / "rfm", *STACK_ARGS, "--backend", "horovod", "--nodes", "1", site="localhost")
     assert proc.returncode == 0, proc.stderr
     check = workdir / "rfm" / CHECK
-    text = check.read_text()
-    assert "'throughput_per_rank': (500.0, -0.9, None, 'img/s')" in text
-    check.write_text(text.replace("(500.0, -0.9, None, 'img/s')", "(1e9, -0.1, None, 'img/s')"))
-    proc = _reframe(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(check), "-r"], workdir,
-                    env={"HOME": str(workdir)}, module_use=MODULE_USE)
+    assert "'throughput_per_rank': (500.0, -0.9, None, 'img/s')" in check.read_text()
+    refs = references_from_status(workdir, "localhost:debug", {1: {"throughput_per_rank": [1e9, -0.1, None, "img/s"]}})
+    proc = _reframe(["-C", str(workdir / "rfm" / "settings.py"), "-c", str(check), "-S",
+                     f"references_file={refs}", "-r"], workdir, env={"HOME": str(workdir)}, module_use=MODULE_USE)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-5000:]
     assert "failed to meet reference(s): throughput_per_rank=" in out, out[-5000:]

@@ -16,6 +16,9 @@ Two files are written into DIR, both rendered from jinja2 templates
   for N > 1 nodes, against the 1-node test of the same backend, a ReFrame test dependency); and the recipe's performance references ``(value, lower, upper, unit)`` per
   node count (:func:`hpcstack.validate.judge.lookup_references`) as ReFrame's ``reference``.
   The test's module carries its module root (ReFrame's ``{'name': …, 'path': …}`` form).
+  ``-S references_file=FILE`` takes the references from the YAML of ``hpcstack status
+  --reframe-refs FILE`` instead (:func:`hpcstack.validate.verdict.reframe_references`: the
+  site's validation history), so a site that runs ReFrame keeps one source.
 * ``settings.py`` — a ReFrame site configuration for the site: one system with the validation's
   partition, the Slurm scheduler (ReFrame's ``slurm``, which polls with ``sacct``; ``squeue`` where
   the site's ``slurm.accounting`` is false), the site's launcher (``srun`` …), its module system

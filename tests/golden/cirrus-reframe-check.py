@@ -8,6 +8,9 @@
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -r
 #   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -S program_extra_opts=--an-option -r
 #       (options added to the program's)
+#   reframe -C settings.py -c pytorch_2_3_1_gpu_check.py -S references_file=refs.yaml -r
+#       (the references of `hpcstack status --site cirrus --reframe-refs refs.yaml`, the
+#        site's validation history, instead of the recipe's below)
 #   This site charges jobs to a budget: add -J account=BUDGET (or export SBATCH_ACCOUNT=BUDGET)
 #
 # Workload: {'model': 'resnet50', 'image_size': 224, 'batch_size': 32, 'precision': 'fp32', 'device': 'cuda'}
@@ -17,6 +20,7 @@ import os
 import statistics
 
 import reframe as rfm
+import yaml
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 import reframe.utility.udeps as udeps
@@ -63,6 +67,9 @@ REFERENCES = {
     },
 }
 
+#: The stack, as `hpcstack status --reframe-refs` names it.
+STACK = 'pytorch/2.3.1-gpu'
+
 #: Node counts (one test each); scaling efficiency is against the 1-node test.
 NODES = [1, 2]
 
@@ -92,6 +99,18 @@ def figure(path, record, field, per_rank=False, over_ranks=None):
     raise sn.SanityError(f'no {record!r} record with {field!r} in {path}')
 
 
+def references_from(path, system):
+    """The references of STACK on ``system`` in the YAML of `hpcstack status --reframe-refs`
+    (stack -> system -> node count -> figure -> [value, lower, upper, unit]), as REFERENCES
+    holds them. Raises ValueError where the file names no references of STACK on ``system``."""
+    with open(path) as f:
+        doc = yaml.safe_load(f) or {}
+    by_nodes = (doc.get(STACK) or {}).get(system)
+    if not isinstance(by_nodes, dict):
+        raise ValueError(f'{path}: no references of {STACK} on {system}')
+    return {int(n): {name: tuple(ref) for name, ref in figures.items()} for n, figures in by_nodes.items()}
+
+
 @rfm.simple_test
 class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     descr = "pytorch/2.3.1-gpu: the recipe's validation program on cirrus:gpu"
@@ -116,6 +135,9 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     prerun_cmds = ['export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))']
     #: Options appended to the program's (a testing aid, or a workload setting).
     program_extra_opts = variable(typ.List[str], value=[])
+    #: The YAML of `hpcstack status --reframe-refs` (the site's validation history) to take the
+    #: references from instead of REFERENCES; empty: REFERENCES.
+    references_file = variable(str, value='')
     #: A transport the run must use ('nccl' on a CUDA site whose stack's GPU collectives must use NCCL), else None.
     required_transport = variable(str, type(None), value='nccl')
     tags = set(['hpcstack', 'pytorch'])
@@ -124,7 +146,9 @@ class HpcstackPytorch_2_3_1_gpu(rfm.RunOnlyRegressionTest):
     def set_shape(self):
         self.num_tasks = self.num_nodes * self.num_tasks_per_node
         self.executable = PROGRAM[self.backend][0]
-        self.reference = {'cirrus:gpu': REFERENCES.get(self.num_nodes, {})}
+        references = (references_from(self.references_file, 'cirrus:gpu') if self.references_file
+                      else REFERENCES)
+        self.reference = {'cirrus:gpu': references.get(self.num_nodes, {})}
         if self.num_gpus_per_node:
             self.extra_resources = {'gpu': {'num_gpus_per_node': self.num_gpus_per_node}}
         if self.num_nodes > 1 and 1 in NODES:
