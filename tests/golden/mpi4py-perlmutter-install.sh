@@ -217,15 +217,18 @@ depends_on("nccl/2.21.5")
 if mode() == "load" and (os.getenv("VIRTUAL_ENV") or "") ~= "" then
     local venv = os.getenv("VIRTUAL_ENV")
     local activate = pathJoin(venv, "bin", "activate")
+    local found, P = pcall(require, "posix")
+    local checked = found and type(P) == "table" and P.open and P.read and P.close and P.O_NONBLOCK
     local text = ""
-    if venv:sub(1, 1) == "/" and activate:sub(1, 1) == "/" and isFile(activate) then
-        local fh = io.open(activate, "r")
-        if fh then
-            text = fh:read(1048576) or ""
-            fh:close()
+    if checked and venv:sub(1, 1) == "/" and activate:sub(1, 1) == "/" then
+        local fd = P.open(activate, P.O_RDONLY + P.O_NONBLOCK)
+        if fd then
+            local ok, chunk = pcall(P.read, fd, 1048576)
+            text = ok and type(chunk) == "string" and chunk or ""
+            P.close(fd)
         end
     end
-    if not text:find("# >>> hpcstack mpi4py/4.1.2 >>>", 1, true) then
+    if checked and not text:find("# >>> hpcstack mpi4py/4.1.2 >>>", 1, true) then
         local shown = venv:gsub("%c", "?")
         LmodMessage((("mpi4py/4.1.2: the active venv @VENV@ is not extended for this module, so `python` is now the stack's while `pip` installs into the venv, where that python does not look; fix: module unload mpi4py/4.1.2; deactivate; module load mpi4py/4.1.2; extend-venv-activate @VENV@; source @VENV@/bin/activate"):gsub("@VENV@", function() return shown end)))
     end
