@@ -397,8 +397,10 @@ KEYS: dict[str, Key] = {
                                  "window or quiet hours are the site's (docs/admin/status.md).",
                                  "the recipe's, else smoke `0 3 * * *`, full `0 4 * * 0`, probe "
                                  "`30 */6 * * *`", _V),
-    "revalidation.state_dir": Key("Where the validation history, the schedule's state and its jobs' "
-                                  "output live. It must be a directory only root can change (every "
+    "revalidation.state_dir": Key("Where the validation history, the schedule's state, its jobs' "
+                                  "output and the status file `module load` reads (status/<site>.json, "
+                                  "instead of the module root's; users must be able to read it where "
+                                  "they load modules) live. It must be a directory only root can change (every "
                                   "directory above it too: the file gate checks the chain, and never "
                                   "trusts a group that may write it) and that the compute nodes can "
                                   "write as root: the scheduled runs record from there. Set it where "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sqlite3
 import subprocess
 from types import SimpleNamespace
@@ -44,6 +45,37 @@ def test_the_state_dir_holds_the_history_and_the_schedule(tmp_path):
     assert hist.history_path(site) == "/global/cfs/cdirs/m1/hpcstack-state/history/perlmutter.sqlite"
     assert schedule.state_path(site) == "/global/cfs/cdirs/m1/hpcstack-state/schedule/perlmutter.json"
     assert schedule.log_dir_path(site) == "/global/cfs/cdirs/m1/hpcstack-state/schedule/logs"
+
+
+@pytest.mark.unit
+def test_the_status_file_goes_to_the_state_dir_where_the_site_names_one(tmp_path):
+    """module load reads the status file the scheduled runs write from the compute nodes: beside
+    the modulefiles, else (revalidation.state_dir) in the state directory, which the nodes can
+    write where they see the module root read-only."""
+    site = SimpleNamespace(name="perlmutter", module_root="/global/common/software/m1/modulefiles",
+                           install_root="/global/common/software/m1/hpcstack", raw={})
+    assert statusfile.status_file_path(site) == "/global/common/software/m1/modulefiles/.hpcstack-status.json"
+    site.raw = {"revalidation": {"state_dir": "/global/cfs/cdirs/m1/hpcstack-state"}}
+    assert statusfile.status_file_path(site) == "/global/cfs/cdirs/m1/hpcstack-state/status/perlmutter.json"
+    if os.geteuid() != 0:
+        return
+    state = tmp_path / "state"
+    site = SimpleNamespace(name="testsite", module_root=str(tmp_path / "not-there"),
+                           install_root=str(tmp_path / "sw"), raw={"revalidation": {"state_dir": str(state)}})
+    assert statusfile.write_status_file(site, []) == str(state / "status" / "testsite.json")
+    assert json.loads((state / "status" / "testsite.json").read_text())["stacks"] == {}
+    assert oct((state / "status").stat().st_mode & 0o777) == "0o755"
+    assert oct((state / "status" / "testsite.json").stat().st_mode & 0o777) == "0o644"
+    site.raw = {}                                   # in the module root: only where there is one
+    assert statusfile.write_status_file(site, []) is None and not (tmp_path / "not-there").exists()
+    # a module root's file that modulefiles written before state_dir was set read: kept up to date
+    legacy = tmp_path / "modulefiles" / ".hpcstack-status.json"
+    legacy.parent.mkdir()
+    legacy.write_text("{}")
+    site = SimpleNamespace(name="testsite", module_root=str(legacy.parent), install_root=str(tmp_path / "sw"),
+                           raw={"revalidation": {"state_dir": str(state)}})
+    assert statusfile.write_status_file(site, []) == str(state / "status" / "testsite.json")
+    assert json.loads(legacy.read_text())["stacks"] == {}
 
 
 @pytest.mark.unit

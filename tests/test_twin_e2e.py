@@ -283,12 +283,19 @@ class PytorchOnTwin:
         try:
             proc = login("root", shlex.join([*HPCSTACK, "schedule", "install", PYTORCH, *repos]))
             assert proc.returncode == 0, tail(proc)
+            # the collector on a compute node records the run, then writes the status file of
+            # `module load` into the state directory (the nodes see the module root read-only)
+            status_file = state / "status" / f"{name}.json"
             deadline = time.monotonic() + 900
-            while time.monotonic() < deadline and not [r for r in rows() if r[0] >= first and r[1] == "smoke"]:
+            while time.monotonic() < deadline and not (
+                    [r for r in rows() if r[0] >= first and r[1] == "smoke"] and status_file.exists()):
                 time.sleep(3)
             ran = [r for r in rows() if r[0] >= first and r[1] == "smoke"]
             logs = sorted((state / "schedule" / "logs").glob("*.out"))
             assert [r[2] for r in ran] == ["OK"], (ran, [p.read_text()[-1500:] for p in logs[-3:]])
+            said = "".join(p.read_text() for p in logs)
+            assert status_file.exists() and "status file" not in said, said[-3000:]
+            assert json.loads(status_file.read_text())["stacks"] == {}
             proc = login("root", shlex.join([*HPCSTACK, "status", *repos, "--json"]))
             assert proc.returncode == 0, tail(proc)
             verdicts = {(r["stack"], r["tier"]): r["verdict"] for r in json.loads(proc.stdout)["stacks"]}
