@@ -830,6 +830,37 @@ class Site:
 CACHE_ENV = "HPCSTACK_CACHE_DIR"
 
 
+def revalidation_of(site) -> dict:
+    """The site's ``revalidation`` section (``{}`` without one): its schedule, margins, state
+    directory and actions (docs/admin/status.md).
+
+    Args:
+        site (Site | object): a site, or any object with ``raw`` (the config as loaded).
+    """
+    return dict((getattr(site, "raw", None) or {}).get("revalidation") or {})
+
+
+#: The status files' directory under ``revalidation.state_dir``.
+STATUS_DIR = "status"
+
+
+def status_file_path(site) -> str:
+    """The status file ``module load`` reads (:mod:`hpcstack.validate.statusfile`):
+    ``<state_dir>/status/<site>.json`` where the site names ``revalidation.state_dir`` (the
+    scheduled runs write it from the compute nodes, which may see the module root read-only),
+    else ``<module_root>/.hpcstack-status.json``.
+
+    Args:
+        site (Site | object): a site, or any object with ``name``, ``module_root`` and ``raw``.
+    """
+    from hpcstack.modules.writer import STATUS_FILE
+
+    state_dir = revalidation_of(site).get("state_dir")
+    if isinstance(state_dir, str) and os.path.isabs(state_dir):
+        return os.path.join(state_dir, STATUS_DIR, f"{site.name}.json")
+    return os.path.join(site.module_root, STATUS_FILE)
+
+
 def default_cache_dir() -> str:
     """The machine's hpcstack cache, shared by every site that does not set ``cache_dir``.
 

@@ -25,7 +25,7 @@ ALERTS = ("DEGRADED", "FAILED")
 
 def config_of(site) -> dict:
     """The site's ``revalidation`` section (``{}`` without one)."""
-    from hpcstack.validate.history import revalidation_of
+    from hpcstack.site import revalidation_of
 
     return revalidation_of(site)
 

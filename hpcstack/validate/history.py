@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from hpcstack import gate
 from hpcstack.errors import HpcstackError
+from hpcstack.site import revalidation_of
 
 #: Tiers of a run: the install's baseline, the scheduled ones, the change-triggered probe, by hand.
 TIERS = ("install", "smoke", "full", "probe", "manual")
@@ -104,12 +105,6 @@ class Run:
 def now_iso() -> str:
     """The current time, ISO 8601 UTC to the second."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def revalidation_of(site) -> dict:
-    """The site's ``revalidation`` section (``{}`` without one): its schedule, margins, state
-    directory and actions, read by the modules of the re-validation alone."""
-    return dict((getattr(site, "raw", None) or {}).get("revalidation") or {})
 
 
 def state_root(site) -> str:

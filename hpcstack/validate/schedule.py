@@ -94,7 +94,7 @@ def tiers_of(spec, site=None) -> dict[str, Tier]:
     site's ``revalidation.schedule`` (``site``: a :class:`~hpcstack.site.Site`, or None) sets
     a tier's cron line over both."""
     declared = dict(getattr(spec, "tiers", None) or {})
-    from hpcstack.validate.history import revalidation_of
+    from hpcstack.site import revalidation_of
 
     own = revalidation_of(site).get("schedule") or {}
     named = set(spec.names()) if hasattr(spec, "names") else set()

@@ -25,28 +25,12 @@ import errno
 import os
 
 from hpcstack.modules.writer import STATUS_FILE  # the name the modulefiles read
+from hpcstack.site import status_file_path  # where it is (the modulefiles name it too)
 
 #: At most this many bytes are read by a modulefile.
 MAX_READ = 65536
 #: The verdicts a load line is printed for, worst first.
 SHOWN = ("FAILED", "DEGRADED")
-
-
-#: The status files' directory under ``revalidation.state_dir``.
-STATUS_DIR = "status"
-
-
-def status_file_path(site) -> str:
-    """The status file of ``site`` (a :class:`~hpcstack.site.Site`, or any object with
-    ``name``, ``module_root`` and ``raw``): ``<state_dir>/status/<site>.json`` where the site
-    names ``revalidation.state_dir`` (:func:`hpcstack.validate.history.revalidation_of`), else
-    ``<module_root>/.hpcstack-status.json``."""
-    from hpcstack.validate.history import revalidation_of
-
-    state_dir = revalidation_of(site).get("state_dir")
-    if isinstance(state_dir, str) and os.path.isabs(state_dir):
-        return os.path.join(state_dir, STATUS_DIR, f"{site.name}.json")
-    return os.path.join(site.module_root, STATUS_FILE)
 
 
 def stack_lines(verdicts: list) -> dict[str, str]:

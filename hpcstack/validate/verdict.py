@@ -269,7 +269,7 @@ def verdict_of(stack_runs: list[Run], stack: str, tier: str, alpha: float = ALPH
 def margins_of(site) -> dict:
     """The site's ``revalidation.degraded`` as :func:`verdicts`' keyword arguments
     (``min_drop``, ``min_startup_rise``; this module's defaults where it says nothing)."""
-    from hpcstack.validate.history import revalidation_of
+    from hpcstack.site import revalidation_of
 
     raw = revalidation_of(site).get("degraded") or {}
     return {"min_drop": float(raw.get("throughput_drop", MIN_DROP)),

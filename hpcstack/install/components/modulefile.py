@@ -125,7 +125,7 @@ class Modulefile(Component):
     def context(self, ctx: PlanContext) -> writer.ModuleContext:
         """Return the template context for this stack."""
         from hpcstack.install.components import userhelp
-        from hpcstack.validate import statusfile
+        from hpcstack.site import status_file_path
 
         r, site = ctx.recipe, ctx.site
         root_var = writer.root_variable(r.name)
@@ -139,7 +139,7 @@ class Modulefile(Component):
             environment=self.environment(ctx),
             recipe=r.full_name, site=site.name, **_image_check(ctx),
             whatis_lines=tuple(userhelp.whatis_lines(ctx)),
-            status_file=statusfile.status_file_path(site),
+            status_file=status_file_path(site),
             venv_fence=VENV_FENCE.format(full_name=r.full_name),
             venv_warning=VENV_WARNING.format(full_name=r.full_name), export_all=True)
 
