@@ -840,6 +840,14 @@ def revalidation_of(site) -> dict:
     return dict((getattr(site, "raw", None) or {}).get("revalidation") or {})
 
 
+def state_dir_of(site) -> str | None:
+    """The site's ``revalidation.state_dir`` where it names an absolute one (the schema refuses
+    any other), else None: where the history, the schedule and the status file go instead of
+    their defaults (docs/admin/status.md)."""
+    raw = revalidation_of(site).get("state_dir")
+    return raw if isinstance(raw, str) and os.path.isabs(raw) else None
+
+
 #: The status files' directory under ``revalidation.state_dir``.
 STATUS_DIR = "status"
 
@@ -855,8 +863,8 @@ def status_file_path(site) -> str:
     """
     from hpcstack.modules.writer import STATUS_FILE
 
-    state_dir = revalidation_of(site).get("state_dir")
-    if isinstance(state_dir, str) and os.path.isabs(state_dir):
+    state_dir = state_dir_of(site)
+    if state_dir:
         return os.path.join(state_dir, STATUS_DIR, f"{site.name}.json")
     return os.path.join(site.module_root, STATUS_FILE)
 

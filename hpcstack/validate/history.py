@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from hpcstack import gate
 from hpcstack.errors import HpcstackError
-from hpcstack.site import revalidation_of
+from hpcstack.site import state_dir_of
 
 #: Tiers of a run: the install's baseline, the scheduled ones, the change-triggered probe, by hand.
 TIERS = ("install", "smoke", "full", "probe", "manual")
@@ -116,8 +116,7 @@ def state_root(site) -> str:
     runs record from the compute nodes."""
     from hpcstack.install.layout import STATE_DIR
 
-    raw = revalidation_of(site).get("state_dir")
-    return raw if isinstance(raw, str) and os.path.isabs(raw) else os.path.join(site.install_root, STATE_DIR)
+    return state_dir_of(site) or os.path.join(site.install_root, STATE_DIR)
 
 
 def history_path(site) -> str:
