@@ -93,9 +93,13 @@ def overlay(repo: Path, schedule: dict, env: dict | None = None) -> None:
 
 
 def cron(*slots: dt.datetime) -> str:
-    """The cron line of these slots (one hour, one day): ``M1,M2 H D MON *``."""
+    """The daily cron line of these slots (one hour, one day): ``M1,M2 H * * *``. Not ``M H D
+    MON *``: Slurm 22.05's scrontab computes the next day of a restricted day of month wrongly
+    from the 29th to the 31st (``_next_day_of_month`` in src/common/cron.c counts the 29th, 30th
+    and 31st from today), and puts ``24 0 30 11 *`` submitted at 00:23 on 30 November a year
+    ahead. The entries are removed before the next day's slots."""
     assert len({(s.hour, s.day, s.month) for s in slots}) == 1, slots
-    return f"{','.join(str(s.minute) for s in slots)} {slots[0].hour} {slots[0].day} {slots[0].month} *"
+    return f"{','.join(str(s.minute) for s in slots)} {slots[0].hour} * * *"
 
 
 def rows_after(first: int) -> list[dict]:

@@ -264,7 +264,9 @@ class PytorchOnTwin:
         # the twin's nodes see as it is (revalidation.state_dir)
         state = Path("/var/lib/hpcstack-twin-state") / name
         shutil.rmtree(state, ignore_errors=True)
-        data["revalidation"] = {"schedule": {"smoke": f"{slot.minute} {slot.hour} {slot.day} {slot.month} *",
+        # daily at the slot, not on the slot's day of month (test_revalidation.cron: Slurm
+        # 22.05 puts a day of month a year ahead when submitted on the 29th to the 31st)
+        data["revalidation"] = {"schedule": {"smoke": f"{slot.minute} {slot.hour} * * *",
                                              "full": never, "probe": never},
                                 "state_dir": str(state)}
         (repo / "site-configs").mkdir(mode=0o755)
