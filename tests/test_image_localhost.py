@@ -1,7 +1,8 @@
 """The localhost image built for real, by ``scripts/container-image``: the Dockerfile of
-``hpcstack export pytorch/2.3.1-gpu --site localhost --format docker`` built with buildah (vfs,
-chroot isolation) from a minbase Debian 12 root filesystem, then in the image the runscript (the
-validation trainer on 2 CPU ranks) and ``horovodrun --check-build``.
+``hpcstack export pytorch/2.3.1-gpu --site localhost --format docker`` built with buildah (overlay
+storage where the kernel mounts it, else vfs; chroot isolation) from a minbase Debian 12 root
+filesystem, then in the image the runscript (the validation trainer on 2 CPU ranks) and
+``horovodrun --check-build``.
 
 It shares the end-to-end stack's caches (tests/test_e2e_pytorch.py, which runs first: file name
 order), hard-linked and bind-mounted, so the image downloads no wheel twice and Horovod's wheel comes
@@ -82,8 +83,9 @@ def test_the_image_is_labelled_with_recipe_lock_and_version(image_run):
 
 def test_the_image_and_its_container_are_removed(image_run):
     code, out = image_run
-    buildah = ["buildah", "--storage-driver", "vfs", "--root", str(IMAGE_ROOT / "storage"),
-               "--runroot", "/run/hpcstack-image"]
+    driver, storage = re.search(r"^::: buildah storage: (\S+) in (\S+)$", out, re.M).groups()
+    assert driver in ("overlay", "vfs") and storage == str(IMAGE_ROOT / f"storage-{driver}"), (driver, storage)
+    buildah = ["buildah", "--storage-driver", driver, "--root", storage, "--runroot", f"/run/hpcstack-image-{driver}"]
     images = subprocess.run([*buildah, "images", "--format", "{{.Name}}:{{.Tag}}"], capture_output=True, text=True)
     assert images.returncode == 0 and "localhost/hpcstack-pytorch:2.3.1-gpu" not in images.stdout, images.stdout
     containers = subprocess.run([*buildah, "containers", "--format", "{{.ContainerName}}"], capture_output=True, text=True)
