@@ -71,13 +71,32 @@ def test_dry_run_matches_the_golden_file(site, command):
         assert "hpcstack-train-benchmark" not in got and "MASTER_PORT" not in got
 
 
+def machine_cache_site(name: str, root: Path) -> Path:
+    """The built-in site NAME as a file under ``root`` with the machine's cache as its
+    ``cache_dir`` (an install with ``--prefix`` keeps a cache of its own under the prefix
+    otherwise): the localhost sites share that cache, so mpi4py is compiled (about 3 minutes on
+    2 cores) on the machine's first run only, and its build key decides (test_three_deliveries.py
+    compiles it from empty caches, twice)."""
+    import yaml
+
+    from hpcstack.site import default_cache_dir
+
+    site = yaml.safe_load((Path(package.data_root()) / "site-configs" / f"{name}.yaml").read_text())
+    site.update(cache_dir=default_cache_dir())
+    site_file = root / f"{name}.yaml"
+    site_file.write_text(yaml.safe_dump(site))
+    return site_file
+
+
 @pytest.fixture(scope="module")
 def installed(localhost_ready):
-    """mpi4py installed for the localhost site (Environment Modules): (root, process, install
-    args). The root is readable by all: the Slurm jobs run as the site's submit user."""
+    """mpi4py installed for the localhost site (Environment Modules) with the machine's cache:
+    (root, process, install args). The root is readable by all: the Slurm jobs run as the site's
+    submit user."""
     root = Path(tempfile.mkdtemp(prefix="hpcstack-mpi4py-", dir="/var/tmp"))
     root.chmod(0o755)
-    args = ["--site", "localhost", "--prefix", str(root / "sw"), "--module-root", str(root / "mf-tcl")]
+    site_file = machine_cache_site("localhost", root)
+    args = ["--site", str(site_file), "--prefix", str(root / "sw"), "--module-root", str(root / "mf-tcl")]
     proc = hpcstack("install", RECIPE, *args, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     yield root, proc, args
@@ -88,15 +107,10 @@ def installed(localhost_ready):
 def installed_lmod(installed):
     """The same recipe for localhost-lmod, with an install root and module root of its own (one
     stack per name and module tool: an install of another site over a published stack is
-    refused); the site's cache is the first install's, so the build comes from its build cache."""
-    import yaml
-
+    refused); its cache is the first install's, so the build comes from the build cache."""
     require(next(t for t in TOOLS if t.name == "lmod"))
     root = installed[0]
-    site = yaml.safe_load((Path(package.data_root()) / "site-configs" / "localhost-lmod.yaml").read_text())
-    site.update(cache_dir=str(root / "sw" / ".hpcstack" / "cache"))
-    site_file = root / "localhost-lmod.yaml"
-    site_file.write_text(yaml.safe_dump(site))
+    site_file = machine_cache_site("localhost-lmod", root)
     args = ["--site", str(site_file), "--prefix", str(root / "sw-lmod"), "--module-root", str(root / "mf-lua")]
     proc = hpcstack("install", RECIPE, *args, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
